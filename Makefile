@@ -1,0 +1,73 @@
+# Ferry: build, test, demo, benchmark, install.
+# `make demo` and `make test` work on a fresh Debian 12 machine with the Swift
+# toolchain on PATH (or in /opt/swift); they install the Debian packages they need.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PREFIX  ?= $(HOME)/.local
+BINDIR  ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+DESTDIR ?=
+
+SWIFT   ?= swift
+PYTHON  ?= python3
+
+# Where the toolchain lives when it is not on PATH already.
+export PATH := $(PATH):/opt/swift/usr/bin
+
+# Debian packages the build, the tests, the demo and the benchmark use.
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev dbus pkg-config python3 nginx-light curl
+
+SERVICE_FILE := $(DESTDIR)$(DATADIR)/dbus-1/services/org.ferry.Ferry1.service
+XML_FILE     := $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.ferry.Ferry1.xml
+
+.PHONY: all deps build test demo bench install uninstall clean
+
+all: build
+
+# Installs only what is missing, so a re-run costs one dpkg-query.
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q ' installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "Installing Debian packages:$$missing"; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+build: deps
+	$(SWIFT) build -c release
+
+# The integration tests start a private dbus-daemon and the built ferryd/ferry.
+test: deps
+	$(SWIFT) build --build-tests
+	bin="$$($(SWIFT) build --show-bin-path)"; \
+	FERRYD_PATH="$$bin/ferryd" FERRY_CLI_PATH="$$bin/ferry" $(SWIFT) test
+
+demo: build
+	BIN="$$($(SWIFT) build -c release --show-bin-path)" bash scripts/demo.sh
+
+bench: build
+	$(PYTHON) bench/run.py $(BENCH_ARGS)
+
+# Copies the release build; run `make build` first (so `sudo make install`
+# does not build as root).
+install:
+	bin="$$($(SWIFT) build -c release --show-bin-path)"; \
+	for exe in ferryd ferry; do \
+	  [ -x "$$bin/$$exe" ] || { echo "$$bin/$$exe is missing: run 'make build' first" >&2; exit 1; }; \
+	done; \
+	install -d "$(DESTDIR)$(BINDIR)" "$(dir $(SERVICE_FILE))" "$(dir $(XML_FILE))"; \
+	install -m 755 "$$bin/ferryd" "$$bin/ferry" "$(DESTDIR)$(BINDIR)/"
+	sed 's|@bindir@|$(BINDIR)|g' dbus/org.ferry.Ferry1.service.in > "$(SERVICE_FILE)"
+	install -m 644 dbus/org.ferry.Ferry1.xml "$(XML_FILE)"
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/ferryd" "$(DESTDIR)$(BINDIR)/ferry" "$(SERVICE_FILE)" "$(XML_FILE)"
+
+clean:
+	rm -rf .build bench/out

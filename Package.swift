@@ -1,0 +1,70 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Ferry",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "ferryd", targets: ["ferryd"]),
+        .executable(name: "ferry", targets: ["ferry"]),
+        .library(name: "FerryClient", targets: ["FerryClient"]),
+        .library(name: "DBus", targets: ["DBus"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+    ],
+    targets: [
+        // C libraries, as Debian's -dev packages ship them.
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CNotify", pkgConfig: "libnotify", providers: [.apt(["libnotify-dev"])]),
+
+        // Our libdbus binding; knows nothing of Ferry.
+        .target(name: "DBus", dependencies: ["CDBus"]),
+
+        // The domain: sessions, transfers, scheduler, events. No C modules.
+        .target(name: "FerryCore", dependencies: [
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        // libcurl multi on one engine thread.
+        .target(name: "FerryEngine", dependencies: [
+            "CCurl", "FerryCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        // D-Bus adapters: org.ferry.Ferry1 objects over the core.
+        .target(name: "FerryService", dependencies: [
+            "DBus", "FerryCore",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // Typed client for the bus API.
+        .target(name: "FerryClient", dependencies: ["DBus"]),
+        .executableTarget(name: "ferryd", dependencies: [
+            "FerryService", "FerryEngine", "FerryCore",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "ferry", dependencies: [
+            "FerryClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        // A loopback HTTP server for tests: ranges, ETags, stalls, drops, errors.
+        .target(name: "FerryTestSupport", dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryEngineTests", dependencies: ["FerryEngine", "FerryCore", "FerryTestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "DBus", "FerryTestSupport"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

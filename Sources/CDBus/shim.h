@@ -1,0 +1,4 @@
+#ifndef FERRY_CDBUS_SHIM_H
+#define FERRY_CDBUS_SHIM_H
+#include <dbus/dbus.h>
+#endif

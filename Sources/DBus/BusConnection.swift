@@ -1,0 +1,285 @@
+import CDBus
+import Dispatch
+import Foundation
+
+/// A private connection to a message bus, driven from one serial queue.
+///
+/// Every libdbus call for this connection happens on `queue`. Public methods may
+/// be called from any thread; they hop onto the queue. Incoming method calls,
+/// signal handlers and reply callbacks run on the queue.
+///
+/// `@unchecked Sendable`: all mutable state is confined to `queue`.
+public final class BusConnection: @unchecked Sendable {
+    public let queue: DispatchQueue
+    let raw: OpaquePointer
+    let loop: MainLoop
+    private var closed = false
+
+    /// Our unique name on the bus (`:1.42`).
+    public let uniqueName: String
+
+    // Queue-confined state.
+    var objects: [String: ExportedObject] = [:]
+    var objectManagerPaths: Set<String> = []
+    private var subscriptions: [UInt64: (rule: MatchRule, handler: @Sendable (BusMessage) -> Void)] = [:]
+    private var nextSubscription: UInt64 = 1
+    private var disconnectHandlers: [@Sendable () -> Void] = []
+
+    /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
+    public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
+        try BusConnection(queue: queue) { error in dbus_bus_get_private(DBUS_BUS_SESSION, &error) }
+    }
+
+    /// Connects to the system bus.
+    public static func system(queue: DispatchQueue = DispatchQueue(label: "dbus.system")) throws -> BusConnection {
+        try BusConnection(queue: queue) { error in dbus_bus_get_private(DBUS_BUS_SYSTEM, &error) }
+    }
+
+    /// Connects to the bus at `address` and registers with it.
+    public convenience init(address: String, queue: DispatchQueue = DispatchQueue(label: "dbus.connection")) throws {
+        try self.init(queue: queue) { error in
+            guard let c = dbus_connection_open_private(address, &error) else { return nil }
+            if dbus_bus_register(c, &error) == 0 {
+                dbus_connection_close(c)
+                dbus_connection_unref(c)
+                return nil
+            }
+            return c
+        }
+    }
+
+    private init(queue: DispatchQueue, open: (inout CDBus.DBusError) -> OpaquePointer?) throws {
+        _ = BusConnection.threadsInitialised
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        guard let c = open(&error) else {
+            if dbus_error_is_set(&error) != 0 { throw BusError(consuming: &error) }
+            throw BusError(name: StandardErrors.failed, message: "could not connect to the bus")
+        }
+        raw = c
+        self.queue = queue
+        uniqueName = dbus_bus_get_unique_name(c).map { String(cString: $0) } ?? ""
+        dbus_connection_set_exit_on_disconnect(c, 0)
+        loop = MainLoop(raw: c, queue: queue)
+        loop.connection = self
+        loop.install()
+    }
+
+    private static let threadsInitialised: Bool = { dbus_threads_init_default() != 0 }()
+
+    deinit {
+        if !closed {
+            // Nobody else can hold us, so nothing runs on the queue for us now.
+            loop.uninstallFromAnyThread(closing: raw)
+        }
+        dbus_connection_unref(raw)
+    }
+
+    /// Closes the connection. Pending calls fail; handlers are dropped.
+    public func close() {
+        queue.sync {
+            guard !closed else { return }
+            closed = true
+            loop.uninstall()
+            dbus_connection_close(raw)
+            subscriptions.removeAll()
+        }
+    }
+
+    /// Runs `body` on the connection's queue.
+    public func perform(_ body: @escaping @Sendable () -> Void) {
+        queue.async(execute: body)
+    }
+
+    /// Called when the bus goes away (on the queue).
+    public func onDisconnect(_ handler: @escaping @Sendable () -> Void) {
+        queue.async { self.disconnectHandlers.append(handler) }
+    }
+
+    // MARK: Sending
+
+    /// Sends a message that expects no reply (signals, replies).
+    public func send(_ message: BusMessage) {
+        queue.async { [self] in
+            guard !closed else { return }
+            dbus_connection_send(raw, message.raw, nil)
+        }
+    }
+
+    /// Sends a method call; `completion` gets the method return, or the error reply
+    /// as a `BusError`. Runs on the queue.
+    public func send(_ call: BusMessage, timeout: Double = 25,
+                     completion: @escaping @Sendable (Result<BusMessage, BusError>) -> Void) {
+        queue.async { [self] in
+            guard !closed else {
+                completion(.failure(BusError(name: StandardErrors.disconnected, message: "connection closed")))
+                return
+            }
+            var pending: OpaquePointer? = nil
+            let ms = timeout < 0 ? -1 : Int32(min(timeout * 1000, Double(Int32.max)))
+            guard dbus_connection_send_with_reply(raw, call.raw, &pending, ms) != 0, let pending else {
+                completion(.failure(BusError(name: StandardErrors.disconnected, message: "not connected to the bus")))
+                return
+            }
+            let box = ReplyBox(pending: pending, completion: completion)
+            // The reply can only be read on this queue, so it cannot complete
+            // between sending and setting the notify function.
+            dbus_pending_call_set_notify(pending, replyArrived, Unmanaged.passRetained(box).toOpaque(), releaseReplyBox)
+            if dbus_pending_call_get_completed(pending) != 0 { box.finish() }
+        }
+    }
+
+    /// Calls a method and waits for its reply.
+    public func call(_ call: BusMessage, timeout: Double = 25) async throws -> BusMessage {
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<BusMessage, Error>) in
+            send(call, timeout: timeout) { result in c.resume(with: result.mapError { $0 as Error }) }
+        }
+    }
+
+    /// Calls a method and returns the reply's values.
+    @discardableResult
+    public func call(destination: String, path: String, interface: String, method: String,
+                     arguments: [DBusValue] = [], timeout: Double = 25, autoStart: Bool = true) async throws -> [DBusValue] {
+        let m = try BusMessage.methodCall(destination: destination, path: path, interface: interface, member: method)
+        try m.append(arguments)
+        m.autoStart = autoStart
+        return try await call(m, timeout: timeout).arguments()
+    }
+
+    /// Emits a signal.
+    public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
+        let m = try BusMessage.signal(path: path, interface: interface, member: name)
+        try m.append(arguments)
+        send(m)
+    }
+
+    // MARK: Bus methods
+
+    public enum RequestNameReply: UInt32, Sendable {
+        case primaryOwner = 1, inQueue = 2, exists = 3, alreadyOwner = 4
+    }
+
+    /// `RequestName` with `DBUS_NAME_FLAG_DO_NOT_QUEUE` by default.
+    public func requestName(_ name: String, flags: UInt32 = 4) async throws -> RequestNameReply {
+        let r = try await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                               method: "RequestName", arguments: [.string(name), .uint32(flags)])
+        guard let code = r.first?.uint32, let reply = RequestNameReply(rawValue: code) else {
+            throw BusError(name: StandardErrors.failed, message: "unexpected RequestName reply")
+        }
+        return reply
+    }
+
+    /// Whether a name currently has an owner on the bus.
+    public func nameHasOwner(_ name: String) async throws -> Bool {
+        let r = try await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                               method: "NameHasOwner", arguments: [.string(name)])
+        return r.first?.bool ?? false
+    }
+
+    // MARK: Signals
+
+    /// A registered signal handler; pass it to `unsubscribe`.
+    public struct Subscription: Hashable, Sendable {
+        let id: UInt64
+        let rule: MatchRule
+    }
+
+    /// Adds the match rule on the bus (waiting until the bus has it, so no signal
+    /// sent after this returns is missed) and calls `handler` on the queue for
+    /// every matching signal.
+    public func subscribe(_ rule: MatchRule, handler: @escaping @Sendable (BusMessage) -> Void) async throws -> Subscription {
+        let id: UInt64 = queue.sync {
+            let id = nextSubscription
+            nextSubscription += 1
+            subscriptions[id] = (rule, handler)
+            return id
+        }
+        do {
+            try await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                           method: "AddMatch", arguments: [.string(rule.text)])
+        } catch {
+            queue.sync { _ = subscriptions.removeValue(forKey: id) }
+            throw error
+        }
+        return Subscription(id: id, rule: rule)
+    }
+
+    public func unsubscribe(_ s: Subscription) {
+        queue.async { [self] in
+            guard subscriptions.removeValue(forKey: s.id) != nil, !closed else { return }
+            if let m = try? BusMessage.methodCall(destination: StandardNames.bus, path: StandardNames.busPath,
+                                                  interface: StandardNames.bus, member: "RemoveMatch") {
+                try? m.append([.string(s.rule.text)])
+                send(m) { _ in }
+            }
+        }
+    }
+
+    // MARK: Routing (on the queue, from the filter)
+
+    /// Returns true when the message was handled here.
+    func route(_ message: BusMessage) -> Bool {
+        switch message.type {
+        case .signal:
+            if message.interface == StandardNames.local, message.member == "Disconnected" {
+                let handlers = disconnectHandlers
+                for h in handlers { h() }
+                return true
+            }
+            for (_, s) in subscriptions where s.rule.matches(message) { s.handler(message) }
+            return false
+        case .methodCall:
+            dispatchMethodCall(message)
+            return true
+        default:
+            return false
+        }
+    }
+}
+
+/// Carries a pending call's completion through libdbus.
+private final class ReplyBox {
+    let pending: OpaquePointer
+    let completion: @Sendable (Result<BusMessage, BusError>) -> Void
+    private var done = false
+    init(pending: OpaquePointer, completion: @escaping @Sendable (Result<BusMessage, BusError>) -> Void) {
+        self.pending = pending
+        self.completion = completion
+    }
+    func finish() {
+        guard !done else { return }
+        done = true
+        guard let reply = dbus_pending_call_steal_reply(pending) else {
+            completion(.failure(BusError(name: StandardErrors.noReply, message: "no reply")))
+            return
+        }
+        let message = BusMessage(owning: reply)
+        if message.type == .error {
+            completion(.failure(message.asError()))
+        } else {
+            completion(.success(message))
+        }
+    }
+    deinit { dbus_pending_call_unref(pending) }
+}
+
+private let replyArrived: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, data in
+    guard let data else { return }
+    Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue().finish()
+}
+
+private let releaseReplyBox: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
+    guard let data else { return }
+    Unmanaged<ReplyBox>.fromOpaque(data).release()
+}
+
+extension MainLoop {
+    /// For `deinit` only, when no other reference to the connection exists.
+    func uninstallFromAnyThread(closing raw: OpaquePointer) {
+        dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
+        dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
+        dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
+        dbus_connection_set_wakeup_main_function(raw, nil, nil, nil)
+        dbus_connection_close(raw)
+    }
+}

@@ -1,0 +1,116 @@
+import CDBus
+
+/// A D-Bus message. Wraps a `DBusMessage*` and holds one reference to it.
+///
+/// `@unchecked Sendable`: libdbus messages are reference counted atomically, and
+/// this wrapper is only read or written (header fields, arguments) while it is
+/// being built or handled on one queue at a time; it is handed between queues only
+/// as a finished, immutable message.
+public final class BusMessage: @unchecked Sendable {
+    let raw: OpaquePointer
+
+    /// Takes over a reference the caller owns (`dbus_message_new_*`,
+    /// `dbus_pending_call_steal_reply`, `dbus_connection_pop_message`).
+    init(owning raw: OpaquePointer) {
+        self.raw = raw
+    }
+
+    /// Adds a reference to a message borrowed from libdbus (handed to a callback).
+    init(borrowing raw: OpaquePointer) {
+        self.raw = raw
+        dbus_message_ref(raw)
+    }
+
+    deinit {
+        dbus_message_unref(raw)
+    }
+
+    // MARK: Creating
+
+    public static func methodCall(destination: String?, path: String, interface: String?, member: String) throws -> BusMessage {
+        if let destination, !BusNames.isValidBusName(destination) { throw BusError.invalidArgs("invalid bus name '\(destination)'") }
+        guard BusNames.isValidObjectPath(path) else { throw BusError.invalidArgs("invalid object path '\(path)'") }
+        if let interface, !BusNames.isValidInterfaceName(interface) { throw BusError.invalidArgs("invalid interface name '\(interface)'") }
+        guard BusNames.isValidMemberName(member) else { throw BusError.invalidArgs("invalid member name '\(member)'") }
+        guard let m = dbus_message_new_method_call(destination, path, interface, member) else { throw BusError.outOfMemory }
+        return BusMessage(owning: m)
+    }
+
+    public static func signal(path: String, interface: String, member: String) throws -> BusMessage {
+        guard BusNames.isValidObjectPath(path) else { throw BusError.invalidArgs("invalid object path '\(path)'") }
+        guard BusNames.isValidInterfaceName(interface) else { throw BusError.invalidArgs("invalid interface name '\(interface)'") }
+        guard BusNames.isValidMemberName(member) else { throw BusError.invalidArgs("invalid member name '\(member)'") }
+        guard let m = dbus_message_new_signal(path, interface, member) else { throw BusError.outOfMemory }
+        return BusMessage(owning: m)
+    }
+
+    /// A method return for this method call.
+    public func makeReturn() throws -> BusMessage {
+        guard let m = dbus_message_new_method_return(raw) else { throw BusError.outOfMemory }
+        return BusMessage(owning: m)
+    }
+
+    /// An error reply for this method call. An invalid error name becomes
+    /// `org.freedesktop.DBus.Error.Failed` rather than aborting in libdbus.
+    public func makeError(name: String, message: String) throws -> BusMessage {
+        let safeName = BusNames.isValidErrorName(name) ? name : StandardErrors.failed
+        let safeMessage = String(message.unicodeScalars.filter { $0 != "\0" })
+        guard let m = dbus_message_new_error(raw, safeName, safeMessage) else { throw BusError.outOfMemory }
+        return BusMessage(owning: m)
+    }
+
+    // MARK: Header
+
+    public var type: MessageType { MessageType(rawValue: dbus_message_get_type(raw)) ?? .invalid }
+    public var path: String? { dbus_message_get_path(raw).map { String(cString: $0) } }
+    public var interface: String? { dbus_message_get_interface(raw).map { String(cString: $0) } }
+    public var member: String? { dbus_message_get_member(raw).map { String(cString: $0) } }
+    public var sender: String? { dbus_message_get_sender(raw).map { String(cString: $0) } }
+    public var destination: String? { dbus_message_get_destination(raw).map { String(cString: $0) } }
+    public var errorName: String? { dbus_message_get_error_name(raw).map { String(cString: $0) } }
+    public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
+    public var serial: UInt32 { dbus_message_get_serial(raw) }
+    public var replySerial: UInt32 { dbus_message_get_reply_serial(raw) }
+    public var noReplyExpected: Bool { dbus_message_get_no_reply(raw) != 0 }
+
+    /// Whether the bus may start the destination service for this call (default true).
+    public var autoStart: Bool {
+        get { dbus_message_get_auto_start(raw) != 0 }
+        set { dbus_message_set_auto_start(raw, newValue ? 1 : 0) }
+    }
+
+    // MARK: Arguments
+
+    /// Appends values to the body, in order. Checks every value first, so that a
+    /// bad value throws instead of tripping libdbus's assertions.
+    public func append(_ values: [DBusValue]) throws {
+        for v in values { try Marshal.check(v) }
+        var iter = DBusMessageIter()
+        dbus_message_iter_init_append(raw, &iter)
+        for v in values { try Marshal.write(v, into: &iter) }
+    }
+
+    public func append(_ values: DBusValue...) throws { try append(values) }
+
+    /// The body's values.
+    public func arguments() throws -> [DBusValue] {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0 else { return [] }
+        var out: [DBusValue] = []
+        while dbus_message_iter_get_arg_type(&iter) != TypeCode.invalid {
+            out.append(try Marshal.read(&iter))
+            dbus_message_iter_next(&iter)
+        }
+        return out
+    }
+
+    /// For error replies: the error with its message (the first string argument).
+    public func asError() -> BusError {
+        let message = (try? arguments().first?.string) ?? nil
+        return BusError(name: errorName ?? StandardErrors.failed, message: message ?? "")
+    }
+}
+
+extension BusError {
+    static let outOfMemory = BusError(name: StandardErrors.noMemory, message: "out of memory")
+}

@@ -1,0 +1,119 @@
+import Dispatch
+
+/// An object this connection serves at `path`, with its interfaces and the
+/// current values of their properties.
+///
+/// Property values are kept here, so `Get`, `GetAll` and `GetManagedObjects`
+/// answer without calling back into the application. The application updates
+/// them with `setProperties`, which sends `PropertiesChanged` for what changed.
+///
+/// `@unchecked Sendable`: after `export`, the object is only touched on the
+/// connection's queue (use `BusConnection.perform`).
+public final class ExportedObject: @unchecked Sendable {
+    public let path: String
+    public let interfaces: [InterfaceSpec]
+    var values: [String: [String: DBusValue]] = [:]
+    weak var connection: BusConnection?
+
+    /// `initialValues`: interface name -> property name -> value.
+    public init(path: String, interfaces: [InterfaceSpec], initialValues: [String: [String: DBusValue]] = [:]) {
+        precondition(BusNames.isValidObjectPath(path), "invalid object path \(path)")
+        self.path = path
+        self.interfaces = interfaces
+        self.values = initialValues
+    }
+
+    func interface(_ name: String) -> InterfaceSpec? { interfaces.first { $0.name == name } }
+
+    public func property(_ interface: String, _ name: String) -> DBusValue? { values[interface]?[name] }
+
+    /// Sets property values and, once exported, emits one `PropertiesChanged` for
+    /// those that changed and emit change signals. On the connection's queue.
+    public func setProperties(_ interface: String, _ changes: [String: DBusValue]) {
+        if let q = connection?.queue { dispatchPrecondition(condition: .onQueue(q)) }
+        guard let spec = self.interface(interface) else { return }
+        var changed: [String: DBusValue] = [:]
+        for (name, value) in changes {
+            guard let p = spec.property(name), value.signature == p.type else {
+                assertionFailure("property \(interface).\(name) set with \(value.signature)")
+                continue
+            }
+            if values[interface]?[name] == value { continue }
+            values[interface, default: [:]][name] = value
+            if p.emitsChange { changed[name] = value }
+        }
+        guard !changed.isEmpty, let connection else { return }
+        if let m = try? BusMessage.signal(path: path, interface: StandardNames.properties, member: "PropertiesChanged") {
+            try? m.append([.string(interface), .vardict(changed), .stringArray([])])
+            connection.sendOnQueue(m)
+        }
+    }
+
+    /// All properties of an interface, as `GetAll` returns them.
+    func allProperties(_ interface: InterfaceSpec) -> DBusValue {
+        var d: [String: DBusValue] = [:]
+        for p in interface.properties {
+            if let v = values[interface.name]?[p.name] { d[p.name] = v }
+        }
+        return .vardict(d)
+    }
+
+    /// `a{sa{sv}}`: every interface with its properties.
+    func interfacesAndProperties() -> DBusValue {
+        .dictionary(key: "s", value: "a{sv}", interfaces.map { .init(.string($0.name), allProperties($0)) })
+    }
+}
+
+extension BusConnection {
+    /// Serves `object` from now on. Objects are exported in call order, so export
+    /// them before `requestName` to be complete when clients can see the name.
+    public func export(_ object: ExportedObject) {
+        queue.async { [self] in
+            object.connection = self
+            objects[object.path] = object
+            if let manager = managerPath(for: object.path) {
+                try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
+                                       arguments: [.objectPath(object.path), object.interfacesAndProperties()])
+            }
+        }
+    }
+
+    /// Stops serving the object at `path`.
+    public func unexport(_ path: String) {
+        queue.async { [self] in
+            guard let object = objects.removeValue(forKey: path) else { return }
+            object.connection = nil
+            if let manager = managerPath(for: path) {
+                try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesRemoved",
+                                       arguments: [.objectPath(path), .stringArray(object.interfaces.map(\.name))])
+            }
+        }
+    }
+
+    /// Serves `org.freedesktop.DBus.ObjectManager` at `path` (the object there should
+    /// be exported too); every object below it is one of its managed objects.
+    public func addObjectManager(at path: String) {
+        queue.async { [self] in objectManagerPaths.insert(path) }
+    }
+
+    /// The object exported at `path`, on the queue.
+    public func object(at path: String) -> ExportedObject? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return objects[path]
+    }
+
+    func managerPath(for path: String) -> String? {
+        objectManagerPaths.first { path.hasPrefix($0 == "/" ? "/" : $0 + "/") && path != $0 }
+    }
+
+    func sendOnQueue(_ m: BusMessage) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        dbus_connection_send_if_open(self, m)
+    }
+
+    func emitSignalOnQueue(path: String, interface: String, name: String, arguments: [DBusValue]) throws {
+        let m = try BusMessage.signal(path: path, interface: interface, member: name)
+        try m.append(arguments)
+        sendOnQueue(m)
+    }
+}

@@ -1,0 +1,87 @@
+/// One argument of a method or signal.
+public struct ArgSpec: Sendable, Equatable {
+    public var name: String
+    public var type: String
+    public init(_ name: String, _ type: String) {
+        self.name = name
+        self.type = type
+    }
+}
+
+/// A method of an exported interface. The handler runs on the connection's queue;
+/// it must answer the invocation exactly once (now or later, from any thread).
+/// Arguments have already been checked against `inArgs`.
+public struct MethodSpec: Sendable {
+    public var name: String
+    public var inArgs: [ArgSpec]
+    public var outArgs: [ArgSpec]
+    public var handler: @Sendable (MethodInvocation) -> Void
+    public init(_ name: String, in inArgs: [ArgSpec] = [], out outArgs: [ArgSpec] = [],
+                handler: @escaping @Sendable (MethodInvocation) -> Void) {
+        self.name = name
+        self.inArgs = inArgs
+        self.outArgs = outArgs
+        self.handler = handler
+    }
+    public var inSignature: String { inArgs.map(\.type).joined() }
+}
+
+public enum PropertyAccess: String, Sendable { case read, readwrite }
+
+/// A property. Values live in the `ExportedObject`; a writable property's setter
+/// (on the queue) validates the new value and throws a `BusError` to refuse it;
+/// when it returns, the value is stored and `PropertiesChanged` is sent.
+public struct PropertySpec: Sendable {
+    public var name: String
+    public var type: String
+    public var access: PropertyAccess
+    /// false = `org.freedesktop.DBus.Property.EmitsChangedSignal` "false".
+    public var emitsChange: Bool
+    public var setter: (@Sendable (DBusValue) throws -> Void)?
+    /// Like `setter`, and told the path of the object being written (for specs
+    /// shared by many objects).
+    public var objectSetter: (@Sendable (DBusValue, String) throws -> Void)?
+
+    public init(_ name: String, _ type: String, access: PropertyAccess = .readwrite,
+                objectSetter: @escaping @Sendable (DBusValue, String) throws -> Void) {
+        self.name = name
+        self.type = type
+        self.access = access
+        self.emitsChange = true
+        self.objectSetter = objectSetter
+    }
+
+    public init(_ name: String, _ type: String, access: PropertyAccess = .read, emitsChange: Bool = true,
+                setter: (@Sendable (DBusValue) throws -> Void)? = nil) {
+        self.name = name
+        self.type = type
+        self.access = access
+        self.emitsChange = emitsChange
+        self.setter = setter
+    }
+}
+
+public struct SignalSpec: Sendable, Equatable {
+    public var name: String
+    public var args: [ArgSpec]
+    public init(_ name: String, _ args: [ArgSpec] = []) {
+        self.name = name
+        self.args = args
+    }
+}
+
+/// An interface an object exports.
+public struct InterfaceSpec: Sendable {
+    public var name: String
+    public var methods: [MethodSpec]
+    public var properties: [PropertySpec]
+    public var signals: [SignalSpec]
+    public init(name: String, methods: [MethodSpec] = [], properties: [PropertySpec] = [], signals: [SignalSpec] = []) {
+        self.name = name
+        self.methods = methods
+        self.properties = properties
+        self.signals = signals
+    }
+    func method(_ name: String) -> MethodSpec? { methods.first { $0.name == name } }
+    func property(_ name: String) -> PropertySpec? { properties.first { $0.name == name } }
+}

@@ -1,0 +1,60 @@
+/// One incoming method call, to be answered once with `reply` or `fail`.
+///
+/// `@unchecked Sendable`: the immutable fields are set at creation; `answered` is
+/// only read and written on the connection's queue.
+public final class MethodInvocation: @unchecked Sendable {
+    public let arguments: [DBusValue]
+    public let sender: String?
+    public let path: String
+    public let interface: String
+    public let member: String
+    let call: BusMessage
+    let connection: BusConnection
+    private var answered = false
+
+    init(call: BusMessage, arguments: [DBusValue], path: String, interface: String, member: String, connection: BusConnection) {
+        self.call = call
+        self.arguments = arguments
+        self.sender = call.sender
+        self.path = path
+        self.interface = interface
+        self.member = member
+        self.connection = connection
+    }
+
+    /// Sends the method return with these values (from any thread).
+    public func reply(_ values: [DBusValue] = []) {
+        connection.queue.async { [self] in
+            guard take() else { return }
+            do {
+                let m = try call.makeReturn()
+                try m.append(values)
+                connection.sendOnQueue(m)
+            } catch let e as BusError {
+                sendError(e)
+            } catch {
+                sendError(BusError(name: StandardErrors.failed, message: "\(error)"))
+            }
+        }
+    }
+
+    /// Sends an error reply (from any thread).
+    public func fail(_ error: BusError) {
+        connection.queue.async { [self] in
+            guard take() else { return }
+            sendError(error)
+        }
+    }
+
+    public func fail(name: String, message: String) { fail(BusError(name: name, message: message)) }
+
+    private func take() -> Bool {
+        if answered { return false }
+        answered = true
+        return !call.noReplyExpected
+    }
+
+    private func sendError(_ e: BusError) {
+        if let m = try? call.makeError(name: e.name, message: e.message) { connection.sendOnQueue(m) }
+    }
+}

@@ -1,0 +1,142 @@
+import DBus
+import Foundation
+
+/// A typed client for Ferry's bus API (`org.ferry.Ferry1`). Every call is async
+/// and throws `BusError`, carrying the service's `org.ferry.Ferry1.Error.*` name.
+public final class FerryClient: Sendable {
+    public static let busName = "org.ferry.Ferry1"
+    public static let managerPath = "/org/ferry/Ferry1"
+    public static let managerInterface = "org.ferry.Ferry1.Manager"
+    public static let sessionInterface = "org.ferry.Ferry1.Session"
+    public static let transferInterface = "org.ferry.Ferry1.Transfer"
+    public static let transferPathPrefix = "/org/ferry/Ferry1/transfer/"
+
+    public let bus: BusConnection
+
+    /// Connects to the bus at `address`, or to the session bus.
+    public init(address: String? = nil) throws {
+        if let address {
+            bus = try BusConnection(address: address)
+        } else {
+            bus = try BusConnection.session()
+        }
+    }
+
+    public init(bus: BusConnection) {
+        self.bus = bus
+    }
+
+    public func close() { bus.close() }
+
+    // MARK: Manager
+
+    func callManager(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await bus.call(destination: Self.busName, path: Self.managerPath, interface: Self.managerInterface,
+                           method: method, arguments: args)
+    }
+
+    /// Opens (or re-attaches to) the session with this identifier.
+    public func openSession(_ identifier: String, configuration: [String: DBusValue] = [:]) async throws -> FerrySession {
+        let r = try await callManager("OpenSession", [.string(identifier), .vardict(configuration)])
+        guard let path = r.first?.string else { throw BusError(name: StandardErrors.failed, message: "OpenSession returned nothing") }
+        return FerrySession(client: self, path: path)
+    }
+
+    public func listSessions() async throws -> [FerrySession] {
+        try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string).map { FerrySession(client: self, path: $0) } ?? []
+    }
+
+    /// Every transfer the daemon knows, oldest first.
+    public func listTransfers() async throws -> [FerryTransfer] {
+        try await callManager("ListTransfers").first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: self, path: $0) } ?? []
+    }
+
+    public func pauseAll() async throws { _ = try await callManager("PauseAll") }
+    public func resumeAll() async throws { _ = try await callManager("ResumeAll") }
+    public func cancelAll() async throws { _ = try await callManager("CancelAll") }
+
+    /// The manager's properties.
+    public func managerProperties() async throws -> [String: DBusValue] {
+        try await getAll(Self.managerPath, Self.managerInterface)
+    }
+
+    public func setManagerProperty(_ name: String, _ value: DBusValue) async throws {
+        try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.properties,
+                           method: "Set", arguments: [.string(Self.managerInterface), .string(name), .variant(value)])
+    }
+
+    /// A transfer by the id the CLI shows.
+    public func transfer(id: UInt64) -> FerryTransfer {
+        FerryTransfer(client: self, path: Self.transferPathPrefix + String(id))
+    }
+
+    func getAll(_ path: String, _ interface: String) async throws -> [String: DBusValue] {
+        let r = try await bus.call(destination: Self.busName, path: path, interface: StandardNames.properties,
+                                   method: "GetAll", arguments: [.string(interface)])
+        return r.first?.vardict ?? [:]
+    }
+}
+
+/// A session object.
+public struct FerrySession: Sendable, Hashable {
+    public let client: FerryClient
+    public let path: String
+
+    public static func == (a: FerrySession, b: FerrySession) -> Bool { a.path == b.path }
+    public func hash(into h: inout Hasher) { h.combine(path) }
+
+    func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(destination: FerryClient.busName, path: path, interface: FerryClient.sessionInterface,
+                                  method: method, arguments: args)
+    }
+
+    /// Queues a download. Options are the contract's keys (`destination`, `sha256`, …).
+    public func download(_ url: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
+        let r = try await call("Download", [.string(url), .vardict(options)])
+        return FerryTransfer(client: client, path: r.first?.string ?? "/")
+    }
+
+    public func resumeDownload(_ resumeData: [UInt8], options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
+        let r = try await call("ResumeDownload", [.bytes(resumeData), .vardict(options)])
+        return FerryTransfer(client: client, path: r.first?.string ?? "/")
+    }
+
+    public func listTransfers() async throws -> [FerryTransfer] {
+        try await call("ListTransfers").first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: client, path: $0) } ?? []
+    }
+
+    public func pauseAll() async throws { _ = try await call("PauseAll") }
+    public func resumeAll() async throws { _ = try await call("ResumeAll") }
+    public func cancelAll() async throws { _ = try await call("CancelAll") }
+
+    /// Completion events not acknowledged yet, oldest first.
+    public func pendingEvents() async throws -> [CompletionEvent] {
+        let r = try await call("PendingEvents")
+        return (r.first?.arrayElements ?? []).compactMap(CompletionEvent.init)
+    }
+
+    public func acknowledgeEvents(upTo serial: UInt64) async throws { _ = try await call("AcknowledgeEvents", [.uint64(serial)]) }
+
+    public func close(cancelTransfers: Bool) async throws { _ = try await call("Close", [.boolean(cancelTransfers)]) }
+
+    public func properties() async throws -> [String: DBusValue] {
+        try await client.getAll(path, FerryClient.sessionInterface)
+    }
+}
+
+/// One entry of `PendingEvents`.
+public struct CompletionEvent: Sendable, Equatable {
+    public var serial: UInt64
+    public var transferPath: String
+    public var kind: String
+    public var details: [String: DBusValue]
+
+    init?(_ v: DBusValue) {
+        guard let f = v.structFields, f.count == 4, let serial = f[0].uint64, let path = f[1].string,
+              let kind = f[2].string, let details = f[3].vardict else { return nil }
+        self.serial = serial
+        self.transferPath = path
+        self.kind = kind
+        self.details = details
+    }
+}

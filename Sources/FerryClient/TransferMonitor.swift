@@ -1,0 +1,107 @@
+import DBus
+import Foundation
+
+/// What happens to transfers, as the service's signals report it.
+public enum TransferEvent: Sendable, Equatable {
+    case progress(path: String, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64)
+    case propertiesChanged(path: String, [String: DBusValue])
+    case resumedAtOffset(path: String, offset: Int64, expectedTotal: Int64)
+    case finished(path: String, location: String)
+    case completed(path: String, serial: UInt64, errorName: String, errorMessage: String)
+    /// ferryd left the bus (crashed or stopped).
+    case serviceVanished
+}
+
+/// Subscribes to every transfer's signals. Subscriptions are in place when
+/// `start` returns, so reading state afterwards and then following `events`
+/// misses nothing.
+public final class TransferMonitor: Sendable {
+    public let events: AsyncStream<TransferEvent>
+    private let continuation: AsyncStream<TransferEvent>.Continuation
+    private let client: FerryClient
+    private let subscriptions: [BusConnection.Subscription]
+
+    private init(client: FerryClient, events: AsyncStream<TransferEvent>, continuation: AsyncStream<TransferEvent>.Continuation,
+                 subscriptions: [BusConnection.Subscription]) {
+        self.client = client
+        self.events = events
+        self.continuation = continuation
+        self.subscriptions = subscriptions
+    }
+
+    public static func start(_ client: FerryClient) async throws -> TransferMonitor {
+        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
+        let namespace = String(FerryClient.transferPathPrefix.dropLast())
+        var subs: [BusConnection.Subscription] = []
+        subs.append(try await client.bus.subscribe(
+            MatchRule(sender: FerryClient.busName, pathNamespace: namespace, interface: FerryClient.transferInterface)) { m in
+            guard let path = m.path, let args = try? m.arguments() else { return }
+            switch (m.member, args.count) {
+            case ("Progress", 3):
+                continuation.yield(.progress(path: path, bytesWritten: args[0].int64 ?? 0,
+                                             totalBytesWritten: args[1].int64 ?? 0, totalBytesExpected: args[2].int64 ?? -1))
+            case ("ResumedAtOffset", 2):
+                continuation.yield(.resumedAtOffset(path: path, offset: args[0].int64 ?? 0, expectedTotal: args[1].int64 ?? -1))
+            case ("Finished", 1):
+                continuation.yield(.finished(path: path, location: args[0].string ?? ""))
+            case ("Completed", 3):
+                continuation.yield(.completed(path: path, serial: args[0].uint64 ?? 0, errorName: args[1].string ?? "",
+                                              errorMessage: args[2].string ?? ""))
+            default:
+                break
+            }
+        })
+        subs.append(try await client.bus.subscribe(
+            MatchRule(sender: FerryClient.busName, pathNamespace: namespace, interface: StandardNames.properties,
+                      member: "PropertiesChanged")) { m in
+            guard let path = m.path, let args = try? m.arguments(), args.count == 3,
+                  args[0].string == FerryClient.transferInterface, let changed = args[1].vardict else { return }
+            continuation.yield(.propertiesChanged(path: path, changed))
+        })
+        subs.append(try await client.bus.subscribe(
+            MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                      member: "NameOwnerChanged", arg0: FerryClient.busName)) { m in
+            guard let args = try? m.arguments(), args.count == 3, args[2].string == "" else { return }
+            continuation.yield(.serviceVanished)
+        })
+        client.bus.onDisconnect { continuation.yield(.serviceVanished) }
+        return TransferMonitor(client: client, events: stream, continuation: continuation, subscriptions: subs)
+    }
+
+    public func stop() {
+        for s in subscriptions { client.bus.unsubscribe(s) }
+        continuation.finish()
+    }
+
+    /// Waits until every transfer is completed, failed or cancelled, and returns
+    /// their final properties (in the order given). `onEvent` sees every event
+    /// for these transfers on the way (for progress displays).
+    public static func waitForAll(_ transfers: [FerryTransfer], client: FerryClient,
+                                  onEvent: (@Sendable (TransferEvent) -> Void)? = nil) async throws -> [TransferInfo] {
+        let monitor = try await start(client)
+        defer { monitor.stop() }
+        var infos: [String: TransferInfo] = [:]
+        for t in transfers { infos[t.path] = try await t.info() }
+        var open = Set(infos.values.filter { !$0.isFinal }.map(\.path))
+        if open.isEmpty { return transfers.compactMap { infos[$0.path] } }
+        for await event in monitor.events {
+            onEvent?(event)
+            switch event {
+            case .completed(let path, _, _, _) where open.contains(path):
+                infos[path] = try await FerryTransfer(client: client, path: path).info()
+                open.remove(path)
+            case .propertiesChanged(let path, let changed) where open.contains(path):
+                if let state = changed["State"]?.string, ["completed", "failed", "cancelled"].contains(state) {
+                    infos[path] = try await FerryTransfer(client: client, path: path).info()
+                    open.remove(path)
+                }
+            case .serviceVanished:
+                throw BusError(name: StandardErrors.serviceUnknown, message: "the Ferry service left the bus")
+            default:
+                break
+            }
+            if open.isEmpty { break }
+        }
+        return transfers.compactMap { infos[$0.path] }
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+
+/// Where a download goes: checks the requested destination and picks a free name.
+struct DestinationResolver {
+    /// The chosen final path and how it was chosen.
+    struct Resolved: Equatable {
+        /// The final path (its `.part` file is beside it).
+        var path: String
+        /// The directory it is in.
+        var directory: String
+        /// The client gave a directory (or nothing): the server's Content-Disposition
+        /// name may replace the URL's name.
+        var serverMayName: Bool
+    }
+
+    var fileManager: FileManager = .default
+    /// Whether a live transfer already owns this path (as its final path or `.part`).
+    var isClaimed: (String) -> Bool
+
+    /// - Parameters:
+    ///   - requested: the `destination` option, nil when absent.
+    ///   - defaultDirectory: the session's directory or the XDG download directory.
+    ///   - suggestedName: the sanitised name from the URL.
+    func resolve(requested: String?, defaultDirectory: String, suggestedName: String, overwrite: Bool) throws -> Resolved {
+        guard let requested = requested else {
+            try FileSystemChecks.requireWritableDirectory(defaultDirectory, role: "download directory", fileManager: fileManager)
+            let directory = FileSystemChecks.normalize(defaultDirectory)
+            return Resolved(path: uniquePath(directory: directory, name: suggestedName, overwrite: overwrite),
+                            directory: directory, serverMayName: true)
+        }
+        guard requested.hasPrefix("/") else {
+            throw FerryError.invalidDestination("destination '\(requested)' is a relative path; give an absolute path")
+        }
+        guard !requested.contains("\0") else {
+            throw FerryError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
+        }
+        let path = FileSystemChecks.normalize(requested)
+        if FileSystemChecks.isDirectory(path, fileManager: fileManager) {
+            try FileSystemChecks.requireWritableDirectory(path, role: "destination directory", fileManager: fileManager)
+            return Resolved(path: uniquePath(directory: path, name: suggestedName, overwrite: overwrite),
+                            directory: path, serverMayName: true)
+        }
+        if requested.hasSuffix("/") || path == "/" {
+            throw FerryError.invalidDestination("destination directory '\(requested)' does not exist")
+        }
+        let directory = FileSystemChecks.directoryName(path)
+        try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
+        let name = FileSystemChecks.baseName(path)
+        return Resolved(path: uniquePath(directory: directory, name: name, overwrite: overwrite),
+                        directory: directory, serverMayName: false)
+    }
+
+    /// `directory/name` unless taken, else `name (1).ext`, `name (2).ext`… A name is
+    /// taken when a live transfer owns it or its `.part`, or (unless `overwrite`) when
+    /// it or its `.part` exists on disk.
+    func uniquePath(directory: String, name: String, overwrite: Bool) -> String {
+        let chosen = UniqueFileName.first(name) { candidate in
+            let path = FileSystemChecks.join(directory, candidate)
+            let part = path + ".part"
+            if isClaimed(path) || isClaimed(part) { return true }
+            if overwrite { return false }
+            return FileSystemChecks.exists(path, fileManager: fileManager) || FileSystemChecks.exists(part, fileManager: fileManager)
+        }
+        return FileSystemChecks.join(directory, chosen)
+    }
+}

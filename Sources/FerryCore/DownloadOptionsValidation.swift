@@ -1,0 +1,30 @@
+/// The rules for `Download` options other than the destination.
+enum DownloadOptionsValidation {
+    static let priorities: ClosedRange<Int32> = -1...1
+    static let connections: ClosedRange<UInt32> = 1...16
+
+    static func validate(_ options: DownloadOptions) throws {
+        if let sha = options.sha256 { try validateSHA256(sha) }
+        try validatePriority(options.priority)
+        guard connections.contains(options.connections) else {
+            throw FerryError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
+        }
+        try HeaderFields.validate(options.headers)
+    }
+
+    static func validateSHA256(_ sha: String) throws {
+        let isHex = sha.unicodeScalars.allSatisfy { c in
+            switch c { case "0"..."9", "a"..."f", "A"..."F": return true; default: return false }
+        }
+        guard sha.unicodeScalars.count == 64, isHex else {
+            let shown = sha.count > 80 ? String(sha.prefix(80)) + "…" : sha
+            throw FerryError.invalidArgument("sha256 '\(shown)' is not a SHA-256 digest; give 64 hexadecimal digits")
+        }
+    }
+
+    static func validatePriority(_ p: Int32) throws {
+        guard priorities.contains(p) else {
+            throw FerryError.invalidArgument("priority is \(p); use -1 (low), 0 (normal) or 1 (high)")
+        }
+    }
+}

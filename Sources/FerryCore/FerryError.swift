@@ -1,0 +1,94 @@
+/// Every error Ferry reports, typed. Each becomes a named D-Bus error
+/// (`org.ferry.Ferry1.Error.<Name>`) at the bus boundary, once.
+public enum FerryError: Error, Equatable, Sendable {
+    // Method errors: the call is refused and nothing changes.
+    case invalidArgument(String)
+    case invalidUrl(String)
+    case unsupportedScheme(String)
+    case invalidDestination(String)
+    case fileNotFound(String)
+    case invalidState(String)
+    case invalidResumeData(String)
+    case noSuchSession(String)
+    case noSuchTransfer(String)
+    case limitExceeded(String)
+
+    // Transfer failures: in `Error`, `Completed` and pending events.
+    case network(String)
+    case timeout(String)
+    case http(status: Int, String)
+    case tls(String)
+    case tooManyRedirects(String)
+    case disk(String)
+    case checksumMismatch(String)
+    case cancelled(String)
+
+    public static let prefix = "org.ferry.Ferry1.Error."
+
+    /// The short name, e.g. `InvalidArgument`.
+    public var shortName: String {
+        switch self {
+        case .invalidArgument: return "InvalidArgument"
+        case .invalidUrl: return "InvalidUrl"
+        case .unsupportedScheme: return "UnsupportedScheme"
+        case .invalidDestination: return "InvalidDestination"
+        case .fileNotFound: return "FileNotFound"
+        case .invalidState: return "InvalidState"
+        case .invalidResumeData: return "InvalidResumeData"
+        case .noSuchSession: return "NoSuchSession"
+        case .noSuchTransfer: return "NoSuchTransfer"
+        case .limitExceeded: return "LimitExceeded"
+        case .network: return "Network"
+        case .timeout: return "Timeout"
+        case .http: return "Http"
+        case .tls: return "Tls"
+        case .tooManyRedirects: return "TooManyRedirects"
+        case .disk: return "Disk"
+        case .checksumMismatch: return "ChecksumMismatch"
+        case .cancelled: return "Cancelled"
+        }
+    }
+
+    /// The full D-Bus error name.
+    public var name: String { FerryError.prefix + shortName }
+
+    /// A message a person can act on. Never holds a secret header value.
+    public var message: String {
+        switch self {
+        case .invalidArgument(let m), .invalidUrl(let m), .unsupportedScheme(let m),
+             .invalidDestination(let m), .fileNotFound(let m), .invalidState(let m),
+             .invalidResumeData(let m), .noSuchSession(let m), .noSuchTransfer(let m),
+             .limitExceeded(let m), .network(let m), .timeout(let m), .tls(let m),
+             .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m):
+            return m
+        case .http(_, let m):
+            return m
+        }
+    }
+
+    /// Rebuilds an error from its D-Bus name and message (for stored failures).
+    public init?(name: String, message: String, httpStatus: Int = 0) {
+        let short = name.hasPrefix(FerryError.prefix) ? String(name.dropFirst(FerryError.prefix.count)) : name
+        switch short {
+        case "InvalidArgument": self = .invalidArgument(message)
+        case "InvalidUrl": self = .invalidUrl(message)
+        case "UnsupportedScheme": self = .unsupportedScheme(message)
+        case "InvalidDestination": self = .invalidDestination(message)
+        case "FileNotFound": self = .fileNotFound(message)
+        case "InvalidState": self = .invalidState(message)
+        case "InvalidResumeData": self = .invalidResumeData(message)
+        case "NoSuchSession": self = .noSuchSession(message)
+        case "NoSuchTransfer": self = .noSuchTransfer(message)
+        case "LimitExceeded": self = .limitExceeded(message)
+        case "Network": self = .network(message)
+        case "Timeout": self = .timeout(message)
+        case "Http": self = .http(status: httpStatus, message)
+        case "Tls": self = .tls(message)
+        case "TooManyRedirects": self = .tooManyRedirects(message)
+        case "Disk": self = .disk(message)
+        case "ChecksumMismatch": self = .checksumMismatch(message)
+        case "Cancelled": self = .cancelled(message)
+        default: return nil
+        }
+    }
+}

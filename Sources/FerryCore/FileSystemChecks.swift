@@ -1,0 +1,73 @@
+import Foundation
+
+/// Small questions about the file system, asked where the core decides on paths.
+enum FileSystemChecks {
+    /// Makes an absolute path canonical without touching the disk: no `.`/`..`
+    /// components, no doubled or trailing slashes.
+    static func normalize(_ path: String) -> String {
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." { _ = parts.popLast(); continue }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    /// An absolute, existing, writable directory, else `.invalidDestination` saying which
+    /// of the three is wrong.
+    static func requireWritableDirectory(_ path: String, role: String, fileManager: FileManager = .default) throws {
+        guard path.hasPrefix("/") else {
+            throw FerryError.invalidDestination("\(role) '\(path)' is a relative path; give an absolute path")
+        }
+        var isDirectory: ObjCBool = false
+        guard fileManager.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw FerryError.invalidDestination("\(role) '\(path)' does not exist")
+        }
+        guard isDirectory.boolValue else {
+            throw FerryError.invalidDestination("\(role) '\(path)' is not a directory")
+        }
+        guard fileManager.isWritableFile(atPath: path) else {
+            throw FerryError.invalidDestination("\(role) '\(path)' is not writable")
+        }
+    }
+
+    /// Something is at `path` (a dangling symbolic link counts).
+    static func exists(_ path: String, fileManager: FileManager = .default) -> Bool {
+        (try? fileManager.attributesOfItem(atPath: path)) != nil
+    }
+
+    static func isDirectory(_ path: String, fileManager: FileManager = .default) -> Bool {
+        var isDirectory: ObjCBool = false
+        return fileManager.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
+    }
+
+    /// Size of a regular file, nil when there is none.
+    static func fileSize(_ path: String, fileManager: FileManager = .default) -> Int64? {
+        guard let attributes = try? fileManager.attributesOfItem(atPath: path),
+              attributes[.type] as? FileAttributeType == .typeRegular else { return nil }
+        return (attributes[.size] as? NSNumber)?.int64Value
+    }
+
+    /// Deletes a file if present; true when nothing is left.
+    @discardableResult
+    static func removeIfPresent(_ path: String, fileManager: FileManager = .default) -> Bool {
+        guard exists(path, fileManager: fileManager) else { return true }
+        return (try? fileManager.removeItem(atPath: path)) != nil
+    }
+
+    static func directoryName(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let dir = String(path[..<slash])
+        return dir.isEmpty ? "/" : dir
+    }
+
+    static func baseName(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+
+    static func join(_ directory: String, _ name: String) -> String {
+        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+}

@@ -1,0 +1,51 @@
+/// Request header rules: what a client may set, and how session and transfer headers
+/// combine.
+enum HeaderFields {
+    /// Headers Ferry sets itself to resume safely.
+    static let reserved: Set<String> = ["range", "if-range"]
+
+    /// Refuses names that are not HTTP tokens, values with line breaks or control
+    /// characters (header injection), reserved names and names that differ only in
+    /// case. Messages name the header, never its value (it may be a secret).
+    static func validate(_ headers: [String: String]) throws {
+        var seen: [String: String] = [:]
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            guard !name.isEmpty else { throw FerryError.invalidArgument("a header has an empty name") }
+            guard name.unicodeScalars.allSatisfy(isTokenCharacter) else {
+                throw FerryError.invalidArgument("header name \(name.debugDescription) is not valid: use letters, digits and !#$%&'*+-.^_`|~ only")
+            }
+            let lower = name.lowercased()
+            if reserved.contains(lower) {
+                throw FerryError.invalidArgument("header '\(name)' is set by Ferry itself (for resuming); leave it out")
+            }
+            if let other = seen[lower] {
+                throw FerryError.invalidArgument("headers '\(other)' and '\(name)' differ only in case; give one of them")
+            }
+            seen[lower] = name
+            if value.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7F }) {
+                throw FerryError.invalidArgument("the value of header '\(name)' contains a line break, NUL or another control character")
+            }
+        }
+    }
+
+    /// Session headers first, then the transfer's, which replace session headers of the
+    /// same name (case-insensitive). Sorted by name within each group, so requests are
+    /// reproducible.
+    static func merge(session: [String: String], transfer: [String: String]) -> [(name: String, value: String)] {
+        var result: [(name: String, value: String)] = session.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        for (name, value) in transfer.sorted(by: { $0.key < $1.key }) {
+            let lower = name.lowercased()
+            result.removeAll { $0.name.lowercased() == lower }
+            result.append((name, value))
+        }
+        return result
+    }
+
+    private static func isTokenCharacter(_ c: Unicode.Scalar) -> Bool {
+        switch c {
+        case "a"..."z", "A"..."Z", "0"..."9": return true
+        case "!", "#", "$", "%", "&", "'", "*", "+", "-", ".", "^", "_", "`", "|", "~": return true
+        default: return false
+        }
+    }
+}

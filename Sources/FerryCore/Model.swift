@@ -1,0 +1,205 @@
+import Foundation
+
+public enum TransferState: String, Sendable, CaseIterable {
+    case queued, waiting, running, paused, completed, failed, cancelled
+
+    /// completed, failed, cancelled: nothing more happens unless resumed/removed.
+    public var isFinal: Bool { self == .completed || self == .failed || self == .cancelled }
+    /// queued, waiting, running: counts as "in the batch".
+    public var isActive: Bool { self == .queued || self == .waiting || self == .running }
+}
+
+public enum TransferKind: String, Sendable { case download, upload }
+
+public enum WaitingReason: String, Sendable {
+    case startAfter = "start-after", metered, offline, retry
+}
+
+/// A session's configuration: the contract's `a{sv}` keys, typed.
+public struct SessionConfiguration: Sendable, Equatable {
+    public var persistent: Bool = true
+    /// nil = the XDG download directory.
+    public var directory: String? = nil
+    public var headers: [String: String] = [:]
+    public var maxConnectionsPerHost: UInt32 = 6
+    public var requestTimeout: Double = 60
+    public var resourceTimeout: Double = 604_800
+    public var allowMetered: Bool = true
+    public var notify: Bool = true
+    public var speedLimit: UInt64 = 0
+    public var retries: UInt32 = 5
+    /// nil = from the environment.
+    public var proxy: String? = nil
+    public var applicationID: String = ""
+    public init() {}
+}
+
+/// Keys present replace stored values; nil keeps them (`OpenSession` semantics).
+public struct SessionConfigurationUpdate: Sendable, Equatable {
+    public var persistent: Bool?
+    public var directory: String?
+    public var headers: [String: String]?
+    public var maxConnectionsPerHost: UInt32?
+    public var requestTimeout: Double?
+    public var resourceTimeout: Double?
+    public var allowMetered: Bool?
+    public var notify: Bool?
+    public var speedLimit: UInt64?
+    public var retries: UInt32?
+    public var proxy: String?
+    public var applicationID: String?
+    public init() {}
+}
+
+public enum TransferPriority: Int32, Sendable { case low = -1, normal = 0, high = 1 }
+
+/// `Download` options, typed (the service checks keys and D-Bus types; the core
+/// checks meaning).
+public struct DownloadOptions: Sendable, Equatable {
+    /// Absolute file path or existing directory; nil = the session's directory.
+    public var destination: String?
+    public var headers: [String: String] = [:]
+    public var description: String = ""
+    /// Lowercase or uppercase hex; verified at the end.
+    public var sha256: String?
+    /// Microseconds since the epoch; 0 = now.
+    public var startAfter: UInt64 = 0
+    public var priority: Int32 = 0
+    public var speedLimit: UInt64 = 0
+    public var connections: UInt32 = 1
+    public var overwrite: Bool = false
+    public var start: Bool = true
+    public init() {}
+}
+
+/// Everything a Transfer object shows as properties.
+public struct TransferSnapshot: Sendable, Equatable {
+    public var id: TransferID
+    public var session: SessionID
+    public var kind: TransferKind
+    public var url: String
+    public var description: String
+    /// Final path of a download ("" until chosen).
+    public var destination: String
+    public var state: TransferState
+    /// "" unless state == waiting.
+    public var waitingReason: String
+    public var bytesTransferred: Int64
+    public var bytesExpected: Int64
+    public var rate: UInt64
+    /// Microseconds since the epoch, 0 = unknown.
+    public var expectedEnd: UInt64
+    /// ("", "") when none.
+    public var errorName: String
+    public var errorMessage: String
+    public var httpStatus: UInt32
+    public var attempts: UInt32
+    public var resumable: Bool
+    public var sha256: String
+    public var created: UInt64
+    public var started: UInt64
+    public var completed: UInt64
+    public var priority: Int32
+    public var speedLimit: UInt64
+
+    public init(id: TransferID, session: SessionID, kind: TransferKind = .download, url: String,
+                description: String = "", destination: String = "", state: TransferState = .queued,
+                waitingReason: String = "", bytesTransferred: Int64 = 0, bytesExpected: Int64 = -1,
+                rate: UInt64 = 0, expectedEnd: UInt64 = 0, errorName: String = "", errorMessage: String = "",
+                httpStatus: UInt32 = 0, attempts: UInt32 = 0, resumable: Bool = false, sha256: String = "",
+                created: UInt64 = 0, started: UInt64 = 0, completed: UInt64 = 0, priority: Int32 = 0,
+                speedLimit: UInt64 = 0) {
+        self.id = id; self.session = session; self.kind = kind; self.url = url
+        self.description = description; self.destination = destination; self.state = state
+        self.waitingReason = waitingReason; self.bytesTransferred = bytesTransferred
+        self.bytesExpected = bytesExpected; self.rate = rate; self.expectedEnd = expectedEnd
+        self.errorName = errorName; self.errorMessage = errorMessage; self.httpStatus = httpStatus
+        self.attempts = attempts; self.resumable = resumable; self.sha256 = sha256
+        self.created = created; self.started = started; self.completed = completed
+        self.priority = priority; self.speedLimit = speedLimit
+    }
+}
+
+public struct SessionSnapshot: Sendable, Equatable {
+    public var id: SessionID
+    public var identifier: String
+    public var configuration: SessionConfiguration
+    public var activeTransfers: UInt32
+    public init(id: SessionID, identifier: String, configuration: SessionConfiguration, activeTransfers: UInt32) {
+        self.id = id; self.identifier = identifier; self.configuration = configuration
+        self.activeTransfers = activeTransfers
+    }
+}
+
+public struct ManagerSnapshot: Sendable, Equatable {
+    public var activeTransfers: UInt32
+    public var queuedTransfers: UInt32
+    public var downloadRate: UInt64
+    public var uploadRate: UInt64
+    public var maxConcurrentTransfers: UInt32
+    public var speedLimit: UInt64
+    public var notificationsEnabled: Bool
+    public init(activeTransfers: UInt32 = 0, queuedTransfers: UInt32 = 0, downloadRate: UInt64 = 0,
+                uploadRate: UInt64 = 0, maxConcurrentTransfers: UInt32 = 6, speedLimit: UInt64 = 0,
+                notificationsEnabled: Bool = true) {
+        self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
+        self.downloadRate = downloadRate; self.uploadRate = uploadRate
+        self.maxConcurrentTransfers = maxConcurrentTransfers; self.speedLimit = speedLimit
+        self.notificationsEnabled = notificationsEnabled
+    }
+}
+
+public enum CompletionKind: String, Sendable { case finished, failed, cancelled }
+
+/// A completion event kept until the client acknowledges it.
+public struct PendingEvent: Sendable, Equatable {
+    public var serial: UInt64
+    public var transfer: TransferID
+    public var kind: CompletionKind
+    /// location, error-name, error-message, http-status, bytes, sha256 — where they apply.
+    public var location: String?
+    public var errorName: String?
+    public var errorMessage: String?
+    public var httpStatus: UInt32?
+    public var bytes: Int64?
+    public var sha256: String?
+    public init(serial: UInt64, transfer: TransferID, kind: CompletionKind, location: String? = nil,
+                errorName: String? = nil, errorMessage: String? = nil, httpStatus: UInt32? = nil,
+                bytes: Int64? = nil, sha256: String? = nil) {
+        self.serial = serial; self.transfer = transfer; self.kind = kind; self.location = location
+        self.errorName = errorName; self.errorMessage = errorMessage; self.httpStatus = httpStatus
+        self.bytes = bytes; self.sha256 = sha256
+    }
+}
+
+/// Batch counts for `AllFinished`.
+public struct BatchCounts: Sendable, Equatable {
+    public var succeeded: UInt32 = 0
+    public var failed: UInt32 = 0
+    public var cancelled: UInt32 = 0
+    public init(succeeded: UInt32 = 0, failed: UInt32 = 0, cancelled: UInt32 = 0) {
+        self.succeeded = succeeded; self.failed = failed; self.cancelled = cancelled
+    }
+}
+
+/// What the core tells the outside world (the D-Bus service, tests). Called on the
+/// core's queue, in order. For one transfer the order is: transferAdded,
+/// transferChanged…, progress…, resumedAtOffset, progress…, (final) progress,
+/// finished (downloads that succeeded), completed; then the session's and the
+/// manager's allFinished when nothing is queued, waiting or running any more.
+public protocol CoreObserver: AnyObject {
+    func sessionAdded(_ session: SessionSnapshot)
+    func sessionChanged(_ session: SessionSnapshot)
+    func sessionRemoved(_ id: SessionID)
+    func transferAdded(_ transfer: TransferSnapshot)
+    /// Any property changed; the receiver diffs.
+    func transferChanged(_ transfer: TransferSnapshot)
+    func transferRemoved(_ id: TransferID, session: SessionID)
+    func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64)
+    func transferResumedAtOffset(_ id: TransferID, offset: Int64, expectedTotal: Int64)
+    func transferFinished(_ id: TransferID, location: String)
+    func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String)
+    func sessionAllFinished(_ session: SessionID, counts: BatchCounts)
+    func managerChanged(_ manager: ManagerSnapshot)
+    func allFinished(_ counts: BatchCounts)
+}

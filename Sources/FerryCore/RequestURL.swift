@@ -1,0 +1,51 @@
+import Foundation
+
+/// A download URL that passed validation: http or https with a host.
+struct RequestURL: Equatable {
+    /// As the client gave it (the `Url` property).
+    let string: String
+    /// Lowercased host name, the key for per-host limits.
+    let host: String
+    /// The last path component, percent-decoded and sanitised (a file name suggestion).
+    let suggestedFileName: String
+
+    /// Checks a client's URL. Errors name the bad value without any password in it.
+    static func validate(_ string: String) throws -> RequestURL {
+        guard !string.isEmpty else { throw FerryError.invalidUrl("the URL is empty") }
+        let shown = redacted(string)
+        if string.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
+            throw FerryError.invalidUrl("'\(shown)' is not a valid URL: it contains spaces or control characters (percent-encode them)")
+        }
+        guard let components = URLComponents(string: string) else {
+            throw FerryError.invalidUrl("'\(shown)' is not a valid URL")
+        }
+        guard let scheme = components.scheme?.lowercased(), !scheme.isEmpty else {
+            throw FerryError.invalidUrl("'\(shown)' has no scheme; give a full http:// or https:// URL")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw FerryError.unsupportedScheme("'\(scheme)' URLs are not supported; only http and https are")
+        }
+        guard let host = components.host, !host.isEmpty else {
+            throw FerryError.invalidUrl("'\(shown)' has no host name")
+        }
+        if let port = components.port, !(1...65535).contains(port) {
+            throw FerryError.invalidUrl("'\(shown)' has port \(port); ports go from 1 to 65535")
+        }
+        let lastComponent = components.percentEncodedPath.split(separator: "/").last.map(String.init) ?? ""
+        let decoded = lastComponent.removingPercentEncoding ?? lastComponent
+        return RequestURL(string: string, host: host.lowercased(),
+                          suggestedFileName: FileNameSanitizer.sanitize(decoded) ?? FileNameSanitizer.fallbackName)
+    }
+
+    /// The URL with any password replaced, for messages and logs.
+    static func redacted(_ string: String) -> String {
+        let clipped = string.count > 300 ? String(string.prefix(300)) + "…" : string
+        guard let schemeEnd = clipped.range(of: "://") else { return clipped }
+        let rest = clipped[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return clipped }
+        let userInfo = rest[..<at]
+        let user = userInfo.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+        return String(clipped[..<schemeEnd.upperBound]) + user + ":***" + String(rest[at...])
+    }
+}

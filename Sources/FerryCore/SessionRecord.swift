@@ -1,0 +1,29 @@
+/// One session as the core keeps it.
+final class SessionRecord {
+    let id: SessionID
+    let identifier: String
+    var configuration: SessionConfiguration
+    /// `Close(false)` was called: no new downloads; removed once all transfers are final.
+    var isClosing = false
+    /// Completion events not yet acknowledged, oldest first.
+    var pendingEvents: [PendingEvent] = []
+    /// Outcomes since this session's last AllFinished.
+    var batch = BatchCounts()
+    /// The ActiveTransfers value last announced.
+    var publishedActive: UInt32 = 0
+
+    init(id: SessionID, identifier: String, configuration: SessionConfiguration) {
+        self.id = id; self.identifier = identifier; self.configuration = configuration
+    }
+}
+
+extension BatchCounts {
+    mutating func count(_ state: TransferState) {
+        switch state {
+        case .completed: succeeded += 1
+        case .failed: failed += 1
+        case .cancelled: cancelled += 1
+        default: break
+        }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+
+/// The rules for `OpenSession`'s identifier and configuration keys.
+enum SessionValidation {
+    static let maxConnectionsPerHost: ClosedRange<UInt32> = 1...64
+    static let proxySchemes: Set<String> = ["http", "https", "socks5", "socks5h"]
+
+    /// 1-255 characters of `[A-Za-z0-9._-]`.
+    static func validateIdentifier(_ identifier: String) throws {
+        guard !identifier.isEmpty else {
+            throw FerryError.invalidArgument("the session identifier is empty; use a reverse-DNS name such as com.example.App")
+        }
+        guard identifier.utf8.count <= 255 else {
+            throw FerryError.invalidArgument("the session identifier is \(identifier.utf8.count) characters long; at most 255 are allowed")
+        }
+        let allowed = identifier.unicodeScalars.allSatisfy { c in
+            switch c {
+            case "a"..."z", "A"..."Z", "0"..."9", ".", "_", "-": return true
+            default: return false
+            }
+        }
+        guard allowed else {
+            throw FerryError.invalidArgument("session identifier \(identifier.debugDescription) may only hold letters, digits, '.', '_' and '-'")
+        }
+    }
+
+    /// Checks the keys present in `update`. An empty `directory` or `proxy` means "back
+    /// to the default" and is accepted.
+    static func validate(_ update: SessionConfigurationUpdate, fileManager: FileManager = .default) throws {
+        if let directory = update.directory, !directory.isEmpty {
+            try FileSystemChecks.requireWritableDirectory(directory, role: "session directory", fileManager: fileManager)
+        }
+        if let headers = update.headers { try HeaderFields.validate(headers) }
+        if let n = update.maxConnectionsPerHost, !maxConnectionsPerHost.contains(n) {
+            throw FerryError.invalidArgument("max-connections-per-host is \(n); it must be between 1 and 64")
+        }
+        if let t = update.requestTimeout { try validateTimeout(t, key: "request-timeout") }
+        if let t = update.resourceTimeout { try validateTimeout(t, key: "resource-timeout") }
+        if let proxy = update.proxy, !proxy.isEmpty { try validateProxy(proxy) }
+    }
+
+    static func validateTimeout(_ value: Double, key: String) throws {
+        guard value.isFinite, value > 0 else {
+            throw FerryError.invalidArgument("\(key) is \(value); it must be a positive number of seconds")
+        }
+    }
+
+    static func validateProxy(_ proxy: String) throws {
+        let shown = RequestURL.redacted(proxy)
+        guard !proxy.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 }),
+              let components = URLComponents(string: proxy), let scheme = components.scheme?.lowercased() else {
+            throw FerryError.invalidArgument("proxy '\(shown)' is not a URL; give one such as http://proxy.example:3128 or socks5h://localhost:1080")
+        }
+        guard proxySchemes.contains(scheme) else {
+            throw FerryError.invalidArgument("proxy scheme '\(scheme)' is not supported; use http, https, socks5 or socks5h")
+        }
+        guard let host = components.host, !host.isEmpty else {
+            throw FerryError.invalidArgument("proxy '\(shown)' has no host name")
+        }
+    }
+}
+
+extension SessionConfiguration {
+    /// Applies the keys present in `update`; returns whether anything changed.
+    mutating func apply(_ update: SessionConfigurationUpdate) -> Bool {
+        let before = self
+        if let v = update.persistent { persistent = v }
+        if let v = update.directory { directory = v.isEmpty ? nil : FileSystemChecks.normalize(v) }
+        if let v = update.headers { headers = v }
+        if let v = update.maxConnectionsPerHost { maxConnectionsPerHost = v }
+        if let v = update.requestTimeout { requestTimeout = v }
+        if let v = update.resourceTimeout { resourceTimeout = v }
+        if let v = update.allowMetered { allowMetered = v }
+        if let v = update.notify { notify = v }
+        if let v = update.speedLimit { speedLimit = v }
+        if let v = update.retries { retries = v }
+        if let v = update.proxy { proxy = v.isEmpty ? nil : v }
+        if let v = update.applicationID { applicationID = v }
+        return self != before
+    }
+}

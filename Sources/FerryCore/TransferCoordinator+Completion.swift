@@ -1,0 +1,156 @@
+import Crypto
+import Foundation
+
+extension TransferCoordinator {
+    /// The body is complete in the `.part` file: verify it, move it into place, report.
+    func finishSucceeded(_ t: TransferRecord, bytesOnDisk: Int64, engineSHA256: String?) {
+        t.snapshot.bytesTransferred = bytesOnDisk
+        if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = bytesOnDisk }
+        var digest = engineSHA256?.lowercased()
+        if let wanted = t.options.sha256?.lowercased() {
+            if digest == nil { digest = FileDigest.sha256(path: t.partPath) }
+            guard digest == wanted else {
+                // The final name never holds an unverified file; nor is the bad one kept.
+                deletePartFiles(t)
+                failTransfer(t, .checksumMismatch("the downloaded file's SHA-256 is \(digest ?? "unreadable"), not the expected \(wanted); the file was deleted"))
+                return
+            }
+        }
+        let location: String
+        do {
+            location = try moveIntoPlace(t)
+        } catch {
+            failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
+            return
+        }
+        sendFinalProgress(t)
+        t.snapshot.destination = location
+        t.snapshot.sha256 = digest ?? ""
+        t.snapshot.completed = environment.now()
+        t.move(to: .completed)
+        publishChanged(t)
+        observer?.transferFinished(t.id, location: location)
+        let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
+                                              bytes: bytesOnDisk, sha256: digest), session: t.session)
+        observer?.transferCompleted(t.id, serial: serial, errorName: "", errorMessage: "")
+        reachedFinalState(t)
+    }
+
+    /// Renames `.part` to the final path. Without `overwrite` a file that appeared there
+    /// meanwhile is kept and a unique name is chosen; the link-then-unlink move refuses
+    /// to replace a file that appears at the last moment.
+    private func moveIntoPlace(_ t: TransferRecord) throws -> String {
+        let part = t.partPath
+        if t.options.overwrite {
+            try fileManager.moveItem(atPath: part, toPath: t.destination)
+            return t.destination
+        }
+        let resolver = self.resolver(except: t.id)
+        var target = t.destination
+        if FileSystemChecks.exists(target, fileManager: fileManager) {
+            target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
+                                         name: FileSystemChecks.baseName(target), overwrite: false)
+        }
+        for _ in 0..<8 {
+            do {
+                try fileManager.linkItem(atPath: part, toPath: target)
+                try? fileManager.removeItem(atPath: part)
+                return target
+            } catch let error as CocoaError where error.code == .fileWriteFileExists {
+                target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
+                                             name: FileSystemChecks.baseName(t.destination), overwrite: false)
+            } catch {
+                // No hard links on this file system: a plain rename after the check above.
+                guard !FileSystemChecks.exists(target, fileManager: fileManager) else { continue }
+                try fileManager.moveItem(atPath: part, toPath: target)
+                return target
+            }
+        }
+        throw FerryError.disk("no free file name")
+    }
+
+    /// One more transferProgress with the final counts, unless the last one had them.
+    private func sendFinalProgress(_ t: TransferRecord) {
+        let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
+        if let last = t.lastProgress, last.total == total, last.expected == expected { return }
+        let written = total - (t.lastProgress?.total ?? t.attemptOffset)
+        t.lastProgress = (total, expected)
+        observer?.transferProgress(t.id, bytesWritten: max(written, 0), totalBytesWritten: total, totalBytesExpected: expected)
+    }
+
+    /// An attempt failed: the retry policy decides between waiting and failing.
+    func attemptFailed(_ t: TransferRecord, _ error: FerryError) {
+        if case .http(let status, _) = error { t.snapshot.httpStatus = UInt32(clamping: status) }
+        let maxRetries = sessions[t.session]?.configuration.retries ?? 0
+        switch environment.retryPolicy.decide(error, t.snapshot.attempts, maxRetries) {
+        case .retry(let seconds) where seconds.isFinite && seconds >= 0:
+            t.notBefore = environment.now() + UInt64(seconds * 1_000_000)
+            t.move(to: .waiting, waiting: .retry)
+            armDueTimer(t)
+            publishChanged(t)
+        default:
+            failTransfer(t, error)
+        }
+    }
+
+    /// The transfer fails for good (until resumed).
+    func failTransfer(_ t: TransferRecord, _ error: FerryError) {
+        var status: UInt32?
+        if case .http(let code, _) = error {
+            status = UInt32(clamping: code)
+            t.snapshot.httpStatus = UInt32(clamping: code)
+        }
+        t.move(to: .failed)
+        t.snapshot.errorName = error.name
+        t.snapshot.errorMessage = error.message
+        t.snapshot.completed = environment.now()
+        publishChanged(t)
+        let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .failed, errorName: error.name,
+                                              errorMessage: error.message, httpStatus: status,
+                                              bytes: t.snapshot.bytesTransferred), session: t.session)
+        observer?.transferCompleted(t.id, serial: serial, errorName: error.name, errorMessage: error.message)
+        reachedFinalState(t)
+    }
+
+    /// Counts the outcome into the batches and sends AllFinished where nothing is
+    /// queued, waiting or running any more; a closing session may go now.
+    func reachedFinalState(_ t: TransferRecord) {
+        batch.count(t.state)
+        guard let s = sessions[t.session] else { return }
+        s.batch.count(t.state)
+        publishAggregates()
+        if !transfers.values.contains(where: { $0.session == s.id && $0.state.isActive }) {
+            let counts = s.batch
+            s.batch = BatchCounts()
+            observer?.sessionAllFinished(s.id, counts: counts)
+        }
+        if !transfers.values.contains(where: { $0.state.isActive }) {
+            let counts = batch
+            batch = BatchCounts()
+            observer?.allFinished(counts)
+        }
+        finishClosingIfDone(s)
+    }
+
+    private func describe(_ error: Error) -> String {
+        if let cocoa = error as? CocoaError, let underlying = cocoa.userInfo[NSUnderlyingErrorKey] as? NSError {
+            return underlying.localizedDescription
+        }
+        return (error as NSError).localizedDescription
+    }
+}
+
+/// SHA-256 of a file, read in chunks.
+enum FileDigest {
+    static func sha256(path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        while true {
+            let chunk = handle.readData(ofLength: 1 << 20)
+            if chunk.isEmpty { break }
+            hasher.update(data: chunk)
+        }
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+}

@@ -1,0 +1,112 @@
+import Dispatch
+import Foundation
+
+extension TransferCoordinator {
+    /// Queues a download and returns its id at once.
+    /// - Throws: `.noSuchSession`; `.invalidState` (session closing); `.invalidUrl`,
+    ///   `.unsupportedScheme`; `.invalidArgument` (sha256, priority, connections,
+    ///   headers); `.invalidDestination` (relative, missing or unwritable directory).
+    public func download(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let s = try openSessionRecord(session)
+        let requestURL = try RequestURL.validate(url)
+        try DownloadOptionsValidation.validate(options)
+        let defaultDirectory = s.configuration.directory ?? environment.defaultDownloadDirectory()
+        let resolved = try resolver(except: nil).resolve(requested: options.destination, defaultDirectory: defaultDirectory,
+                                                          suggestedName: requestURL.suggestedFileName,
+                                                          overwrite: options.overwrite)
+        return mutate {
+            let id = nextTransferID
+            nextTransferID += 1
+            let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
+                                            destination: resolved.path, state: .queued, created: environment.now(),
+                                            priority: options.priority, speedLimit: options.speedLimit)
+            let t = TransferRecord(snapshot: snapshot, options: options, host: requestURL.host,
+                                   directory: resolved.directory, serverMayName: resolved.serverMayName)
+            t.notBefore = options.startAfter
+            add(t)
+            return id
+        }
+    }
+
+    /// A new download continuing from `resumeData` (from `pause`). It takes over the
+    /// partial file: a paused or failed transfer that still owns it is cancelled
+    /// (keeping the file). `options.destination`, when given, must be the same path.
+    /// - Throws: `.invalidResumeData` (damaged, foreign or stale data, partial file
+    ///   missing or shorter than recorded), `.invalidState` (a transfer is still
+    ///   downloading into that file, or the session is closing), the option errors of
+    ///   `download`.
+    public func resumeDownload(session: SessionID, resumeData: [UInt8], options: DownloadOptions) throws -> TransferID {
+        dispatchPrecondition(condition: .onQueue(queue))
+        _ = try openSessionRecord(session)
+        let data = try ResumeData.decode(resumeData)
+        let requestURL = try RequestURL.validate(data.url)
+        try DownloadOptionsValidation.validate(options)
+        if let wanted = options.destination,
+           !wanted.hasPrefix("/") || FileSystemChecks.normalize(wanted) != data.destination {
+            throw FerryError.invalidDestination("destination '\(wanted)' differs from the resume data's '\(data.destination)'; leave the option out")
+        }
+        let partSize = FileSystemChecks.fileSize(data.partPath, fileManager: fileManager)
+        if data.offset > 0 {
+            guard let size = partSize else {
+                throw FerryError.invalidResumeData("the partial file '\(data.partPath)' no longer exists; start the download again")
+            }
+            guard size >= data.offset else {
+                throw FerryError.invalidResumeData("the partial file '\(data.partPath)' holds \(size) bytes, fewer than the \(data.offset) recorded when it was paused")
+            }
+        }
+        let directory = FileSystemChecks.directoryName(data.destination)
+        try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
+        let owners = transfers.values.filter { $0.holdsClaim && ($0.destination == data.destination || $0.partPath == data.destination) }
+            .sorted { $0.id < $1.id }
+        if let busy = owners.first(where: { $0.state.isActive }) {
+            throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
+        }
+        return mutate {
+            let id = nextTransferID
+            nextTransferID += 1
+            var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
+                                            destination: data.destination, state: .queued,
+                                            bytesTransferred: partSize ?? 0, bytesExpected: data.expected,
+                                            created: environment.now(), priority: options.priority,
+                                            speedLimit: options.speedLimit)
+            snapshot.resumable = data.etag != nil || data.lastModified != nil
+            var effective = options
+            effective.destination = data.destination
+            let t = TransferRecord(snapshot: snapshot, options: effective, host: requestURL.host,
+                                   directory: directory, serverMayName: false)
+            t.etag = data.etag
+            t.lastModified = data.lastModified
+            t.notBefore = options.startAfter
+            // Added first so that the takeover below does not look like the end of a batch.
+            add(t)
+            for owner in owners {
+                cancelTransfer(owner, reason: .cancelled("Continued as transfer \(id) from its resume data"), deletePart: false)
+            }
+            return id
+        }
+    }
+
+    /// Registers a new transfer in its first state (queued, waiting or paused).
+    func add(_ t: TransferRecord) {
+        transfers[t.id] = t
+        if !t.options.start {
+            t.snapshot.state = .paused
+        } else if t.notBefore > environment.now() {
+            t.snapshot.state = .waiting
+            t.snapshot.waitingReason = WaitingReason.startAfter.rawValue
+        }
+        t.published = t.snapshot
+        observer?.transferAdded(t.snapshot)
+        if t.state == .waiting { armDueTimer(t) }
+    }
+
+    /// A resolver that treats paths owned by live transfers (other than `except`) as taken.
+    func resolver(except: TransferID?) -> DestinationResolver {
+        DestinationResolver(fileManager: fileManager) { [unowned self] path in
+            self.transfers.values.contains { t in
+                t.id != except && t.holdsClaim && (t.destination == path || t.partPath == path)
+            }
+        }
+    }
+}

@@ -1,0 +1,119 @@
+import Foundation
+
+extension TransferCoordinator {
+    /// One engine event, on `queue`.
+    func handle(_ event: EngineEvent) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isShutDown else { return }
+        mutate {
+            switch event {
+            case .response(let id, let response): handleResponse(id, response)
+            case .progress(let id, let written, let total, let expected): handleProgress(id, written, total, expected)
+            case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
+            }
+        }
+    }
+
+    private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
+        guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        t.etag = r.etag
+        t.lastModified = r.lastModified
+        t.snapshot.httpStatus = UInt32(clamping: r.status)
+        t.snapshot.bytesExpected = r.expectedTotal >= 0 ? r.expectedTotal : -1
+        t.snapshot.resumable = r.acceptsRanges && t.validator != nil
+        t.snapshot.bytesTransferred = max(r.startOffset, 0)
+        if t.serverMayName {
+            t.serverMayName = false
+            if let header = r.contentDisposition, let name = ContentDisposition.fileName(from: header) {
+                adoptServerName(t, name)
+            }
+        }
+        publishChanged(t)
+        if r.startOffset > 0 && t.attemptOffset > 0 {
+            observer?.transferResumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected)
+        }
+    }
+
+    /// Renames the download to the server's name (unique in its directory), moving the
+    /// `.part` file if the engine has created it already.
+    private func adoptServerName(_ t: TransferRecord, _ name: String) {
+        let newPath = resolver(except: t.id).uniquePath(directory: t.directory, name: name, overwrite: t.options.overwrite)
+        guard newPath != t.destination else { return }
+        let currentPart = t.enginePartPath ?? t.partPath
+        if FileSystemChecks.exists(currentPart, fileManager: fileManager) {
+            do {
+                try fileManager.moveItem(atPath: currentPart, toPath: newPath + ".part")
+            } catch {
+                logger.warning("could not rename partial file to the server's name; keeping the URL's name",
+                               metadata: ["transfer": "\(t.id)", "error": "\(error)"])
+                return
+            }
+            t.enginePartPath = newPath + ".part"
+        }
+        t.snapshot.destination = newPath
+    }
+
+    private func handleProgress(_ id: TransferID, _ written: Int64, _ total: Int64, _ expected: Int64) {
+        guard let t = transfers[id] else { return }
+        guard t.state == .running, !t.stopInFlight else {
+            // A stopping attempt's last bytes: keep the count, say nothing.
+            if t.state == .paused { t.snapshot.bytesTransferred = total }
+            return
+        }
+        let now = environment.now()
+        t.snapshot.bytesTransferred = total
+        if expected >= 0 { t.snapshot.bytesExpected = expected }
+        t.rate.add(bytes: written, at: now)
+        t.snapshot.rate = t.rate.rate
+        t.snapshot.expectedEnd = t.rate.expectedEnd(now: now, done: total, total: t.snapshot.bytesExpected)
+        t.lastProgress = (total, t.snapshot.bytesExpected)
+        observer?.transferProgress(id, bytesWritten: written, totalBytesWritten: total,
+                                   totalBytesExpected: t.snapshot.bytesExpected)
+    }
+
+    private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {
+        guard let t = transfers[id] else {
+            // A removed transfer's attempt ended: clean up what it may have left.
+            for path in detachedStops.removeValue(forKey: id) ?? [] { FileSystemChecks.removeIfPresent(path, fileManager: fileManager) }
+            return
+        }
+        settlePartFile(t)
+        if t.stopInFlight {
+            t.stopInFlight = false
+            if t.state == .cancelled {
+                deletePartFiles(t)
+            } else if let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) {
+                t.snapshot.bytesTransferred = size
+            }
+            return
+        }
+        guard t.state == .running else { return }
+        switch outcome {
+        case .succeeded(let bytes, let sha256):
+            finishSucceeded(t, bytesOnDisk: bytes, engineSHA256: sha256)
+        case .failed(let error, let bytes):
+            t.snapshot.bytesTransferred = bytes
+            attemptFailed(t, error)
+        case .stopped(let bytes):
+            // Not asked for (the engine shut down): the transfer waits for its turn again.
+            t.snapshot.bytesTransferred = bytes
+            t.move(to: .queued)
+            publishChanged(t)
+        }
+    }
+
+    /// After a Content-Disposition rename the engine may have created the `.part` under
+    /// the old name; bring it to the current one.
+    private func settlePartFile(_ t: TransferRecord) {
+        guard let enginePath = t.enginePartPath, enginePath != t.partPath else { return }
+        if FileSystemChecks.exists(enginePath, fileManager: fileManager) {
+            do {
+                try fileManager.moveItem(atPath: enginePath, toPath: t.partPath)
+            } catch {
+                logger.warning("could not move partial file", metadata: ["transfer": "\(t.id)", "error": "\(error)"])
+                return
+            }
+        }
+        t.enginePartPath = t.partPath
+    }
+}

@@ -1,0 +1,30 @@
+extension TransferCoordinator {
+    /// transferChanged when a signalled field differs from what was last sent.
+    func publishChanged(_ t: TransferRecord) {
+        let current = TransferRecord.signalled(t.snapshot)
+        if let published = t.published, TransferRecord.signalled(published) == current { return }
+        t.published = t.snapshot
+        observer?.transferChanged(t.snapshot)
+    }
+
+    /// sessionChanged for sessions whose ActiveTransfers changed; managerChanged when
+    /// its counts or settings changed (rates have no change signal).
+    func publishAggregates() {
+        guard !isShutDown else { return }
+        for s in sessions.values.sorted(by: { $0.id < $1.id }) {
+            let active = activeCount(s.id)
+            if active != s.publishedActive {
+                s.publishedActive = active
+                observer?.sessionChanged(snapshot(of: s))
+            }
+        }
+        let current = manager
+        var comparable = current
+        comparable.downloadRate = publishedManager.downloadRate
+        comparable.uploadRate = publishedManager.uploadRate
+        if comparable != publishedManager {
+            publishedManager = current
+            observer?.managerChanged(current)
+        }
+    }
+}

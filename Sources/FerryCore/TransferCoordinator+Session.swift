@@ -1,0 +1,79 @@
+import Dispatch
+
+extension TransferCoordinator {
+    /// The session's properties, nil when there is no such session.
+    public func session(_ id: SessionID) -> SessionSnapshot? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions[id].map(snapshot(of:))
+    }
+
+    /// Completion events not yet acknowledged, oldest first.
+    public func pendingEvents(session: SessionID) throws -> [PendingEvent] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return try sessionRecord(session).pendingEvents
+    }
+
+    /// Drops every pending event with a serial up to and including `serial`.
+    public func acknowledgeEvents(session: SessionID, upTo serial: UInt64) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let s = try sessionRecord(session)
+        s.pendingEvents.removeAll { $0.serial <= serial }
+    }
+
+    /// Forgets the session. With `cancelTransfers` its unfinished transfers are
+    /// cancelled and everything goes at once; without, it takes no new downloads and
+    /// goes (with its transfers) once they are all completed, failed or cancelled.
+    /// Its identifier may be opened again at once, as a new session.
+    public func closeSession(_ id: SessionID, cancelTransfers: Bool) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let s = try sessionRecord(id)
+        mutate {
+            s.isClosing = true
+            if cancelTransfers {
+                for t in transfers.values.filter({ $0.session == id }).sorted(by: { $0.id < $1.id })
+                where TransferStateMachine.Action.cancel.allowedStates.contains(t.state) {
+                    cancelTransfer(t, reason: .cancelled("Cancelled because its session was closed"), deletePart: true)
+                }
+            }
+            finishClosingIfDone(s)
+        }
+    }
+
+    /// Removes a closing session and its transfers once none of them can change any more.
+    func finishClosingIfDone(_ s: SessionRecord) {
+        guard s.isClosing, sessions[s.id] != nil else { return }
+        let own = transfers.values.filter { $0.session == s.id }.sorted { $0.id < $1.id }
+        guard own.allSatisfy({ $0.state.isFinal }) else { return }
+        for t in own { forget(t) }
+        sessions[s.id] = nil
+        observer?.sessionRemoved(s.id)
+    }
+
+    func snapshot(of s: SessionRecord) -> SessionSnapshot {
+        SessionSnapshot(id: s.id, identifier: s.identifier, configuration: s.configuration,
+                        activeTransfers: activeCount(s.id))
+    }
+
+    /// Queued, waiting and running transfers of a session.
+    func activeCount(_ session: SessionID) -> UInt32 {
+        UInt32(transfers.values.filter { $0.session == session && $0.state.isActive }.count)
+    }
+
+    /// A session that takes new transfers.
+    func openSessionRecord(_ id: SessionID) throws -> SessionRecord {
+        let s = try sessionRecord(id)
+        guard !s.isClosing else {
+            throw FerryError.invalidState("session \(id) ('\(s.identifier)') is closing and takes no new transfers; open it again for a new session")
+        }
+        return s
+    }
+
+    /// Appends a completion event to the session's journal and returns its serial.
+    func appendEvent(_ event: PendingEvent, session: SessionID) -> UInt64 {
+        var event = event
+        event.serial = nextSerial
+        nextSerial += 1
+        sessions[session]?.pendingEvents.append(event)
+        return event.serial
+    }
+}

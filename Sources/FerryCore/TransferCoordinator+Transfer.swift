@@ -1,0 +1,176 @@
+import Dispatch
+
+extension TransferCoordinator {
+    /// The transfer's properties, current (progress included); nil when unknown.
+    public func transfer(_ id: TransferID) -> TransferSnapshot? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return transfers[id]?.snapshot
+    }
+
+    /// Stops a queued, waiting or running transfer, keeping its partial file.
+    /// - Returns: resume data for `resumeDownload`; empty when the server cannot resume
+    ///   (no range support or no validator).
+    public func pause(_ id: TransferID) throws -> [UInt8] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try TransferStateMachine.check(.pause, state: t.state, transfer: id)
+        mutate { pauseTransfer(t) }
+        return resumeData(for: t)
+    }
+
+    /// Queues a paused or failed transfer again; it continues from its partial file
+    /// when the server's validator allows.
+    public func resume(_ id: TransferID) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try TransferStateMachine.check(.resume, state: t.state, transfer: id)
+        mutate { resumeTransfer(t) }
+    }
+
+    /// Stops a transfer for good and deletes its partial file.
+    public func cancel(_ id: TransferID) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try TransferStateMachine.check(.cancel, state: t.state, transfer: id)
+        mutate { cancelTransfer(t, reason: .cancelled("Cancelled by the user"), deletePart: true) }
+    }
+
+    /// Forgets a completed, failed or cancelled transfer. A completed download's file
+    /// stays; a failed one's partial file is deleted. Its pending events stay until
+    /// acknowledged.
+    public func remove(_ id: TransferID) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try TransferStateMachine.check(.remove, state: t.state, transfer: id)
+        mutate {
+            forget(t)
+            if let s = sessions[t.session] { finishClosingIfDone(s) }
+        }
+    }
+
+    /// Points a paused or failed download at a new URL, keeping its bytes (used again
+    /// if the server's validator still matches).
+    public func setURL(_ id: TransferID, url: String) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try TransferStateMachine.check(.setURL, state: t.state, transfer: id)
+        guard t.snapshot.kind == .download else {
+            throw FerryError.invalidState("transfer \(id) is an upload; only downloads can be given a new URL")
+        }
+        let requestURL = try RequestURL.validate(url)
+        mutate {
+            t.snapshot.url = url
+            t.host = requestURL.host
+            publishChanged(t)
+        }
+    }
+
+    /// -1 low, 0 normal, 1 high; takes effect at the next scheduling.
+    public func setPriority(_ id: TransferID, _ p: Int32) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        try DownloadOptionsValidation.validatePriority(p)
+        mutate {
+            t.snapshot.priority = p
+            publishChanged(t)
+        }
+    }
+
+    /// Bytes/s for this transfer, 0 = none (global and session limits still apply).
+    public func setTransferSpeedLimit(_ id: TransferID, _ bps: UInt64) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let t = try record(id)
+        mutate {
+            t.snapshot.speedLimit = bps
+            publishChanged(t)
+        }
+    }
+
+    // MARK: - The actions, without checks (callers checked the state)
+
+    func pauseTransfer(_ t: TransferRecord) {
+        stopAttemptIfRunning(t)
+        t.cancelDueTimer()
+        t.move(to: .paused)
+        publishChanged(t)
+    }
+
+    func resumeTransfer(_ t: TransferRecord) {
+        if t.state == .failed {
+            t.snapshot.errorName = ""
+            t.snapshot.errorMessage = ""
+            t.snapshot.completed = 0
+        }
+        // A start-after still in the future applies again; a retry wait does not (the
+        // user asked for it now).
+        if t.options.startAfter > environment.now() {
+            t.notBefore = t.options.startAfter
+            t.move(to: .waiting, waiting: .startAfter)
+            armDueTimer(t)
+        } else {
+            t.move(to: .queued)
+        }
+        publishChanged(t)
+    }
+
+    /// Cancels (user, session close, or takeover by resume data) and reports it as a
+    /// completion.
+    func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
+        stopAttemptIfRunning(t)
+        t.cancelDueTimer()
+        if deletePart { deletePartFiles(t) }
+        t.move(to: .cancelled)
+        t.snapshot.errorName = reason.name
+        t.snapshot.errorMessage = reason.message
+        t.snapshot.completed = environment.now()
+        publishChanged(t)
+        let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .cancelled, errorName: reason.name,
+                                              errorMessage: reason.message, bytes: t.snapshot.bytesTransferred),
+                                 session: t.session)
+        observer?.transferCompleted(t.id, serial: serial, errorName: reason.name, errorMessage: reason.message)
+        reachedFinalState(t)
+    }
+
+    /// Drops a final transfer from the core and tells the observer.
+    func forget(_ t: TransferRecord) {
+        t.cancelDueTimer()
+        var leftovers: [String] = []
+        if t.state == .failed {
+            deletePartFiles(t)
+            leftovers = partPaths(t)
+        } else if t.state == .cancelled {
+            leftovers = partPaths(t)
+        }
+        if t.stopInFlight { detachedStops[t.id] = leftovers }
+        transfers[t.id] = nil
+        observer?.transferRemoved(t.id, session: t.session)
+    }
+
+    func stopAttemptIfRunning(_ t: TransferRecord) {
+        guard t.state == .running else { return }
+        engine.stop(t.id)
+        t.stopInFlight = true
+    }
+
+    /// The `.part` file, and where the engine may still be writing if that differs.
+    func partPaths(_ t: TransferRecord) -> [String] {
+        var paths = [t.partPath]
+        if let enginePath = t.enginePartPath, enginePath != t.partPath { paths.append(enginePath) }
+        return paths
+    }
+
+    func deletePartFiles(_ t: TransferRecord) {
+        for path in partPaths(t) where !FileSystemChecks.removeIfPresent(path, fileManager: fileManager) {
+            logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
+        }
+    }
+
+    func resumeData(for t: TransferRecord) -> [UInt8] {
+        guard t.snapshot.resumable, t.validator != nil else { return [] }
+        let offset = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+        let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
+                              etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
+                              session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
+        return data.encoded()
+    }
+}

@@ -1,0 +1,118 @@
+import Dispatch
+import Foundation
+import Logging
+
+/// The domain core: sessions, transfers, the scheduler and completion events, over a
+/// `TransferEngine`. Knows nothing of D-Bus: the service layer calls these methods with
+/// typed values and hears back through `observer`.
+///
+/// Every method must be called on `queue`, which owns all state; observer callbacks are
+/// made on it too, in order. Calls that throw change nothing.
+public final class TransferCoordinator {
+    /// The serial queue that owns the core's state.
+    public let queue: DispatchQueue
+    /// Told about every change (held weakly).
+    public weak var observer: CoreObserver?
+
+    let engine: TransferEngine
+    let environment: CoreEnvironment
+    let fileManager = FileManager.default
+    let logger = Logger(label: "ferry.core")
+
+    var sessions: [SessionID: SessionRecord] = [:]
+    var transfers: [TransferID: TransferRecord] = [:]
+    var nextSessionID: SessionID = 1
+    var nextTransferID: TransferID = 1
+    var nextSerial: UInt64 = 1
+
+    var maxConcurrentTransfers: UInt32 = 6
+    var globalSpeedLimit: UInt64 = 0
+    var notificationsEnabled = true
+    /// Outcomes since the last manager-wide AllFinished.
+    var batch = BatchCounts()
+    var publishedManager = ManagerSnapshot()
+
+    /// Removed transfers whose engine attempt has not reported its end yet, with the
+    /// files to delete when it does (a cancelled transfer's `.part`).
+    var detachedStops: [TransferID: [String]] = [:]
+
+    var isStarted = false
+    var isShutDown = false
+    /// Nesting of `mutate`; scheduling and aggregate signals run when it returns to 0.
+    var mutationDepth = 0
+
+    /// - Parameters:
+    ///   - engine: moves the bytes; its events are taken after `start()`.
+    ///   - environment: clock, default directory, version.
+    ///   - queue: must be serial.
+    public init(engine: TransferEngine, environment: CoreEnvironment = .init(),
+                queue: DispatchQueue = DispatchQueue(label: "ferry.core")) {
+        self.engine = engine
+        self.environment = environment
+        self.queue = queue
+    }
+
+    /// Takes engine events (each one hops onto `queue`, in order) and starts what is queued.
+    public func start() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isStarted, !isShutDown else { return }
+        isStarted = true
+        let queue = self.queue
+        let weakSelf = WeakCoordinator(self)
+        engine.setEventHandler { event in
+            queue.async { weakSelf.coordinator?.handle(event) }
+        }
+        mutate {}
+    }
+
+    /// Stops timers and the engine. Transfer states stay as they are (a restart picks
+    /// them up from the store); no more callbacks are made.
+    public func shutdown() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isShutDown else { return }
+        isShutDown = true
+        for transfer in transfers.values { transfer.cancelDueTimer() }
+        engine.shutdown()
+    }
+
+    /// Runs a change, then schedules, applies speed limits and announces counts once,
+    /// however many transfers the change touched.
+    func mutate<T>(_ body: () throws -> T) rethrows -> T {
+        mutationDepth += 1
+        defer {
+            mutationDepth -= 1
+            if mutationDepth == 0 {
+                schedule()
+                publishAggregates()
+            }
+        }
+        return try body()
+    }
+
+    func record(_ id: TransferID) throws -> TransferRecord {
+        guard let record = transfers[id] else {
+            throw FerryError.noSuchTransfer("there is no transfer \(id) (it was removed, or never existed)")
+        }
+        return record
+    }
+
+    func sessionRecord(_ id: SessionID) throws -> SessionRecord {
+        guard let session = sessions[id] else {
+            throw FerryError.noSuchSession("there is no session \(id) (it was closed, or never existed)")
+        }
+        return session
+    }
+
+    /// Transfers of one session or of all, oldest first.
+    func records(in session: SessionID?) throws -> [TransferRecord] {
+        if let session = session { _ = try sessionRecord(session) }
+        return transfers.values.filter { session == nil || $0.session == session }.sorted { $0.id < $1.id }
+    }
+}
+
+/// Lets the engine's handler reach the coordinator without keeping it alive.
+private final class WeakCoordinator: @unchecked Sendable {
+    // Only read on the coordinator's queue (inside queue.async); written once in init.
+    weak var coordinator: TransferCoordinator?
+    init(_ coordinator: TransferCoordinator) { self.coordinator = coordinator }
+}

@@ -1,0 +1,109 @@
+import Foundation
+
+public typealias TransferID = UInt64
+public typealias SessionID = UInt64
+
+/// What the core asks the engine to fetch. The engine owns the bytes: it opens
+/// `partPath`, writes the body there and reports back through `EngineEvent`s.
+public struct EngineRequest: Sendable, Equatable {
+    public var id: TransferID
+    public var url: String
+    /// Request headers, in order. Already validated (no CR/LF).
+    public var headers: [(name: String, value: String)]
+    /// The `.part` file the body goes to.
+    public var partPath: String
+    /// Bytes already in `partPath` to continue after. 0 = start over (truncate).
+    public var offset: Int64
+    /// Validator sent as `If-Range` with the `Range` request (an ETag, else a
+    /// Last-Modified date). nil with offset > 0 = resume without validation is not
+    /// allowed: the engine starts over.
+    public var ifRange: String?
+    /// Bytes per second for this transfer, 0 = unlimited.
+    public var speedLimit: UInt64
+    /// Seconds without any data before the attempt fails with `.timeout`.
+    public var requestTimeout: Double
+    /// A proxy URL, nil = libcurl's default (environment).
+    public var proxy: String?
+    /// Hash the whole file (including an existing prefix when resuming).
+    public var computeSHA256: Bool
+
+    public init(id: TransferID, url: String, headers: [(name: String, value: String)] = [],
+                partPath: String, offset: Int64 = 0, ifRange: String? = nil,
+                speedLimit: UInt64 = 0, requestTimeout: Double = 60, proxy: String? = nil,
+                computeSHA256: Bool = false) {
+        self.id = id; self.url = url; self.headers = headers; self.partPath = partPath
+        self.offset = offset; self.ifRange = ifRange; self.speedLimit = speedLimit
+        self.requestTimeout = requestTimeout; self.proxy = proxy; self.computeSHA256 = computeSHA256
+    }
+
+    public static func == (a: EngineRequest, b: EngineRequest) -> Bool {
+        a.id == b.id && a.url == b.url && a.headers.map { $0.name } == b.headers.map { $0.name }
+            && a.headers.map { $0.value } == b.headers.map { $0.value } && a.partPath == b.partPath
+            && a.offset == b.offset && a.ifRange == b.ifRange && a.speedLimit == b.speedLimit
+            && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
+    }
+}
+
+/// The final response's headers, as far as the core needs them.
+public struct EngineResponse: Sendable, Equatable {
+    public var status: Int
+    public var etag: String?
+    public var lastModified: String?
+    /// Total size of the resource when known (from Content-Length or Content-Range), else -1.
+    public var expectedTotal: Int64
+    /// Where the body starts in the file: the resumed offset for a 206 that matched,
+    /// 0 when the server sent the whole file (the engine truncated the part file).
+    public var startOffset: Int64
+    /// Raw `Content-Disposition` value, if any.
+    public var contentDisposition: String?
+    /// `Accept-Ranges: bytes` was sent (or a 206 was received).
+    public var acceptsRanges: Bool
+    /// The URL after redirects.
+    public var effectiveURL: String
+
+    public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,
+                startOffset: Int64 = 0, contentDisposition: String? = nil, acceptsRanges: Bool = false,
+                effectiveURL: String) {
+        self.status = status; self.etag = etag; self.lastModified = lastModified
+        self.expectedTotal = expectedTotal; self.startOffset = startOffset
+        self.contentDisposition = contentDisposition; self.acceptsRanges = acceptsRanges
+        self.effectiveURL = effectiveURL
+    }
+}
+
+public enum EngineOutcome: Sendable, Equatable {
+    /// The body is complete in the part file (flushed with fdatasync, closed).
+    case succeeded(bytesOnDisk: Int64, sha256: String?)
+    /// The attempt failed; the part file keeps what was written (`bytesOnDisk`).
+    /// `error` is one of the transfer failures (network, timeout, http, tls,
+    /// tooManyRedirects, disk).
+    case failed(FerryError, bytesOnDisk: Int64)
+    /// `stop(id)` was called; the part file is closed and keeps `bytesOnDisk`.
+    case stopped(bytesOnDisk: Int64)
+}
+
+/// Sent by the engine, in order per transfer, on the engine's thread. The receiver
+/// hops to its own queue.
+public enum EngineEvent: Sendable, Equatable {
+    /// Once per attempt, when the final response's headers are in (before any body).
+    case response(TransferID, EngineResponse)
+    /// Coalesced by the engine: at most one every 250 ms per transfer.
+    /// `bytesWritten` since the previous progress event; `totalOnDisk` includes the
+    /// resumed prefix; `expected` is -1 when unknown.
+    case progress(TransferID, bytesWritten: Int64, totalOnDisk: Int64, expected: Int64)
+    /// Always the last event of an attempt.
+    case completed(TransferID, EngineOutcome)
+}
+
+/// The transfer engine: libcurl in production, a fake in unit tests.
+/// All methods are thread-safe and return at once.
+public protocol TransferEngine: AnyObject, Sendable {
+    /// Where events go. Set once before the first `start`.
+    func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void)
+    func start(_ request: EngineRequest)
+    /// Stops the attempt; a `.completed(id, .stopped)` follows (unless it already completed).
+    func stop(_ id: TransferID)
+    func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64)
+    /// Stops everything and the engine thread; no events after this returns.
+    func shutdown()
+}

@@ -1,0 +1,78 @@
+import Dispatch
+
+/// One transfer as the core keeps it: the public snapshot plus what the core needs to
+/// run, resume and rename it.
+final class TransferRecord {
+    let id: TransferID
+    let session: SessionID
+    /// Always current, including the progress fields.
+    var snapshot: TransferSnapshot
+    /// The snapshot as last sent with transferChanged.
+    var published: TransferSnapshot?
+    var options: DownloadOptions
+    /// Lowercased host of the URL, for per-host limits.
+    var host: String
+    /// The directory the file goes to.
+    var directory: String
+    /// Content-Disposition may still rename it: the client gave a directory and no
+    /// response has fixed the name yet.
+    var serverMayName: Bool
+    var etag: String?
+    var lastModified: String?
+    /// `stop` was sent to the engine and its final `.completed` is still to come; the
+    /// transfer is not started again before that.
+    var stopInFlight = false
+    /// The `.part` path the engine was given for the current or last attempt (it differs
+    /// from `partPath` after a Content-Disposition rename when the engine had not
+    /// created the file yet).
+    var enginePartPath: String?
+    /// Offset the current attempt asked for.
+    var attemptOffset: Int64 = 0
+    /// Waiting until this time (µs), for start-after or a retry.
+    var notBefore: UInt64 = 0
+    var dueTimer: DispatchSourceTimer?
+    var rate = RateEstimator()
+    /// (total, expected) of the last transferProgress, nil when none this attempt.
+    var lastProgress: (total: Int64, expected: Int64)?
+    /// Speed limit the engine has for the running attempt.
+    var appliedSpeedLimit: UInt64 = 0
+
+    init(snapshot: TransferSnapshot, options: DownloadOptions, host: String, directory: String, serverMayName: Bool) {
+        self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot
+        self.options = options; self.host = host; self.directory = directory; self.serverMayName = serverMayName
+    }
+
+    var state: TransferState { snapshot.state }
+    var destination: String { snapshot.destination }
+    var partPath: String { snapshot.destination + ".part" }
+    /// The `If-Range` validator: the ETag, else Last-Modified.
+    var validator: String? { etag ?? lastModified }
+
+    /// Until it is completed, cancelled or removed a transfer owns its final path and
+    /// `.part` (a failed one may be resumed).
+    var holdsClaim: Bool { state != .completed && state != .cancelled }
+
+    /// Changes the state; an illegal move is a bug in the core.
+    func move(to state: TransferState, waiting reason: WaitingReason? = nil) {
+        precondition(TransferStateMachine.canMove(from: snapshot.state, to: state),
+                     "transfer \(id): illegal move \(snapshot.state) -> \(state)")
+        snapshot.state = state
+        snapshot.waitingReason = state == .waiting ? (reason?.rawValue ?? "") : ""
+        if state != .running {
+            snapshot.rate = 0
+            snapshot.expectedEnd = 0
+        }
+    }
+
+    func cancelDueTimer() {
+        dueTimer?.cancel()
+        dueTimer = nil
+    }
+
+    /// The snapshot without the fields that change without a transferChanged.
+    static func signalled(_ s: TransferSnapshot) -> TransferSnapshot {
+        var s = s
+        s.bytesTransferred = 0; s.rate = 0; s.expectedEnd = 0
+        return s
+    }
+}

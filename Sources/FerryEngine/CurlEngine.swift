@@ -1,0 +1,103 @@
+import CCurl
+import FerryCore
+import Foundation
+import Logging
+
+/// The production `TransferEngine`: libcurl's multi interface driven by one engine
+/// thread for all transfers.
+///
+/// Callers post commands into a locked inbox and wake the thread with
+/// `curl_multi_wakeup`; the thread owns every curl handle and every part file
+/// descriptor, and calls the event handler (in order per transfer) from itself.
+/// When idle the thread sleeps in `curl_multi_poll` and uses no CPU.
+///
+/// `shutdown()` stops every attempt without events (part files are kept and closed)
+/// and joins the thread; it also runs on `deinit`.
+public final class CurlEngine: TransferEngine, @unchecked Sendable {
+    // @unchecked Sendable: the state shared with other threads is `inbox` (guarded by
+    // its own lock) and `joined` (guarded by `joinLock`); `thread` is written once in
+    // init. Curl handles and files are touched only by the engine thread (EngineLoop).
+    private let inbox: EngineInbox
+    private let thread: pthread_t
+    private let joinLock = NSLock()
+    private var joined = false
+
+    /// Starts the engine thread.
+    public init(logger: Logger = Logger(label: "org.ferry.engine")) {
+        CurlGlobal.initialize()
+        guard let multi = curl_multi_init() else {
+            fatalError("curl_multi_init failed (out of memory)")
+        }
+        let inbox = EngineInbox(multi: multi)
+        let loop = EngineLoop(multi: multi, inbox: inbox, logger: logger)
+        self.inbox = inbox
+        var tid = pthread_t()
+        // The retained loop is released by the thread's entry function.
+        let context = Unmanaged.passRetained(loop).toOpaque()
+        let rc = pthread_create(&tid, nil, engineThreadMain, context)
+        guard rc == 0 else {
+            fatalError("could not start the engine thread: \(String(cString: strerror(rc)))")
+        }
+        self.thread = tid
+    }
+
+    deinit {
+        shutdown()
+        joinLock.lock()
+        if !joined { pthread_detach(thread); joined = true }
+        joinLock.unlock()
+    }
+
+    /// Where events go; called on the engine thread. Set it before the first `start`.
+    public func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
+        inbox.setHandler(handler)
+    }
+
+    /// Starts an attempt. A `.completed` event always follows (unless the engine shuts down).
+    public func start(_ request: EngineRequest) {
+        inbox.post(.start(request))
+    }
+
+    /// Stops an attempt; `.completed(id, .stopped)` follows unless it already completed.
+    public func stop(_ id: TransferID) {
+        inbox.post(.stop(id))
+    }
+
+    /// Changes the speed limit of a running attempt (0 = unlimited).
+    public func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64) {
+        inbox.post(.setSpeedLimit(id, bytesPerSecond))
+    }
+
+    /// Stops every attempt silently (no `.completed` events; part files are closed and
+    /// kept) and ends the engine thread. No events are delivered after this returns.
+    /// Called from the event handler itself, it returns at once and the thread ends
+    /// as soon as the handler returns.
+    public func shutdown() {
+        inbox.close()
+        if pthread_equal(pthread_self(), thread) != 0 { return }
+        joinLock.lock()
+        defer { joinLock.unlock() }
+        if !joined {
+            pthread_join(thread, nil)
+            joined = true
+        }
+    }
+}
+
+private func engineThreadMain(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+    let loop = Unmanaged<EngineLoop>.fromOpaque(context!).takeRetainedValue()
+    _ = pthread_setname_np(pthread_self(), "ferry-engine")
+    loop.run()
+    return nil
+}
+
+/// `curl_global_init` once per process, before the first handle.
+enum CurlGlobal {
+    private static let done: Bool = {
+        ferry_global_init() == CURLE_OK
+    }()
+
+    static func initialize() {
+        precondition(done, "curl_global_init failed")
+    }
+}

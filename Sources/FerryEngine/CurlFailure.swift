@@ -1,0 +1,82 @@
+import CCurl
+import FerryCore
+import Foundation
+
+/// Turns a libcurl result into a transfer failure a person can act on. Messages name
+/// the host and port, never a header value or the URL's query or user info.
+enum CurlFailure {
+    static func error(for code: CURLcode, in transfer: CurlTransfer) -> FerryError {
+        let host = transfer.hostDescription
+        let detail = transfer.curlErrorDetail
+        let seconds = secondsText(transfer.request.requestTimeout)
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST:
+            return .network("Could not resolve the host name of \(host)")
+        case CURLE_COULDNT_RESOLVE_PROXY:
+            return .network("Could not resolve the proxy's host name")
+        case CURLE_COULDNT_CONNECT:
+            switch Int32(transfer.osErrno) {
+            case ECONNREFUSED: return .network("Connection refused by \(host)")
+            case ENETUNREACH: return .network("The network is unreachable (connecting to \(host))")
+            case EHOSTUNREACH: return .network("No route to \(host)")
+            default: return .network("Could not connect to \(host)")
+            }
+        case CURLE_OPERATION_TIMEDOUT:
+            if transfer.requestWasSent {
+                return .timeout("No data from \(host) for \(seconds)")
+            }
+            return .timeout("Could not connect to \(host) within \(seconds)")
+        case CURLE_PARTIAL_FILE:
+            let expected = transfer.expectedTotal >= 0 ? " of \(transfer.expectedTotal)" : ""
+            return .network("The connection to \(host) closed after \(transfer.bytesOnDisk)\(expected) bytes")
+        case CURLE_GOT_NOTHING:
+            return .network("\(host) closed the connection without sending a response")
+        case CURLE_SEND_ERROR:
+            return .network("The connection to \(host) failed while sending the request")
+        case CURLE_RECV_ERROR:
+            if Int32(transfer.osErrno) == ECONNRESET {
+                return .network("The connection to \(host) was reset")
+            }
+            return .network("The connection to \(host) failed while receiving data")
+        case CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_BAD_CONTENT_ENCODING:
+            return .network("\(host) sent a malformed response")
+        case CURLE_TOO_MANY_REDIRECTS:
+            return .tooManyRedirects("More than 10 redirects, starting at \(hostOnly(transfer.request.url))")
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            if let location = transfer.lastLocation {
+                let scheme = location.split(separator: ":", maxSplits: 1).first.map(String.init) ?? location
+                return .network("Redirected to a \(scheme.lowercased()): URL; only http and https are allowed")
+            }
+            return .network("Only http and https URLs are supported")
+        case CURLE_URL_MALFORMAT:
+            return .network("The URL is not valid")
+        case CURLE_PROXY:
+            return .network("The proxy refused the connection to \(host)")
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM,
+             CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ISSUER_ERROR,
+             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_SHUTDOWN_FAILED,
+             CURLE_SSL_CRL_BADFILE, CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED,
+             CURLE_SSL_ENGINE_INITFAILED, CURLE_USE_SSL_FAILED, CURLE_SSL_CLIENTCERT:
+            let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            return .tls("A secure connection to \(host) could not be made: \(why)")
+        case CURLE_WRITE_ERROR:
+            return .disk("Could not write \(transfer.file.path)")
+        case CURLE_OUT_OF_MEMORY:
+            return .network("Out of memory while downloading from \(host)")
+        default:
+            let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            return .network("Download from \(host) failed: \(why)")
+        }
+    }
+
+    /// "60 s", "1.5 s".
+    static func secondsText(_ seconds: Double) -> String {
+        let value = max(1, seconds)
+        if value == value.rounded() && value < 1e9 { return "\(Int(value)) s" }
+        return String(format: "%.1f s", value)
+    }
+
+    private static func hostOnly(_ url: String) -> String {
+        URLComponents(string: url)?.host ?? "the server"
+    }
+}

@@ -1,0 +1,349 @@
+import CCurl
+import Crypto
+import FerryCore
+import Foundation
+
+/// One attempt of one transfer: its easy handle, its part file and what the response
+/// said so far. Engine thread only.
+///
+/// Ownership: `EngineLoop.transfers` holds the only strong reference. The easy handle's
+/// CURLOPT_PRIVATE, WRITEDATA and HEADERDATA carry this object *unretained*; that is
+/// safe because the loop always calls `releaseHandle(from:)` (remove from the multi,
+/// then curl_easy_cleanup) before it drops the object from its table.
+final class CurlTransfer {
+    enum Phase {
+        /// Resuming with SHA-256: a background job hashes the existing prefix first.
+        case hashingPrefix
+        /// In the multi handle.
+        case running
+        /// Body complete; a background job runs fdatasync + close.
+        case flushing
+    }
+
+    /// Nanoseconds between two progress events of one transfer (250 ms).
+    static let progressInterval: UInt64 = 250_000_000
+    /// Receive buffer: fewer, larger writes (libcurl's default is 16 KiB).
+    static let bufferSize = 256 * 1024
+
+    let request: EngineRequest
+    var id: TransferID { request.id }
+    /// Distinguishes this attempt's background job results from an older attempt's.
+    let attempt: UInt64
+    let file: PartFile
+    var phase = Phase.running
+    var inMulti = false
+    private(set) var easy: UnsafeMutableRawPointer?
+    /// First setopt failure, if any (the loop then fails the attempt).
+    private(set) var setupError: CURLcode = CURLE_OK
+
+    private let fd: Int32
+    private unowned let loop: EngineLoop
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+
+    /// A `Range: bytes=OFFSET-` request was sent (resuming with a validator).
+    let sentRange: Bool
+    /// Where this attempt's body starts in the file.
+    private(set) var startOffset: Int64
+    /// Body bytes written by this attempt.
+    private(set) var bodyBytes: Int64 = 0
+    private var unreportedBytes: Int64 = 0
+    private var nextProgressAt: UInt64 = 0
+    /// Present only when the request asked for SHA-256.
+    var hasher: SHA256?
+
+    private var head = ResponseHead()
+    /// Location of the last redirect followed (for a refused redirect's message).
+    private(set) var lastLocation: String?
+    /// The final response was accepted; body bytes go to the file.
+    private(set) var responseReady = false
+    private(set) var expectedTotal: Int64 = -1
+    /// A 416 proved the part file already holds the whole resource.
+    private(set) var alreadyComplete = false
+    /// Why a callback aborted the transfer.
+    private(set) var failure: FerryError?
+
+    var bytesOnDisk: Int64 { startOffset + bodyBytes }
+
+    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop) {
+        guard let easy = curl_easy_init() else { return nil }
+        self.request = request
+        self.attempt = attempt
+        self.file = file
+        self.fd = file.fd
+        self.loop = loop
+        self.easy = easy
+        self.sentRange = resume
+        self.startOffset = resume ? request.offset : 0
+        self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        configure(easy)
+    }
+
+    deinit {
+        if let easy { curl_easy_cleanup(easy) }
+        if let headerList { curl_slist_free_all(headerList) }
+        errorBuffer.deallocate()
+    }
+
+    private func configure(_ easy: UnsafeMutableRawPointer) {
+        func check(_ rc: CURLcode) { if rc != CURLE_OK && setupError == CURLE_OK { setupError = rc } }
+        func string(_ option: CURLoption, _ value: String) { check(ferry_easy_setopt_string(easy, option, value)) }
+        func long(_ option: CURLoption, _ value: Int) { check(ferry_easy_setopt_long(easy, option, value)) }
+
+        string(CURLOPT_URL, request.url)
+        long(CURLOPT_NOSIGNAL, 1)
+        string(CURLOPT_PROTOCOLS_STR, "http,https")
+        string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        long(CURLOPT_FOLLOWLOCATION, 1)
+        long(CURLOPT_MAXREDIRS, 10)
+        long(CURLOPT_FAILONERROR, 0)           // statuses are judged in the header callback
+        long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
+        long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
+        long(CURLOPT_TCP_KEEPALIVE, 1)
+        // "No data for requestTimeout seconds" = below 1 byte/s for that long.
+        let timeout = max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60)
+        long(CURLOPT_LOW_SPEED_LIMIT, 1)
+        long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
+        long(CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeout, 86_400) * 1000))
+        long(CURLOPT_BUFFERSIZE, Self.bufferSize)
+        check(ferry_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, Self.curlSpeed(request.speedLimit)))
+        string(CURLOPT_USERAGENT, "Ferry/0.1")
+        if let proxy = request.proxy { string(CURLOPT_PROXY, proxy) }
+
+        for header in request.headers {
+            // "Name;" is curl's way of sending a header with an empty value.
+            let line = header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)"
+            headerList = curl_slist_append(headerList, line)
+        }
+        if sentRange, let validator = request.ifRange {
+            headerList = curl_slist_append(headerList, "If-Range: \(validator)")
+            string(CURLOPT_RANGE, "\(request.offset)-")
+        }
+        if headerList != nil { check(ferry_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList)) }
+
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        check(ferry_easy_setopt_ptr(easy, CURLOPT_PRIVATE, me))
+        check(ferry_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, me))
+        check(ferry_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, me))
+        check(ferry_easy_setopt_write_cb(easy, curlWriteBody))
+        check(ferry_easy_setopt_header_cb(easy, curlHeaderLine))
+        check(ferry_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer))
+    }
+
+    static func curlSpeed(_ bytesPerSecond: UInt64) -> curl_off_t {
+        curl_off_t(min(bytesPerSecond, UInt64(Int64.max)))
+    }
+
+    /// Engine thread only: libcurl reads this option while the transfer runs.
+    func setSpeedLimit(_ bytesPerSecond: UInt64) {
+        guard let easy else { return }
+        _ = ferry_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, Self.curlSpeed(bytesPerSecond))
+    }
+
+    /// Removes the handle from the multi (if added) and then cleans it up.
+    func releaseHandle(from multi: UnsafeMutableRawPointer) {
+        guard let easy else { return }
+        if inMulti {
+            curl_multi_remove_handle(multi, easy)
+            inMulti = false
+        }
+        curl_easy_cleanup(easy)
+        self.easy = nil
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+    }
+
+    // MARK: - Headers
+
+    /// One header line from curl (status line, field, or the blank line ending a block).
+    /// Returns false to abort the transfer.
+    func receiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if responseReady || alreadyComplete { return true } // trailers after the body
+        let line = ResponseHead.decode(bytes)
+        if line.isEmpty { return endOfHeaderBlock() }
+        if let statusLine = ResponseHead.statusLine(line) {
+            head = statusLine // a new response (redirect, 1xx, final): start afresh
+            return true
+        }
+        head.add(line)
+        return true
+    }
+
+    private func endOfHeaderBlock() -> Bool {
+        if head.status < 200 { return true } // 1xx: the real response follows
+        if head.isFollowedRedirect {
+            lastLocation = head.location      // curl follows it; headers of the next response come
+            return true
+        }
+        return acceptFinalResponse()
+    }
+
+    private func acceptFinalResponse() -> Bool {
+        let status = head.status
+        if status >= 400 {
+            if status == 416, sentRange, let range = head.contentRange.flatMap(ContentRange.init),
+               range.first == nil, range.total == request.offset {
+                // "bytes */TOTAL" with TOTAL == our offset: the part file is already complete.
+                if let error = file.truncate(to: request.offset) { return abort(.disk(error.message)) }
+                expectedTotal = request.offset
+                alreadyComplete = true
+                emitResponse(acceptsRanges: true)
+                return false // nothing to read; the loop completes the attempt as succeeded
+            }
+            return abort(.http(status: status, head.statusDescription))
+        }
+        if status == 206 {
+            guard sentRange, let rangeText = head.contentRange else {
+                return abort(.network("The server sent part of the file (\(head.statusDescription)) without a usable Content-Range"))
+            }
+            guard let range = ContentRange(rangeText), let first = range.first, first == request.offset else {
+                return abort(.network("The server sent an unexpected range (\(rangeText)) instead of bytes from \(request.offset)"))
+            }
+            expectedTotal = range.total ?? -1
+            if let error = file.truncate(to: request.offset) { return abort(.disk(error.message)) }
+        } else if status < 300 {
+            if startOffset > 0 {
+                // Range ignored or validator mismatch: the whole file comes, from byte 0.
+                startOffset = 0
+                if let error = file.truncate(to: 0) { return abort(.disk(error.message)) }
+                if hasher != nil { hasher = SHA256() }
+            }
+            expectedTotal = head.contentLength ?? -1
+        } else {
+            return abort(.network("The server answered \(head.statusDescription) instead of sending the file"))
+        }
+        responseReady = true
+        nextProgressAt = monotonicNanoseconds() + Self.progressInterval
+        emitResponse(acceptsRanges: head.acceptsByteRanges || status == 206)
+        return true
+    }
+
+    private func abort(_ error: FerryError) -> Bool {
+        failure = error
+        return false
+    }
+
+    private func emitResponse(acceptsRanges: Bool) {
+        loop.emit(.response(id, EngineResponse(
+            status: head.status, etag: head.etag, lastModified: head.lastModified,
+            expectedTotal: expectedTotal, startOffset: startOffset,
+            contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
+            effectiveURL: effectiveURL)))
+    }
+
+    // MARK: - Body (the hot path: keep it lean)
+
+    /// Writes a chunk of the body to the part file. Returns `count`, or 0 to abort.
+    @inline(__always)
+    func receiveBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
+        guard responseReady, failure == nil else { return unexpectedBody() }
+        var p = data
+        var left = count
+        while left > 0 {
+            let n = write(fd, p, left)
+            if n > 0 {
+                p += n
+                left -= n
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else {
+                let code = n < 0 ? errno : ENOSPC
+                bodyBytes += Int64(count - left)
+                failure = .disk(PartFileError(code: code, action: "writing", path: file.path).message)
+                return 0
+            }
+        }
+        if hasher != nil {
+            hasher!.update(bufferPointer: UnsafeRawBufferPointer(start: data, count: count))
+        }
+        bodyBytes += Int64(count)
+        unreportedBytes += Int64(count)
+        let now = monotonicNanoseconds()
+        if now >= nextProgressAt {
+            nextProgressAt = now + Self.progressInterval
+            reportProgress()
+        }
+        return count
+    }
+
+    private func unexpectedBody() -> Int {
+        if failure == nil { failure = .network("The server at \(hostDescription) sent data without a valid response") }
+        return 0
+    }
+
+    /// Emits the bytes written since the last progress event, if any.
+    func reportProgress() {
+        guard unreportedBytes > 0 else { return }
+        let written = unreportedBytes
+        unreportedBytes = 0
+        loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))
+    }
+
+    /// Lowercase hex of the hash, when one was asked for.
+    func finalDigest() -> String? {
+        hasher.map { $0.finalize().map { String(format: "%02x", $0) }.joined() }
+    }
+
+    // MARK: - What curl knows
+
+    var effectiveURL: String {
+        var url: UnsafeMutablePointer<CChar>?
+        if let easy, ferry_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK, let url {
+            return String(cString: url)
+        }
+        return request.url
+    }
+
+    /// "host:port" of the URL being fetched (no user info, path or query).
+    var hostDescription: String {
+        guard let components = URLComponents(string: effectiveURL), let host = components.host, !host.isEmpty else {
+            return "the server"
+        }
+        let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        if let port = components.port { return "\(shownHost):\(port)" }
+        return components.scheme?.lowercased() == "https" ? "\(shownHost):443" : "\(shownHost):80"
+    }
+
+    /// libcurl's own words for the last error (no header values in there).
+    var curlErrorDetail: String { String(cString: errorBuffer) }
+
+    var osErrno: Int {
+        var value = 0
+        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &value) }
+        return value
+    }
+
+    /// Whether the connection was up and the request sent (a timeout after that is a stall).
+    var requestWasSent: Bool {
+        var value: curl_off_t = 0
+        if let easy { _ = ferry_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &value) }
+        return value > 0
+    }
+}
+
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+}
+
+// libcurl's C callbacks; the context pointer is the CurlTransfer (see its ownership note).
+
+private func curlWriteBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                           _ context: UnsafeMutableRawPointer?) -> Int {
+    let total = size &* count
+    guard let data, let context, total > 0 else { return total }
+    return Unmanaged<CurlTransfer>.fromOpaque(context)._withUnsafeGuaranteedRef {
+        $0.receiveBody(UnsafeRawPointer(data), total)
+    }
+}
+
+private func curlHeaderLine(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                            _ context: UnsafeMutableRawPointer?) -> Int {
+    let total = size &* count
+    guard let data, let context else { return 0 }
+    let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+    return transfer.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: total)) ? total : 0
+}

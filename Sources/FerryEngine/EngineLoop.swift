@@ -1,0 +1,199 @@
+import CCurl
+import Crypto
+import FerryCore
+import Foundation
+import Logging
+
+/// The engine thread's body: owns the multi handle and every attempt, runs
+/// poll -> perform -> collect finished, and applies commands from the inbox.
+/// Everything here runs on the engine thread (background file jobs only post back).
+final class EngineLoop {
+    /// Idle wait; curl_multi_poll returns sooner for curl's own timers and on wakeup.
+    private static let pollTimeoutMs: Int32 = 60_000
+
+    private let multi: UnsafeMutableRawPointer
+    private let inbox: EngineInbox
+    private let logger: Logger
+    private var transfers: [TransferID: CurlTransfer] = [:]
+    private var attempts: UInt64 = 0
+    /// fdatasync and prefix hashing: slow disk work kept off the engine thread.
+    private let fileJobs = DispatchQueue(label: "org.ferry.engine.files", qos: .utility, attributes: .concurrent)
+
+    init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, logger: Logger) {
+        self.multi = multi
+        self.inbox = inbox
+        self.logger = logger
+    }
+
+    func run() {
+        var running: Int32 = 0
+        var ready: Int32 = 0
+        loop: while true {
+            for command in inbox.take() {
+                if case .shutdown = command { break loop }
+                apply(command)
+            }
+            curl_multi_perform(multi, &running)
+            collectFinished()
+            curl_multi_poll(multi, nil, 0, Self.pollTimeoutMs, &ready)
+        }
+        for transfer in transfers.values {
+            transfer.releaseHandle(from: multi)
+            if transfer.phase != .flushing { transfer.file.close() }
+        }
+        transfers.removeAll()
+        curl_multi_cleanup(multi)
+    }
+
+    /// Delivers an event (dropped once the engine is shutting down).
+    func emit(_ event: EngineEvent) {
+        inbox.currentHandler?(event)
+    }
+
+    // MARK: - Commands
+
+    private func apply(_ command: EngineCommand) {
+        switch command {
+        case .start(let request):
+            start(request)
+        case .stop(let id):
+            guard let transfer = transfers[id], transfer.phase != .flushing else { return }
+            finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))
+        case .setSpeedLimit(let id, let bytesPerSecond):
+            transfers[id]?.setSpeedLimit(bytesPerSecond)
+        case .prefixHashed(let id, let attempt, let result):
+            guard let transfer = transfers[id], transfer.attempt == attempt, transfer.phase == .hashingPrefix else { return }
+            switch result {
+            case .success(let hasher):
+                transfer.hasher = hasher
+                add(transfer)
+            case .failure(let error):
+                finish(transfer, .failed(.disk(error.message), bytesOnDisk: transfer.bytesOnDisk))
+            }
+        case .flushed(let id, let attempt, let error):
+            guard let transfer = transfers[id], transfer.attempt == attempt, transfer.phase == .flushing else { return }
+            if let error {
+                complete(transfer, .failed(.disk(error.message), bytesOnDisk: transfer.bytesOnDisk))
+            } else {
+                complete(transfer, .succeeded(bytesOnDisk: transfer.bytesOnDisk, sha256: transfer.finalDigest()))
+            }
+        case .shutdown:
+            break // handled by run()
+        }
+    }
+
+    private func start(_ request: EngineRequest) {
+        guard transfers[request.id] == nil else {
+            logger.warning("start ignored: transfer \(request.id) already has a running attempt")
+            return
+        }
+        let file: PartFile
+        switch PartFile.open(request.partPath) {
+        case .success(let opened): file = opened
+        case .failure(let error):
+            emit(.completed(request.id, .failed(.disk(error.message), bytesOnDisk: 0)))
+            return
+        }
+        // Resume only with a validator and a part file that holds the bytes claimed.
+        let resume = request.offset > 0 && request.ifRange != nil && file.isRegular && file.initialSize >= request.offset
+        if request.offset > 0 && !resume {
+            logger.info("transfer \(request.id): cannot resume at \(request.offset) (no validator or short part file); starting over")
+        }
+        if !resume, let error = file.truncate(to: 0) {
+            file.close()
+            emit(.completed(request.id, .failed(.disk(error.message), bytesOnDisk: file.initialSize)))
+            return
+        }
+        attempts += 1
+        guard let transfer = CurlTransfer(request: request, attempt: attempts, file: file, resume: resume, loop: self) else {
+            file.close()
+            emit(.completed(request.id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: resume ? request.offset : 0)))
+            return
+        }
+        transfers[request.id] = transfer
+        if transfer.setupError != CURLE_OK {
+            let why = String(cString: curl_easy_strerror(transfer.setupError))
+            finish(transfer, .failed(.network("Could not set up the download: \(why)"), bytesOnDisk: transfer.bytesOnDisk))
+            return
+        }
+        logger.debug("transfer \(request.id): attempt \(attempts) starts at \(transfer.startOffset)")
+        if resume && request.computeSHA256 {
+            transfer.phase = .hashingPrefix
+            let (id, attempt, path, length, inbox) = (request.id, transfer.attempt, request.partPath, request.offset, self.inbox)
+            fileJobs.async {
+                inbox.post(.prefixHashed(id, attempt: attempt, PartFile.hashPrefix(path: path, length: length)))
+            }
+        } else {
+            if request.computeSHA256 { transfer.hasher = SHA256() }
+            add(transfer)
+        }
+    }
+
+    private func add(_ transfer: CurlTransfer) {
+        guard let easy = transfer.easy else { return }
+        let rc = curl_multi_add_handle(multi, easy)
+        guard rc == CURLM_OK else {
+            let why = String(cString: curl_multi_strerror(rc))
+            finish(transfer, .failed(.network("Could not start the download: \(why)"), bytesOnDisk: transfer.bytesOnDisk))
+            return
+        }
+        transfer.inMulti = true
+        transfer.phase = .running
+    }
+
+    // MARK: - Finished attempts
+
+    private func collectFinished() {
+        var left: Int32 = 0
+        while let message = curl_multi_info_read(multi, &left) {
+            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            var context: UnsafeMutableRawPointer?
+            guard ferry_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &context) == CURLE_OK, let context else { continue }
+            let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
+            attemptEnded(transfer, code: ferry_msg_result(message))
+        }
+    }
+
+    private func attemptEnded(_ transfer: CurlTransfer, code: CURLcode) {
+        let error: FerryError?
+        if transfer.alreadyComplete {
+            error = nil
+        } else if let failure = transfer.failure {
+            error = failure
+        } else if code != CURLE_OK {
+            error = CurlFailure.error(for: code, in: transfer)
+        } else if !transfer.responseReady {
+            error = .network("\(transfer.hostDescription) ended the response before its headers were complete")
+        } else if transfer.expectedTotal >= 0 && transfer.bytesOnDisk != transfer.expectedTotal {
+            error = .network("\(transfer.hostDescription) sent \(transfer.bytesOnDisk) of \(transfer.expectedTotal) bytes")
+        } else {
+            error = nil
+        }
+        if let error {
+            finish(transfer, .failed(error, bytesOnDisk: transfer.bytesOnDisk))
+            return
+        }
+        // Complete: flush and close off the engine thread, then report (see .flushed).
+        transfer.releaseHandle(from: multi)
+        transfer.phase = .flushing
+        let (id, attempt, inbox) = (transfer.id, transfer.attempt, self.inbox)
+        let (fd, path, isRegular) = (transfer.file.handOver(), transfer.file.path, transfer.file.isRegular)
+        fileJobs.async {
+            inbox.post(.flushed(id, attempt: attempt, PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular)))
+        }
+    }
+
+    /// Ends an attempt that is not flushing: handle gone, file closed, events out.
+    private func finish(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
+        transfer.releaseHandle(from: multi)
+        transfer.file.close()
+        complete(transfer, outcome)
+    }
+
+    private func complete(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
+        transfers[transfer.id] = nil
+        transfer.reportProgress()
+        emit(.completed(transfer.id, outcome))
+        logger.debug("transfer \(transfer.id): attempt \(transfer.attempt) completed: \(outcome)")
+    }
+}

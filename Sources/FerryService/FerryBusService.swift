@@ -1,0 +1,208 @@
+import DBus
+import Dispatch
+import FerryCore
+import Logging
+
+/// Puts the core on the bus: exports the manager, a session object per session
+/// and a transfer object per transfer, keeps their properties current and sends
+/// the contract's signals.
+///
+/// Threading: method handlers run on the bus queue and hand the work to the
+/// core's queue; the core's observer callbacks run on the core's queue and hand
+/// bus work to the bus queue. The only synchronous hop is bus -> core, for
+/// property writes that must be refused at once; the core never waits for the bus.
+///
+/// `@unchecked Sendable`: the fields are immutable after `init`.
+public final class FerryBusService: CoreObserver, @unchecked Sendable {
+    public let bus: BusConnection
+    public let core: TransferCoordinator
+    let version: String
+    let defaultDirectory: String
+    let logger: Logger
+    private var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
+
+    public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
+                logger: Logger = Logger(label: "ferry.service")) {
+        self.bus = bus
+        self.core = core
+        self.version = version
+        self.defaultDirectory = defaultDirectory
+        self.logger = logger
+        specs = (managerInterface(), sessionInterface(), transferInterface())
+    }
+
+    /// Exports the manager and every existing object, then takes the bus name.
+    /// Throws when another ferryd owns the name.
+    public func start() async throws {
+        core.queue.sync {
+            core.observer = self
+            let m = core.manager
+            let manager = ExportedObject(path: FerryBusNames.managerPath, interfaces: [specs.manager],
+                                         initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)])
+            bus.export(manager)
+            bus.addObjectManager(at: FerryBusNames.managerPath)
+            for id in core.sessionIDs {
+                if let s = core.session(id) { sessionAdded(s) }
+            }
+            for id in (try? core.transferIDs()) ?? [] {
+                if let t = core.transfer(id) { transferAdded(t) }
+            }
+        }
+        let reply = try await bus.requestName(FerryBusNames.busName)
+        guard reply == .primaryOwner || reply == .alreadyOwner else {
+            throw BusError(name: StandardErrors.failed, message: "\(FerryBusNames.busName) is already owned by another ferryd on this bus")
+        }
+        logger.info("serving \(FerryBusNames.busName) as \(bus.uniqueName)")
+    }
+
+    // MARK: Running handlers on the core
+
+    /// Runs `body` on the core's queue and answers the invocation with its result
+    /// or with the named error it threw.
+    func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
+        core.queue.async { [core, logger] in
+            do {
+                inv.reply(try body(core))
+            } catch {
+                let e = Self.busError(error)
+                logger.debug("\(inv.interface).\(inv.member) on \(inv.path) refused: \(e.name): \(e.message)")
+                inv.fail(e)
+            }
+        }
+    }
+
+    func runOnSession(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, SessionID) throws -> [DBusValue]) {
+        guard let id = FerryBusNames.id(inPath: inv.path, kind: "session") else {
+            return inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
+        }
+        run(inv) { core in try body(core, id) }
+    }
+
+    func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {
+        guard let id = FerryBusNames.id(inPath: inv.path, kind: "transfer") else {
+            return inv.fail(Self.busError(FerryError.noSuchTransfer("no transfer at \(inv.path)")))
+        }
+        run(inv) { core in try body(core, id) }
+    }
+
+    /// For property writes, which must be accepted or refused before the reply.
+    func onCoreNow(_ body: (TransferCoordinator) throws -> Void) throws {
+        do {
+            try core.queue.sync { try body(core) }
+        } catch {
+            throw Self.busError(error)
+        }
+    }
+
+    func onCoreNow(transferAt path: String, _ body: (TransferCoordinator, TransferID) throws -> Void) throws {
+        guard let id = FerryBusNames.id(inPath: path, kind: "transfer") else {
+            throw Self.busError(FerryError.noSuchTransfer("no transfer at \(path)"))
+        }
+        try onCoreNow { core in try body(core, id) }
+    }
+
+    static func busError(_ error: Error) -> BusError {
+        switch error {
+        case let e as FerryError: return BusError(name: e.name, message: e.message)
+        case let e as BusError: return e
+        case is UploadsNotSupported:
+            return BusError(name: "org.freedesktop.DBus.Error.NotSupported", message: "uploads are not supported by this version of ferryd yet")
+        default: return BusError(name: StandardErrors.failed, message: "\(error)")
+        }
+    }
+
+    // MARK: CoreObserver (on the core's queue)
+
+    public func sessionAdded(_ session: SessionSnapshot) {
+        let object = ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
+                                    initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)])
+        bus.export(object)
+    }
+
+    public func sessionChanged(_ session: SessionSnapshot) {
+        let values = PropertyMapping.session(session, defaultDirectory: defaultDirectory)
+        update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface, values)
+    }
+
+    public func sessionRemoved(_ id: SessionID) {
+        bus.unexport(FerryBusNames.sessionPath(id))
+    }
+
+    public func transferAdded(_ transfer: TransferSnapshot) {
+        let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
+                                    initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
+        bus.export(object)
+    }
+
+    public func transferChanged(_ transfer: TransferSnapshot) {
+        update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
+    }
+
+    public func transferRemoved(_ id: TransferID, session: SessionID) {
+        bus.unexport(FerryBusNames.transferPath(id))
+    }
+
+    public func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64) {
+        let path = FerryBusNames.transferPath(id)
+        var values: [String: DBusValue] = [
+            "BytesTransferred": .int64(totalBytesWritten),
+            "BytesExpected": .int64(totalBytesExpected),
+        ]
+        if let t = core.transfer(id) {
+            values["Rate"] = .uint64(t.rate)
+            values["ExpectedEnd"] = .uint64(t.expectedEnd)
+        }
+        let rates = core.manager
+        bus.perform { [bus] in
+            bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
+            bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, [
+                "DownloadRate": .uint64(rates.downloadRate), "UploadRate": .uint64(rates.uploadRate),
+            ])
+        }
+        signal(path, FerryBusNames.transferInterface, "Progress",
+               [.int64(bytesWritten), .int64(totalBytesWritten), .int64(totalBytesExpected)])
+    }
+
+    public func transferResumedAtOffset(_ id: TransferID, offset: Int64, expectedTotal: Int64) {
+        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "ResumedAtOffset",
+               [.int64(offset), .int64(expectedTotal)])
+    }
+
+    public func transferFinished(_ id: TransferID, location: String) {
+        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Finished", [.string(location)])
+    }
+
+    public func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String) {
+        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Completed",
+               [.uint64(serial), .string(errorName), .string(errorMessage)])
+    }
+
+    public func sessionAllFinished(_ session: SessionID, counts: BatchCounts) {
+        signal(FerryBusNames.sessionPath(session), FerryBusNames.sessionInterface, "AllFinished",
+               [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
+    }
+
+    public func managerChanged(_ manager: ManagerSnapshot) {
+        update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
+    }
+
+    public func allFinished(_ counts: BatchCounts) {
+        logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
+        signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished",
+               [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
+    }
+
+    // MARK: Bus side
+
+    private func update(_ path: String, _ interface: String, _ values: [String: DBusValue]) {
+        bus.perform { [bus] in bus.object(at: path)?.setProperties(interface, values) }
+    }
+
+    private func signal(_ path: String, _ interface: String, _ name: String, _ args: [DBusValue]) {
+        do {
+            try bus.emitSignal(path: path, interface: interface, name: name, arguments: args)
+        } catch {
+            logger.error("could not emit \(interface).\(name) on \(path): \(error)")
+        }
+    }
+}

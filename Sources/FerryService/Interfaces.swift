@@ -1,0 +1,165 @@
+import DBus
+import FerryCore
+
+/// The three Ferry interfaces, as the contract gives them. Handlers are thin: they
+/// unpack arguments, run the core on its queue, and reply.
+extension FerryBusService {
+    func managerInterface() -> InterfaceSpec {
+        InterfaceSpec(
+            name: FerryBusNames.managerInterface,
+            methods: [
+                MethodSpec("OpenSession", in: [ArgSpec("identifier", "s"), ArgSpec("configuration", "a{sv}")],
+                           out: [ArgSpec("session", "o")]) { [unowned self] inv in
+                    run(inv) { core in
+                        let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
+                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update)
+                        return [.objectPath(FerryBusNames.sessionPath(id))]
+                    }
+                },
+                MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { [unowned self] inv in
+                    run(inv) { core in [.pathArray(core.sessionIDs.map(FerryBusNames.sessionPath))] }
+                },
+                MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
+                    run(inv) { core in [.pathArray(try core.transferIDs().map(FerryBusNames.transferPath))] }
+                },
+                MethodSpec("PauseAll") { [unowned self] inv in run(inv) { core in try core.pauseAll(); return [] } },
+                MethodSpec("ResumeAll") { [unowned self] inv in run(inv) { core in try core.resumeAll(); return [] } },
+                MethodSpec("CancelAll") { [unowned self] inv in run(inv) { core in try core.cancelAll(); return [] } },
+            ],
+            properties: [
+                PropertySpec("Version", "s"),
+                PropertySpec("ActiveTransfers", "u"),
+                PropertySpec("QueuedTransfers", "u"),
+                PropertySpec("DownloadRate", "t", emitsChange: false),
+                PropertySpec("UploadRate", "t", emitsChange: false),
+                PropertySpec("MaxConcurrentTransfers", "u", access: .readwrite) { [unowned self] v in
+                    try onCoreNow { core in try core.setMaxConcurrentTransfers(v.uint32 ?? 0) }
+                },
+                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] v in
+                    try onCoreNow { core in core.setSpeedLimit(v.uint64 ?? 0) }
+                },
+                PropertySpec("NotificationsEnabled", "b", access: .readwrite) { [unowned self] v in
+                    try onCoreNow { core in core.setNotificationsEnabled(v.bool ?? true) }
+                },
+            ],
+            signals: [
+                SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
+            ])
+    }
+
+    func sessionInterface() -> InterfaceSpec {
+        InterfaceSpec(
+            name: FerryBusNames.sessionInterface,
+            methods: [
+                MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
+                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        let id = try core.download(session: session, url: inv.arguments[0].string ?? "", options: options)
+                        return [.objectPath(FerryBusNames.transferPath(id))]
+                    }
+                },
+                MethodSpec("Upload", in: [ArgSpec("url", "s"), ArgSpec("file", "s"), ArgSpec("options", "a{sv}")],
+                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
+                        throw UploadsNotSupported()
+                    }
+                },
+                MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
+                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options)
+                        return [.objectPath(FerryBusNames.transferPath(id))]
+                    }
+                },
+                MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        [.pathArray(try core.transferIDs(session: session).map(FerryBusNames.transferPath))]
+                    }
+                },
+                MethodSpec("PauseAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.pauseAll(session: s); return [] } },
+                MethodSpec("ResumeAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.resumeAll(session: s); return [] } },
+                MethodSpec("CancelAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.cancelAll(session: s); return [] } },
+                MethodSpec("PendingEvents", out: [ArgSpec("events", "a(tosa{sv})")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        [.array(element: "(tosa{sv})", try core.pendingEvents(session: session).map(PropertyMapping.pendingEvent))]
+                    }
+                },
+                MethodSpec("AcknowledgeEvents", in: [ArgSpec("serial", "t")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        try core.acknowledgeEvents(session: session, upTo: inv.arguments[0].uint64 ?? 0)
+                        return []
+                    }
+                },
+                MethodSpec("Close", in: [ArgSpec("cancel_transfers", "b")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        try core.closeSession(session, cancelTransfers: inv.arguments[0].bool ?? false)
+                        return []
+                    }
+                },
+            ],
+            properties: [
+                PropertySpec("Identifier", "s"),
+                PropertySpec("Configuration", "a{sv}"),
+                PropertySpec("ActiveTransfers", "u"),
+            ],
+            signals: [
+                SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
+            ])
+    }
+
+    func transferInterface() -> InterfaceSpec {
+        InterfaceSpec(
+            name: FerryBusNames.transferInterface,
+            methods: [
+                MethodSpec("Pause", out: [ArgSpec("resume_data", "ay")]) { [unowned self] inv in
+                    runOnTransfer(inv) { core, id in [.bytes(try core.pause(id))] }
+                },
+                MethodSpec("Resume") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.resume(id); return [] } },
+                MethodSpec("Cancel") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.cancel(id); return [] } },
+                MethodSpec("Remove") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.remove(id); return [] } },
+                MethodSpec("SetUrl", in: [ArgSpec("url", "s")]) { [unowned self] inv in
+                    runOnTransfer(inv) { core, id in try core.setURL(id, url: inv.arguments[0].string ?? ""); return [] }
+                },
+            ],
+            properties: [
+                PropertySpec("Kind", "s"),
+                PropertySpec("Url", "s"),
+                PropertySpec("Session", "o"),
+                PropertySpec("Description", "s"),
+                PropertySpec("Destination", "s"),
+                PropertySpec("State", "s"),
+                PropertySpec("WaitingReason", "s"),
+                PropertySpec("BytesTransferred", "x", emitsChange: false),
+                PropertySpec("BytesExpected", "x"),
+                PropertySpec("Rate", "t", emitsChange: false),
+                PropertySpec("ExpectedEnd", "t", emitsChange: false),
+                PropertySpec("Error", "(ss)"),
+                PropertySpec("HttpStatus", "u"),
+                PropertySpec("Attempts", "u"),
+                PropertySpec("Resumable", "b"),
+                PropertySpec("Sha256", "s"),
+                PropertySpec("Created", "t"),
+                PropertySpec("Started", "t"),
+                PropertySpec("Completed", "t"),
+                PropertySpec("Priority", "i", access: .readwrite) { [unowned self] (v: DBusValue, path: String) in
+                    try onCoreNow(transferAt: path) { core, id in try core.setPriority(id, v.int32 ?? 0) }
+                },
+                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, path: String) in
+                    try onCoreNow(transferAt: path) { core, id in try core.setTransferSpeedLimit(id, v.uint64 ?? 0) }
+                },
+            ],
+            signals: [
+                SignalSpec("Progress", [ArgSpec("bytes_written", "x"), ArgSpec("total_bytes_written", "x"),
+                                        ArgSpec("total_bytes_expected", "x")]),
+                SignalSpec("ResumedAtOffset", [ArgSpec("offset", "x"), ArgSpec("expected_total", "x")]),
+                SignalSpec("Finished", [ArgSpec("location", "s")]),
+                SignalSpec("Completed", [ArgSpec("serial", "t"), ArgSpec("error_name", "s"), ArgSpec("error_message", "s")]),
+            ])
+    }
+}
+
+/// `Upload` is in the contract; the upload engine is not built yet.
+struct UploadsNotSupported: Error {}

@@ -1,0 +1,107 @@
+import DBus
+import FerryCore
+
+/// Turns the `a{sv}` arguments of the bus API into the core's typed structs.
+/// Unknown keys and wrong types are refused with `InvalidArgument`, naming the key.
+enum OptionParsing {
+    private static func typed<T>(_ key: String, _ value: DBusValue, _ type: String, _ get: (DBusValue) -> T?) throws -> T {
+        guard let v = get(value) else {
+            throw FerryError.invalidArgument("option '\(key)' must be of D-Bus type '\(type)', not '\(value.signature)'")
+        }
+        return v
+    }
+
+    private static func unknown(_ key: String, _ known: [String]) -> FerryError {
+        .invalidArgument("unknown option '\(key)'; known options: \(known.joined(separator: ", "))")
+    }
+
+    static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
+                                    "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
+                                    "application-id"]
+
+    static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
+        var u = SessionConfigurationUpdate()
+        for (key, value) in dict {
+            switch key {
+            case "persistent": u.persistent = try typed(key, value, "b") { $0.bool }
+            case "directory": u.directory = try typed(key, value, "s") { $0.string }
+            case "headers": u.headers = try typed(key, value, "a{ss}") { $0.stringDict }
+            case "max-connections-per-host": u.maxConnectionsPerHost = try typed(key, value, "u") { $0.uint32 }
+            case "request-timeout": u.requestTimeout = try typed(key, value, "d") { $0.double }
+            case "resource-timeout": u.resourceTimeout = try typed(key, value, "d") { $0.double }
+            case "allow-metered": u.allowMetered = try typed(key, value, "b") { $0.bool }
+            case "notify": u.notify = try typed(key, value, "b") { $0.bool }
+            case "speed-limit": u.speedLimit = try typed(key, value, "t") { $0.uint64 }
+            case "retries": u.retries = try typed(key, value, "u") { $0.uint32 }
+            case "proxy": u.proxy = try typed(key, value, "s") { $0.string }
+            case "application-id": u.applicationID = try typed(key, value, "s") { $0.string }
+            default: throw unknown(key, configurationKeys)
+            }
+        }
+        return u
+    }
+
+    static func configurationValue(_ c: SessionConfiguration, defaultDirectory: String) -> DBusValue {
+        .vardict([
+            "persistent": .boolean(c.persistent),
+            "directory": .string(c.directory ?? defaultDirectory),
+            "headers": .stringDict(c.headers),
+            "max-connections-per-host": .uint32(c.maxConnectionsPerHost),
+            "request-timeout": .double(c.requestTimeout),
+            "resource-timeout": .double(c.resourceTimeout),
+            "allow-metered": .boolean(c.allowMetered),
+            "notify": .boolean(c.notify),
+            "speed-limit": .uint64(c.speedLimit),
+            "retries": .uint32(c.retries),
+            "proxy": .string(c.proxy ?? ""),
+            "application-id": .string(c.applicationID),
+        ])
+    }
+
+    static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
+                               "speed-limit", "connections", "overwrite", "start"]
+
+    static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
+        var o = DownloadOptions()
+        for (key, value) in dict {
+            switch key {
+            case "destination": o.destination = try typed(key, value, "s") { $0.string }
+            case "headers": o.headers = try typed(key, value, "a{ss}") { $0.stringDict }
+            case "description": o.description = try typed(key, value, "s") { $0.string }
+            case "sha256": o.sha256 = try typed(key, value, "s") { $0.string }
+            case "start-after": o.startAfter = try typed(key, value, "t") { $0.uint64 }
+            case "priority": o.priority = try typed(key, value, "i") { $0.int32 }
+            case "speed-limit": o.speedLimit = try typed(key, value, "t") { $0.uint64 }
+            case "connections": o.connections = try typed(key, value, "u") { $0.uint32 }
+            case "overwrite": o.overwrite = try typed(key, value, "b") { $0.bool }
+            case "start": o.start = try typed(key, value, "b") { $0.bool }
+            default: throw unknown(key, downloadKeys)
+            }
+        }
+        return o
+    }
+
+    static let uploadKeys = ["method", "headers", "description", "content-type", "form-field", "start"]
+
+    /// Checks upload options (keys and types) even though uploads are not run yet.
+    static func checkUpload(_ dict: [String: DBusValue]) throws {
+        for (key, value) in dict {
+            switch key {
+            case "method":
+                let m = try typed(key, value, "s") { $0.string }
+                guard m == "PUT" || m == "POST" else { throw FerryError.invalidArgument("option 'method' must be PUT or POST, not '\(m)'") }
+            case "headers": _ = try typed(key, value, "a{ss}") { $0.stringDict }
+            case "description", "content-type", "form-field": _ = try typed(key, value, "s") { $0.string }
+            case "start": _ = try typed(key, value, "b") { $0.bool }
+            default: throw unknown(key, uploadKeys)
+            }
+        }
+    }
+
+    /// The bus form of the caller's `a{sv}` argument. The method signature has been
+    /// checked already, so this cannot fail for well-formed calls.
+    static func vardict(_ value: DBusValue) throws -> [String: DBusValue] {
+        guard let d = value.vardict else { throw FerryError.invalidArgument("expected a dictionary of type a{sv}") }
+        return d
+    }
+}

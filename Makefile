@@ -17,7 +17,7 @@ PYTHON  ?= python3
 export PATH := $(PATH):/opt/swift/usr/bin
 
 # Debian packages the build, the tests, the demo and the benchmark use.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev dbus pkg-config python3 nginx-light curl
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev libsqlite3-dev dbus pkg-config python3 nginx-light curl
 
 SERVICE_FILE := $(DESTDIR)$(DATADIR)/dbus-1/services/org.ferry.Ferry1.service
 XML_FILE     := $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.ferry.Ferry1.xml

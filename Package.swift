@@ -15,6 +15,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
     ],
     targets: [
         // C libraries, as Debian's -dev packages ship them.
@@ -36,6 +37,12 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
+        // The durable store: SQLite (through GRDB) under $XDG_STATE_HOME/ferry.
+        .target(name: "FerryStore", dependencies: [
+            "FerryCore",
+            .product(name: "GRDB", package: "GRDB.swift"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // D-Bus adapters: org.ferry.Ferry1 objects over the core.
         .target(name: "FerryService", dependencies: [
             "DBus", "FerryCore",
@@ -44,7 +51,7 @@ let package = Package(
         // Typed client for the bus API.
         .target(name: "FerryClient", dependencies: ["DBus"]),
         .executableTarget(name: "ferryd", dependencies: [
-            "FerryService", "FerryEngine", "FerryCore",
+            "FerryService", "FerryEngine", "FerryCore", "FerryStore",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -63,6 +70,7 @@ let package = Package(
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
         .testTarget(name: "FerryEngineTests", dependencies: ["FerryEngine", "FerryCore", "FerryTestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "DBus", "FerryTestSupport"]),
     ],

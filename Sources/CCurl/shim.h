@@ -28,4 +28,12 @@ static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
 /* curl_global_init's flag macros combine other macros; spell the default here. */
 static inline CURLcode ferry_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+/* Not curl, but FerryEngine's only C module: glibc declares sync_file_range only
+   under _GNU_SOURCE, which Swift's Glibc module is not built with. Same prototype as
+   glibc's. Starts write-out of a finished region of a part file (SYNC_FILE_RANGE_WRITE). */
+extern int sync_file_range(int __fd, __off64_t __offset, __off64_t __count, unsigned int __flags);
+static inline int ferry_start_writeback(int fd, long long offset, long long count) {
+    return sync_file_range(fd, (__off64_t)offset, (__off64_t)count, 2 /* SYNC_FILE_RANGE_WRITE */);
+}
+
 #endif

@@ -46,6 +46,7 @@ public final class BusMessage: @unchecked Sendable {
 
     /// A method return for this method call.
     public func makeReturn() throws -> BusMessage {
+        try checkReceived()
         guard let m = dbus_message_new_method_return(raw) else { throw BusError.outOfMemory }
         return BusMessage(owning: m)
     }
@@ -53,10 +54,17 @@ public final class BusMessage: @unchecked Sendable {
     /// An error reply for this method call. An invalid error name becomes
     /// `org.freedesktop.DBus.Error.Failed` rather than aborting in libdbus.
     public func makeError(name: String, message: String) throws -> BusMessage {
+        try checkReceived()
         let safeName = BusNames.isValidErrorName(name) ? name : StandardErrors.failed
         let safeMessage = String(message.unicodeScalars.filter { $0 != "\0" })
         guard let m = dbus_message_new_error(raw, safeName, safeMessage) else { throw BusError.outOfMemory }
         return BusMessage(owning: m)
+    }
+
+    /// libdbus aborts when asked to reply to a message that has no serial yet
+    /// (one built here and never sent).
+    private func checkReceived() throws {
+        guard serial != 0 else { throw BusError(name: StandardErrors.failed, message: "cannot reply to a message that was never sent") }
     }
 
     // MARK: Header
@@ -85,6 +93,12 @@ public final class BusMessage: @unchecked Sendable {
     /// bad value throws instead of tripping libdbus's assertions.
     public func append(_ values: [DBusValue]) throws {
         for v in values { try Marshal.check(v) }
+        // libdbus writes a body signature over 255 characters or nested too deeply
+        // without complaint, and the bus then disconnects us for the invalid message.
+        let whole = signature + values.map(\.signature).joined()
+        guard BusNames.isValidSignature(whole) else {
+            throw BusError.invalidArgs("the body's signature would be '\(whole)': over 255 characters or nested too deeply")
+        }
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(raw, &iter)
         for v in values { try Marshal.write(v, into: &iter) }

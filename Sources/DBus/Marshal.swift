@@ -3,9 +3,16 @@ import Glibc
 
 /// Moves `DBusValue`s in and out of libdbus message iterators.
 enum Marshal {
+    /// How deep containers may nest, variants included (the spec's 2 × 32); receivers
+    /// refuse deeper messages, and the bus disconnects their sender.
+    static let maximumDepth = 64
+
     /// Rejects what libdbus would abort on: invalid paths and signatures, NUL in
-    /// strings, arrays whose items do not match their element type, empty structs.
-    static func check(_ v: DBusValue) throws {
+    /// strings, arrays whose items do not match their element type, empty structs,
+    /// variants whose type is too long or nested too deeply.
+    /// `depth`: how many containers hold `v`.
+    static func check(_ v: DBusValue, depth: Int = 0) throws {
+        guard depth <= maximumDepth else { throw BusError.invalidArgs("values nested more than \(maximumDepth) deep") }
         switch v {
         case .string(let s):
             guard !s.utf8.contains(0) else { throw BusError.invalidArgs("string contains a NUL character") }
@@ -19,7 +26,7 @@ enum Marshal {
                 guard item.signature == element || (element == "y" && item.signature == "y") else {
                     throw BusError.invalidArgs("array of '\(element)' holds a '\(item.signature)'")
                 }
-                try check(item)
+                try check(item, depth: depth + 1)
             }
         case .dictionary(let k, let vsig, let entries):
             guard k.utf8.count == 1, BusNames.isValidSingleType(k), !["a", "v", "(", "{"].contains(k) else {
@@ -30,14 +37,19 @@ enum Marshal {
                 guard e.key.signature == k, e.value.signature == vsig else {
                     throw BusError.invalidArgs("dictionary a{\(k)\(vsig)} holds a \(e.key.signature) -> \(e.value.signature) entry")
                 }
-                try check(e.key)
-                try check(e.value)
+                try check(e.key, depth: depth + 2)
+                try check(e.value, depth: depth + 2)
             }
         case .structure(let fields):
             guard !fields.isEmpty else { throw BusError.invalidArgs("empty structure") }
-            for f in fields { try check(f) }
+            for f in fields { try check(f, depth: depth + 1) }
         case .variant(let inner):
-            try check(inner)
+            try check(inner, depth: depth + 1)
+            // libdbus aborts on a variant whose signature is invalid (over 255
+            // characters, or arrays or structs nested over 32 deep).
+            guard BusNames.isValidSingleType(inner.signature) else {
+                throw BusError.invalidArgs("a variant cannot hold a value of type '\(inner.signature)'")
+            }
         default:
             break
         }

@@ -1,7 +1,9 @@
 import Foundation
 
 /// What the core takes from the world outside it: the clock, the default download
-/// directory and the version. Tests inject a fake clock and temporary directories.
+/// directory, the version, the retry policy, free disk space and how often progress is
+/// checkpointed. Tests inject a fake clock, temporary directories, tiny backoffs and a
+/// fake file system size.
 public struct CoreEnvironment {
     /// Microseconds since the Unix epoch.
     public var now: () -> UInt64
@@ -9,29 +11,47 @@ public struct CoreEnvironment {
     public var defaultDownloadDirectory: () -> String
     /// The daemon's version (the Manager's `Version` property).
     public var version: String
-    /// Decides whether a failed attempt is tried again. Retries are not enabled yet:
-    /// the default fails at once.
+    /// Decides whether a failed attempt is tried again, and after how long.
     public var retryPolicy: RetryPolicy
+    /// Bytes free for an unprivileged user on the file system holding `path` (a
+    /// directory); nil when unknown (then nothing is refused for lack of space).
+    public var freeSpace: (_ path: String) -> Int64?
+    /// Seconds between two stored checkpoints of a running transfer's offset (the store
+    /// is not written per chunk; the `.part` file's real size wins after a restart).
+    public var checkpointInterval: Double
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
     ///   - defaultDownloadDirectory: the XDG download directory by default
     ///     (`XDG_DOWNLOAD_DIR` from `user-dirs.dirs`, else `~/Downloads`, created if missing).
     ///   - version: the daemon's version.
-    ///   - retryPolicy: `.never` by default.
+    ///   - retryPolicy: `.standard()` by default (exponential backoff from 2 s to 5 min, with jitter).
+    ///   - freeSpace: `statvfs` through Foundation by default.
+    ///   - checkpointInterval: 5 seconds by default.
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
-                retryPolicy: RetryPolicy = .never) {
+                retryPolicy: RetryPolicy = .standard(),
+                freeSpace: @escaping (String) -> Int64? = CoreEnvironment.systemFreeSpace,
+                checkpointInterval: Double = 5) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
         self.retryPolicy = retryPolicy
+        self.freeSpace = freeSpace
+        self.checkpointInterval = checkpointInterval
     }
 
     /// The wall clock in microseconds since the Unix epoch.
     public static func systemClock() -> UInt64 {
         let seconds = Date().timeIntervalSince1970
         return seconds > 0 ? UInt64(seconds * 1_000_000) : 0
+    }
+
+    /// Free bytes on the file system holding `path`, from `statvfs`.
+    public static func systemFreeSpace(_ path: String) -> Int64? {
+        guard let attributes = try? FileManager.default.attributesOfFileSystem(forPath: path),
+              let free = attributes[.systemFreeSize] as? NSNumber else { return nil }
+        return free.int64Value
     }
 }

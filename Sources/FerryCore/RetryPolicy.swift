@@ -7,35 +7,60 @@ public enum RetryDecision: Equatable, Sendable {
 }
 
 /// Decides whether a failed attempt is tried again. Kept apart from the coordinator so
-/// that backoff rules can change without touching the state handling.
+/// that backoff rules can change without touching the state handling. The coordinator
+/// adds what a policy cannot see: a server's `Retry-After` (the wait is at least that
+/// long) and the session's `resource-timeout` (no wait past it).
 public struct RetryPolicy {
-    /// - Parameters: the failure, the attempts made so far, the session's `retries` setting.
+    /// - Parameters: the failure; the attempts made in this run so far, the failed one
+    ///   included (1 after the first failure); the session's `retries` setting.
     public var decide: (FerryError, _ attempts: UInt32, _ maxRetries: UInt32) -> RetryDecision
 
     public init(decide: @escaping (FerryError, UInt32, UInt32) -> RetryDecision) {
         self.decide = decide
     }
 
-    /// Every failure is final (the behaviour until retries are switched on).
+    /// Every failure is final.
     public static let never = RetryPolicy { _, _, _ in .fail }
 
-    /// Transient failures (network, timeout, HTTP 408/429/5xx) are retried up to the
-    /// session's `retries`, after `base * 2^(attempt-1)` seconds, at most `cap`.
-    public static func exponentialBackoff(base: Double = 2, cap: Double = 300) -> RetryPolicy {
+    /// Transient failures (`isTransient`) are retried up to the session's `retries`,
+    /// after `base * 2^(attempts-1)` seconds, at most `cap`, each spread by up to
+    /// ±`jitter` (a fraction) so that many transfers failing together do not come back
+    /// together. `random` gives numbers in 0..<1 (injectable for tests).
+    public static func exponentialBackoff(base: Double = 2, cap: Double = 300, jitter: Double = 0,
+                                          random: @escaping () -> Double = { Double.random(in: 0..<1) }) -> RetryPolicy {
         RetryPolicy { error, attempts, maxRetries in
             guard isTransient(error), attempts <= maxRetries else { return .fail }
             let exponent = Double(max(attempts, 1) - 1)
-            return .retry(afterSeconds: min(cap, base * pow2(exponent)))
+            var delay = min(cap, base * pow2(exponent))
+            if jitter > 0 {
+                delay *= 1 + jitter * (2 * random() - 1)
+                delay = min(max(delay, 0), cap)
+            }
+            return .retry(afterSeconds: delay)
         }
     }
 
-    /// Failures that may go away by themselves.
+    /// The daemon's policy: exponential backoff from `base` seconds up to `cap`, ±20 %
+    /// jitter. `ferryd` takes a smaller base from `FERRY_RETRY_BASE_MS` (a testing knob).
+    public static func standard(base: Double = 2, cap: Double = 300) -> RetryPolicy {
+        exponentialBackoff(base: base, cap: cap, jitter: 0.2)
+    }
+
+    /// Failures that may go away by themselves: network errors (refused, reset, DNS,
+    /// dropped mid-body), timeouts (including a stalled transfer) and HTTP 408, 429
+    /// and 5xx. Everything else (other 4xx, TLS, too many redirects, checksum, disk)
+    /// is permanent.
     public static func isTransient(_ error: FerryError) -> Bool {
         switch error {
         case .network, .timeout: return true
-        case .http(let status, _): return status == 408 || status == 429 || status >= 500
+        case .http(let status, _): return isTransient(status: status)
         default: return false
         }
+    }
+
+    /// HTTP statuses worth trying again: 408, 429 and 5xx.
+    public static func isTransient(status: Int) -> Bool {
+        status == 408 || status == 429 || status >= 500
     }
 
     private static func pow2(_ e: Double) -> Double {

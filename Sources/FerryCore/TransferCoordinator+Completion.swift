@@ -28,11 +28,12 @@ extension TransferCoordinator {
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
         t.move(to: .completed)
-        publishChanged(t)
-        observer?.transferFinished(t.id, location: location)
+        // The final state and its event are stored together, before either is announced.
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
                                               bytes: bytesOnDisk, sha256: digest), session: t.session)
-        observer?.transferCompleted(t.id, serial: serial, errorName: "", errorMessage: "")
+        publishChanged(t)
+        announce?.transferFinished(t.id, location: location)
+        announce?.transferCompleted(t.id, serial: serial, errorName: "", errorMessage: "")
         reachedFinalState(t)
     }
 
@@ -42,7 +43,7 @@ extension TransferCoordinator {
     private func moveIntoPlace(_ t: TransferRecord) throws -> String {
         let part = t.partPath
         if t.options.overwrite {
-            try fileManager.moveItem(atPath: part, toPath: t.destination)
+            try replace(t.destination, with: part)
             return t.destination
         }
         let resolver = self.resolver(except: t.id)
@@ -69,28 +70,32 @@ extension TransferCoordinator {
         throw FerryError.disk("no free file name")
     }
 
+    /// Puts `source` in place of `target`. Foundation cannot rename over a file, so the
+    /// old file steps aside first and comes back if the move fails.
+    private func replace(_ target: String, with source: String) throws {
+        guard FileSystemChecks.exists(target, fileManager: fileManager) else {
+            try fileManager.moveItem(atPath: source, toPath: target)
+            return
+        }
+        let aside = FileSystemChecks.join(FileSystemChecks.directoryName(target),
+                                          ".\(FileSystemChecks.baseName(target)).ferry-replaced-\(UUID().uuidString.prefix(8))")
+        try fileManager.moveItem(atPath: target, toPath: aside)
+        do {
+            try fileManager.moveItem(atPath: source, toPath: target)
+        } catch {
+            try? fileManager.moveItem(atPath: aside, toPath: target)
+            throw error
+        }
+        try? fileManager.removeItem(atPath: aside)
+    }
+
     /// One more transferProgress with the final counts, unless the last one had them.
     private func sendFinalProgress(_ t: TransferRecord) {
         let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
         if let last = t.lastProgress, last.total == total, last.expected == expected { return }
         let written = total - (t.lastProgress?.total ?? t.attemptOffset)
         t.lastProgress = (total, expected)
-        observer?.transferProgress(t.id, bytesWritten: max(written, 0), totalBytesWritten: total, totalBytesExpected: expected)
-    }
-
-    /// An attempt failed: the retry policy decides between waiting and failing.
-    func attemptFailed(_ t: TransferRecord, _ error: FerryError) {
-        if case .http(let status, _) = error { t.snapshot.httpStatus = UInt32(clamping: status) }
-        let maxRetries = sessions[t.session]?.configuration.retries ?? 0
-        switch environment.retryPolicy.decide(error, t.snapshot.attempts, maxRetries) {
-        case .retry(let seconds) where seconds.isFinite && seconds >= 0:
-            t.notBefore = environment.now() + UInt64(seconds * 1_000_000)
-            t.move(to: .waiting, waiting: .retry)
-            armDueTimer(t)
-            publishChanged(t)
-        default:
-            failTransfer(t, error)
-        }
+        announce?.transferProgress(t.id, bytesWritten: max(written, 0), totalBytesWritten: total, totalBytesExpected: expected)
     }
 
     /// The transfer fails for good (until resumed).
@@ -100,15 +105,16 @@ extension TransferCoordinator {
             status = UInt32(clamping: code)
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
+        t.cancelDueTimer()
         t.move(to: .failed)
         t.snapshot.errorName = error.name
         t.snapshot.errorMessage = error.message
         t.snapshot.completed = environment.now()
-        publishChanged(t)
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .failed, errorName: error.name,
                                               errorMessage: error.message, httpStatus: status,
                                               bytes: t.snapshot.bytesTransferred), session: t.session)
-        observer?.transferCompleted(t.id, serial: serial, errorName: error.name, errorMessage: error.message)
+        publishChanged(t)
+        announce?.transferCompleted(t.id, serial: serial, errorName: error.name, errorMessage: error.message)
         reachedFinalState(t)
     }
 
@@ -122,12 +128,12 @@ extension TransferCoordinator {
         if !transfers.values.contains(where: { $0.session == s.id && $0.state.isActive }) {
             let counts = s.batch
             s.batch = BatchCounts()
-            observer?.sessionAllFinished(s.id, counts: counts)
+            announce?.sessionAllFinished(s.id, counts: counts)
         }
         if !transfers.values.contains(where: { $0.state.isActive }) {
             let counts = batch
             batch = BatchCounts()
-            observer?.allFinished(counts)
+            announce?.allFinished(counts)
         }
         finishClosingIfDone(s)
     }

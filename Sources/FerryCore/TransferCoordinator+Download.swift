@@ -15,18 +15,35 @@ extension TransferCoordinator {
         let resolved = try resolver(except: nil).resolve(requested: options.destination, defaultDirectory: defaultDirectory,
                                                           suggestedName: requestURL.suggestedFileName,
                                                           overwrite: options.overwrite)
-        return mutate {
+        return try mutate {
             let id = nextTransferID
-            nextTransferID += 1
             let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
                                             destination: resolved.path, state: .queued, created: environment.now(),
                                             priority: options.priority, speedLimit: options.speedLimit)
             let t = TransferRecord(snapshot: snapshot, options: options, host: requestURL.host,
                                    directory: resolved.directory, serverMayName: resolved.serverMayName)
             t.notBefore = options.startAfter
+            try persistNew(t)
             add(t)
             return id
         }
+    }
+
+    /// Gives a new transfer its first state and, in a persistent session, writes it
+    /// (with the advanced counter) before anything else happens: once `Download`
+    /// answers, the transfer survives a crash. Then takes its id.
+    /// - Throws: `StoreError`; then nothing has changed.
+    private func persistNew(_ t: TransferRecord) throws {
+        setInitialState(t)
+        var next = counters
+        next.nextTransferID = t.id + 1
+        if isPersistent(t.session) {
+            let stored = t.stored
+            try writeNow([.saveTransfer(stored)], counters: next)
+            t.persisted = stored
+            t.lastCheckpoint = environment.now()
+        }
+        nextTransferID = next.nextTransferID
     }
 
     /// A new download continuing from `resumeData` (from `pause`). It takes over the
@@ -62,9 +79,8 @@ extension TransferCoordinator {
         if let busy = owners.first(where: { $0.state.isActive }) {
             throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
         }
-        return mutate {
+        return try mutate {
             let id = nextTransferID
-            nextTransferID += 1
             var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
                                             destination: data.destination, state: .queued,
                                             bytesTransferred: partSize ?? 0, bytesExpected: data.expected,
@@ -78,6 +94,7 @@ extension TransferCoordinator {
             t.etag = data.etag
             t.lastModified = data.lastModified
             t.notBefore = options.startAfter
+            try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)
             for owner in owners {
@@ -87,17 +104,23 @@ extension TransferCoordinator {
         }
     }
 
-    /// Registers a new transfer in its first state (queued, waiting or paused).
-    func add(_ t: TransferRecord) {
-        transfers[t.id] = t
+    /// A new transfer's first state: paused (`start` false), waiting (`start-after` in
+    /// the future) or queued.
+    private func setInitialState(_ t: TransferRecord) {
         if !t.options.start {
             t.snapshot.state = .paused
         } else if t.notBefore > environment.now() {
             t.snapshot.state = .waiting
             t.snapshot.waitingReason = WaitingReason.startAfter.rawValue
         }
+    }
+
+    /// Registers a new transfer (in its first state, already stored) and announces it.
+    func add(_ t: TransferRecord) {
+        transfers[t.id] = t
+        stageTransfer(t)
         t.published = t.snapshot
-        observer?.transferAdded(t.snapshot)
+        announce?.transferAdded(t.snapshot)
         if t.state == .waiting { armDueTimer(t) }
     }
 

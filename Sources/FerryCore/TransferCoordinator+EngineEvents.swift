@@ -16,6 +16,12 @@ extension TransferCoordinator {
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
         guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        if r.isFailure {
+            // The attempt fails next; keep the validators of the bytes on disk.
+            t.retryAfter = r.retryAfter
+            t.snapshot.httpStatus = UInt32(clamping: r.status)
+            return
+        }
         t.etag = r.etag
         t.lastModified = r.lastModified
         t.snapshot.httpStatus = UInt32(clamping: r.status)
@@ -28,9 +34,15 @@ extension TransferCoordinator {
                 adoptServerName(t, name)
             }
         }
+        if r.expectedTotal >= 0, let error = spaceShortage(t, bytesToWrite: r.expectedTotal - max(r.startOffset, 0)) {
+            // It cannot fit: stop now rather than fill the disk; the part file stays.
+            stopAttemptIfRunning(t)
+            failTransfer(t, error)
+            return
+        }
         publishChanged(t)
         if r.startOffset > 0 && t.attemptOffset > 0 {
-            observer?.transferResumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected)
+            announce?.transferResumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected)
         }
     }
 
@@ -67,7 +79,8 @@ extension TransferCoordinator {
         t.snapshot.rate = t.rate.rate
         t.snapshot.expectedEnd = t.rate.expectedEnd(now: now, done: total, total: t.snapshot.bytesExpected)
         t.lastProgress = (total, t.snapshot.bytesExpected)
-        observer?.transferProgress(id, bytesWritten: written, totalBytesWritten: total,
+        checkpointProgress(t)
+        announce?.transferProgress(id, bytesWritten: written, totalBytesWritten: total,
                                    totalBytesExpected: t.snapshot.bytesExpected)
     }
 
@@ -80,10 +93,12 @@ extension TransferCoordinator {
         settlePartFile(t)
         if t.stopInFlight {
             t.stopInFlight = false
+            // Paused or cancelled meanwhile (maybe resumed since): only the bytes count.
             if t.state == .cancelled {
                 deletePartFiles(t)
-            } else if let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) {
-                t.snapshot.bytesTransferred = size
+            } else {
+                t.snapshot.bytesTransferred = outcome.bytesOnDisk
+                stageTransfer(t)
             }
             return
         }
@@ -115,5 +130,13 @@ extension TransferCoordinator {
             }
         }
         t.enginePartPath = t.partPath
+    }
+}
+
+extension EngineOutcome {
+    var bytesOnDisk: Int64 {
+        switch self {
+        case .succeeded(let bytes, _), .failed(_, let bytes), .stopped(let bytes): return bytes
+        }
     }
 }

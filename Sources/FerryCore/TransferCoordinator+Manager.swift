@@ -9,23 +9,58 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         try SessionValidation.validateIdentifier(identifier)
         try SessionValidation.validate(configuration, fileManager: fileManager)
-        return mutate {
+        return try mutate {
             // A closing session no longer answers to its identifier: opening it again
             // makes a new session.
             if let existing = sessions.values.first(where: { $0.identifier == identifier && !$0.isClosing }) {
-                if existing.configuration.apply(configuration) {
+                var config = existing.configuration
+                if config.apply(configuration) {
+                    try persistConfiguration(existing, config)
                     existing.publishedActive = activeCount(existing.id)
-                    observer?.sessionChanged(snapshot(of: existing))
+                    announce?.sessionChanged(snapshot(of: existing))
                 }
                 return (existing.id, false)
             }
             var config = SessionConfiguration()
             _ = config.apply(configuration)
             let session = SessionRecord(id: nextSessionID, identifier: identifier, configuration: config)
-            nextSessionID += 1
+            var next = counters
+            next.nextSessionID = session.id + 1
+            if config.persistent {
+                try writeNow([.saveSession(storedSession(session))], counters: next)
+            }
+            nextSessionID = next.nextSessionID
             sessions[session.id] = session
-            observer?.sessionAdded(snapshot(of: session))
+            announce?.sessionAdded(snapshot(of: session))
             return (session.id, true)
+        }
+    }
+
+    /// Stores a re-opened session's new configuration before it takes effect. A session
+    /// that becomes persistent is written with its transfers and pending events; one
+    /// that becomes ephemeral is deleted from the store.
+    /// - Throws: `StoreError`; then nothing has changed.
+    private func persistConfiguration(_ s: SessionRecord, _ config: SessionConfiguration) throws {
+        let was = s.configuration.persistent
+        let own = transfers.values.filter { $0.session == s.id }.sorted { $0.id < $1.id }
+        var updated = storedSession(s)
+        updated.configuration = config
+        if config.persistent {
+            var operations: [StoreOperation] = [.saveSession(updated)]
+            if !was {
+                operations += own.map { .saveTransfer($0.stored) }
+                operations += s.pendingEvents.map { .appendEvent(s.id, $0) }
+            }
+            try writeNow(operations, counters: counters)
+        } else if was {
+            try writeNow([.deleteSession(s.id)], counters: counters)
+        }
+        s.configuration = config
+        if config.persistent != was {
+            for t in own {
+                t.persisted = config.persistent ? t.stored : nil
+                t.lastCheckpoint = environment.now()
+            }
         }
     }
 
@@ -93,18 +128,27 @@ extension TransferCoordinator {
         guard (1...64).contains(n) else {
             throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between 1 and 64")
         }
-        mutate { maxConcurrentTransfers = n }
+        mutate {
+            maxConcurrentTransfers = n
+            stageSettings()
+        }
     }
 
     /// Bytes/s over all transfers, 0 = none; shared evenly by the running ones.
     public func setSpeedLimit(_ bps: UInt64) {
         dispatchPrecondition(condition: .onQueue(queue))
-        mutate { globalSpeedLimit = bps }
+        mutate {
+            globalSpeedLimit = bps
+            stageSettings()
+        }
     }
 
     /// Whether AllFinished posts a desktop notification (the notifier reads it).
     public func setNotificationsEnabled(_ on: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
-        mutate { notificationsEnabled = on }
+        mutate {
+            notificationsEnabled = on
+            stageSettings()
+        }
     }
 }

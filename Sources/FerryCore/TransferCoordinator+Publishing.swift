@@ -1,10 +1,12 @@
 extension TransferCoordinator {
-    /// transferChanged when a signalled field differs from what was last sent.
+    /// Stages the transfer for the store, then sends transferChanged when a signalled
+    /// field differs from what was last sent.
     func publishChanged(_ t: TransferRecord) {
+        stageTransfer(t)
         let current = TransferRecord.signalled(t.snapshot)
         if let published = t.published, TransferRecord.signalled(published) == current { return }
         t.published = t.snapshot
-        observer?.transferChanged(t.snapshot)
+        announce?.transferChanged(t.snapshot)
     }
 
     /// sessionChanged for sessions whose ActiveTransfers changed; managerChanged when
@@ -15,7 +17,7 @@ extension TransferCoordinator {
             let active = activeCount(s.id)
             if active != s.publishedActive {
                 s.publishedActive = active
-                observer?.sessionChanged(snapshot(of: s))
+                announce?.sessionChanged(snapshot(of: s))
             }
         }
         let current = manager
@@ -24,7 +26,7 @@ extension TransferCoordinator {
         comparable.uploadRate = publishedManager.uploadRate
         if comparable != publishedManager {
             publishedManager = current
-            observer?.managerChanged(current)
+            announce?.managerChanged(current)
         }
     }
 }

@@ -6,19 +6,33 @@ extension TransferCoordinator {
     /// to date. Runs at the end of every change (`mutate`).
     func schedule() {
         guard isStarted, !isShutDown else { return }
-        let running = transfers.values.filter { $0.state == .running }
-        // A transfer whose previous attempt is still stopping waits for it to end.
-        let queued = transfers.values.filter { $0.state == .queued && !$0.stopInFlight }
-        let scheduler = TransferScheduler(maxConcurrent: Int(maxConcurrentTransfers))
-        let picks = scheduler.select(queued: queued.map(schedulerEntry), running: running.map(schedulerEntry)) { [unowned self] id in
-            Int(self.sessions[id]?.configuration.maxConnectionsPerHost ?? 6)
-        }
-        let starting = picks.compactMap { transfers[$0] }
-        for t in starting { prepareAttempt(t) }
-        applySpeedLimits(starting: Set(picks))
-        for t in starting {
-            publishChanged(t)
-            engine.start(request(for: t))
+        // Picks refused at the start (no disk space, resource-timeout over) fail and
+        // free their places for the next round.
+        var refused = true
+        while refused {
+            refused = false
+            let running = transfers.values.filter { $0.state == .running }
+            // A transfer whose previous attempt is still stopping waits for it to end.
+            let queued = transfers.values.filter { $0.state == .queued && !$0.stopInFlight }
+            let scheduler = TransferScheduler(maxConcurrent: Int(maxConcurrentTransfers))
+            let picks = scheduler.select(queued: queued.map(schedulerEntry), running: running.map(schedulerEntry)) { [unowned self] id in
+                Int(self.sessions[id]?.configuration.maxConnectionsPerHost ?? 6)
+            }
+            var starting: [TransferRecord] = []
+            for t in picks.compactMap({ transfers[$0] }) {
+                if let error = startBlocker(t) {
+                    refused = true
+                    failTransfer(t, error)
+                } else {
+                    starting.append(t)
+                }
+            }
+            for t in starting { prepareAttempt(t) }
+            applySpeedLimits(starting: Set(starting.map(\.id)))
+            for t in starting {
+                publishChanged(t)
+                engine.start(request(for: t))
+            }
         }
     }
 
@@ -41,6 +55,9 @@ extension TransferCoordinator {
         t.move(to: .running)
         t.snapshot.attempts += 1
         if t.snapshot.started == 0 { t.snapshot.started = now }
+        t.retryAfter = nil
+        if t.resourceStarted == 0 { t.resourceStarted = now }
+        if t.deadlineTimer == nil { armDeadlineTimer(t) }
         t.snapshot.bytesTransferred = offset
         t.rate.reset(at: now)
         t.lastProgress = nil

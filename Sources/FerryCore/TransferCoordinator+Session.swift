@@ -17,7 +17,12 @@ extension TransferCoordinator {
     public func acknowledgeEvents(session: SessionID, upTo serial: UInt64) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let s = try sessionRecord(session)
+        let before = s.pendingEvents.count
         s.pendingEvents.removeAll { $0.serial <= serial }
+        if s.configuration.persistent && s.pendingEvents.count != before {
+            pendingWrites.append(.acknowledgeEvents(s.id, upTo: serial))
+            flushStore()
+        }
     }
 
     /// Forgets the session. With `cancelTransfers` its unfinished transfers are
@@ -29,6 +34,7 @@ extension TransferCoordinator {
         let s = try sessionRecord(id)
         mutate {
             s.isClosing = true
+            stageSession(s)
             if cancelTransfers {
                 for t in transfers.values.filter({ $0.session == id }).sorted(by: { $0.id < $1.id })
                 where TransferStateMachine.Action.cancel.allowedStates.contains(t.state) {
@@ -45,8 +51,9 @@ extension TransferCoordinator {
         let own = transfers.values.filter { $0.session == s.id }.sorted { $0.id < $1.id }
         guard own.allSatisfy({ $0.state.isFinal }) else { return }
         for t in own { forget(t) }
+        if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
         sessions[s.id] = nil
-        observer?.sessionRemoved(s.id)
+        announce?.sessionRemoved(s.id)
     }
 
     func snapshot(of s: SessionRecord) -> SessionSnapshot {
@@ -68,12 +75,15 @@ extension TransferCoordinator {
         return s
     }
 
-    /// Appends a completion event to the session's journal and returns its serial.
+    /// Appends a completion event to the session's journal (staged for the store) and
+    /// returns its serial. Callers append it before they announce the final state, so
+    /// that the state and its event are written together.
     func appendEvent(_ event: PendingEvent, session: SessionID) -> UInt64 {
         var event = event
         event.serial = nextSerial
         nextSerial += 1
         sessions[session]?.pendingEvents.append(event)
+        if isPersistent(session) { pendingWrites.append(.appendEvent(session, event)) }
         return event.serial
     }
 }

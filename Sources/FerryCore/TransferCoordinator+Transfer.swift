@@ -101,6 +101,9 @@ extension TransferCoordinator {
             t.snapshot.errorMessage = ""
             t.snapshot.completed = 0
         }
+        // A client's start: a fresh set of retries and a fresh resource-timeout.
+        t.retriesUsed = 0
+        t.resourceStarted = 0
         // A start-after still in the future applies again; a retry wait does not (the
         // user asked for it now).
         if t.options.startAfter > environment.now() {
@@ -123,11 +126,11 @@ extension TransferCoordinator {
         t.snapshot.errorName = reason.name
         t.snapshot.errorMessage = reason.message
         t.snapshot.completed = environment.now()
-        publishChanged(t)
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .cancelled, errorName: reason.name,
                                               errorMessage: reason.message, bytes: t.snapshot.bytesTransferred),
                                  session: t.session)
-        observer?.transferCompleted(t.id, serial: serial, errorName: reason.name, errorMessage: reason.message)
+        publishChanged(t)
+        announce?.transferCompleted(t.id, serial: serial, errorName: reason.name, errorMessage: reason.message)
         reachedFinalState(t)
     }
 
@@ -142,8 +145,10 @@ extension TransferCoordinator {
             leftovers = partPaths(t)
         }
         if t.stopInFlight { detachedStops[t.id] = leftovers }
+        t.cancelDeadlineTimer()
+        if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
-        observer?.transferRemoved(t.id, session: t.session)
+        announce?.transferRemoved(t.id, session: t.session)
     }
 
     func stopAttemptIfRunning(_ t: TransferRecord) {

@@ -11,11 +11,17 @@ import Logging
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
-    /// Told about every change (held weakly).
+    /// Told about every change (held weakly). Inside the core it is reached through
+    /// `announce`, which makes staged changes durable first.
     public weak var observer: CoreObserver?
 
     let engine: TransferEngine
     let environment: CoreEnvironment
+    /// Where persistent sessions, their transfers and events are kept.
+    let store: TransferStore
+    /// Store operations not written yet; written (in one transaction) before the next
+    /// announcement, and at the end of every change.
+    var pendingWrites: [StoreOperation] = []
     let fileManager = FileManager.default
     let logger = Logger(label: "ferry.core")
 
@@ -43,16 +49,21 @@ public final class TransferCoordinator {
 
     /// - Parameters:
     ///   - engine: moves the bytes; its events are taken after `start()`.
-    ///   - environment: clock, default directory, version.
+    ///   - environment: clock, default directory, version, retry policy, free space.
+    ///   - store: keeps persistent sessions across restarts; call `restore()` before
+    ///     `start()` to carry on from what it holds. In memory by default.
     ///   - queue: must be serial.
     public init(engine: TransferEngine, environment: CoreEnvironment = .init(),
+                store: TransferStore = InMemoryTransferStore(),
                 queue: DispatchQueue = DispatchQueue(label: "ferry.core")) {
         self.engine = engine
         self.environment = environment
+        self.store = store
         self.queue = queue
     }
 
-    /// Takes engine events (each one hops onto `queue`, in order) and starts what is queued.
+    /// Takes engine events (each one hops onto `queue`, in order), arms the timers of
+    /// restored transfers and starts what is queued.
     public func start() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isStarted, !isShutDown else { return }
@@ -62,7 +73,7 @@ public final class TransferCoordinator {
         engine.setEventHandler { event in
             queue.async { weakSelf.coordinator?.handle(event) }
         }
-        mutate {}
+        mutate { resumeRestoredWork() }
     }
 
     /// Stops timers and the engine. Transfer states stay as they are (a restart picks
@@ -70,8 +81,12 @@ public final class TransferCoordinator {
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
+        flushStore()
         isShutDown = true
-        for transfer in transfers.values { transfer.cancelDueTimer() }
+        for transfer in transfers.values {
+            transfer.cancelDueTimer()
+            transfer.cancelDeadlineTimer()
+        }
         engine.shutdown()
     }
 
@@ -84,6 +99,7 @@ public final class TransferCoordinator {
             if mutationDepth == 0 {
                 schedule()
                 publishAggregates()
+                flushStore()
             }
         }
         return try body()

@@ -45,6 +45,11 @@ public struct EngineRequest: Sendable, Equatable {
 }
 
 /// The final response's headers, as far as the core needs them.
+///
+/// An engine may also send `.response` for a final response it is about to fail on
+/// (status 400 or more, other than the 416 that means "already complete"), just before
+/// the `.completed(.failed(.http…))`, to pass on `retryAfter`; from such a response the
+/// core takes only `status` and `retryAfter`.
 public struct EngineResponse: Sendable, Equatable {
     public var status: Int
     public var etag: String?
@@ -60,15 +65,22 @@ public struct EngineResponse: Sendable, Equatable {
     public var acceptsRanges: Bool
     /// The URL after redirects.
     public var effectiveURL: String
+    /// Seconds the server asked to wait before trying again (`Retry-After`, as
+    /// delta-seconds or converted from an HTTP date); nil when not sent. The core waits
+    /// at least this long before retrying a 408, 429 or 5xx.
+    public var retryAfter: Double?
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,
                 startOffset: Int64 = 0, contentDisposition: String? = nil, acceptsRanges: Bool = false,
-                effectiveURL: String) {
+                effectiveURL: String, retryAfter: Double? = nil) {
         self.status = status; self.etag = etag; self.lastModified = lastModified
         self.expectedTotal = expectedTotal; self.startOffset = startOffset
         self.contentDisposition = contentDisposition; self.acceptsRanges = acceptsRanges
-        self.effectiveURL = effectiveURL
+        self.effectiveURL = effectiveURL; self.retryAfter = retryAfter
     }
+
+    /// A response the engine fails the attempt on (it only carries `retryAfter`).
+    var isFailure: Bool { status >= 400 && status != 416 }
 }
 
 public enum EngineOutcome: Sendable, Equatable {

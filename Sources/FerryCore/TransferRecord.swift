@@ -37,6 +37,23 @@ final class TransferRecord {
     /// Speed limit the engine has for the running attempt.
     var appliedSpeedLimit: UInt64 = 0
 
+    // Retries and the resource timeout.
+    /// Retries made since a client last started or resumed the transfer.
+    var retriesUsed: UInt32 = 0
+    /// When the session's resource-timeout started counting (µs; 0 = at the next start).
+    var resourceStarted: UInt64 = 0
+    /// `Retry-After` of the current attempt's failing response, in seconds.
+    var retryAfter: Double?
+    /// Fails the transfer when its resource-timeout runs out.
+    var deadlineTimer: DispatchSourceTimer?
+
+    // Persistence.
+    /// What the store holds for this transfer, as last written; nil when nothing is
+    /// (an ephemeral session's transfer).
+    var persisted: StoredTransfer?
+    /// When the offset was last checkpointed (µs).
+    var lastCheckpoint: UInt64 = 0
+
     init(snapshot: TransferSnapshot, options: DownloadOptions, host: String, directory: String, serverMayName: Bool) {
         self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot
         self.options = options; self.host = host; self.directory = directory; self.serverMayName = serverMayName
@@ -62,11 +79,41 @@ final class TransferRecord {
             snapshot.rate = 0
             snapshot.expectedEnd = 0
         }
+        if !state.isActive { cancelDeadlineTimer() }
     }
 
     func cancelDueTimer() {
         dueTimer?.cancel()
         dueTimer = nil
+    }
+
+    func cancelDeadlineTimer() {
+        deadlineTimer?.cancel()
+        deadlineTimer = nil
+    }
+
+    /// The record as the store keeps it.
+    var stored: StoredTransfer {
+        var s = snapshot
+        s.rate = 0
+        s.expectedEnd = 0
+        return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
+                              partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
+                              notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted)
+    }
+
+    /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
+    convenience init(stored: StoredTransfer) {
+        let host = (try? RequestURL.validate(stored.snapshot.url))?.host ?? ""
+        self.init(snapshot: stored.snapshot, options: stored.options, host: host, directory: stored.directory,
+                  serverMayName: stored.serverMayName)
+        etag = stored.etag
+        lastModified = stored.lastModified
+        notBefore = stored.notBefore
+        retriesUsed = stored.retriesUsed
+        resourceStarted = stored.resourceStarted
+        enginePartPath = stored.partPath
+        persisted = stored
     }
 
     /// The snapshot without the fields that change without a transferChanged.

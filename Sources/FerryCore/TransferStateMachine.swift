@@ -4,9 +4,11 @@ public enum TransferStateMachine {
     /// Whether `from` → `to` is a legal move.
     public static func canMove(from: TransferState, to: TransferState) -> Bool {
         switch (from, to) {
-        case (.queued, .running), (.queued, .waiting), (.queued, .paused), (.queued, .cancelled):
+        // queued/waiting → failed: not enough disk space to start, or the session's
+        // resource-timeout ran out before the transfer could finish.
+        case (.queued, .running), (.queued, .waiting), (.queued, .paused), (.queued, .cancelled), (.queued, .failed):
             return true
-        case (.waiting, .queued), (.waiting, .paused), (.waiting, .cancelled):
+        case (.waiting, .queued), (.waiting, .paused), (.waiting, .cancelled), (.waiting, .failed):
             return true
         // running → queued: the engine stopped an attempt on its own (shutdown).
         // running → waiting: a retry after a transient failure.

@@ -86,7 +86,7 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
 
 private func engineThreadMain(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
     let loop = Unmanaged<EngineLoop>.fromOpaque(context!).takeRetainedValue()
-    _ = pthread_setname_np(pthread_self(), "ferry-engine")
+    Thread.current.name = "ferry-engine"
     loop.run()
     return nil
 }

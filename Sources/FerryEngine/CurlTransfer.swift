@@ -48,9 +48,23 @@ final class CurlTransfer {
     /// Body bytes written by this attempt.
     private(set) var bodyBytes: Int64 = 0
     private var unreportedBytes: Int64 = 0
+    private var writeback: PartFileWriteback?
+    /// File size at which the next write-out request is due (never, without writeback).
+    private var nextWritebackAt = Int64.max
     private var nextProgressAt: UInt64 = 0
     /// Present only when the request asked for SHA-256.
     var hasher: SHA256?
+
+    /// Bytes per second, 0 = unlimited. Enforced here rather than with
+    /// CURLOPT_MAX_RECV_SPEED_LARGE, which libcurl 7.88 honours only loosely (a 4 MiB
+    /// body limited to 200 KiB/s arrives in about 2 s): body chunks are paced by
+    /// pausing the transfer (CURL_WRITEFUNC_PAUSE), which stops reading the socket,
+    /// and the loop unpauses it when the pace allows (see `EngineLoop`).
+    private(set) var speedLimit: UInt64
+    /// Monotonic time before which a new chunk would exceed the speed limit.
+    private(set) var paceAllowsAt: UInt64 = 0
+    /// Paused by the speed limit; the loop resumes it at `paceAllowsAt`.
+    var isThrottled = false
 
     private var head = ResponseHead()
     /// Location of the last redirect followed (for a refused redirect's message).
@@ -75,6 +89,7 @@ final class CurlTransfer {
         self.easy = easy
         self.sentRange = resume
         self.startOffset = resume ? request.offset : 0
+        self.speedLimit = request.speedLimit
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         configure(easy)
@@ -102,12 +117,13 @@ final class CurlTransfer {
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
         // "No data for requestTimeout seconds" = below 1 byte/s for that long.
-        let timeout = max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60)
+        let timeout = min(max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60), 86_400)
         long(CURLOPT_LOW_SPEED_LIMIT, 1)
         long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
-        long(CURLOPT_CONNECTTIMEOUT_MS, Int(min(timeout, 86_400) * 1000))
-        long(CURLOPT_BUFFERSIZE, Self.bufferSize)
-        check(ferry_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, Self.curlSpeed(request.speedLimit)))
+        long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
+        // Limited from the start: smaller chunks give a smoother pace (about four a second).
+        let limited = request.speedLimit > 0 ? Int(clamping: request.speedLimit / 4) : Self.bufferSize
+        long(CURLOPT_BUFFERSIZE, min(Self.bufferSize, max(16 * 1024, limited)))
         string(CURLOPT_USERAGENT, "Ferry/0.1")
         if let proxy = request.proxy { string(CURLOPT_PROXY, proxy) }
 
@@ -131,14 +147,18 @@ final class CurlTransfer {
         check(ferry_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer))
     }
 
-    static func curlSpeed(_ bytesPerSecond: UInt64) -> curl_off_t {
-        curl_off_t(min(bytesPerSecond, UInt64(Int64.max)))
+    /// A new limit applies from the next chunk on (the loop resumes a throttled
+    /// transfer whose limit was lifted).
+    func setSpeedLimit(_ bytesPerSecond: UInt64) {
+        speedLimit = bytesPerSecond
+        paceAllowsAt = min(paceAllowsAt, monotonicNanoseconds() + 1_000_000_000)
     }
 
-    /// Engine thread only: libcurl reads this option while the transfer runs.
-    func setSpeedLimit(_ bytesPerSecond: UInt64) {
-        guard let easy else { return }
-        _ = ferry_easy_setopt_off(easy, CURLOPT_MAX_RECV_SPEED_LARGE, Self.curlSpeed(bytesPerSecond))
+    /// Unpauses a throttled transfer; curl may deliver the held chunk right here.
+    func resumeAfterThrottle() {
+        guard let easy, isThrottled else { return }
+        isThrottled = false
+        _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
     }
 
     /// Removes the handle from the multi (if added) and then cleans it up.
@@ -191,6 +211,8 @@ final class CurlTransfer {
                 emitResponse(acceptsRanges: true)
                 return false // nothing to read; the loop completes the attempt as succeeded
             }
+            // The core takes the status and Retry-After from this response (see EngineResponse).
+            emitResponse(acceptsRanges: head.acceptsByteRanges)
             return abort(.http(status: status, head.statusDescription))
         }
         if status == 206 {
@@ -214,6 +236,10 @@ final class CurlTransfer {
             return abort(.network("The server answered \(head.statusDescription) instead of sending the file"))
         }
         responseReady = true
+        if file.isRegular, let writeback = PartFileWriteback(fd: fd, from: startOffset) {
+            self.writeback = writeback
+            nextWritebackAt = writeback.nextRequestAt
+        }
         nextProgressAt = monotonicNanoseconds() + Self.progressInterval
         emitResponse(acceptsRanges: head.acceptsByteRanges || status == 206)
         return true
@@ -229,7 +255,7 @@ final class CurlTransfer {
             status: head.status, etag: head.etag, lastModified: head.lastModified,
             expectedTotal: expectedTotal, startOffset: startOffset,
             contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
-            effectiveURL: effectiveURL)))
+            effectiveURL: effectiveURL, retryAfter: head.retryAfter)))
     }
 
     // MARK: - Body (the hot path: keep it lean)
@@ -238,6 +264,16 @@ final class CurlTransfer {
     @inline(__always)
     func receiveBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         guard responseReady, failure == nil else { return unexpectedBody() }
+        let now = monotonicNanoseconds()
+        if speedLimit != 0 {
+            if now < paceAllowsAt {
+                // curl keeps this chunk and hands it over again once unpaused.
+                isThrottled = true
+                loop.throttled(self)
+                return Int(CURL_WRITEFUNC_PAUSE)
+            }
+            paceAllowsAt = max(paceAllowsAt, now) &+ UInt64(count) &* 1_000_000_000 / speedLimit
+        }
         var p = data
         var left = count
         while left > 0 {
@@ -259,12 +295,18 @@ final class CurlTransfer {
         }
         bodyBytes += Int64(count)
         unreportedBytes += Int64(count)
-        let now = monotonicNanoseconds()
+        if bytesOnDisk >= nextWritebackAt { startWriteback() }
         if now >= nextProgressAt {
             nextProgressAt = now + Self.progressInterval
             reportProgress()
         }
         return count
+    }
+
+    private func startWriteback() {
+        guard let writeback else { return }
+        writeback.request(upTo: bytesOnDisk)
+        nextWritebackAt = writeback.nextRequestAt
     }
 
     private func unexpectedBody() -> Int {

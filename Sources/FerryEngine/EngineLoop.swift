@@ -15,6 +15,8 @@ final class EngineLoop {
     private let inbox: EngineInbox
     private let logger: Logger
     private var transfers: [TransferID: CurlTransfer] = [:]
+    /// Transfers paused by their speed limit, to resume when their pace allows.
+    private var throttledTransfers: [TransferID: CurlTransfer] = [:]
     private var attempts: UInt64 = 0
     /// fdatasync and prefix hashing: slow disk work kept off the engine thread.
     private let fileJobs = DispatchQueue(label: "org.ferry.engine.files", qos: .utility, attributes: .concurrent)
@@ -35,14 +37,38 @@ final class EngineLoop {
             }
             curl_multi_perform(multi, &running)
             collectFinished()
-            curl_multi_poll(multi, nil, 0, Self.pollTimeoutMs, &ready)
+            let timeout = resumeThrottledTransfers()
+            curl_multi_poll(multi, nil, 0, timeout, &ready)
         }
         for transfer in transfers.values {
             transfer.releaseHandle(from: multi)
             if transfer.phase != .flushing { transfer.file.close() }
         }
         transfers.removeAll()
+        throttledTransfers.removeAll()
         curl_multi_cleanup(multi)
+    }
+
+    /// Called from a write callback that paused its transfer for the speed limit.
+    func throttled(_ transfer: CurlTransfer) {
+        throttledTransfers[transfer.id] = transfer
+    }
+
+    /// Unpauses the throttled transfers whose time has come; returns how long the
+    /// poll may sleep before the next one is due.
+    private func resumeThrottledTransfers() -> Int32 {
+        guard !throttledTransfers.isEmpty else { return Self.pollTimeoutMs }
+        let now = monotonicNanoseconds()
+        for (id, transfer) in throttledTransfers where transfer.speedLimit == 0 || transfer.paceAllowsAt <= now {
+            throttledTransfers[id] = nil
+            transfer.resumeAfterThrottle() // may deliver a chunk and throttle again
+        }
+        var timeout = Self.pollTimeoutMs
+        for transfer in throttledTransfers.values {
+            let wait = transfer.paceAllowsAt > now ? (transfer.paceAllowsAt - now + 999_999) / 1_000_000 : 0
+            timeout = min(timeout, Int32(clamping: wait))
+        }
+        return timeout
     }
 
     /// Delivers an event (dropped once the engine is shutting down).
@@ -60,7 +86,7 @@ final class EngineLoop {
             guard let transfer = transfers[id], transfer.phase != .flushing else { return }
             finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))
         case .setSpeedLimit(let id, let bytesPerSecond):
-            transfers[id]?.setSpeedLimit(bytesPerSecond)
+            transfers[id]?.setSpeedLimit(bytesPerSecond) // a lifted limit takes effect in resumeThrottledTransfers
         case .prefixHashed(let id, let attempt, let result):
             guard let transfer = transfers[id], transfer.attempt == attempt, transfer.phase == .hashingPrefix else { return }
             switch result {
@@ -192,6 +218,7 @@ final class EngineLoop {
 
     private func complete(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
         transfers[transfer.id] = nil
+        throttledTransfers[transfer.id] = nil
         transfer.reportProgress()
         emit(.completed(transfer.id, outcome))
         logger.debug("transfer \(transfer.id): attempt \(transfer.attempt) completed: \(outcome)")

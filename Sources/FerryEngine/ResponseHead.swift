@@ -12,6 +12,8 @@ struct ResponseHead {
     var contentDisposition: String?
     var location: String?
     var acceptsByteRanges = false
+    /// `Retry-After` in seconds from now (delta-seconds, or an HTTP date converted).
+    var retryAfter: Double?
 
     /// Parses "HTTP/1.1 206 Partial Content" or "HTTP/2 200"; nil if not a status line.
     static func statusLine(_ line: String) -> ResponseHead? {
@@ -36,12 +38,26 @@ struct ResponseHead {
         case "content-range": contentRange = value
         case "content-disposition": contentDisposition = value
         case "location": location = value
+        case "retry-after": retryAfter = Self.retryAfterSeconds(value, now: Date())
         case "accept-ranges":
             acceptsByteRanges = value.lowercased().split(separator: ",").contains {
                 $0.trimmingCharacters(in: .whitespaces) == "bytes"
             }
         default: break
         }
+    }
+
+    /// "120" or "Wed, 21 Oct 2026 07:28:00 GMT" -> seconds to wait (never negative).
+    static func retryAfterSeconds(_ value: String, now: Date) -> Double? {
+        if let seconds = Int(value), seconds >= 0 { return Double(seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
+            formatter.dateFormat = format
+            if let date = formatter.date(from: value) { return max(0, date.timeIntervalSince(now)) }
+        }
+        return nil
     }
 
     /// Statuses curl follows when FOLLOWLOCATION is on and a Location is present.

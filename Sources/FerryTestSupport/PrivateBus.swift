@@ -185,6 +185,9 @@ private final class ExitState: @unchecked Sendable {
 /// A private `dbus-daemon` of session type, with its own configuration file and
 /// socket in a temporary directory. Stops when `stop()` is called or when it is
 /// released.
+///
+/// `@unchecked Sendable`: the stored properties are immutable after `init`, except
+/// `stopped`, which is guarded by `lock`.
 public final class PrivateBus: @unchecked Sendable {
     /// The address clients connect to (`unix:path=…,guid=…`).
     public let address: String

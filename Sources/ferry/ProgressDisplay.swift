@@ -69,7 +69,7 @@ final class ProgressDisplay: @unchecked Sendable {
             }
             let stateChanged = infos[path]?.state != i.state
             infos[path] = i
-            if stateChanged && !tty && !quiet { print("\(i.id) \(i.state) \(Format.name(i))") }
+            if stateChanged && !tty && !quiet && !i.isFinal { print("\(i.id) \(i.state) \(Format.name(i))") }
             render(force: stateChanged)
         default:
             break
@@ -115,7 +115,8 @@ final class ProgressDisplay: @unchecked Sendable {
             for p in order {
                 guard let i = infos[p], i.state == "running", t - (lastPlain[p] ?? 0) >= 1 else { continue }
                 lastPlain[p] = t
-                print("\(i.id) \(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))")
+                let percent = Format.percent(i).trimmingCharacters(in: .whitespaces)
+                print("\(i.id) \(percent) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))")
             }
         }
     }

@@ -4,6 +4,7 @@ import Dispatch
 import FerryCore
 import FerryEngine
 import FerryService
+import FerryStore
 import Foundation
 import Logging
 
@@ -39,12 +40,22 @@ struct Ferryd: ParsableCommand {
             throw ExitCode(1)
         }
 
-        let environment = CoreEnvironment(version: Ferryd.version)
+        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger))
         let engine = CurlEngine()
-        let core = TransferCoordinator(engine: engine, environment: environment)
+        let store = Ferryd.openStore(logger: logger)
+        let core = TransferCoordinator(engine: engine, environment: environment, store: store)
+        // Restored before the service exports objects, so every session and transfer
+        // comes back under its old object path before the bus name is taken.
+        core.queue.sync {
+            do {
+                try core.restore()
+            } catch {
+                logger.error("could not restore the saved sessions and transfers: \(error); starting without them")
+            }
+            core.start()
+        }
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
                                       defaultDirectory: environment.defaultDownloadDirectory(), logger: logger)
-        core.queue.sync { core.start() }
 
         let lifetime = Lifetime(core: core, engine: engine, logger: logger)
         lifetime.installSignalHandlers()
@@ -62,6 +73,36 @@ struct Ferryd: ParsableCommand {
             }
         }
         dispatchMain()
+    }
+}
+
+extension Ferryd {
+    /// The state database, or (logged loudly) memory only when it cannot be had: the
+    /// daemon still serves, but nothing survives its restart.
+    static func openStore(logger: Logger) -> TransferStore {
+        let directory = StateDatabase.directory()
+        do {
+            let store = try StateDatabase.open(directory: directory, logger: logger)
+            logger.info("state database: \(store.path)")
+            return store
+        } catch {
+            logger.error("\(error). Running without a state database: transfers and events will be lost when ferryd stops.")
+            return InMemoryTransferStore()
+        }
+    }
+
+    /// Exponential backoff with jitter from 2 s. Testing knob: `FERRY_RETRY_BASE_MS`
+    /// sets the first wait in milliseconds (integration tests make it tiny).
+    static func retryPolicy(logger: Logger) -> RetryPolicy {
+        guard let text = ProcessInfo.processInfo.environment["FERRY_RETRY_BASE_MS"], !text.isEmpty else {
+            return .standard()
+        }
+        guard let ms = Double(text), ms.isFinite, ms >= 0 else {
+            logger.warning("ignoring FERRY_RETRY_BASE_MS='\(text)': not a number of milliseconds")
+            return .standard()
+        }
+        logger.notice("retry backoff starts at \(ms) ms (FERRY_RETRY_BASE_MS)")
+        return .standard(base: ms / 1000)
     }
 }
 

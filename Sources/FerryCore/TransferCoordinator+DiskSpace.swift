@@ -1,0 +1,44 @@
+import Foundation
+
+/// Free space: checked before a download starts (when its size is known from an
+/// earlier response) and when a response announces the size. A download that cannot
+/// fit fails with `Disk` at once, keeping its partial file: `Resume` continues from it
+/// once space is free. Nothing is reserved, so a concurrent writer can still fill the
+/// disk; the engine then reports a `Disk` failure, handled the same way.
+extension TransferCoordinator {
+    /// The reason `t` may not start now, if any: its resource-timeout ran out, or its
+    /// remaining bytes do not fit on the disk.
+    func startBlocker(_ t: TransferRecord) -> FerryError? {
+        if let deadline = resourceDeadline(t), deadline <= environment.now() {
+            return resourceTimeoutError(t)
+        }
+        let expected = t.snapshot.bytesExpected
+        guard expected > 0 else { return nil }
+        let onDisk = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+        return spaceShortage(t, bytesToWrite: expected - onDisk)
+    }
+
+    /// `.disk` when fewer than `bytesToWrite` bytes are free beside the partial file.
+    func spaceShortage(_ t: TransferRecord, bytesToWrite: Int64) -> FerryError? {
+        guard bytesToWrite > 0 else { return nil }
+        let directory = FileSystemChecks.directoryName(t.partPath)
+        guard let free = environment.freeSpace(directory), free < bytesToWrite else { return nil }
+        return .disk("Not enough free space in \(directory) for '\(FileSystemChecks.baseName(t.destination))': "
+            + "\(ByteCount.describe(bytesToWrite)) more are needed, \(ByteCount.describe(max(free, 0))) are free. "
+            + "Free some space, then resume the transfer")
+    }
+}
+
+/// Byte counts for messages people read.
+enum ByteCount {
+    static func describe(_ bytes: Int64) -> String {
+        let units = ["bytes", "kB", "MB", "GB", "TB", "PB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1000 && unit < units.count - 1 {
+            value /= 1000
+            unit += 1
+        }
+        return unit == 0 ? "\(bytes) bytes" : "\(String(format: "%.1f", value)) \(units[unit])"
+    }
+}

@@ -1,0 +1,195 @@
+import Foundation
+
+/// Durability: changes of persistent sessions are staged as store operations and
+/// written, in one transaction, before the next announcement (`announce`) and at the
+/// end of every change, so nothing reaches the bus that a crash could take back.
+extension TransferCoordinator {
+    /// The observer, reached only after every staged change is in the store.
+    var announce: CoreObserver? {
+        flushStore()
+        return observer
+    }
+
+    func isPersistent(_ session: SessionID) -> Bool {
+        sessions[session]?.configuration.persistent ?? false
+    }
+
+    var counters: StoreCounters {
+        StoreCounters(nextSessionID: nextSessionID, nextTransferID: nextTransferID, nextSerial: nextSerial)
+    }
+
+    var settings: StoredSettings {
+        StoredSettings(maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
+                       notificationsEnabled: notificationsEnabled)
+    }
+
+    // MARK: - Staging
+
+    /// Stages the transfer's stored form if it changed (persistent sessions only).
+    func stageTransfer(_ t: TransferRecord) {
+        guard isPersistent(t.session) else { return }
+        let stored = t.stored
+        guard stored != t.persisted else { return }
+        t.persisted = stored
+        t.lastCheckpoint = environment.now()
+        pendingWrites.append(.saveTransfer(stored))
+    }
+
+    /// Stages the offset of a running transfer at most every `checkpointInterval`.
+    func checkpointProgress(_ t: TransferRecord) {
+        let now = environment.now()
+        let interval = UInt64(max(environment.checkpointInterval, 0) * 1_000_000)
+        guard now >= t.lastCheckpoint &+ interval || now < t.lastCheckpoint else { return }
+        stageTransfer(t)
+    }
+
+    func stageSession(_ s: SessionRecord) {
+        guard s.configuration.persistent else { return }
+        pendingWrites.append(.saveSession(storedSession(s)))
+    }
+
+    func storedSession(_ s: SessionRecord) -> StoredSession {
+        StoredSession(id: s.id, identifier: s.identifier, configuration: s.configuration, isClosing: s.isClosing)
+    }
+
+    func stageSettings() {
+        pendingWrites.append(.setSettings(settings))
+    }
+
+    // MARK: - Writing
+
+    /// Writes what is staged, with the counters. A failure is logged: the change has
+    /// happened in memory and is announced, but a restart will not know it.
+    func flushStore() {
+        guard !pendingWrites.isEmpty else { return }
+        let operations = pendingWrites + [.setCounters(counters)]
+        pendingWrites = []
+        do {
+            try store.write(operations)
+        } catch {
+            logger.error("could not save Ferry's state; this change will be forgotten if ferryd restarts",
+                         metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Writes what is staged and `operations` now, for calls that must not answer
+    /// before their change is durable. Throws (leaving the staged operations staged)
+    /// when the store refuses; the caller then changes nothing.
+    func writeNow(_ operations: [StoreOperation], counters: StoreCounters) throws {
+        let all = pendingWrites + operations + [.setCounters(counters)]
+        do {
+            try store.write(all)
+        } catch {
+            logger.error("could not save Ferry's state; refusing the call", metadata: ["error": "\(error)"])
+            throw StoreError("Ferry could not save its state (\(error)); nothing was changed. Is the disk full?")
+        }
+        pendingWrites = []
+    }
+
+    // MARK: - Restoring
+
+    /// Carries on from the store: the same sessions, transfers (same ids, so the same
+    /// object paths) and pending events, and counters that never hand out an id again.
+    /// Transfers that were running are queued again and continue from their `.part`
+    /// file; paused ones stay paused; finished ones stay as they are and are not
+    /// announced again. Call once, on `queue`, before `start()`.
+    /// - Throws: what the store's `load` throws; then nothing is restored.
+    public func restore() throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        precondition(!isStarted, "restore() must come before start()")
+        let contents = try store.load()
+        var restoredSessions: [SessionID: SessionRecord] = [:]
+        for stored in contents.sessions {
+            let s = SessionRecord(id: stored.id, identifier: stored.identifier, configuration: stored.configuration)
+            s.isClosing = stored.isClosing
+            s.pendingEvents = (contents.events[stored.id] ?? []).sorted { $0.serial < $1.serial }
+            restoredSessions[s.id] = s
+        }
+        var restoredTransfers: [TransferID: TransferRecord] = [:]
+        var orphans: [TransferID] = []
+        for stored in contents.transfers {
+            guard restoredSessions[stored.snapshot.session] != nil else {
+                orphans.append(stored.snapshot.id)
+                continue
+            }
+            restoredTransfers[stored.snapshot.id] = restoredTransfer(stored)
+        }
+        sessions = restoredSessions
+        transfers = restoredTransfers
+        for s in sessions.values { s.publishedActive = activeCount(s.id) }
+
+        let maxSession = sessions.keys.max() ?? 0
+        let maxTransfer = transfers.keys.max() ?? 0
+        let maxSerial = contents.events.values.flatMap { $0 }.map(\.serial).max() ?? 0
+        nextSessionID = max(nextSessionID, contents.counters.nextSessionID, maxSession + 1)
+        nextTransferID = max(nextTransferID, contents.counters.nextTransferID, maxTransfer + 1)
+        nextSerial = max(nextSerial, contents.counters.nextSerial, maxSerial + 1)
+        if let settings = contents.settings {
+            maxConcurrentTransfers = (1...64).contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
+            globalSpeedLimit = settings.speedLimit
+            notificationsEnabled = settings.notificationsEnabled
+        }
+        publishedManager = manager
+        for id in orphans { pendingWrites.append(.deleteTransfer(id)) }
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }
+        flushStore()
+        let active = transfers.values.filter { $0.state.isActive }.count
+        logger.info("restored \(sessions.count) sessions and \(transfers.count) transfers (\(active) to carry on)")
+    }
+
+    /// A stored transfer as the restarted daemon takes it up.
+    private func restoredTransfer(_ stored: StoredTransfer) -> TransferRecord {
+        let t = TransferRecord(stored: stored)
+        // A Content-Disposition rename may have been cut short: bring the bytes to the
+        // current name.
+        if stored.partPath != t.partPath, FileSystemChecks.exists(stored.partPath, fileManager: fileManager),
+           !FileSystemChecks.exists(t.partPath, fileManager: fileManager) {
+            do {
+                try fileManager.moveItem(atPath: stored.partPath, toPath: t.partPath)
+            } catch {
+                logger.warning("could not move partial file", metadata: ["transfer": "\(t.id)", "error": "\(error)"])
+            }
+        }
+        t.enginePartPath = t.partPath
+        if t.state == .running {
+            // Its attempt died with the old daemon: queue it again (not a client action,
+            // so not announced, and its retries and resource clock go on).
+            t.snapshot.state = .queued
+            t.snapshot.waitingReason = ""
+        }
+        if !t.state.isFinal {
+            // The file's real size wins over the last checkpoint.
+            t.snapshot.bytesTransferred = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+        }
+        t.snapshot.rate = 0
+        t.snapshot.expectedEnd = 0
+        t.published = t.snapshot
+        return t
+    }
+
+    /// At `start()`: arms the timers of restored waiting transfers, fails those whose
+    /// resource-timeout ran out while the daemon was away, and lets closing sessions
+    /// whose transfers are all final go.
+    func resumeRestoredWork() {
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) {
+            if t.state == .waiting && t.dueTimer == nil { armDueTimer(t) }
+            if t.state.isActive && t.resourceStarted > 0 && t.deadlineTimer == nil { armDeadlineTimer(t) }
+        }
+        checkResourceDeadlines()
+        for s in sessions.values.sorted(by: { $0.id < $1.id }) where s.isClosing { finishClosingIfDone(s) }
+    }
+
+    // MARK: - Questions
+
+    /// Whether the session has completion events not yet acknowledged (cheap: no disk).
+    public func hasPendingEvents(session: SessionID) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return !(sessions[session]?.pendingEvents.isEmpty ?? true)
+    }
+
+    /// Sessions with completion events not yet acknowledged, oldest first.
+    public var sessionsWithPendingEvents: [SessionID] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions.values.filter { !$0.pendingEvents.isEmpty }.map(\.id).sorted()
+    }
+}

@@ -1,0 +1,103 @@
+import Dispatch
+import Foundation
+
+/// Retries after transient failures, and the session's resource-timeout.
+extension TransferCoordinator {
+    /// An attempt failed. Transient failures wait (`waiting`, reason `retry`) and are
+    /// tried again, continuing from the bytes on disk, up to the session's `retries`,
+    /// after the policy's backoff or the server's `Retry-After` (the longer); anything
+    /// else, or a wait that would outlast the resource-timeout, fails the transfer.
+    func attemptFailed(_ t: TransferRecord, _ error: FerryError) {
+        if case .http(let status, _) = error { t.snapshot.httpStatus = UInt32(clamping: status) }
+        let now = environment.now()
+        if let deadline = resourceDeadline(t), now >= deadline {
+            failTransfer(t, resourceTimeoutError(t))
+            return
+        }
+        let maxRetries = sessions[t.session]?.configuration.retries ?? 0
+        guard case .retry(var seconds) = environment.retryPolicy.decide(error, t.retriesUsed + 1, maxRetries),
+              seconds.isFinite, seconds >= 0 else {
+            failTransfer(t, error)
+            return
+        }
+        if let wanted = t.retryAfter, wanted.isFinite, wanted > seconds { seconds = wanted }
+        let due = now &+ Self.microseconds(seconds)
+        if let deadline = resourceDeadline(t), due >= deadline {
+            logger.info("transfer \(t.id): not retrying; the wait would outlast the session's resource-timeout")
+            failTransfer(t, error)
+            return
+        }
+        t.retriesUsed += 1
+        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)); retry \(t.retriesUsed) of \(maxRetries) in \(String(format: "%.1f", seconds)) s")
+        t.notBefore = due
+        t.move(to: .waiting, waiting: .retry)
+        armDueTimer(t)
+        publishChanged(t)
+    }
+
+    // MARK: - Resource timeout
+
+    /// When the transfer's resource-timeout runs out (µs), nil when its clock has not
+    /// started (it starts at the first attempt after a client started the transfer).
+    func resourceDeadline(_ t: TransferRecord) -> UInt64? {
+        guard t.resourceStarted > 0, let timeout = sessions[t.session]?.configuration.resourceTimeout,
+              timeout.isFinite, timeout > 0 else { return nil }
+        return t.resourceStarted &+ Self.microseconds(timeout)
+    }
+
+    func resourceTimeoutError(_ t: TransferRecord) -> FerryError {
+        let timeout = sessions[t.session]?.configuration.resourceTimeout ?? 0
+        return .timeout("The transfer did not finish within the session's resource-timeout of \(Self.describeSeconds(timeout)) (counted from its start, retries included); resume it to try again")
+    }
+
+    /// Fails every queued, waiting or running transfer whose resource-timeout has run
+    /// out by the environment's clock (tests call it after moving a fake clock).
+    func checkResourceDeadlines() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isShutDown else { return }
+        let now = environment.now()
+        mutate {
+            for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.state.isActive {
+                guard let deadline = resourceDeadline(t), deadline <= now else { continue }
+                stopAttemptIfRunning(t)
+                failTransfer(t, resourceTimeoutError(t))
+            }
+        }
+    }
+
+    /// Wakes the core at the transfer's deadline. Real time, like the due timer; the
+    /// decision uses the environment's clock.
+    func armDeadlineTimer(_ t: TransferRecord) {
+        t.cancelDeadlineTimer()
+        guard !isShutDown, let deadline = resourceDeadline(t) else { return }
+        let now = environment.now()
+        let delay = Int(min(deadline > now ? deadline - now : 0, 365 * 86_400 * 1_000_000))
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + .microseconds(delay), leeway: .milliseconds(100))
+        let id = t.id
+        timer.setEventHandler { [weak self] in self?.deadlineTimerFired(id) }
+        timer.resume()
+        t.deadlineTimer = timer
+    }
+
+    private func deadlineTimerFired(_ id: TransferID) {
+        guard let t = transfers[id], t.state.isActive, !isShutDown else { return }
+        if let deadline = resourceDeadline(t), deadline > environment.now() {
+            armDeadlineTimer(t) // fired early (a far-off deadline is clamped)
+        } else {
+            checkResourceDeadlines()
+        }
+    }
+
+    static func microseconds(_ seconds: Double) -> UInt64 {
+        guard seconds.isFinite, seconds > 0 else { return 0 }
+        return seconds >= 1e12 ? UInt64(1e18) : UInt64(seconds * 1_000_000)
+    }
+
+    static func describeSeconds(_ seconds: Double) -> String {
+        if seconds >= 86_400, seconds.truncatingRemainder(dividingBy: 86_400) == 0 { return "\(Int(seconds / 86_400)) days" }
+        if seconds >= 3600, seconds.truncatingRemainder(dividingBy: 3600) == 0 { return "\(Int(seconds / 3600)) hours" }
+        if seconds == seconds.rounded() { return "\(Int(seconds)) seconds" }
+        return String(format: "%.1f seconds", seconds)
+    }
+}

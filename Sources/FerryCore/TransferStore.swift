@@ -1,0 +1,132 @@
+/// Where the core keeps what must survive a restart of the daemon: persistent sessions,
+/// their transfers and pending completion events, the id counters and the manager's
+/// settings. SQLite in the daemon (`FerryStore`), `InMemoryTransferStore` in tests and
+/// when the state directory cannot be used.
+///
+/// The core calls the store on its own queue only, and writes before it announces a
+/// change: when `write` returns, the change must survive a crash of the process.
+/// Ephemeral sessions (`persistent = false`) never reach the store.
+public protocol TransferStore: AnyObject {
+    /// Everything stored, for `TransferCoordinator.restore()`.
+    func load() throws -> StoreContents
+    /// Applies the operations in order, all or none (one transaction).
+    func write(_ operations: [StoreOperation]) throws
+}
+
+/// One change to the store.
+public enum StoreOperation: Sendable, Equatable {
+    /// Inserts or replaces a session.
+    case saveSession(StoredSession)
+    /// Deletes a session with its transfers and pending events.
+    case deleteSession(SessionID)
+    /// Inserts or replaces a transfer.
+    case saveTransfer(StoredTransfer)
+    /// Deletes a transfer (its pending events stay until acknowledged).
+    case deleteTransfer(TransferID)
+    /// Adds a pending completion event of a session.
+    case appendEvent(SessionID, PendingEvent)
+    /// Deletes the session's pending events with a serial up to and including `upTo`.
+    case acknowledgeEvents(SessionID, upTo: UInt64)
+    /// The next ids to hand out; they only ever grow.
+    case setCounters(StoreCounters)
+    /// The manager's writable properties.
+    case setSettings(StoredSettings)
+}
+
+/// A session as stored.
+public struct StoredSession: Sendable, Equatable {
+    public var id: SessionID
+    public var identifier: String
+    public var configuration: SessionConfiguration
+    /// `Close(false)` was called; it goes once its transfers are final.
+    public var isClosing: Bool
+
+    public init(id: SessionID, identifier: String, configuration: SessionConfiguration, isClosing: Bool = false) {
+        self.id = id; self.identifier = identifier; self.configuration = configuration; self.isClosing = isClosing
+    }
+}
+
+/// A transfer as stored: everything needed to rebuild it after a restart.
+public struct StoredTransfer: Sendable, Equatable {
+    /// Its properties. `bytesTransferred` is a checkpoint (the `.part` file's real size
+    /// wins when the transfer is restored); `rate` and `expectedEnd` are not kept (0).
+    public var snapshot: TransferSnapshot
+    /// The options it was created with (headers included).
+    public var options: DownloadOptions
+    /// The directory the file goes to.
+    public var directory: String
+    /// The client gave a directory and no response has fixed the name yet, so a
+    /// `Content-Disposition` may still rename it.
+    public var serverMayName: Bool
+    /// Where the partial file is (normally `destination + ".part"`; it differs for a
+    /// moment after a `Content-Disposition` rename).
+    public var partPath: String
+    /// Validators of the bytes on disk, sent as `If-Range` when resuming.
+    public var etag: String?
+    public var lastModified: String?
+    /// While waiting: not before this time (µs since the epoch).
+    public var notBefore: UInt64
+    /// Retries made since the transfer was last started by a client.
+    public var retriesUsed: UInt32
+    /// When the session's `resource-timeout` started counting (µs; 0 = not yet).
+    public var resourceStarted: UInt64
+
+    public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
+                partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
+                retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0) {
+        self.snapshot = snapshot; self.options = options; self.directory = directory
+        self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
+        self.lastModified = lastModified; self.notBefore = notBefore; self.retriesUsed = retriesUsed
+        self.resourceStarted = resourceStarted
+    }
+}
+
+/// The next ids to hand out. Stored with every write, so an id is never handed out
+/// twice, even after the rows that used it are deleted.
+public struct StoreCounters: Sendable, Equatable {
+    public var nextSessionID: SessionID
+    public var nextTransferID: TransferID
+    public var nextSerial: UInt64
+
+    public init(nextSessionID: SessionID = 1, nextTransferID: TransferID = 1, nextSerial: UInt64 = 1) {
+        self.nextSessionID = nextSessionID; self.nextTransferID = nextTransferID; self.nextSerial = nextSerial
+    }
+}
+
+/// The manager's writable properties.
+public struct StoredSettings: Sendable, Equatable {
+    public var maxConcurrentTransfers: UInt32
+    public var speedLimit: UInt64
+    public var notificationsEnabled: Bool
+
+    public init(maxConcurrentTransfers: UInt32 = 6, speedLimit: UInt64 = 0, notificationsEnabled: Bool = true) {
+        self.maxConcurrentTransfers = maxConcurrentTransfers; self.speedLimit = speedLimit
+        self.notificationsEnabled = notificationsEnabled
+    }
+}
+
+/// What `TransferStore.load` returns.
+public struct StoreContents: Sendable, Equatable {
+    public var sessions: [StoredSession]
+    public var transfers: [StoredTransfer]
+    /// Pending events per session, oldest first.
+    public var events: [SessionID: [PendingEvent]]
+    public var counters: StoreCounters
+    /// nil when never written (the defaults apply).
+    public var settings: StoredSettings?
+
+    public init(sessions: [StoredSession] = [], transfers: [StoredTransfer] = [],
+                events: [SessionID: [PendingEvent]] = [:], counters: StoreCounters = StoreCounters(),
+                settings: StoredSettings? = nil) {
+        self.sessions = sessions; self.transfers = transfers; self.events = events
+        self.counters = counters; self.settings = settings
+    }
+}
+
+/// The store could not be read or written. Method calls that must be durable before
+/// they answer (`Download`, `OpenSession`) fail with it and change nothing.
+public struct StoreError: Error, Equatable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}

@@ -1,0 +1,229 @@
+import FerryCore
+import Foundation
+import GRDB
+
+/// The daemon's `TransferStore`: one SQLite database (WAL, `synchronous = NORMAL`)
+/// through a single GRDB `DatabaseQueue`. Every `write` is one transaction, committed
+/// before it returns, so a change survives `kill -9` of the daemon the moment the core
+/// announces it (a power cut may lose the last few commits: WAL with NORMAL syncs at
+/// checkpoints only).
+///
+/// Use `StateDatabase.open` in the daemon: it creates the directory and moves a corrupt
+/// database aside. This initialiser just opens, checks and migrates.
+///
+/// Not thread-safe by contract: the core calls it on its queue only (GRDB's queue
+/// serialises anyway).
+public final class SQLiteTransferStore: TransferStore {
+    /// The database file.
+    public let path: String
+    let database: DatabaseQueue
+
+    /// Opens (or creates) the database at `path`, checks it (`PRAGMA quick_check`) and
+    /// runs the migrations it lacks.
+    /// - Throws: GRDB's `DatabaseError` (e.g. `SQLITE_NOTADB`, `SQLITE_CORRUPT`) or
+    ///   `StoreError` (a failed check, or a schema from a newer Ferry).
+    public init(path: String) throws {
+        self.path = path
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        // Another ferryd starting at the same moment holds the lock only briefly.
+        configuration.busyMode = .timeout(5)
+        configuration.label = "ferry.store"
+        configuration.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+        }
+        database = try DatabaseQueue(path: path, configuration: configuration)
+        try database.read { db in
+            let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+            guard check == ["ok"] else {
+                throw StoreError("the database failed its integrity check: \(check.prefix(3).joined(separator: "; "))")
+            }
+            if try StoreSchema.migrator.hasBeenSuperseded(db) {
+                throw StoreError("the database was written by a newer version of Ferry (its schema is newer than \(StoreSchema.latest))")
+            }
+        }
+        try StoreSchema.migrator.migrate(database)
+    }
+
+    /// The migrations applied, oldest first (for tests and diagnostics).
+    public func appliedMigrations() throws -> [String] {
+        try database.read { db in try StoreSchema.migrator.appliedIdentifiers(db).sorted() }
+    }
+
+    // MARK: - TransferStore
+
+    public func load() throws -> StoreContents {
+        try database.read { db in
+            var contents = StoreContents()
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM sessions ORDER BY id") {
+                contents.sessions.append(try Self.session(row))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM transfers ORDER BY id") {
+                contents.transfers.append(try Self.transfer(row))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM events ORDER BY serial") {
+                let session = UInt64(stored: try row.value("session_id"))
+                contents.events[session, default: []].append(try Self.event(row))
+            }
+            var counters = StoreCounters()
+            for row in try Row.fetchAll(db, sql: "SELECT name, value FROM counters") {
+                let value = UInt64(stored: try row.value("value"))
+                switch try row.value("name") as String {
+                case "next_session_id": counters.nextSessionID = value
+                case "next_transfer_id": counters.nextTransferID = value
+                case "next_serial": counters.nextSerial = value
+                default: break
+                }
+            }
+            contents.counters = counters
+            let settings = try Row.fetchAll(db, sql: "SELECT name, value FROM settings")
+            if !settings.isEmpty {
+                var s = StoredSettings()
+                for row in settings {
+                    let value: Int64 = try row.value("value")
+                    switch try row.value("name") as String {
+                    case "max_concurrent_transfers": s.maxConcurrentTransfers = UInt32(clamping: value)
+                    case "speed_limit": s.speedLimit = UInt64(stored: value)
+                    case "notifications_enabled": s.notificationsEnabled = value != 0
+                    default: break
+                    }
+                }
+                contents.settings = s
+            }
+            return contents
+        }
+    }
+
+    public func write(_ operations: [StoreOperation]) throws {
+        guard !operations.isEmpty else { return }
+        try database.write { db in
+            for operation in operations { try Self.apply(operation, db) }
+        }
+    }
+
+    // MARK: - Rows
+
+    private static func apply(_ operation: StoreOperation, _ db: Database) throws {
+        switch operation {
+        case .saveSession(let s):
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO sessions (id, identifier, configuration, closing) VALUES (?, ?, ?, ?)
+                """, arguments: [s.id.stored, s.identifier, try JSONColumn.encode(SessionConfigurationRecord(s.configuration)),
+                                 s.isClosing])
+        case .deleteSession(let id):
+            try db.execute(sql: "DELETE FROM sessions WHERE id = ?", arguments: [id.stored])
+            try db.execute(sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
+            try db.execute(sql: "DELETE FROM events WHERE session_id = ?", arguments: [id.stored])
+        case .saveTransfer(let t):
+            try saveTransfer(t, db)
+        case .deleteTransfer(let id):
+            try db.execute(sql: "DELETE FROM transfers WHERE id = ?", arguments: [id.stored])
+        case .appendEvent(let session, let e):
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO events
+                    (serial, session_id, transfer_id, kind, location, error_name, error_message, http_status, bytes, sha256)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [e.serial.stored, session.stored, e.transfer.stored, e.kind.rawValue, e.location,
+                                 e.errorName, e.errorMessage, e.httpStatus.map { Int64($0) }, e.bytes, e.sha256])
+        case .acknowledgeEvents(let session, let serial):
+            try db.execute(sql: "DELETE FROM events WHERE session_id = ? AND serial <= ?",
+                           arguments: [session.stored, Int64(clamping: serial)])
+        case .setCounters(let c):
+            // max(): an id handed out is never handed out again, whatever the caller says.
+            for (name, value) in [("next_session_id", c.nextSessionID), ("next_transfer_id", c.nextTransferID),
+                                  ("next_serial", c.nextSerial)] {
+                try db.execute(sql: """
+                    INSERT INTO counters (name, value) VALUES (?, ?)
+                    ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)
+                    """, arguments: [name, value.stored])
+            }
+        case .setSettings(let s):
+            for (name, value) in [("max_concurrent_transfers", Int64(s.maxConcurrentTransfers)),
+                                  ("speed_limit", s.speedLimit.stored),
+                                  ("notifications_enabled", Int64(s.notificationsEnabled ? 1 : 0))] {
+                try db.execute(sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", arguments: [name, value])
+            }
+        }
+    }
+
+    private static func saveTransfer(_ t: StoredTransfer, _ db: Database) throws {
+        let s = t.snapshot
+        try db.execute(sql: """
+            INSERT OR REPLACE INTO transfers (
+                id, session_id, kind, url, description, options, destination, directory, server_may_name,
+                part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
+                attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
+                created, started, completed, resource_started, priority, speed_limit)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [
+                s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
+                try JSONColumn.encode(DownloadOptionsRecord(t.options)), s.destination, t.directory, t.serverMayName,
+                t.partPath, t.etag, t.lastModified, s.bytesExpected, s.bytesTransferred, s.state.rawValue,
+                s.waitingReason, t.notBefore.stored, Int64(s.attempts), Int64(t.retriesUsed), s.errorName,
+                s.errorMessage, Int64(s.httpStatus), s.resumable, s.sha256, s.created.stored, s.started.stored,
+                s.completed.stored, t.resourceStarted.stored, Int64(s.priority), s.speedLimit.stored,
+            ])
+    }
+
+    private static func session(_ row: Row) throws -> StoredSession {
+        let id = UInt64(stored: try row.value("id"))
+        let config = try JSONColumn.decode(SessionConfigurationRecord.self, try row.value("configuration"),
+                                           what: "configuration of session \(id)")
+        return StoredSession(id: id, identifier: try row.value("identifier"), configuration: config.configuration,
+                             isClosing: try row.value("closing"))
+    }
+
+    private static func transfer(_ row: Row) throws -> StoredTransfer {
+        let id = UInt64(stored: try row.value("id"))
+        let stateName: String = try row.value("state"), kindName: String = try row.value("kind")
+        guard let state = TransferState(rawValue: stateName) else {
+            throw StoreError("transfer \(id) has an unknown state '\(stateName)'")
+        }
+        guard let kind = TransferKind(rawValue: kindName) else {
+            throw StoreError("transfer \(id) has an unknown kind '\(kindName)'")
+        }
+        let options = try JSONColumn.decode(DownloadOptionsRecord.self, try row.value("options"),
+                                            what: "options of transfer \(id)")
+        let snapshot = TransferSnapshot(
+            id: id, session: UInt64(stored: try row.value("session_id")), kind: kind, url: try row.value("url"),
+            description: try row.value("description"), destination: try row.value("destination"), state: state,
+            waitingReason: try row.value("waiting_reason"), bytesTransferred: try row.value("bytes_on_disk"),
+            bytesExpected: try row.value("bytes_expected"), errorName: try row.value("error_name"),
+            errorMessage: try row.value("error_message"),
+            httpStatus: UInt32(clamping: try row.value("http_status") as Int64),
+            attempts: UInt32(clamping: try row.value("attempts") as Int64), resumable: try row.value("resumable"),
+            sha256: try row.value("sha256"), created: UInt64(stored: try row.value("created")),
+            started: UInt64(stored: try row.value("started")), completed: UInt64(stored: try row.value("completed")),
+            priority: Int32(clamping: try row.value("priority") as Int64),
+            speedLimit: UInt64(stored: try row.value("speed_limit")))
+        return StoredTransfer(
+            snapshot: snapshot, options: options.options, directory: try row.value("directory"),
+            serverMayName: try row.value("server_may_name"), partPath: try row.value("part_path"),
+            etag: try row.value("etag"), lastModified: try row.value("last_modified"),
+            notBefore: UInt64(stored: try row.value("not_before")),
+            retriesUsed: UInt32(clamping: try row.value("retries_used") as Int64),
+            resourceStarted: UInt64(stored: try row.value("resource_started")))
+    }
+
+    private static func event(_ row: Row) throws -> PendingEvent {
+        let serial = UInt64(stored: try row.value("serial"))
+        let kindName: String = try row.value("kind")
+        guard let kind = CompletionKind(rawValue: kindName) else {
+            throw StoreError("event \(serial) has an unknown kind '\(kindName)'")
+        }
+        let status: Int64? = try row.value("http_status")
+        return PendingEvent(serial: serial, transfer: UInt64(stored: try row.value("transfer_id")), kind: kind,
+                            location: try row.value("location"), errorName: try row.value("error_name"),
+                            errorMessage: try row.value("error_message"),
+                            httpStatus: status.map { UInt32(clamping: $0) }, bytes: try row.value("bytes"),
+                            sha256: try row.value("sha256"))
+    }
+}
+
+extension Row {
+    /// The column's value; throws (never traps) on NULL or a wrong type: a damaged
+    /// row makes the database unreadable, and it is moved aside.
+    func value<T: DatabaseValueConvertible>(_ column: String) throws -> T {
+        try decode(forColumn: column)
+    }
+}

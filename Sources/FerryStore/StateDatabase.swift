@@ -1,0 +1,105 @@
+import FerryCore
+import Foundation
+import GRDB
+import Logging
+
+/// Finds, opens and if need be recovers the daemon's database,
+/// `$XDG_STATE_HOME/ferry/ferry.sqlite` (default `~/.local/state/ferry/ferry.sqlite`).
+public enum StateDatabase {
+    /// The database file name inside the state directory.
+    public static let fileName = "ferry.sqlite"
+
+    /// `$XDG_STATE_HOME/ferry`, else `$HOME/.local/state/ferry`. A relative
+    /// `XDG_STATE_HOME` is ignored, as the XDG base directory spec says.
+    public static func directory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
+            return (state.hasSuffix("/") ? state : state + "/") + "ferry"
+        }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return home + "/.local/state/ferry"
+    }
+
+    /// Opens the database in `directory`, creating the directory (mode 0700) and the
+    /// database as needed. A database that cannot be read (not SQLite, damaged, failing
+    /// its integrity check, unreadable rows, a schema from a newer Ferry) is renamed to
+    /// `ferry.sqlite.corrupt-<UTC time>` (with its `-wal` and `-shm`) and a fresh one is
+    /// started; both steps are logged. Never deletes a database.
+    /// - Throws: `StoreError` when no database can be used at all (the directory cannot
+    ///   be created, the disk is full, the file is locked by another process…); the
+    ///   caller decides whether to go on without one.
+    public static func open(directory: String, logger: Logger, now: () -> Date = Date.init) throws -> SQLiteTransferStore {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw StoreError("cannot create the state directory \(directory): \((error as NSError).localizedDescription)")
+        }
+        let path = directory + "/" + fileName
+        do {
+            return try openAndCheck(path)
+        } catch where isDamage(error) {
+            let aside = try moveAside(path, now: now())
+            logger.error("the state database \(path) cannot be read (\(describe(error))); moved it to \(aside) and started a new one. Transfers and events recorded there are not restored.")
+            do {
+                return try openAndCheck(path)
+            } catch {
+                throw StoreError("cannot create a new state database at \(path): \(describe(error))")
+            }
+        } catch {
+            throw StoreError("cannot open the state database \(path): \(describe(error))")
+        }
+    }
+
+    /// Opens, migrates and reads everything once, so that damage shows here and not
+    /// in the middle of `restore()`.
+    private static func openAndCheck(_ path: String) throws -> SQLiteTransferStore {
+        let store = try SQLiteTransferStore(path: path)
+        _ = try store.load()
+        return store
+    }
+
+    /// Errors that mean the file's contents are unusable (as opposed to a busy lock,
+    /// a full disk or memory pressure, which moving the file aside would not cure and
+    /// which must not cost the user their state).
+    static func isDamage(_ error: Error) -> Bool {
+        if error is StoreError || error is RowDecodingError { return true }
+        guard let db = error as? DatabaseError else { return false }
+        switch db.resultCode.primaryResultCode {
+        case .SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_FULL, .SQLITE_NOMEM, .SQLITE_INTERRUPT, .SQLITE_CANTOPEN,
+             .SQLITE_PERM, .SQLITE_READONLY:
+            return false
+        default:
+            return true
+        }
+    }
+
+    /// Renames the database and its WAL and shared-memory files to
+    /// `<path>.corrupt-<time>[-wal|-shm]` (never over an existing file). The WAL must go
+    /// too: a fresh database must not replay a damaged one's log.
+    static func moveAside(_ path: String, now: Date) throws -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        var aside = path + ".corrupt-" + formatter.string(from: now)
+        var n = 2
+        let fm = FileManager.default
+        while fm.fileExists(atPath: aside) || fm.fileExists(atPath: aside + "-wal") {
+            aside = path + ".corrupt-" + formatter.string(from: now) + "-\(n)"
+            n += 1
+        }
+        for suffix in ["", "-wal", "-shm"] where fm.fileExists(atPath: path + suffix) {
+            do {
+                try fm.moveItem(atPath: path + suffix, toPath: aside + suffix)
+            } catch {
+                throw StoreError("cannot move the unreadable state database \(path + suffix) aside: \((error as NSError).localizedDescription)")
+            }
+        }
+        return aside
+    }
+
+    static func describe(_ error: Error) -> String {
+        if let db = error as? DatabaseError { return db.message ?? "\(db.resultCode)" }
+        return "\(error)"
+    }
+}

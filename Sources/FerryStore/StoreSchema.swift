@@ -1,0 +1,86 @@
+import GRDB
+
+/// The database's schema, as versioned migrations. They run at start-up, in order, each
+/// once; a released migration is never edited — a change is a new migration.
+enum StoreSchema {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+
+        // Sessions, transfers, pending events and the id counters.
+        migrator.registerMigration("1-initial") { db in
+            try db.execute(sql: """
+                CREATE TABLE sessions (
+                    id INTEGER PRIMARY KEY,
+                    identifier TEXT NOT NULL,
+                    configuration TEXT NOT NULL,          -- JSON, see SessionConfigurationRecord
+                    closing INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE TABLE transfers (
+                    id INTEGER PRIMARY KEY,
+                    session_id INTEGER NOT NULL,
+                    kind TEXT NOT NULL,
+                    url TEXT NOT NULL,
+                    description TEXT NOT NULL,
+                    options TEXT NOT NULL,                -- JSON, see DownloadOptionsRecord
+                    destination TEXT NOT NULL,
+                    directory TEXT NOT NULL,
+                    server_may_name INTEGER NOT NULL,     -- the client gave a directory
+                    part_path TEXT NOT NULL,
+                    etag TEXT,
+                    last_modified TEXT,
+                    bytes_expected INTEGER NOT NULL,
+                    bytes_on_disk INTEGER NOT NULL,       -- a checkpoint; the .part file's size wins
+                    state TEXT NOT NULL,
+                    waiting_reason TEXT NOT NULL,
+                    not_before INTEGER NOT NULL,
+                    attempts INTEGER NOT NULL,
+                    retries_used INTEGER NOT NULL,
+                    error_name TEXT NOT NULL,
+                    error_message TEXT NOT NULL,
+                    http_status INTEGER NOT NULL,
+                    resumable INTEGER NOT NULL,
+                    sha256 TEXT NOT NULL,
+                    created INTEGER NOT NULL,
+                    started INTEGER NOT NULL,
+                    completed INTEGER NOT NULL,
+                    resource_started INTEGER NOT NULL,
+                    priority INTEGER NOT NULL,
+                    speed_limit INTEGER NOT NULL
+                );
+                CREATE INDEX transfers_by_session ON transfers(session_id);
+                CREATE TABLE events (
+                    serial INTEGER PRIMARY KEY,
+                    session_id INTEGER NOT NULL,
+                    transfer_id INTEGER NOT NULL,
+                    kind TEXT NOT NULL,
+                    location TEXT,
+                    error_name TEXT,
+                    error_message TEXT,
+                    http_status INTEGER,
+                    bytes INTEGER,
+                    sha256 TEXT
+                );
+                CREATE INDEX events_by_session ON events(session_id, serial);
+                -- next_session_id, next_transfer_id, next_serial: they only grow.
+                CREATE TABLE counters (
+                    name TEXT PRIMARY KEY,
+                    value INTEGER NOT NULL
+                );
+                """)
+        }
+
+        // The manager's writable properties.
+        migrator.registerMigration("2-settings") { db in
+            try db.execute(sql: """
+                CREATE TABLE settings (
+                    name TEXT PRIMARY KEY,
+                    value INTEGER NOT NULL
+                );
+                """)
+        }
+        return migrator
+    }
+
+    /// The newest migration this build knows.
+    static let latest = "2-settings"
+}

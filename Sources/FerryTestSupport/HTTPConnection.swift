@@ -1,0 +1,144 @@
+import NIOCore
+import NIOHTTP1
+
+/// One client connection of the test server: answers requests in turn and streams
+/// bodies with back-pressure, pacing, drops and stalls. Event-loop confined.
+final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private static let chunkSize = 64 * 1024
+    private static let paceInterval = TimeAmount.milliseconds(100)
+
+    private struct BodyStream {
+        var remaining: ByteBuffer
+        var sent = 0
+        var cutAfter: Int?
+        var cut: ResponsePlan.Cut
+        var bytesPerSecond: Int?
+        var keepAlive: Bool
+    }
+
+    private let server: TestHTTPServer
+    private var requestHead: HTTPRequestHead?
+    private var stream: BodyStream?
+    private var pacing: Scheduled<Void>?
+    /// After a stall nothing more is sent on this connection.
+    private var stalled = false
+
+    init(server: TestHTTPServer) {
+        self.server = server
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            requestHead = head
+            server.record(head)
+        case .body:
+            break
+        case .end:
+            guard let head = requestHead, !stalled else { return }
+            requestHead = nil
+            var plan = server.plan(for: head)
+            if head.method == .HEAD { plan.sendsBody = false }
+            respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
+        }
+    }
+
+    private func respond(context: ChannelHandlerContext, plan: ResponsePlan, keepAlive: Bool) {
+        var headers = plan.headers
+        headers.replaceOrAdd(name: "Content-Length", value: String(plan.body.readableBytes))
+        headers.replaceOrAdd(name: "Connection", value: keepAlive ? "keep-alive" : "close")
+        let head = HTTPResponseHead(version: .http1_1, status: plan.status, headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        guard plan.sendsBody, plan.body.readableBytes > 0 || plan.cutAfter != nil else {
+            endResponse(context: context, keepAlive: keepAlive)
+            return
+        }
+        stream = BodyStream(remaining: plan.body, cutAfter: plan.cutAfter, cut: plan.cut,
+                            bytesPerSecond: plan.bytesPerSecond, keepAlive: keepAlive)
+        pump(context: context)
+    }
+
+    private func endResponse(context: ChannelHandlerContext, keepAlive: Bool) {
+        stream = nil
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if !keepAlive {
+            done.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+        }
+    }
+
+    /// Sends as much as pacing and back-pressure allow.
+    private func pump(context: ChannelHandlerContext) {
+        guard stream != nil else { return }
+        if let rate = stream!.bytesPerSecond {
+            let quantum = max(1, rate / 10)
+            guard sendSlice(context: context, upTo: quantum) else { return }
+            context.flush()
+            pacing = context.eventLoop.assumeIsolated().scheduleTask(in: Self.paceInterval) { [self] in
+                pacing = nil
+                pump(context: context)
+            }
+            return
+        }
+        while context.channel.isWritable {
+            guard sendSlice(context: context, upTo: Self.chunkSize) else { return }
+        }
+        context.flush()
+    }
+
+    /// Writes one slice. Returns false when the stream is over (ended, dropped or stalled).
+    private func sendSlice(context: ChannelHandlerContext, upTo limit: Int) -> Bool {
+        guard var s = stream else { return false }
+        var n = min(limit, s.remaining.readableBytes)
+        if let cut = s.cutAfter { n = min(n, max(0, cut - s.sent)) }
+        let written: EventLoopFuture<Void>?
+        if n > 0, let slice = s.remaining.readSlice(length: n) {
+            s.sent += n
+            written = context.write(wrapOutboundOut(.body(.byteBuffer(slice))))
+        } else {
+            written = nil
+        }
+        stream = s
+        if let cut = s.cutAfter, s.sent >= cut {
+            stream = nil
+            context.flush()
+            switch s.cut {
+            case .drop:
+                // Close once the bytes before the cut are on the wire.
+                if let written {
+                    written.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
+                } else {
+                    context.close(promise: nil)
+                }
+            case .stall:
+                stalled = true
+            }
+            return false
+        }
+        if s.remaining.readableBytes == 0 {
+            endResponse(context: context, keepAlive: s.keepAlive)
+            return false
+        }
+        return true
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, stream != nil, stream!.bytesPerSecond == nil {
+            pump(context: context)
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        pacing?.cancel()
+        pacing = nil
+        stream = nil
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        context.close(promise: nil)
+    }
+}

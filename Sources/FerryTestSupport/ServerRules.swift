@@ -1,0 +1,122 @@
+import NIOCore
+import NIOHTTP1
+
+/// A file the test server serves.
+struct ServedResource {
+    /// Stored once; responses send zero-copy slices of it.
+    var body: ByteBuffer
+    var etag: String?
+    var lastModified: String?
+    var contentDisposition: String?
+    var supportsRanges: Bool
+}
+
+/// How the server misbehaves for one path. Set with `TestHTTPServer.set(_:on:)`.
+public enum ServerBehaviour: Sendable {
+    /// Answer every request with this status and a small text body.
+    case status(Int)
+    /// Send the body at about this rate (a slice every 100 ms).
+    case slow(bytesPerSecond: Int)
+    /// Close the connection after this many body bytes, for the next `times` responses.
+    case dropAfter(bytes: Int, times: Int = 1)
+    /// Stop sending after this many body bytes but keep the connection open, for the
+    /// next `times` responses.
+    case stallAfter(bytes: Int, times: Int = 1)
+    /// Redirect to `location` (absolute or relative).
+    case redirect(to: String, status: Int = 302)
+    /// Answer the next `count` requests with `status`, then serve normally.
+    case failFirst(Int, status: Int)
+    /// Answer range requests with a range starting `by` bytes before the one asked
+    /// for (a buggy server), with a matching Content-Range.
+    case shiftRanges(by: Int)
+    /// Adds `Retry-After: value` to the error answers of `status` and `failFirst`.
+    case retryAfter(String)
+}
+
+/// The behaviours in force for one path.
+struct PathRules {
+    var status: Int?
+    var bytesPerSecond: Int?
+    var drop: (bytes: Int, remaining: Int)?
+    var stall: (bytes: Int, remaining: Int)?
+    var redirect: (location: String, status: Int)?
+    var failFirst: (remaining: Int, status: Int)?
+    var rangeShift = 0
+    var retryAfter: String?
+
+    mutating func apply(_ behaviour: ServerBehaviour) {
+        switch behaviour {
+        case .status(let code): status = code
+        case .slow(let rate): bytesPerSecond = max(1, rate)
+        case .dropAfter(let bytes, let times): drop = (max(0, bytes), times)
+        case .stallAfter(let bytes, let times): stall = (max(0, bytes), times)
+        case .redirect(let location, let code): redirect = (location, code)
+        case .failFirst(let count, let code): failFirst = (count, code)
+        case .shiftRanges(let by): rangeShift = by
+        case .retryAfter(let value): retryAfter = value
+        }
+    }
+}
+
+/// What the connection handler sends for one request.
+struct ResponsePlan {
+    enum Cut { case drop, stall }
+
+    var status: HTTPResponseStatus
+    var headers: HTTPHeaders
+    /// The bytes to send (a slice of the stored body, or a small text).
+    var body: ByteBuffer
+    /// False for HEAD: headers (with Content-Length) only.
+    var sendsBody = true
+    var bytesPerSecond: Int?
+    var cutAfter: Int?
+    var cut = Cut.drop
+
+    static func text(_ code: Int, _ text: String, extraHeaders: [(String, String)] = []) -> ResponsePlan {
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        for (name, value) in extraHeaders { headers.add(name: name, value: value) }
+        return ResponsePlan(status: HTTPResponseStatus(statusCode: code), headers: headers, body: ByteBuffer(string: text))
+    }
+}
+
+/// Parses "bytes=N-", "bytes=N-M" and "bytes=-N" against a body of `size` bytes.
+/// Returns nil when the header should be ignored (malformed or several ranges),
+/// `.unsatisfiable` when no byte of the range exists.
+enum ByteRangeRequest: Equatable {
+    case range(first: Int, last: Int)
+    case unsatisfiable
+
+    init?(_ header: String, size: Int) {
+        let value = header.trimmedSpaces()
+        guard value.lowercased().hasPrefix("bytes="), !value.contains(",") else { return nil }
+        let spec = value.dropFirst(6)
+        let ends = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard ends.count == 2 else { return nil }
+        let a = ends[0].trimmedSpaces()
+        let b = ends[1].trimmedSpaces()
+        if a.isEmpty {
+            guard let suffix = Int(b), suffix >= 0 else { return nil }
+            if suffix == 0 || size == 0 { self = .unsatisfiable; return }
+            self = .range(first: max(0, size - suffix), last: size - 1)
+            return
+        }
+        guard let first = Int(a), first >= 0 else { return nil }
+        var last = size - 1
+        if !b.isEmpty {
+            guard let end = Int(b), end >= first else { return nil }
+            last = min(end, size - 1)
+        }
+        if first >= size { self = .unsatisfiable; return }
+        self = .range(first: first, last: last)
+    }
+}
+
+private extension StringProtocol {
+    func trimmedSpaces() -> String {
+        var s = Substring(self)
+        while s.first == " " { s = s.dropFirst() }
+        while s.last == " " { s = s.dropLast() }
+        return String(s)
+    }
+}

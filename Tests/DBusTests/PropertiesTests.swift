@@ -1,0 +1,144 @@
+import DBus
+import Dispatch
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// org.freedesktop.DBus.Properties and PropertiesChanged.
+final class PropertiesTests: BusTestCase {
+    func testGetAndGetAll() async throws {
+        try await startSample()
+        let volume = try await getProperty("Volume")
+        XCTAssertEqual(volume, .variant(.uint32(50)))
+        let title = try await getProperty("Title")
+        XCTAssertEqual(title, .variant(.string("first")))
+        let secondTitle = try await getProperty("Title", path: Sample.secondPath)
+        XCTAssertEqual(secondTitle, .variant(.string("second")))
+        // A property of type v comes back as a variant holding a variant.
+        let tag = try await getProperty("Tag")
+        XCTAssertEqual(tag, .variant(.variant(.string("none"))))
+        let all = try await callSample("GetAll", [.string(Sample.interfaceName)], interface: StandardNames.properties)
+        XCTAssertEqual(all.first?.signature, "a{sv}")
+        XCTAssertEqual(all.first?.vardict, ["Volume": .uint32(50), "Title": .string("first"), "Counter": .uint64(0),
+                                            "Tag": .string("none")])
+        // The standard interfaces have no properties.
+        let none = try await callSample("GetAll", [.string(StandardNames.properties)], interface: StandardNames.properties)
+        XCTAssertEqual(none, [.vardict([:])])
+        await assertBusError(StandardErrors.unknownProperty) { try await self.getProperty("NoSuchProperty") }
+        await assertBusError(StandardErrors.unknownInterface) { try await self.getProperty("Volume", interface: "org.ferry.Nope1") }
+        await assertBusError(StandardErrors.unknownInterface) {
+            try await self.callSample("GetAll", [.string("org.ferry.Nope1")], interface: StandardNames.properties)
+        }
+        await assertBusError(StandardErrors.invalidArgs) {
+            try await self.callSample("Get", [.string(Sample.interfaceName)], interface: StandardNames.properties)
+        }
+        await assertBusError(StandardErrors.unknownMethod) {
+            try await self.callSample("Frobnicate", interface: StandardNames.properties)
+        }
+    }
+
+    func testSet() async throws {
+        try await startSample()
+        try await setProperty("Volume", .uint32(75))
+        let volume = try await getProperty("Volume")
+        XCTAssertEqual(volume, .variant(.uint32(75)))
+        // The setter refuses with its own error, and the value stays.
+        await assertBusError(Sample.outOfRange, message: "volume 101 is above 100") {
+            try await self.setProperty("Volume", .uint32(101))
+        }
+        // Wrong type.
+        await assertBusError(StandardErrors.invalidArgs) { try await self.setProperty("Volume", .string("loud")) }
+        await assertBusError(StandardErrors.invalidArgs) { try await self.setProperty("Volume", .int32(10)) }
+        // Read-only.
+        await assertBusError(StandardErrors.propertyReadOnly) { try await self.setProperty("Title", .string("new")) }
+        await assertBusError(StandardErrors.propertyReadOnly) { try await self.setProperty("Counter", .uint64(1)) }
+        // Unknown.
+        await assertBusError(StandardErrors.unknownProperty) { try await self.setProperty("Nope", .uint32(1)) }
+        await assertBusError(StandardErrors.unknownInterface) {
+            try await self.setProperty("Volume", .uint32(1), interface: "org.ferry.Nope1")
+        }
+        // Set's own arguments of the wrong type.
+        await assertBusError(StandardErrors.invalidArgs) {
+            try await self.callSample("Set", [.string(Sample.interfaceName), .string("Volume"), .uint32(3)],
+                                      interface: StandardNames.properties)
+        }
+        let after = try await getProperty("Volume")
+        XCTAssertEqual(after, .variant(.uint32(75)))
+        let title = try await getProperty("Title")
+        XCTAssertEqual(title, .variant(.string("first")))
+    }
+
+    /// A property of type `v` takes any value, which arrives wrapped in one more variant.
+    func testSetVariantProperty() async throws {
+        try await startSample()
+        try await setProperty("Tag", .variant(.int32(7)))
+        let tag = try await getProperty("Tag")
+        XCTAssertEqual(tag, .variant(.variant(.int32(7))))
+        try await setProperty("Tag", .variant(.vardict(["k": .string("v")])))
+        let dict = try await getProperty("Tag")
+        XCTAssertEqual(dict, .variant(.variant(.vardict(["k": .string("v")]))))
+        await assertBusError(StandardErrors.invalidArgs) { try await self.setProperty("Tag", .int32(7)) }
+    }
+
+    func testPropertiesChanged() async throws {
+        let sample = try await startSample()
+        let changes = try await collect(MatchRule(path: Sample.objectPath, interface: StandardNames.properties,
+                                                  member: "PropertiesChanged"))
+        let object = sample.first!
+        let server = self.server!
+
+        // A change from the application.
+        server.perform { object.setProperties(Sample.interfaceName, ["Volume": .uint32(42)]) }
+        let first = try await changes.next(timeout: 5, "PropertiesChanged for Volume")
+        XCTAssertEqual(first.signature, "sa{sv}as")
+        XCTAssertEqual(try first.arguments(), [.string(Sample.interfaceName), .vardict(["Volume": .uint32(42)]), .stringArray([])])
+        XCTAssertEqual(first.sender, server.uniqueName)
+
+        // Unchanged, and not emitting: no signal. The next signal is the one for Title.
+        server.perform {
+            object.setProperties(Sample.interfaceName, ["Volume": .uint32(42)])
+            object.setProperties(Sample.interfaceName, ["Counter": .uint64(9)])
+            object.setProperties(Sample.interfaceName, ["Title": .string("renamed")])
+        }
+        let second = try await changes.next(timeout: 5, "PropertiesChanged for Title")
+        XCTAssertEqual(try second.arguments()[1], .vardict(["Title": .string("renamed")]))
+        // The silent property did change.
+        let counter = try await getProperty("Counter")
+        XCTAssertEqual(counter, .variant(.uint64(9)))
+
+        // Several at once: one signal with every emitting property that changed.
+        server.perform {
+            object.setProperties(Sample.interfaceName, ["Volume": .uint32(1), "Title": .string("renamed"), "Counter": .uint64(10)])
+            object.setProperties(Sample.interfaceName, ["Volume": .uint32(2), "Title": .string("again")])
+        }
+        let third = try await changes.next(timeout: 5, "PropertiesChanged for Volume=1")
+        XCTAssertEqual(try third.arguments()[1], .vardict(["Volume": .uint32(1)]))
+        let fourth = try await changes.next(timeout: 5, "PropertiesChanged for Volume=2 and Title")
+        XCTAssertEqual(try fourth.arguments()[1], .vardict(["Volume": .uint32(2), "Title": .string("again")]))
+
+        // A Set from a client announces the change too; a refused one does not.
+        await assertBusError(Sample.outOfRange) { try await self.setProperty("Volume", .uint32(500)) }
+        try await setProperty("Volume", .uint32(3))
+        let fifth = try await changes.next(timeout: 5, "PropertiesChanged after Set")
+        XCTAssertEqual(try fifth.arguments()[1], .vardict(["Volume": .uint32(3)]))
+        // Setting the same value again announces nothing; the second object's change is not ours.
+        try await setProperty("Volume", .uint32(3))
+        try await setProperty("Volume", .uint32(4), path: Sample.secondPath)
+        server.perform { object.setProperties(Sample.interfaceName, ["Title": .string("last")]) }
+        let sixth = try await changes.next(timeout: 5, "PropertiesChanged for the last title")
+        XCTAssertEqual(try sixth.arguments()[1], .vardict(["Title": .string("last")]))
+        XCTAssertEqual(changes.queued.count, 0)
+    }
+
+    /// Before export, values can be set freely and nothing is sent.
+    func testSetPropertiesBeforeExport() async throws {
+        let spec = InterfaceSpec(name: "org.ferry.Test.Late1", properties: [PropertySpec("State", "s")])
+        let object = ExportedObject(path: "/late", interfaces: [spec])
+        object.setProperties("org.ferry.Test.Late1", ["State": .string("ready")])
+        XCTAssertEqual(object.property("org.ferry.Test.Late1", "State"), .string("ready"))
+        server.export(object)
+        let state = try await client.call(destination: server.uniqueName, path: "/late", interface: StandardNames.properties,
+                                          method: "Get", arguments: [.string("org.ferry.Test.Late1"), .string("State")], timeout: 10)
+        XCTAssertEqual(state, [.variant(.string("ready"))])
+    }
+}

@@ -1,0 +1,140 @@
+import Crypto
+import Foundation
+import XCTest
+@testable import FerryCore
+
+/// A coordinator over a fake engine, a fake clock and a temporary directory. Every
+/// call goes through `queue.sync`; engine events are delivered and then drained with
+/// another `queue.sync`, so no test sleeps.
+final class CoreHarness {
+    let queue = DispatchQueue(label: "ferry.core.test")
+    let engine = FakeEngine()
+    let clock: FakeClock
+    let observer = RecordingObserver()
+    let root: String
+    let downloads: String
+    let core: TransferCoordinator
+    let store: InMemoryTransferStore
+    let disk: FakeDisk
+    let retryPolicy: RetryPolicy
+    let checkpointInterval: Double
+    /// Removes `root` when done (a restarted harness takes this over).
+    private var ownsRoot = true
+
+    /// - Parameters:
+    ///   - store: what the core persists to (shared by `restarted()`).
+    ///   - restore: call `restore()` before `start()`, as ferryd does.
+    init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(),
+         restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
+         root: String? = nil) {
+        self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
+        downloads = self.root + "/Downloads"
+        try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
+        self.clock = clock
+        self.store = store
+        self.disk = disk
+        self.retryPolicy = retryPolicy
+        self.checkpointInterval = checkpointInterval
+        let downloads = self.downloads
+        let environment = CoreEnvironment(now: { clock.now }, defaultDownloadDirectory: { downloads },
+                                          version: "9.9", retryPolicy: retryPolicy,
+                                          freeSpace: { path in disk.free(path) },
+                                          checkpointInterval: checkpointInterval)
+        core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
+        core.observer = observer
+        observer.expectedQueue = queue
+        if restore { try! queue.sync { try core.restore() } }
+        if start { queue.sync { core.start() } }
+    }
+
+    /// The daemon stopped (`shutdown`) and started again over the same store, files and
+    /// clock: a new core that restores and starts.
+    func restarted(retryPolicy: RetryPolicy? = nil) -> CoreHarness {
+        queue.sync { core.shutdown() }
+        ownsRoot = false
+        return CoreHarness(retryPolicy: retryPolicy ?? self.retryPolicy, store: store, restore: true,
+                           checkpointInterval: checkpointInterval, clock: clock, disk: disk, root: root)
+    }
+
+    deinit { if ownsRoot { try? FileManager.default.removeItem(atPath: root) } }
+
+    func sync<T>(_ body: (TransferCoordinator) throws -> T) rethrows -> T {
+        try queue.sync { try body(core) }
+    }
+
+    /// Delivers engine events and waits until the core has handled them.
+    func send(_ events: EngineEvent...) {
+        for event in events { engine.emit(event) }
+        queue.sync {}
+    }
+
+    @discardableResult
+    func openSession(_ identifier: String = "com.example.Test", _ configure: (inout SessionConfigurationUpdate) -> Void = { _ in }) throws -> SessionID {
+        var update = SessionConfigurationUpdate()
+        configure(&update)
+        return try sync { try $0.openSession(identifier: identifier, configuration: update).id }
+    }
+
+    func download(_ session: SessionID, _ url: String = "https://example.com/file.bin",
+                  _ configure: (inout DownloadOptions) -> Void = { _ in }) throws -> TransferID {
+        var options = DownloadOptions()
+        configure(&options)
+        return try sync { try $0.download(session: session, url: url, options: options) }
+    }
+
+    func snapshot(_ id: TransferID) -> TransferSnapshot? { sync { $0.transfer(id) } }
+    func state(_ id: TransferID) -> TransferState? { snapshot(id)?.state }
+    func destination(_ id: TransferID) -> String { snapshot(id)?.destination ?? "" }
+
+    /// Writes `bytes` into the transfer's `.part` file, as the engine would.
+    func writePart(_ id: TransferID, _ bytes: [UInt8], path: String? = nil) {
+        let target = path ?? destination(id) + ".part"
+        _ = FileManager.default.createFile(atPath: target, contents: Data(bytes))
+    }
+
+    /// Plays a whole successful attempt: response, body into the part file, progress, end.
+    func succeed(_ id: TransferID, body: [UInt8] = Array("hello".utf8), etag: String? = "\"v1\"",
+                 contentDisposition: String? = nil, computeSHA: Bool = false) {
+        send(.response(id, EngineResponse(status: 200, etag: etag, expectedTotal: Int64(body.count),
+                                          contentDisposition: contentDisposition, acceptsRanges: true,
+                                          effectiveURL: "https://example.com/file.bin")))
+        writePart(id, body)
+        let sha = computeSHA ? Self.sha256Hex(body) : nil
+        send(.progress(id, bytesWritten: Int64(body.count), totalOnDisk: Int64(body.count), expected: Int64(body.count)),
+             .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: sha)))
+    }
+
+    func fail(_ id: TransferID, _ error: FerryError, bytes: Int64 = 0) {
+        send(.completed(id, .failed(error, bytesOnDisk: bytes)))
+    }
+
+    static func sha256Hex(_ bytes: [UInt8]) -> String {
+        SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+    }
+
+    func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
+}
+
+/// Asserts that `body` throws the FerryError case `expected` matches.
+func XCTAssertFerryError<T>(_ body: @autoclosure () throws -> T, _ matches: (FerryError) -> Bool,
+                            _ message: String = "", file: StaticString = #filePath, line: UInt = #line) {
+    do {
+        _ = try body()
+        XCTFail("expected an error, got success. \(message)", file: file, line: line)
+    } catch let error as FerryError {
+        XCTAssertTrue(matches(error), "unexpected \(error). \(message)", file: file, line: line)
+    } catch {
+        XCTFail("not a FerryError: \(error)", file: file, line: line)
+    }
+}
+
+extension FerryError {
+    var isInvalidArgument: Bool { if case .invalidArgument = self { return true } else { return false } }
+    var isInvalidUrl: Bool { if case .invalidUrl = self { return true } else { return false } }
+    var isUnsupportedScheme: Bool { if case .unsupportedScheme = self { return true } else { return false } }
+    var isInvalidDestination: Bool { if case .invalidDestination = self { return true } else { return false } }
+    var isInvalidState: Bool { if case .invalidState = self { return true } else { return false } }
+    var isInvalidResumeData: Bool { if case .invalidResumeData = self { return true } else { return false } }
+    var isNoSuchSession: Bool { if case .noSuchSession = self { return true } else { return false } }
+    var isNoSuchTransfer: Bool { if case .noSuchTransfer = self { return true } else { return false } }
+}

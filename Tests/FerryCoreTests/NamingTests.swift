@@ -1,0 +1,109 @@
+import XCTest
+@testable import FerryCore
+
+final class NamingTests: XCTestCase {
+    func testSanitizerKeepsOnlyASafeSingleName() {
+        XCTAssertEqual(FileNameSanitizer.sanitize("report.pdf"), "report.pdf")
+        XCTAssertEqual(FileNameSanitizer.sanitize("../../etc/passwd"), "passwd")
+        XCTAssertEqual(FileNameSanitizer.sanitize("..\\..\\Windows\\evil.exe"), "evil.exe")
+        XCTAssertEqual(FileNameSanitizer.sanitize(".bashrc"), "bashrc")
+        XCTAssertEqual(FileNameSanitizer.sanitize("...hidden"), "hidden")
+        XCTAssertEqual(FileNameSanitizer.sanitize("a\u{0}b\nc.txt"), "abc.txt")
+        XCTAssertEqual(FileNameSanitizer.sanitize("  spaced.txt  "), "spaced.txt")
+        XCTAssertNil(FileNameSanitizer.sanitize(".."))
+        XCTAssertNil(FileNameSanitizer.sanitize("."))
+        XCTAssertNil(FileNameSanitizer.sanitize("/"))
+        XCTAssertNil(FileNameSanitizer.sanitize(""))
+        let long = String(repeating: "x", count: 400) + ".iso"
+        let short = FileNameSanitizer.sanitize(long)!
+        XCTAssertLessThanOrEqual(short.utf8.count, FileNameSanitizer.maxBytes)
+        XCTAssertTrue(short.hasSuffix(".iso"))
+    }
+
+    func testContentDispositionForms() {
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"report.pdf\""), "report.pdf")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=plain.txt"), "plain.txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; FILENAME=\"a \\\"q\\\".txt\""), "a \"q\".txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''na%C3%AFve%20file.txt"), "naïve file.txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"fallback.txt\"; filename*=utf-8'en'%E2%82%AC%20rates.txt"), "€ rates.txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=iso-8859-1''caf%E9.txt"), "café.txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "inline; filename=\"x;y.txt\"; size=3"), "x;y.txt")
+        XCTAssertNil(ContentDisposition.fileName(from: "attachment"))
+        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename=\"\""))
+        // A bad filename* falls back to filename.
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''%ZZ; filename=ok.txt"), "ok.txt")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=koi8-r''x; filename=ok.txt"), "ok.txt")
+    }
+
+    func testContentDispositionPathTraversalIsDefused() {
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"../../.ssh/authorized_keys\""), "authorized_keys")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd"), "passwd")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"/etc/cron.d/x\""), "x")
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\".profile\""), "profile")
+        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename=\"..\""))
+        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''%2E%2E"))
+        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"a/\""), "a")
+    }
+
+    func testUniqueNames() {
+        var taken: Set<String> = ["file.zip", "file (1).zip"]
+        XCTAssertEqual(UniqueFileName.first("file.zip") { taken.contains($0) }, "file (2).zip")
+        XCTAssertEqual(UniqueFileName.first("free.zip") { taken.contains($0) }, "free.zip")
+        taken = ["backup.tar.gz"]
+        XCTAssertEqual(UniqueFileName.first("backup.tar.gz") { taken.contains($0) }, "backup (1).tar.gz")
+        taken = ["README"]
+        XCTAssertEqual(UniqueFileName.first("README") { taken.contains($0) }, "README (1)")
+        taken = [".bashrc"]
+        XCTAssertEqual(UniqueFileName.first(".bashrc") { taken.contains($0) }, ".bashrc (1)")
+        taken = ["v1.2 notes"]
+        XCTAssertEqual(UniqueFileName.first("v1.2 notes") { taken.contains($0) }, "v1.2 notes (1)")
+    }
+
+    func testURLFileNames() throws {
+        XCTAssertEqual(try RequestURL.validate("https://example.com/dir/a%20b.zip?x=1#frag").suggestedFileName, "a b.zip")
+        XCTAssertEqual(try RequestURL.validate("https://example.com/").suggestedFileName, "download")
+        XCTAssertEqual(try RequestURL.validate("https://example.com").suggestedFileName, "download")
+        XCTAssertEqual(try RequestURL.validate("https://example.com/x/%2E%2E").suggestedFileName, "download")
+        XCTAssertEqual(try RequestURL.validate("https://example.com/x/..%2F..%2Fetc%2Fpasswd").suggestedFileName, "passwd")
+        XCTAssertEqual(try RequestURL.validate("https://example.com/.env").suggestedFileName, "env")
+        XCTAssertEqual(try RequestURL.validate("HTTPS://Example.COM:8443/f").host, "example.com")
+    }
+
+    func testRedaction() {
+        XCTAssertEqual(RequestURL.redacted("https://user:secret@host/x"), "https://user:***@host/x")
+        XCTAssertEqual(RequestURL.redacted("https://host/x?a=b@c"), "https://host/x?a=b@c")
+    }
+
+    func testXDGDownloadDirectory() {
+        let text = """
+        # written by xdg-user-dirs-update
+        XDG_DESKTOP_DIR="$HOME/Desktop"
+        XDG_DOWNLOAD_DIR="$HOME/Téléchargements"
+        """
+        XCTAssertEqual(XDGUserDirectories.parseDownloadDirectory(userDirs: text, home: "/home/ann"), "/home/ann/Téléchargements")
+        XCTAssertEqual(XDGUserDirectories.parseDownloadDirectory(userDirs: "XDG_DOWNLOAD_DIR=\"/srv/dl/\"", home: "/h"), "/srv/dl")
+        XCTAssertEqual(XDGUserDirectories.parseDownloadDirectory(userDirs: "XDG_DOWNLOAD_DIR=\"$HOME/\"", home: "/h"), "/h")
+        XCTAssertNil(XDGUserDirectories.parseDownloadDirectory(userDirs: "XDG_DOWNLOAD_DIR=\"relative\"", home: "/h"))
+        XCTAssertNil(XDGUserDirectories.parseDownloadDirectory(userDirs: "# XDG_DOWNLOAD_DIR=\"/x\"", home: "/h"))
+    }
+
+    func testXDGLookupReadsConfigAndFallsBack() throws {
+        let root = NSTemporaryDirectory() + "ferry-xdg-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root + "/config", withIntermediateDirectories: true)
+        try "XDG_DOWNLOAD_DIR=\"$HOME/Incoming\"\n".write(toFile: root + "/config/user-dirs.dirs", atomically: true, encoding: .utf8)
+        let dir = XDGUserDirectories.downloadDirectory(environment: ["HOME": root, "XDG_CONFIG_HOME": root + "/config"])
+        XCTAssertEqual(dir, root + "/Incoming")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir), "created when missing")
+        let fallback = XDGUserDirectories.downloadDirectory(environment: ["HOME": root])
+        XCTAssertEqual(fallback, root + "/Downloads")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fallback))
+    }
+
+    func testHeaderMergeLetsTransferOverrideCaseInsensitively() {
+        let merged = HeaderFields.merge(session: ["Accept": "*/*", "X-Session": "s", "user-agent": "ua1"],
+                                        transfer: ["User-Agent": "ua2", "X-T": "t"])
+        XCTAssertEqual(merged.map(\.name), ["Accept", "X-Session", "User-Agent", "X-T"])
+        XCTAssertEqual(merged.map(\.value), ["*/*", "s", "ua2", "t"])
+    }
+}

@@ -1,0 +1,188 @@
+import XCTest
+@testable import FerryCore
+
+final class PauseResumeTests: XCTestCase {
+    /// A running transfer that got a resumable response and wrote `bytes`.
+    private func resumableTransfer(_ h: CoreHarness, _ s: SessionID, bytes: [UInt8] = [1, 2, 3, 4, 5, 6]) throws -> TransferID {
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"abc\"", lastModified: "Tue, 01 Oct 2024 10:00:00 GMT",
+                                           expectedTotal: 100, acceptsRanges: true, effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, bytes)
+        h.send(.progress(t, bytesWritten: Int64(bytes.count), totalOnDisk: Int64(bytes.count), expected: 100))
+        return t
+    }
+
+    func testPauseAndResumeUseIfRangeWithOffset() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let data = try h.sync { try $0.pause(t) }
+        XCTAssertEqual(Array(data.prefix(4)), Array("FRD1".utf8))
+        XCTAssertEqual(h.state(t), .paused)
+        XCTAssertEqual(h.engine.stopped, [t])
+        XCTAssertEqual(h.snapshot(t)?.rate, 0)
+        // Resumed before the engine confirmed the stop: it waits for the old attempt to end.
+        try h.sync { try $0.resume(t) }
+        XCTAssertEqual(h.state(t), .queued)
+        XCTAssertEqual(h.engine.started.count, 1)
+        h.send(.progress(t, bytesWritten: 0, totalOnDisk: 6, expected: 100), .completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running)
+        let request = try XCTUnwrap(h.engine.lastRequest(t))
+        XCTAssertEqual(request.offset, 6)
+        XCTAssertEqual(request.ifRange, "\"abc\"", "the ETag is preferred over Last-Modified")
+        XCTAssertEqual(h.snapshot(t)?.attempts, 2)
+        h.observer.clear()
+        h.send(.response(t, EngineResponse(status: 206, etag: "\"abc\"", expectedTotal: 100, startOffset: 6, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        XCTAssertEqual(h.observer.events.filter { if case .resumedAtOffset = $0 { return true } else { return false } },
+                       [.resumedAtOffset(t, offset: 6, expected: 100)])
+    }
+
+    func testResumeWithoutValidatorStartsOver() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 100, acceptsRanges: true, effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, [1, 2, 3])
+        let data = try h.sync { try $0.pause(t) }
+        XCTAssertEqual(data, [], "no validator: not resumable")
+        XCTAssertEqual(h.snapshot(t)?.resumable, false)
+        h.send(.completed(t, .stopped(bytesOnDisk: 3)))
+        try h.sync { try $0.resume(t) }
+        XCTAssertEqual(h.engine.lastRequest(t)?.offset, 0)
+        XCTAssertNil(h.engine.lastRequest(t)?.ifRange)
+        h.observer.clear()
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 100, effectiveURL: "https://example.com/file.bin")))
+        XCTAssertFalse(h.observer.events.contains { if case .resumedAtOffset = $0 { return true } else { return false } })
+    }
+
+    func testPauseQueuedAndWaiting() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        try h.sync { try $0.setMaxConcurrentTransfers(1) }
+        _ = try h.download(s, "https://example.com/a")
+        let queued = try h.download(s, "https://example.com/b")
+        let waiting = try h.download(s, "https://example.com/c") { $0.startAfter = h.clock.now + 1_000_000_000 }
+        XCTAssertEqual(try h.sync { try $0.pause(queued) }, [])
+        XCTAssertEqual(try h.sync { try $0.pause(waiting) }, [])
+        XCTAssertEqual(h.state(queued), .paused)
+        XCTAssertEqual(h.state(waiting), .paused)
+        XCTAssertEqual(h.engine.stopped, [], "nothing to stop")
+        try h.sync { try $0.resume(waiting) }
+        XCTAssertEqual(h.state(waiting), .waiting, "start-after still applies")
+    }
+
+    func testResumeDataRoundTrip() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let data = try h.sync { try $0.pause(t) }
+        let decoded = try ResumeData.decode(data)
+        XCTAssertEqual(decoded.url, "https://example.com/file.bin")
+        XCTAssertEqual(decoded.destination, h.downloads + "/file.bin")
+        XCTAssertEqual(decoded.partPath, h.downloads + "/file.bin.part")
+        XCTAssertEqual(decoded.offset, 6)
+        XCTAssertEqual(decoded.etag, "\"abc\"")
+        XCTAssertEqual(decoded.expected, 100)
+        XCTAssertEqual(decoded.session, "com.example.Test")
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+
+        h.observer.clear()
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: data, options: DownloadOptions()) }
+        XCTAssertNotEqual(n, t)
+        // The new transfer took over the partial file; the paused one was cancelled, keeping it.
+        XCTAssertEqual(h.state(t), .cancelled)
+        XCTAssertTrue(h.snapshot(t)!.errorMessage.contains("transfer \(n)"))
+        XCTAssertTrue(h.exists(h.downloads + "/file.bin.part"))
+        XCTAssertFalse(h.observer.events.contains { if case .allFinished = $0 { return true } else { return false } },
+                       "the takeover is not the end of a batch")
+        let snap = try XCTUnwrap(h.snapshot(n))
+        XCTAssertEqual(snap.destination, h.downloads + "/file.bin")
+        XCTAssertEqual(snap.state, .running)
+        let request = try XCTUnwrap(h.engine.lastRequest(n))
+        XCTAssertEqual(request.offset, 6)
+        XCTAssertEqual(request.ifRange, "\"abc\"")
+        XCTAssertEqual(request.partPath, h.downloads + "/file.bin.part")
+        h.send(.response(n, EngineResponse(status: 206, etag: "\"abc\"", expectedTotal: 100, startOffset: 6, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        XCTAssertTrue(h.observer.events.contains(.resumedAtOffset(n, offset: 6, expected: 100)))
+    }
+
+    func testResumeDownloadRefusesWhileTheOwnerStillRuns() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let data = try h.sync { try $0.pause(t) }
+        try h.sync { try $0.resume(t) }
+        XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: data, options: DownloadOptions()) },
+                            { $0.isInvalidState && $0.message.contains("transfer \(t)") })
+        XCTAssertEqual(try h.sync { try $0.transferIDs() }, [t])
+    }
+
+    func testDamagedOrStaleResumeDataIsRefused() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let good = try h.sync { try $0.pause(t) }
+        let part = h.downloads + "/file.bin.part"
+        var flipped = good; flipped[10] ^= 0x20
+        var badMagic = good; badMagic[0] = UInt8(ascii: "X")
+        func forged(_ change: (inout ResumeData) -> Void) throws -> [UInt8] {
+            var d = try ResumeData.decode(good)
+            change(&d)
+            // Re-signs with a correct checksum: the contents must still be checked.
+            let encoder = JSONEncoder(); encoder.outputFormatting = [.sortedKeys]
+            let json = Array(try encoder.encode(d))
+            return Array("FRD1".utf8) + json + Array(SHA256Digest(json))
+        }
+        let cases: [(String, [UInt8], (FerryError) -> Bool)] = [
+            ("empty", [], { $0.isInvalidResumeData }),
+            ("truncated", Array(good.prefix(good.count - 5)), { $0.isInvalidResumeData }),
+            ("magic", badMagic, { $0.isInvalidResumeData }),
+            ("flipped byte", flipped, { $0.isInvalidResumeData && $0.message.contains("damaged") }),
+            ("relative path", try forged { $0.destination = "file.bin"; $0.partPath = "file.bin.part" }, { $0.isInvalidResumeData }),
+            ("foreign part", try forged { $0.partPath = "/etc/shadow" }, { $0.isInvalidResumeData }),
+            ("dotdot", try forged { $0.destination = h.downloads + "/../x"; $0.partPath = h.downloads + "/../x.part" }, { $0.isInvalidResumeData }),
+            ("bad url", try forged { $0.url = "file:///etc/passwd" }, { $0.isInvalidResumeData && $0.message.contains("URL") }),
+            ("offset too big", try forged { $0.offset = 1000 }, { $0.isInvalidResumeData && $0.message.contains("fewer") }),
+            ("negative offset", try forged { $0.offset = -1 }, { $0.isInvalidResumeData }),
+        ]
+        h.observer.clear()
+        for (name, bytes, matches) in cases {
+            XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: bytes, options: DownloadOptions()) }, matches, name)
+        }
+        try FileManager.default.removeItem(atPath: part)
+        XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: good, options: DownloadOptions()) },
+                            { $0.isInvalidResumeData && $0.message.contains("no longer exists") })
+        var options = DownloadOptions(); options.destination = h.root + "/elsewhere.bin"
+        h.writePart(t, [1, 2, 3, 4, 5, 6])
+        XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: good, options: options) }, { $0.isInvalidDestination })
+        XCTAssertEqual(try h.sync { try $0.transferIDs() }, [t])
+        XCTAssertEqual(h.state(t), .paused)
+        XCTAssertEqual(h.observer.events, [])
+    }
+
+    func testPauseAllResumeAllCancelAllAreScoped() throws {
+        let h = CoreHarness()
+        let s1 = try h.openSession("one")
+        let s2 = try h.openSession("two")
+        let a = try h.download(s1, "https://example.com/a")
+        let b = try h.download(s1, "https://example.com/b")
+        let c = try h.download(s2, "https://example.com/c")
+        h.succeed(b)
+        try h.sync { try $0.pauseAll(session: s1) }
+        XCTAssertEqual([h.state(a), h.state(b), h.state(c)], [.paused, .completed, .running])
+        try h.sync { try $0.pauseAll() }
+        XCTAssertEqual(h.state(c), .paused)
+        try h.sync { try $0.resumeAll(session: s2) }
+        XCTAssertEqual([h.state(a), h.state(c)], [.paused, .queued])
+        h.send(.completed(a, .stopped(bytesOnDisk: 0)), .completed(c, .stopped(bytesOnDisk: 0)))
+        XCTAssertEqual(h.state(c), .running)
+        try h.sync { try $0.cancelAll() }
+        XCTAssertEqual([h.state(a), h.state(b), h.state(c)], [.cancelled, .completed, .cancelled])
+        XCTAssertFerryError(try h.sync { try $0.pauseAll(session: 77) }, { $0.isNoSuchSession })
+    }
+}
+
+import Crypto
+private func SHA256Digest(_ bytes: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: bytes)) }

@@ -1,0 +1,271 @@
+import XCTest
+@testable import FerryCore
+
+/// Durability through the store, with the in-memory store (the SQLite store has its own
+/// tests in FerryStoreTests): written before announced, restored after a restart,
+/// nothing from ephemeral sessions.
+final class PersistenceTests: XCTestCase {
+    private func stored(_ h: CoreHarness, _ id: TransferID) -> StoredTransfer? {
+        try? h.store.load().transfers.first { $0.snapshot.id == id }
+    }
+
+    private func storedEvents(_ h: CoreHarness, _ s: SessionID) -> [PendingEvent] {
+        (try? h.store.load().events[s]) ?? []
+    }
+
+    // MARK: - Written before announced
+
+    func testDownloadIsStoredBeforeItIsAnnouncedOrAnswered() throws {
+        let h = CoreHarness(start: false)
+        let s = try h.openSession()
+        XCTAssertEqual(try h.store.load().sessions.map(\.id), [s], "the session is stored before OpenSession answers")
+        var storedWhenAnnounced: StoredTransfer?
+        h.sync { _ in
+            h.observer.onEvent = { event in
+                if case .transferAdded(let id, _) = event { storedWhenAnnounced = self.stored(h, id) }
+            }
+        }
+        let t = try h.download(s) { $0.headers = ["X-Token": "abc"]; $0.priority = 1 }
+        XCTAssertEqual(storedWhenAnnounced?.snapshot.state, .queued)
+        let row = try XCTUnwrap(stored(h, t), "in the store when download() returns")
+        XCTAssertEqual(row.options.headers, ["X-Token": "abc"])
+        XCTAssertEqual(row.snapshot.priority, 1)
+        XCTAssertEqual(try h.store.load().counters.nextTransferID, t + 1)
+    }
+
+    func testCompletionAndItsEventAreStoredTogetherBeforeCompleted() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        var seen: (state: TransferState?, events: [UInt64])?
+        h.sync { _ in
+            h.observer.onEvent = { event in
+                if case .transferChanged(t, .completed) = event {
+                    seen = (self.stored(h, t)?.snapshot.state, self.storedEvents(h, s).map(\.serial))
+                }
+            }
+        }
+        h.succeed(t)
+        let (_, serial, name) = try XCTUnwrap(h.observer.completions.first)
+        XCTAssertEqual(name, "")
+        XCTAssertEqual(seen?.state, .completed, "the final state is stored before it is announced")
+        XCTAssertEqual(seen?.events, [serial], "with its event, in the same write")
+        let write = try XCTUnwrap(h.store.writes.first { $0.contains { if case .appendEvent = $0 { return true } else { return false } } })
+        XCTAssertTrue(write.contains { if case .saveTransfer(let st) = $0 { return st.snapshot.state == .completed } else { return false } },
+                      "one transaction holds both")
+    }
+
+    func testStoreFailureRefusesDownloadAndChangesNothing() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        h.store.failure = StoreError("disk full")
+        XCTAssertThrowsError(try h.download(s)) { error in
+            XCTAssertTrue(error is StoreError, "\(error)")
+        }
+        XCTAssertEqual(try h.sync { try $0.transferIDs() }, [])
+        XCTAssertEqual(h.engine.started, [])
+        h.store.failure = nil
+        XCTAssertEqual(try h.download(s), 1, "the refused call did not use up an id")
+    }
+
+    // MARK: - Restart
+
+    func testRestartCarriesOnWithSameIdsStatesAndEvents() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession("com.example.Podcasts") { $0.retries = 3 }
+        // 1: running with 6 bytes on disk and a validator.
+        let running = try h.download(s, "https://example.com/running.bin")
+        h.send(.response(running, EngineResponse(status: 200, etag: "\"r1\"", expectedTotal: 100, acceptsRanges: true,
+                                                 effectiveURL: "https://example.com/running.bin")))
+        h.writePart(running, [1, 2, 3, 4, 5, 6])
+        h.send(.progress(running, bytesWritten: 6, totalOnDisk: 6, expected: 100))
+        // 2: paused.
+        let paused = try h.download(s, "https://example.com/paused.bin")
+        _ = try h.sync { try $0.pause(paused) }
+        h.send(.completed(paused, .stopped(bytesOnDisk: 0)))
+        // 3: completed, its event pending.
+        let done = try h.download(s, "https://example.com/done.bin")
+        h.succeed(done)
+        // 4: failed for good.
+        let failed = try h.download(s, "https://example.com/failed.bin")
+        h.fail(failed, .http(status: 404, "Not Found"))
+        // 5: queued behind the concurrency limit.
+        try h.sync { try $0.setMaxConcurrentTransfers(1) }
+        let queued = try h.download(s, "https://example.com/queued.bin")
+        XCTAssertEqual(h.state(queued), .queued)
+        let events = try h.sync { try $0.pendingEvents(session: s) }
+        XCTAssertEqual(events.map(\.transfer), [done, failed])
+        // The part file grew after the last checkpoint (no progress event since).
+        h.writePart(running, Array(repeating: 7, count: 40))
+
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.sync { $0.sessionIDs }, [s])
+        XCTAssertEqual(h2.sync { $0.session(s)?.identifier }, "com.example.Podcasts")
+        XCTAssertEqual(h2.sync { $0.session(s)?.configuration.retries }, 3)
+        XCTAssertEqual(try h2.sync { try $0.transferIDs() }, [running, paused, done, failed, queued])
+        XCTAssertEqual(h2.sync { $0.manager.maxConcurrentTransfers }, 1, "manager settings come back too")
+        XCTAssertEqual(h2.state(running), .running, "a running transfer carries on")
+        let request = try XCTUnwrap(h2.engine.lastRequest(running))
+        XCTAssertEqual(request.offset, 40, "from the .part file's real size, not the checkpoint")
+        XCTAssertEqual(request.ifRange, "\"r1\"")
+        XCTAssertEqual(h2.snapshot(running)?.attempts, 2)
+        XCTAssertEqual(h2.state(paused), .paused)
+        XCTAssertEqual(h2.state(done), .completed)
+        XCTAssertEqual(h2.state(failed), .failed)
+        XCTAssertEqual(h2.snapshot(failed)?.httpStatus, 404)
+        XCTAssertEqual(h2.state(queued), .queued)
+        XCTAssertEqual(h2.engine.startedIDs, [running], "the limit still holds")
+        XCTAssertEqual(try h2.sync { try $0.pendingEvents(session: s) }, events, "the same events, in order")
+        XCTAssertTrue(h2.observer.completions.isEmpty, "nothing is announced again")
+        XCTAssertFalse(h2.observer.events.contains { if case .finished = $0 { return true } else { return false } })
+        XCTAssertTrue(h2.sync { $0.hasPendingEvents(session: s) })
+
+        // Counters go on: new ids and serials are new.
+        let next = try h2.download(s, "https://example.com/next.bin")
+        XCTAssertEqual(next, queued + 1)
+        try h2.sync { try $0.cancel(next) }
+        XCTAssertEqual(try h2.sync { try $0.pendingEvents(session: s) }.last?.serial, events.last!.serial + 1)
+        let s2 = try h2.openSession("com.example.Other")
+        XCTAssertEqual(s2, s + 1)
+    }
+
+    func testAcknowledgedEventsStayAcknowledgedAfterRestart() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try h.download(s, "https://example.com/a")
+        let b = try h.download(s, "https://example.com/b")
+        h.succeed(a)
+        h.fail(b, .http(status: 403, "Forbidden"))
+        let events = try h.sync { try $0.pendingEvents(session: s) }
+        XCTAssertEqual(events.count, 2)
+        try h.sync { try $0.acknowledgeEvents(session: s, upTo: events[0].serial) }
+        let h2 = h.restarted()
+        XCTAssertEqual(try h2.sync { try $0.pendingEvents(session: s) }, [events[1]], "each event exactly once until acknowledged")
+        try h2.sync { try $0.acknowledgeEvents(session: s, upTo: events[1].serial) }
+        XCTAssertFalse(h2.sync { $0.hasPendingEvents(session: s) })
+        let h3 = h2.restarted()
+        XCTAssertEqual(try h3.sync { try $0.pendingEvents(session: s) }, [])
+    }
+
+    func testIdsAreNeverReusedAfterDeletes() throws {
+        let h = CoreHarness()
+        let s = try h.openSession("com.example.A")
+        let a = try h.download(s)
+        let b = try h.download(s)
+        h.succeed(b)
+        try h.sync { try $0.remove(b) }
+        try h.sync { try $0.cancel(a) }
+        try h.sync { try $0.remove(a) }
+        try h.sync { try $0.closeSession(s, cancelTransfers: true) }
+        XCTAssertEqual(try h.store.load().sessions.count, 0, "the closed session's rows are gone")
+        XCTAssertEqual(try h.store.load().transfers.count, 0)
+        let h2 = h.restarted()
+        let s2 = try h2.openSession("com.example.A")
+        XCTAssertEqual(s2, s + 1, "a session id is not handed out twice")
+        XCTAssertEqual(try h2.download(s2), b + 1, "nor a transfer id")
+        try h2.sync { try $0.cancel(b + 1) }
+        XCTAssertEqual(try h2.sync { try $0.pendingEvents(session: s2) }.first?.serial, 3, "nor a serial (1 and 2 went to b and a)")
+    }
+
+    func testWaitingAndClosingStatesSurviveRestart() throws {
+        let h = CoreHarness()
+        let s = try h.openSession("com.example.Later")
+        let later = try h.download(s) { $0.startAfter = h.clock.now + 60_000_000 }
+        let c = try h.openSession("com.example.Closing")
+        let ct = try h.download(c)
+        try h.sync { try $0.closeSession(c, cancelTransfers: false) }
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(later), .waiting)
+        XCTAssertEqual(h2.snapshot(later)?.waitingReason, "start-after")
+        h2.clock.advance(seconds: 61)
+        h2.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h2.state(later), .running)
+        XCTAssertEqual(h2.state(ct), .running, "a closing session's transfers still finish")
+        h2.succeed(ct)
+        XCTAssertNil(h2.sync { $0.session(c) }, "then the session goes")
+        XCTAssertFalse(try h2.store.load().sessions.contains { $0.id == c })
+    }
+
+    func testInterruptedServerRenameIsRepairedOnRestore() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, "https://example.com/get?id=1") { $0.destination = h.downloads }
+        let first = h.destination(t)
+        // The server names it before the engine created the part file under the old
+        // name; the daemon dies before the attempt ends (which would move the file).
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"n\"", expectedTotal: 10,
+                                           contentDisposition: "attachment; filename=named.bin", acceptsRanges: true,
+                                           effectiveURL: "https://example.com/get?id=1")))
+        let named = h.downloads + "/named.bin"
+        XCTAssertEqual(h.destination(t), named)
+        h.writePart(t, [1, 2, 3], path: first + ".part")
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.destination(t), named)
+        XCTAssertTrue(h2.exists(named + ".part"))
+        XCTAssertFalse(h2.exists(first + ".part"))
+        XCTAssertEqual(h2.engine.lastRequest(t)?.partPath, named + ".part")
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 3)
+    }
+
+    // MARK: - Checkpoints
+
+    func testProgressIsCheckpointedNotWrittenPerChunk() throws {
+        let h = CoreHarness(checkpointInterval: 5)
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"c\"", expectedTotal: 1000, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        let writesBefore = h.store.writes.count
+        for i in 1...20 {
+            h.send(.progress(t, bytesWritten: 10, totalOnDisk: Int64(i * 10), expected: 1000))
+            h.clock.advance(seconds: 0.2)
+        }
+        XCTAssertEqual(h.store.writes.count, writesBefore, "20 chunks in 4 s: no write")
+        h.clock.advance(seconds: 1.1)
+        h.send(.progress(t, bytesWritten: 10, totalOnDisk: 210, expected: 1000))
+        XCTAssertEqual(h.store.writes.count, writesBefore + 1, "one checkpoint after 5 s")
+        XCTAssertEqual(stored(h, t)?.snapshot.bytesTransferred, 210)
+        _ = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 250)))
+        XCTAssertEqual(stored(h, t)?.snapshot.state, .paused)
+        XCTAssertEqual(stored(h, t)?.snapshot.bytesTransferred, 250, "and at the stop")
+    }
+
+    // MARK: - Ephemeral sessions
+
+    func testEphemeralSessionWritesNothing() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 1, cap: 1))
+        let s = try h.openSession("com.example.Private") { $0.persistent = false }
+        let a = try h.download(s, "https://example.com/a")
+        let b = try h.download(s, "https://example.com/b")
+        h.succeed(a)
+        h.fail(b, .network("reset"))
+        h.clock.advance(seconds: 2)
+        h.sync { $0.wakeDueTransfers() }
+        _ = try h.sync { try $0.pause(b) }
+        h.send(.completed(b, .stopped(bytesOnDisk: 0)))
+        let events = try h.sync { try $0.pendingEvents(session: s) }
+        try h.sync { try $0.acknowledgeEvents(session: s, upTo: events.last!.serial) }
+        try h.sync { try $0.cancel(b) }
+        try h.sync { try $0.closeSession(s, cancelTransfers: true) }
+        XCTAssertEqual(h.store.writes, [], "not one write")
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.sync { $0.sessionIDs }, [], "it vanished with the daemon")
+    }
+
+    func testSessionThatBecomesPersistentIsWrittenWithItsTransfers() throws {
+        let h = CoreHarness()
+        let s = try h.openSession("com.example.Flip") { $0.persistent = false }
+        let t = try h.download(s)
+        h.succeed(t)
+        XCTAssertEqual(h.store.writes, [])
+        _ = try h.openSession("com.example.Flip") { $0.persistent = true }
+        let contents = try h.store.load()
+        XCTAssertEqual(contents.sessions.map(\.id), [s])
+        XCTAssertEqual(contents.transfers.map(\.snapshot.id), [t])
+        XCTAssertEqual(contents.events[s]?.map(\.transfer), [t])
+        _ = try h.openSession("com.example.Flip") { $0.persistent = false }
+        XCTAssertEqual(try h.store.load().sessions, [], "and deleted when it becomes ephemeral again")
+        XCTAssertEqual(try h.store.load().transfers, [])
+    }
+}

@@ -1,0 +1,159 @@
+import FerryCore
+import FerryEngine
+import FerryTestSupport
+import Foundation
+import XCTest
+
+final class ResumeTests: EngineTestCase {
+    private let size = 1_000_000
+    private let offset = 300_000
+
+    func testResumeWithMatchingValidatorContinuesAtOffset() throws {
+        let body = TestData.bytes(count: size, seed: 21)
+        server.add(path: "/f", body: body, etag: "\"v1\"")
+        let part = partPath("f.part")
+        // The prefix, plus junk past the offset that must not survive.
+        try write(Array(body[..<offset]) + [UInt8](repeating: 0xEE, count: 5_000), to: part)
+
+        let outcome = run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\"", sha: true))
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(contents(part), body)
+        let sent = try XCTUnwrap(server.requests(for: "/f").first)
+        XCTAssertEqual(sent.header("Range"), "bytes=\(offset)-")
+        XCTAssertEqual(sent.header("If-Range"), "\"v1\"")
+        let response = try XCTUnwrap(responses(1).first)
+        XCTAssertEqual(response.status, 206)
+        XCTAssertEqual(response.startOffset, Int64(offset))
+        XCTAssertEqual(response.expectedTotal, Int64(size))
+        XCTAssertTrue(response.acceptsRanges)
+        let progress = log.events(for: 1).compactMap(\.progress)
+        XCTAssertEqual(progress.map(\.bytesWritten).reduce(0, +), Int64(size - offset))
+        XCTAssertEqual(progress.last?.totalOnDisk, Int64(size))
+        assertWellFormedEvents(1)
+    }
+
+    func testResumeWithLastModifiedValidator() throws {
+        let date = "Tue, 01 Jul 2025 10:00:00 GMT"
+        let body = TestData.bytes(count: size, seed: 22)
+        server.add(path: "/f", body: body, etag: nil, lastModified: date)
+        let part = partPath("f.part")
+        try write(Array(body[..<offset]), to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(offset), ifRange: date)),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: nil))
+        XCTAssertEqual(contents(part), body)
+        XCTAssertEqual(responses(1).first?.status, 206)
+        XCTAssertEqual(server.requests(for: "/f").first?.header("If-Range"), date)
+    }
+
+    func testChangedETagRestartsFromZero() throws {
+        let old = TestData.bytes(count: size, seed: 23)
+        let new = TestData.bytes(count: size + 123, seed: 24)
+        server.add(path: "/f", body: new, etag: "\"v2\"")
+        let part = partPath("f.part")
+        try write(Array(old[..<offset]), to: part)
+
+        let outcome = run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\"", sha: true))
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)))
+        XCTAssertEqual(contents(part), new)
+        let response = try XCTUnwrap(responses(1).first)
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.startOffset, 0)
+        XCTAssertEqual(response.etag, "\"v2\"")
+        XCTAssertEqual(log.events(for: 1).compactMap(\.progress).last?.totalOnDisk, Int64(new.count))
+    }
+
+    func testServerWithoutRangeSupportSendsWholeFile() throws {
+        let body = TestData.bytes(count: size, seed: 25)
+        server.add(path: "/f", body: body, supportsRanges: false)
+        let part = partPath("f.part")
+        try write(Array(body[..<offset]), to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\"", sha: true)),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(contents(part), body)
+        let response = try XCTUnwrap(responses(1).first)
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.startOffset, 0)
+        XCTAssertFalse(response.acceptsRanges)
+    }
+
+    func testOffsetWithoutValidatorStartsOverWithoutRange() throws {
+        let body = TestData.bytes(count: size, seed: 26)
+        server.add(path: "/f", body: body)
+        let part = partPath("f.part")
+        try write([UInt8](repeating: 9, count: offset), to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(offset), ifRange: nil)),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: nil))
+        XCTAssertEqual(contents(part), body)
+        XCTAssertNil(server.requests(for: "/f").first?.header("Range"))
+        XCTAssertNil(server.requests(for: "/f").first?.header("If-Range"))
+        XCTAssertEqual(responses(1).first?.startOffset, 0)
+    }
+
+    func testPartFileShorterThanOffsetStartsOver() throws {
+        let body = TestData.bytes(count: size, seed: 27)
+        server.add(path: "/f", body: body)
+        let part = partPath("f.part")
+        try write(Array(body[..<1_000]), to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\"")),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: nil))
+        XCTAssertEqual(contents(part), body)
+        XCTAssertNil(server.requests(for: "/f").first?.header("Range"))
+    }
+
+    func testCompletePartFileIsRecognisedBy416() throws {
+        let body = TestData.bytes(count: size, seed: 28)
+        server.add(path: "/f", body: body)
+        let part = partPath("f.part")
+        try write(body, to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(size), ifRange: "\"v1\"", sha: true)),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(contents(part), body)
+        XCTAssertEqual(responses(1).first?.startOffset, Int64(size))
+        XCTAssertEqual(responses(1).first?.expectedTotal, Int64(size))
+    }
+
+    func testDroppedConnectionThenResumeCompletesTheFile() throws {
+        let body = TestData.bytes(count: size, seed: 29)
+        server.add(path: "/f", body: body)
+        server.set(.dropAfter(bytes: 200_000, times: 1), on: "/f")
+        let part = partPath("f.part")
+
+        let first = run(request(1, "/f", part: part, sha: true))
+        guard case .failed(.network(let message), let onDisk)? = first else {
+            return XCTFail("expected a network failure, got \(String(describing: first))")
+        }
+        XCTAssertEqual(onDisk, 200_000)
+        XCTAssertEqual(contents(part), Array(body[..<200_000]))
+        XCTAssertTrue(message.contains("127.0.0.1:\(server.port)"), message)
+
+        let second = run(request(2, "/f", part: part, offset: onDisk, ifRange: "\"v1\"", sha: true))
+        XCTAssertEqual(second, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(contents(part), body)
+        XCTAssertEqual(responses(2).first?.status, 206)
+    }
+
+    func testUnexpectedContentRangeFails() throws {
+        let body = TestData.bytes(count: size, seed: 30)
+        server.add(path: "/f", body: body)
+        server.set(.shiftRanges(by: 1_000), on: "/f") // answers bytes 299000- when asked for 300000-
+        let part = partPath("f.part")
+        try write(Array(body[..<offset]), to: part)
+
+        let outcome = run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\""))
+
+        guard case .failed(.network(let message), let onDisk)? = outcome else {
+            return XCTFail("expected a network failure, got \(String(describing: outcome))")
+        }
+        XCTAssertTrue(message.contains("unexpected range"), message)
+        XCTAssertEqual(onDisk, Int64(offset), "the part file is kept")
+        XCTAssertEqual(contents(part), Array(body[..<offset]))
+        XCTAssertTrue(responses(1).isEmpty)
+    }
+}

@@ -1,0 +1,211 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `ferry` command, run as a user would, against the private bus.
+final class CLITests: FerryTestCase {
+    func transfer(_ id: String) -> FerryTransfer { client.transfer(id: UInt64(id) ?? 0) }
+
+    func json(_ text: String) -> Any? {
+        try? JSONSerialization.jsonObject(with: Data(text.utf8))
+    }
+
+    /// `ferry get URL -o FILE --wait` downloads the file and exits 0.
+    func testGetWithWaitDownloadsTheFile() async throws {
+        let body = serve("/cli.bin", size: 200_000)
+        let dest = work + "/cli.bin"
+        let r = try ferry(["get", server.url("/cli.bin"), "-o", dest, "--wait"])
+        XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        assertFile(dest, equals: body)
+        XCTAssertFalse(exists(dest + ".part"))
+        XCTAssertFalse(r.stdout.contains("\u{1B}"), "no terminal escapes when piped: \(r.stdout.debugDescription)")
+        let transfers = try await client.listTransfers()
+        XCTAssertEqual(transfers.count, 1)
+        let info = try await transfers[0].info()
+        XCTAssertEqual(info.state, "completed")
+        XCTAssertTrue(r.stdout.split(separator: "\n").first.map { $0 == "\(info.id)" } ?? false, "the id comes first: \(r.stdout)")
+        // The CLI uses its own session, by default org.ferry.cli.
+        let sessionPath = try await getProperty(info.path, FerryClient.transferInterface, "Session")?.string ?? ""
+        let identifier = try await getProperty(sessionPath, FerryClient.sessionInterface, "Identifier")?.string
+        XCTAssertEqual(identifier, "org.ferry.cli")
+    }
+
+    /// `ferry get URL` prints the new id and returns; `ls --json` and `show --json` report it.
+    func testGetPrintsIdAndLsShowReportIt() async throws {
+        serve("/later.bin", size: 1000)
+        let r = try ferry(["get", server.url("/later.bin"), "-o", work + "/later.bin", "--paused"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let id = r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertNotNil(UInt64(id), "one id on stdout: \(r.stdout.debugDescription)")
+        let state = try await transfer(id).info().state
+        XCTAssertEqual(state, "paused")
+
+        let ls = try ferry(["ls", "--json"])
+        XCTAssertEqual(ls.status, 0, ls.stderr)
+        let list = json(ls.stdout) as? [[String: Any]]
+        XCTAssertNotNil(list, "ls --json is a JSON array: \(ls.stdout)")
+        let entry = list?.first { ($0["id"] as? NSNumber)?.stringValue == id }
+        XCTAssertNotNil(entry, "ls --json lists transfer \(id)")
+        XCTAssertEqual(entry?["state"] as? String, "paused")
+        XCTAssertEqual(entry?["url"] as? String, server.url("/later.bin"))
+
+        let show = try ferry(["show", id, "--json"])
+        XCTAssertEqual(show.status, 0, show.stderr)
+        let obj = json(show.stdout) as? [String: Any]
+        XCTAssertEqual((obj?["id"] as? NSNumber)?.stringValue, id)
+        XCTAssertEqual(obj?["destination"] as? String, work + "/later.bin")
+        XCTAssertEqual(obj?["path"] as? String, FerryClient.transferPathPrefix + id)
+
+        let plain = try ferry(["ls"])
+        XCTAssertEqual(plain.status, 0)
+        XCTAssertTrue(plain.stdout.contains("later.bin"), plain.stdout)
+        let human = try ferry(["show", id])
+        XCTAssertEqual(human.status, 0)
+        XCTAssertTrue(human.stdout.contains("paused"), human.stdout)
+    }
+
+    /// `ferry wait ID` exits 0 for a completed transfer and 1 for a failed one.
+    func testWaitExitStatus() async throws {
+        serve("/w.bin", size: 5000)
+        let s = try await session()
+        let ok = try await s.download(server.url("/w.bin"), options: ["destination": .string(work + "/w.bin")])
+        let bad = try await s.download(server.url("/absent"), options: ["destination": .string(work + "/absent")])
+        let r1 = try ferry(["wait", "\(ok.id)"])
+        XCTAssertEqual(r1.status, 0, r1.stderr)
+        let r2 = try ferry(["wait", "\(bad.id)"])
+        XCTAssertEqual(r2.status, 1, "a failed transfer: \(r2.stderr)")
+        XCTAssertTrue(r2.stderr.contains("404"), r2.stderr)
+        let r3 = try ferry(["wait", "\(ok.id)", "\(bad.id)"])
+        XCTAssertEqual(r3.status, 1)
+    }
+
+    /// pause / resume / cancel / rm change the state the bus reports.
+    func testPauseResumeCancelRemove() async throws {
+        serve("/ctl.bin", size: 300_000)
+        server.set(.stallAfter(bytes: 10_000, times: 10), on: "/ctl.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/ctl.bin"), options: ["destination": .string(work + "/ctl.bin")])
+        try await waitForState(t, "running")
+        let id = "\(t.id)"
+
+        var r = try ferry(["pause", id])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        var state = try await t.info().state
+        XCTAssertEqual(state, "paused")
+
+        r = try ferry(["resume", id])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        state = try await t.info().state
+        XCTAssertTrue(["queued", "running"].contains(state), state)
+
+        r = try ferry(["cancel", id])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        state = try await t.info().state
+        XCTAssertEqual(state, "cancelled")
+        XCTAssertFalse(exists(work + "/ctl.bin.part"))
+
+        r = try ferry(["rm", id])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let listed = try await client.listTransfers().map(\.path)
+        XCTAssertFalse(listed.contains(t.path), "rm forgets it")
+
+        r = try ferry(["pause", "9999"])
+        XCTAssertEqual(r.status, 2, "an unknown id is refused: \(r.stderr)")
+        XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
+    }
+
+    /// An invalid URL: one clear `ferry: …` line on stderr, exit 2, nothing queued.
+    func testInvalidUrlIsOneClearError() async throws {
+        let r = try ferry(["get", "not a url"])
+        XCTAssertEqual(r.status, 2, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        let lines = r.stderr.split(separator: "\n", omittingEmptySubsequences: true)
+        XCTAssertEqual(lines.count, 1, "one line: \(r.stderr.debugDescription)")
+        XCTAssertTrue(lines.first?.hasPrefix("ferry: ") ?? false, r.stderr)
+        XCTAssertTrue(r.stderr.contains("not a url") || r.stderr.lowercased().contains("url"), r.stderr)
+        XCTAssertEqual(r.stdout, "")
+        let transfers = try await client.listTransfers()
+        XCTAssertEqual(transfers.count, 0)
+
+        let ftp = try ferry(["get", "ftp://example.com/x"])
+        XCTAssertEqual(ftp.status, 2)
+        XCTAssertTrue(ftp.stderr.hasPrefix("ferry: "), ftp.stderr)
+    }
+
+    /// `ferry watch ID` with stdout piped prints plain lines and exits 0 when done.
+    func testWatchPipedPrintsPlainLines() async throws {
+        let body = serve("/watch.bin", size: 400 * 1024)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/watch.bin")
+        let s = try await session()
+        let dest = work + "/watch.bin"
+        let t = try await s.download(server.url("/watch.bin"), options: ["destination": .string(dest)])
+        let r = try ferry(["watch", "\(t.id)"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.stdout.contains("\u{1B}"), "no escapes: \(r.stdout.debugDescription)")
+        XCTAssertFalse(r.stdout.contains("\r"), "no carriage returns: \(r.stdout.debugDescription)")
+        let lines = r.stdout.split(separator: "\n")
+        XCTAssertGreaterThanOrEqual(lines.count, 1)
+        XCTAssertTrue(lines.last?.hasPrefix("\(t.id) completed") ?? false, "last line: \(lines.last ?? "")")
+        assertFile(dest, equals: body)
+    }
+
+    /// With no ferryd and no activation file, `ferry ls` exits 3 and says so.
+    func testNoServiceExits3() async throws {
+        try await stopFerryd()
+        let r = try ferry(["ls"])
+        XCTAssertEqual(r.status, 3, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
+        XCTAssertTrue(r.stderr.contains("not running"), r.stderr)
+        XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
+    }
+
+    /// With an activation file on the bus, `ferry ls` starts ferryd by D-Bus activation.
+    func testActivationStartsTheDaemon() async throws {
+        let services = home + "/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let wrapper = home + "/ferryd-activated.sh"
+        let pidFile = home + "/activated.pid"
+        let logFile = home + "/activated.log"
+        let env = environment()
+        var script = "#!/bin/sh\n"
+        for key in ["HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_DOWNLOAD_DIR"] {
+            script += "export \(key)='\(env[key]!)'\n"
+        }
+        script += "export NO_PROXY='*' no_proxy='*'\n"
+        script += "export DBUS_SESSION_BUS_ADDRESS=\"${DBUS_SESSION_BUS_ADDRESS:-$DBUS_STARTER_ADDRESS}\"\n"
+        script += "echo $$ > '\(pidFile)'\n"
+        script += "exec '\(ferrydPath!)' --verbose 2>>'\(logFile)'\n"
+        try script.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        try "[D-BUS Service]\nName=org.ferry.Ferry1\nExec=\(wrapper)\n".write(toFile: services + "/org.ferry.Ferry1.service", atomically: true, encoding: .utf8)
+
+        let activationBus = try withUnblockedSignals { try PrivateBus(serviceDirectory: services) }
+        extraLogs.append { "--- activated ferryd log:\n" + ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "") + "\n--- activation bus:\n" + activationBus.log }
+        let r = try ferry(["ls"], extraEnv: ["DBUS_SESSION_BUS_ADDRESS": activationBus.address])
+        XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        XCTAssertTrue(r.stdout.contains("No transfers"), r.stdout)
+
+        // It is really there now, and serving.
+        let other = try FerryClient(address: activationBus.address)
+        let owned = try await other.bus.nameHasOwner(FerryClient.busName)
+        XCTAssertTrue(owned)
+        let s = try await other.openSession("com.example.Activated")
+        XCTAssertTrue(s.path.hasPrefix("/org/ferry/Ferry1/session/"))
+        other.close()
+
+        // Stopping the bus stops the daemon it started.
+        activationBus.stop()
+        let pid = Int32((try? String(contentsOfFile: pidFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+        XCTAssertGreaterThan(pid, 0, "the wrapper recorded its pid")
+        if pid > 0 {
+            let gone = waitUntil(timeout: 10) { kill(pid, 0) != 0 }
+            XCTAssertTrue(gone, "the activated ferryd exits when its bus goes away")
+            if !gone { kill(pid, SIGKILL) }
+        }
+    }
+}

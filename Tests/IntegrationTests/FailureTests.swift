@@ -1,0 +1,166 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+final class FailureTests: FerryTestCase {
+    /// A 404 fails the transfer with Http naming the status, and leaves no file.
+    func testHttp404FailsWithHttpError() async throws {
+        let s = try await session()
+        let dest = work + "/missing.bin"
+        let t = try await s.download(server.url("/missing.bin"), options: ["destination": .string(dest)])
+        let (serial, errorName, errorMessage) = try await signals.completed(t.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertTrue(errorMessage.contains("404"), "the message names the status: \(errorMessage)")
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertTrue(info.errorMessage.contains("404"), info.errorMessage)
+        XCTAssertEqual(info.httpStatus, 404)
+        XCTAssertFalse(exists(dest), "no file at the destination")
+        XCTAssertEqual(fileSize(dest + ".part") ?? 0, 0, "the error page is not written to the partial file")
+        XCTAssertEqual(signals.signals(path: t.path, member: "Finished").count, 0, "no Finished for a failure")
+
+        let event = try await s.pendingEvents().first { $0.serial == serial }
+        XCTAssertEqual(event?.kind, "failed")
+        XCTAssertEqual(event?.details["error-name"]?.string, "org.ferry.Ferry1.Error.Http")
+        XCTAssertEqual(event?.details["http-status"]?.uint32, 404)
+        XCTAssertTrue(event?.details["error-message"]?.string?.contains("404") ?? false)
+
+        // Removing the failed transfer leaves nothing behind.
+        try await t.remove()
+        XCTAssertFalse(exists(dest + ".part"), "Remove deletes a failed transfer's partial file")
+        XCTAssertEqual(partFiles(in: work), [])
+    }
+
+    /// A 500 is an Http failure too; Resume on a failed transfer tries again and can succeed.
+    func testHttp500ThenResumeSucceeds() async throws {
+        let body = serve("/flaky.bin", size: 8192)
+        server.set(.status(500), on: "/flaky.bin")
+        let s = try await session("com.example.Test", ["retries": .uint32(0)])
+        let dest = work + "/flaky.bin"
+        let t = try await s.download(server.url("/flaky.bin"), options: ["destination": .string(dest)])
+        let (_, errorName, errorMessage) = try await signals.completed(t.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertTrue(errorMessage.contains("500"), errorMessage)
+        let failed = try await t.info()
+        XCTAssertEqual(failed.httpStatus, 500)
+
+        server.clearBehaviours(on: "/flaky.bin")
+        let completedBefore = signals.signals(path: t.path, member: "Completed").count
+        try await t.resume()
+        try await signals.wait("a second Completed on \(t.path)") { s in
+            s.filter { $0.path == t.path && $0.member == "Completed" }.count > completedBefore
+        }
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "", "Resume clears the old error")
+        assertFile(dest, equals: body)
+    }
+
+    /// The connection drops mid-body: with retries off the transfer fails with Network.
+    /// Resume then finishes it, continuing from the bytes it has.
+    func testConnectionDroppedMidBodyFailsWithNetwork() async throws {
+        let body = serve("/drop.bin", size: 512 * 1024)
+        server.set(.dropAfter(bytes: 100_000, times: 1), on: "/drop.bin")
+        let s = try await session("com.example.Test", ["retries": .uint32(0)])
+        let dest = work + "/drop.bin"
+        let t = try await s.download(server.url("/drop.bin"), options: ["destination": .string(dest)])
+        let (_, errorName, errorMessage) = try await signals.completed(t.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Network", errorMessage)
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertFalse(exists(dest), "no final file after a failure")
+
+        try await t.resume()
+        try await signals.wait("the resumed download to complete") { s in
+            s.contains { $0.path == t.path && $0.member == "Finished" }
+        }
+        try await signals.wait("its Completed") { s in s.filter { $0.path == t.path && $0.member == "Completed" }.count == 2 }
+        assertFile(dest, equals: body)
+    }
+
+    /// With the default retries a single dropped connection does not lose the
+    /// download: it is retried, or it fails with Network (while retries are not built).
+    func testDroppedConnectionWithDefaultRetries() async throws {
+        let body = serve("/drop1.bin", size: 256 * 1024)
+        server.set(.dropAfter(bytes: 50_000, times: 1), on: "/drop1.bin")
+        let s = try await session()
+        let dest = work + "/drop1.bin"
+        let t = try await s.download(server.url("/drop1.bin"), options: ["destination": .string(dest)])
+        let (_, errorName, errorMessage) = try await signals.completed(t.path, timeout: 60)
+        if errorName.isEmpty {
+            assertFile(dest, equals: body)
+            let attempts = try await t.info().attempts
+            XCTAssertGreaterThanOrEqual(attempts, 2, "a retry was made")
+        } else {
+            XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Network", errorMessage)
+        }
+    }
+
+    /// Redirects to anything but http(s) are refused: nothing is read from ftp:// or file://.
+    func testRedirectToOtherSchemesIsRefused() async throws {
+        let secret = work + "/secret.txt"
+        try "do not copy me".write(toFile: secret, atomically: true, encoding: .utf8)
+        server.set(.redirect(to: "file://" + secret), on: "/to-file")
+        server.set(.redirect(to: "ftp://127.0.0.1:\(server.port)/x"), on: "/to-ftp")
+        let s = try await session()
+        for (path, scheme) in [("/to-file", "file"), ("/to-ftp", "ftp")] {
+            let dest = work + "/out-\(scheme)"
+            let t = try await s.download(server.url(path), options: ["destination": .string(dest)])
+            let (_, errorName, errorMessage) = try await signals.completed(t.path)
+            XCTAssertTrue(errorName.hasPrefix("org.ferry.Ferry1.Error."), "\(scheme): \(errorName)")
+            XCTAssertFalse(errorName.isEmpty, "a redirect to \(scheme):// must fail")
+            XCTAssertTrue(errorMessage.lowercased().contains(scheme), "the message names the scheme: \(errorMessage)")
+            let state = try await t.info().state
+            XCTAssertEqual(state, "failed")
+            XCTAssertFalse(exists(dest), "\(scheme): nothing at the destination")
+        }
+    }
+
+    /// An ordinary http redirect is followed; a loop ends in TooManyRedirects.
+    func testRedirectsFollowedAndLoopsStopped() async throws {
+        let body = serve("/target.bin", size: 3000)
+        server.set(.redirect(to: server.url("/target.bin")), on: "/moved.bin")
+        server.set(.redirect(to: "/loop"), on: "/loop")
+        let s = try await session()
+        let t = try await s.download(server.url("/moved.bin"), options: ["destination": .string(work + "/moved.bin")])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/moved.bin", equals: body)
+
+        let loop = try await s.download(server.url("/loop"), options: ["destination": .string(work + "/loop.bin")])
+        let (_, errorName, _) = try await signals.completed(loop.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.TooManyRedirects")
+        XCTAssertFalse(exists(work + "/loop.bin"))
+    }
+
+    /// The sha256 option: a match completes (and Sha256 reports it), a mismatch fails
+    /// with ChecksumMismatch and leaves no file.
+    func testSha256Option() async throws {
+        let body = serve("/sum.bin", size: 50_000)
+        let s = try await session()
+        let good = try await s.download(server.url("/sum.bin"), options: [
+            "destination": .string(work + "/good.bin"), "sha256": .string(TestData.sha256Hex(body).uppercased()),
+        ])
+        let gi = try await finish(good)
+        XCTAssertEqual(gi.state, "completed", gi.errorMessage)
+        XCTAssertEqual(gi.sha256.lowercased(), TestData.sha256Hex(body))
+        assertFile(work + "/good.bin", equals: body)
+
+        let wrong = String(repeating: "ab", count: 32)
+        let bad = try await s.download(server.url("/sum.bin"), options: [
+            "destination": .string(work + "/bad.bin"), "sha256": .string(wrong),
+        ])
+        let (serial, errorName, errorMessage) = try await signals.completed(bad.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.ChecksumMismatch", errorMessage)
+        let bi = try await bad.info()
+        XCTAssertEqual(bi.state, "failed")
+        XCTAssertFalse(exists(work + "/bad.bin"), "no final file for a checksum mismatch")
+        XCTAssertEqual(signals.signals(path: bad.path, member: "Finished").count, 0)
+        let event = try await s.pendingEvents().first { $0.serial == serial }
+        XCTAssertEqual(event?.kind, "failed")
+        XCTAssertEqual(event?.details["error-name"]?.string, "org.ferry.Ferry1.Error.ChecksumMismatch")
+    }
+}

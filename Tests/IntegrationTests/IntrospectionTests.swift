@@ -1,0 +1,185 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+
+/// An interface as introspection XML describes it, for structural comparison.
+struct InterfaceShape: Equatable, CustomStringConvertible {
+    struct Arg: Equatable { var name: String; var type: String; var direction: String }
+    struct Property: Equatable { var type: String; var access: String; var annotations: [String: String] }
+    var methods: [String: [Arg]] = [:]
+    var signals: [String: [Arg]] = [:]
+    var properties: [String: Property] = [:]
+
+    var description: String {
+        var lines: [String] = []
+        for (n, a) in methods.sorted(by: { $0.key < $1.key }) {
+            lines.append("method \(n)(\(a.map { "\($0.direction) \($0.type) \($0.name)" }.joined(separator: ", ")))")
+        }
+        for (n, a) in signals.sorted(by: { $0.key < $1.key }) {
+            lines.append("signal \(n)(\(a.map { "\($0.type) \($0.name)" }.joined(separator: ", ")))")
+        }
+        for (n, p) in properties.sorted(by: { $0.key < $1.key }) {
+            lines.append("property \(n) \(p.type) \(p.access) \(p.annotations)")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Parses `<node>` introspection XML into interface name -> shape.
+final class IntrospectionParser: NSObject, XMLParserDelegate {
+    private(set) var interfaces: [String: InterfaceShape] = [:]
+    private(set) var childNodes: [String] = []
+    private var depth = 0
+    private var interface: String?
+    private var member: (kind: String, name: String)?
+    private var property: String?
+
+    static func parse(_ xml: String) throws -> IntrospectionParser {
+        let p = IntrospectionParser()
+        let parser = XMLParser(data: Data(xml.utf8))
+        parser.delegate = p
+        guard parser.parse() else {
+            throw TimedOut(description: "introspection XML does not parse: \(parser.parserError.map { "\($0)" } ?? "?")\n\(xml)")
+        }
+        return p
+    }
+
+    func parser(_ parser: XMLParser, didStartElement element: String, namespaceURI: String?, qualifiedName: String?,
+                attributes a: [String: String] = [:]) {
+        depth += 1
+        switch element {
+        case "node" where depth == 2:
+            if let n = a["name"] { childNodes.append(n) }
+        case "interface":
+            interface = a["name"]
+            if let i = interface, interfaces[i] == nil { interfaces[i] = InterfaceShape() }
+        case "method", "signal":
+            guard let i = interface, let n = a["name"] else { return }
+            member = (element, n)
+            if element == "method" { interfaces[i]!.methods[n] = [] } else { interfaces[i]!.signals[n] = [] }
+        case "arg":
+            guard let i = interface, let m = member else { return }
+            // Method args default to "in", signal args are always "out".
+            let arg = InterfaceShape.Arg(name: a["name"] ?? "", type: a["type"] ?? "",
+                                         direction: m.kind == "signal" ? "out" : (a["direction"] ?? "in"))
+            if m.kind == "method" { interfaces[i]!.methods[m.name]!.append(arg) } else { interfaces[i]!.signals[m.name]!.append(arg) }
+        case "property":
+            guard let i = interface, let n = a["name"] else { return }
+            property = n
+            interfaces[i]!.properties[n] = .init(type: a["type"] ?? "", access: a["access"] ?? "", annotations: [:])
+        case "annotation":
+            if let i = interface, let p = property, let n = a["name"] {
+                interfaces[i]!.properties[p]!.annotations[n] = a["value"] ?? ""
+            }
+        default:
+            break
+        }
+    }
+
+    func parser(_ parser: XMLParser, didEndElement element: String, namespaceURI: String?, qualifiedName: String?) {
+        depth -= 1
+        switch element {
+        case "interface": interface = nil
+        case "method", "signal": member = nil
+        case "property": property = nil
+        default: break
+        }
+    }
+}
+
+final class IntrospectionTests: FerryTestCase {
+    static var contractXMLPath: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("dbus/org.ferry.Ferry1.xml").path
+    }
+
+    func introspect(_ path: String) async throws -> IntrospectionParser {
+        let r = try await call(path, StandardNames.introspectable, "Introspect")
+        return try IntrospectionParser.parse(r.first?.string ?? "")
+    }
+
+    /// The running daemon describes each of its three interfaces exactly as the
+    /// contract XML does, on the objects that carry them, with the standard ones.
+    func testIntrospectionMatchesContractXML() async throws {
+        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
+        let contract = try IntrospectionParser.parse(text).interfaces
+        XCTAssertEqual(Set(contract.keys), [FerryClient.managerInterface, FerryClient.sessionInterface, FerryClient.transferInterface])
+
+        serve("/a.bin", size: 10)
+        let s = try await session()
+        let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
+
+        let std = [StandardNames.introspectable, StandardNames.properties, StandardNames.peer]
+        for (path, iface, extra) in [(FerryClient.managerPath, FerryClient.managerInterface, [StandardNames.objectManager]),
+                                     (s.path, FerryClient.sessionInterface, []),
+                                     (t.path, FerryClient.transferInterface, [])] {
+            let live = try await introspect(path).interfaces
+            XCTAssertEqual(Set(live.keys), Set(std + extra + [iface]), "interfaces of \(path)")
+            guard let got = live[iface], let want = contract[iface] else {
+                XCTFail("\(path) lacks \(iface)")
+                continue
+            }
+            XCTAssertEqual(got.methods.keys.sorted(), want.methods.keys.sorted(), "\(iface) methods")
+            XCTAssertEqual(got.signals.keys.sorted(), want.signals.keys.sorted(), "\(iface) signals")
+            XCTAssertEqual(got.properties.keys.sorted(), want.properties.keys.sorted(), "\(iface) properties")
+            for (name, args) in want.methods { XCTAssertEqual(got.methods[name], args, "\(iface).\(name) args") }
+            for (name, args) in want.signals { XCTAssertEqual(got.signals[name], args, "\(iface).\(name) args") }
+            for (name, p) in want.properties { XCTAssertEqual(got.properties[name], p, "\(iface).\(name)") }
+            XCTAssertEqual(got, want, "\(iface) as served:\n\(got)\n--- in the contract XML:\n\(want)")
+        }
+
+        // The manager's node leads to its children, so `busctl tree` and d-feet can walk it.
+        let root = try await introspect(FerryClient.managerPath)
+        XCTAssertTrue(root.childNodes.contains("session") && root.childNodes.contains("transfer"), "child nodes: \(root.childNodes)")
+        // Peer works on every object.
+        for path in [FerryClient.managerPath, s.path, t.path] {
+            try await call(path, StandardNames.peer, "Ping")
+        }
+    }
+
+    /// ObjectManager.GetManagedObjects lists every session and transfer with their properties.
+    func testObjectManagerListsSessionsAndTransfers() async throws {
+        serve("/a.bin", size: 10)
+        let s1 = try await session("com.example.One")
+        let s2 = try await session("com.example.Two")
+        let t = try await s2.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
+
+        let r = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        XCTAssertEqual(r.first?.signature, "a{oa{sa{sv}}}")
+        var objects: [String: [String: [String: DBusValue]]] = [:]
+        for (path, ifaces) in r.first?.dictionaryEntries ?? [] {
+            var m: [String: [String: DBusValue]] = [:]
+            for (name, props) in ifaces.dictionaryEntries ?? [] { m[name] = props.vardict ?? [:] }
+            objects[path] = m
+        }
+        XCTAssertEqual(Set(objects.keys), [s1.path, s2.path, t.path])
+        XCTAssertEqual(objects[s1.path]?[FerryClient.sessionInterface]?["Identifier"]?.string, "com.example.One")
+        XCTAssertEqual(objects[s2.path]?[FerryClient.sessionInterface]?["Identifier"]?.string, "com.example.Two")
+        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["State"]?.string, "paused")
+        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Session"]?.string, s2.path)
+        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Url"]?.string, server.url("/a.bin"))
+        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Kind"]?.string, "download")
+
+        // The manager's own properties, with their documented defaults.
+        let m = try await client.managerProperties()
+        XCTAssertEqual(m["Version"]?.string?.isEmpty, false)
+        XCTAssertEqual(m["MaxConcurrentTransfers"]?.uint32, 6)
+        XCTAssertEqual(m["SpeedLimit"]?.uint64, 0)
+        XCTAssertEqual(m["NotificationsEnabled"]?.bool, true)
+        XCTAssertEqual(m["ActiveTransfers"]?.uint32, 0)
+
+        // InterfacesAdded / InterfacesRemoved follow objects coming and going.
+        try await t.cancel()
+        try await signals.completed(t.path)
+        try await t.remove()
+        try await signals.wait("InterfacesRemoved for \(t.path)") { s in
+            s.contains { $0.member == "InterfacesRemoved" && $0.args.first?.string == t.path }
+        }
+        XCTAssertTrue(signals.all.contains { $0.member == "InterfacesAdded" && $0.args.first?.string == t.path })
+    }
+}

@@ -48,10 +48,20 @@ let package = Package(
             "DBus", "FerryCore",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Desktop integration: the batch notification through libnotify on its own GLib thread.
+        .target(name: "FerryDesktop", dependencies: [
+            "CNotify", "FerryCore",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor.
+        .target(name: "FerrySystem", dependencies: [
+            "DBus", "FerryCore",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Typed client for the bus API.
         .target(name: "FerryClient", dependencies: ["DBus"]),
         .executableTarget(name: "ferryd", dependencies: [
-            "FerryService", "FerryEngine", "FerryCore", "FerryStore",
+            "FerryService", "FerryEngine", "FerryCore", "FerryStore", "FerryDesktop", "FerrySystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -70,9 +80,16 @@ let package = Package(
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
-        .testTarget(name: "FerryStoreTests", dependencies: ["FerryStore", "FerryCore"]),
+        .testTarget(name: "FerryStoreTests", dependencies: [
+            "FerryStore", "FerryCore",
+            .product(name: "GRDB", package: "GRDB.swift"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "FerryEngineTests", dependencies: ["FerryEngine", "FerryCore", "FerryTestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "DBus", "FerryTestSupport"]),
+        // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
+        .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "DesktopTests", dependencies: ["FerryService", "FerryCore", "FerryClient", "DBus", "FerryTestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

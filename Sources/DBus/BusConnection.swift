@@ -70,19 +70,24 @@ public final class BusConnection: @unchecked Sendable {
     deinit {
         if !closed {
             // Nobody else can hold us, so nothing runs on the queue for us now.
-            loop.uninstallFromAnyThread(closing: raw)
+            loop.uninstallFromAnyThread()
         }
         dbus_connection_unref(raw)
     }
 
-    /// Closes the connection. Pending calls fail; handlers are dropped.
+    /// Closes the connection. Pending calls fail; handlers are dropped (the
+    /// `onDisconnect` ones are not called). Not from the connection's queue.
     public func close() {
         queue.sync {
             guard !closed else { return }
             closed = true
-            loop.uninstall()
-            dbus_connection_close(raw)
             subscriptions.removeAll()
+            disconnectHandlers.removeAll()
+            dbus_connection_close(raw)
+            // Dispatching once more makes libdbus drop the pending calls, which
+            // fails them (see ReplyBox); what is still queued goes nowhere.
+            loop.drain()
+            loop.uninstall()
         }
     }
 
@@ -121,11 +126,20 @@ public final class BusConnection: @unchecked Sendable {
                 completion(.failure(BusError(name: StandardErrors.disconnected, message: "not connected to the bus")))
                 return
             }
-            let box = ReplyBox(pending: pending, completion: completion)
+            let box = ReplyBox(queue: queue, completion: completion)
             // The reply can only be read on this queue, so it cannot complete
             // between sending and setting the notify function.
-            dbus_pending_call_set_notify(pending, replyArrived, Unmanaged.passRetained(box).toOpaque(), releaseReplyBox)
-            if dbus_pending_call_get_completed(pending) != 0 { box.finish() }
+            guard dbus_pending_call_set_notify(pending, replyArrived, Unmanaged.passRetained(box).toOpaque(), releaseReplyBox) != 0 else {
+                Unmanaged.passUnretained(box).release()
+                dbus_pending_call_cancel(pending)
+                dbus_pending_call_unref(pending)
+                return
+            }
+            if dbus_pending_call_get_completed(pending) != 0 { box.finish(pending) }
+            // The connection keeps the pending call until it completes or is
+            // dropped, and the call keeps the box: the box must not keep the call,
+            // or neither is ever freed.
+            dbus_pending_call_unref(pending)
         }
     }
 
@@ -219,6 +233,7 @@ public final class BusConnection: @unchecked Sendable {
 
     /// Returns true when the message was handled here.
     func route(_ message: BusMessage) -> Bool {
+        if closed { return true }
         switch message.type {
         case .signal:
             if message.interface == StandardNames.local, message.member == "Disconnected" {
@@ -237,16 +252,17 @@ public final class BusConnection: @unchecked Sendable {
     }
 }
 
-/// Carries a pending call's completion through libdbus.
+/// Carries a pending call's completion through libdbus; owned by the pending call
+/// (its notify data), so it goes when the call is freed.
 private final class ReplyBox {
-    let pending: OpaquePointer
+    let queue: DispatchQueue
     let completion: @Sendable (Result<BusMessage, BusError>) -> Void
     private var done = false
-    init(pending: OpaquePointer, completion: @escaping @Sendable (Result<BusMessage, BusError>) -> Void) {
-        self.pending = pending
+    init(queue: DispatchQueue, completion: @escaping @Sendable (Result<BusMessage, BusError>) -> Void) {
+        self.queue = queue
         self.completion = completion
     }
-    func finish() {
+    func finish(_ pending: OpaquePointer) {
         guard !done else { return }
         done = true
         guard let reply = dbus_pending_call_steal_reply(pending) else {
@@ -260,26 +276,24 @@ private final class ReplyBox {
             completion(.success(message))
         }
     }
-    deinit { dbus_pending_call_unref(pending) }
+    deinit {
+        // libdbus drops, without completing them, the pending calls of a connection
+        // that is closed or lost (and frees them with it): the caller must hear.
+        // Later, on the queue: this runs inside libdbus.
+        guard !done else { return }
+        let completion = self.completion
+        queue.async {
+            completion(.failure(BusError(name: StandardErrors.disconnected, message: "the connection closed before the reply arrived")))
+        }
+    }
 }
 
-private let replyArrived: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, data in
-    guard let data else { return }
-    Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue().finish()
+private let replyArrived: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { pending, data in
+    guard let pending, let data else { return }
+    Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue().finish(pending)
 }
 
 private let releaseReplyBox: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
     guard let data else { return }
     Unmanaged<ReplyBox>.fromOpaque(data).release()
-}
-
-extension MainLoop {
-    /// For `deinit` only, when no other reference to the connection exists.
-    func uninstallFromAnyThread(closing raw: OpaquePointer) {
-        dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
-        dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
-        dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
-        dbus_connection_set_wakeup_main_function(raw, nil, nil, nil)
-        dbus_connection_close(raw)
-    }
 }

@@ -106,21 +106,19 @@ public final class BusMessage: @unchecked Sendable {
 
     public func append(_ values: DBusValue...) throws { try append(values) }
 
-    /// The body's values.
+    /// The body's values. File descriptors (`h`) in them are new duplicates, owned
+    /// by the caller, on every call.
     public func arguments() throws -> [DBusValue] {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(raw, &iter) != 0 else { return [] }
-        var out: [DBusValue] = []
-        while dbus_message_iter_get_arg_type(&iter) != TypeCode.invalid {
-            out.append(try Marshal.read(&iter))
-            dbus_message_iter_next(&iter)
-        }
-        return out
+        return try Marshal.readAll(&iter)
     }
 
     /// For error replies: the error with its message (the first string argument).
     public func asError() -> BusError {
-        let message = (try? arguments().first?.string) ?? nil
+        let args = (try? arguments()) ?? []
+        DBusValue.closeUnixFDs(in: args)
+        let message = args.first?.string
         return BusError(name: errorName ?? StandardErrors.failed, message: message ?? "")
     }
 }

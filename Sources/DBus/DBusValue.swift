@@ -15,6 +15,18 @@ public indirect enum DBusValue: Hashable, Sendable {
     case string(String)
     case objectPath(String)
     case signature(String)
+    /// `h`: a Unix file descriptor.
+    ///
+    /// Received (a message's `arguments()`), it is a new descriptor that libdbus
+    /// duplicated for this value: the receiver owns it and must `close` it (every
+    /// `arguments()` call makes new duplicates; see `closeUnixFDs(in:)`). Sent, it is
+    /// only borrowed: libdbus duplicates it when the value is appended to a message,
+    /// and the caller still owns (and closes) its own — but not before then:
+    /// `BusMessage.append` appends at once, `MethodInvocation.reply` later on the
+    /// connection's queue (close yours from `BusConnection.perform`, which runs
+    /// after it). Only connections over Unix sockets can carry them
+    /// (`BusConnection.canPassUnixFDs`).
+    case unixFD(Int32)
     /// `ay`
     case bytes([UInt8])
     /// `a` + element signature, e.g. `array(element: "s", [.string("x")])` is `as`.
@@ -49,6 +61,7 @@ public indirect enum DBusValue: Hashable, Sendable {
         case .string: return "s"
         case .objectPath: return "o"
         case .signature: return "g"
+        case .unixFD: return "h"
         case .bytes: return "ay"
         case .array(let element, _): return "a" + element
         case .dictionary(let k, let v, _): return "a{" + k + v + "}"
@@ -93,6 +106,8 @@ public indirect enum DBusValue: Hashable, Sendable {
     public var int64: Int64? { if case .int64(let v) = unwrapped { return v }; return nil }
     public var uint64: UInt64? { if case .uint64(let v) = unwrapped { return v }; return nil }
     public var double: Double? { if case .double(let v) = unwrapped { return v }; return nil }
+    /// The descriptor of an `h` (owned by whoever received it; see `unixFD`).
+    public var unixFD: Int32? { if case .unixFD(let v) = unwrapped { return v }; return nil }
 
     public var bytes: [UInt8]? {
         switch unwrapped {
@@ -157,6 +172,7 @@ extension DBusValue: CustomStringConvertible {
         case .string(let s): return "'\(s)'"
         case .objectPath(let s): return "objectpath '\(s)'"
         case .signature(let s): return "signature '\(s)'"
+        case .unixFD(let fd): return "handle \(fd)"
         case .bytes(let b): return "bytes [\(b.count)]"
         case .array(_, let items): return "[" + items.map(\.description).joined(separator: ", ") + "]"
         case .dictionary(_, _, let entries):

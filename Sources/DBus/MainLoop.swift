@@ -17,9 +17,13 @@ final class MainLoop: @unchecked Sendable {
     weak var connection: BusConnection?
 
     init(raw: OpaquePointer, queue: DispatchQueue) {
-        self.raw = raw
+        // Our own reference: a drain scheduled on the queue may run after the
+        // BusConnection has closed and released the connection.
+        self.raw = dbus_connection_ref(raw)
         self.queue = queue
     }
+
+    deinit { dbus_connection_unref(raw) }
 
     /// Registers the watch, timeout, dispatch-status and wake-up functions. Each
     /// registration holds one retain of `self`, released by libdbus through
@@ -37,6 +41,17 @@ final class MainLoop: @unchecked Sendable {
     /// references to `self`.
     func uninstall() {
         dispatchPrecondition(condition: .onQueue(queue))
+        unregister()
+    }
+
+    /// For `BusConnection.deinit` only, when no other reference to the connection
+    /// exists: undoes `install` and closes the connection, from any thread.
+    func uninstallFromAnyThread() {
+        unregister()
+        dbus_connection_close(raw)
+    }
+
+    private func unregister() {
         dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
         dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
         dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)

@@ -20,6 +20,10 @@ enum Marshal {
             guard BusNames.isValidObjectPath(p) else { throw BusError.invalidArgs("invalid object path '\(p)'") }
         case .signature(let s):
             guard BusNames.isValidSignature(s), s.utf8.count <= 255 else { throw BusError.invalidArgs("invalid signature '\(s)'") }
+        case .unixFD(let fd):
+            // libdbus duplicates it when appending; a closed one would fail there
+            // with nothing better than "out of memory".
+            guard fd >= 0, fcntl(fd, F_GETFD) != -1 else { throw BusError.invalidArgs("\(fd) is not an open file descriptor") }
         case .array(let element, let items):
             guard BusNames.isValidSingleType(element) else { throw BusError.invalidArgs("invalid array element type '\(element)'") }
             for item in items {
@@ -97,6 +101,7 @@ enum Marshal {
         case .string(let s): try text(TypeCode.string, s)
         case .objectPath(let s): try text(TypeCode.objectPath, s)
         case .signature(let s): try text(TypeCode.signature, s)
+        case .unixFD(let fd): try basic(TypeCode.unixFD, fd)
         case .bytes(let bytes):
             try container(TypeCode.array, "y") { sub in
                 guard !bytes.isEmpty else { return }
@@ -158,10 +163,10 @@ enum Marshal {
         case TypeCode.objectPath: return .objectPath(text())
         case TypeCode.signature: return .signature(text())
         case TypeCode.unixFD:
-            // libdbus hands out a duplicate; we take no file descriptors.
+            // A duplicate made for us (-1 when that failed, e.g. out of descriptors).
             let fd = basic(Int32(-1))
-            if fd >= 0 { close(fd) }
-            throw BusError.invalidArgs("file descriptors are not supported")
+            guard fd >= 0 else { throw BusError.invalidArgs("could not take a file descriptor from the message (\(String(cString: strerror(errno))))") }
+            return .unixFD(fd)
         case TypeCode.variant:
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)
@@ -169,12 +174,7 @@ enum Marshal {
         case TypeCode.structure:
             var sub = DBusMessageIter()
             dbus_message_iter_recurse(&iter, &sub)
-            var fields: [DBusValue] = []
-            while dbus_message_iter_get_arg_type(&sub) != TypeCode.invalid {
-                fields.append(try read(&sub))
-                dbus_message_iter_next(&sub)
-            }
-            return .structure(fields)
+            return .structure(try readAll(&sub))
         case TypeCode.array:
             let full = signatureOf(&iter)
             let element = String(full.dropFirst())
@@ -195,26 +195,45 @@ enum Marshal {
                 let key = String(inner[0])
                 let value = String(inner.dropFirst())
                 var entries: [DBusValue.DictEntry] = []
-                while dbus_message_iter_get_arg_type(&sub) != TypeCode.invalid {
-                    var entry = DBusMessageIter()
-                    dbus_message_iter_recurse(&sub, &entry)
-                    let k = try read(&entry)
-                    dbus_message_iter_next(&entry)
-                    let v = try read(&entry)
-                    entries.append(.init(k, v))
-                    dbus_message_iter_next(&sub)
+                var key0: DBusValue?
+                do {
+                    while dbus_message_iter_get_arg_type(&sub) != TypeCode.invalid {
+                        var entry = DBusMessageIter()
+                        dbus_message_iter_recurse(&sub, &entry)
+                        key0 = try read(&entry)
+                        dbus_message_iter_next(&entry)
+                        let v = try read(&entry)
+                        entries.append(.init(key0!, v))
+                        key0 = nil
+                        dbus_message_iter_next(&sub)
+                    }
+                } catch {
+                    // Nobody gets the descriptors read so far.
+                    DBusValue.closeUnixFDs(in: entries.flatMap { [$0.key, $0.value] } + (key0.map { [$0] } ?? []))
+                    throw error
                 }
                 return .dictionary(key: key, value: value, entries)
             }
-            var items: [DBusValue] = []
-            while dbus_message_iter_get_arg_type(&sub) != TypeCode.invalid {
-                items.append(try read(&sub))
-                dbus_message_iter_next(&sub)
-            }
-            return .array(element: element, items)
+            return .array(element: element, try readAll(&sub))
         default:
             throw BusError.invalidArgs("unsupported D-Bus type code \(type)")
         }
+    }
+
+    /// Reads every value from `iter` to its end. When one cannot be read, closes the
+    /// file descriptors read so far (nobody will get them) and throws.
+    static func readAll(_ iter: inout DBusMessageIter) throws -> [DBusValue] {
+        var items: [DBusValue] = []
+        do {
+            while dbus_message_iter_get_arg_type(&iter) != TypeCode.invalid {
+                items.append(try read(&iter))
+                dbus_message_iter_next(&iter)
+            }
+        } catch {
+            DBusValue.closeUnixFDs(in: items)
+            throw error
+        }
+        return items
     }
 
     private static func signatureOf(_ iter: inout DBusMessageIter) -> String {

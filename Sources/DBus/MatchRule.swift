@@ -47,7 +47,11 @@ public struct MatchRule: Hashable, Sendable {
         }
         if let interface, m.interface != interface { return false }
         if let member, m.member != member { return false }
-        if let arg0, (try? m.arguments().first?.string) != arg0 { return false }
+        if let arg0 {
+            let args = (try? m.arguments()) ?? []
+            DBusValue.closeUnixFDs(in: args) // only looked at here
+            if args.first?.string != arg0 { return false }
+        }
         return true
     }
 }

@@ -118,7 +118,8 @@ extension BusConnection {
             guard p.access == .readwrite, p.setter != nil || p.objectSetter != nil else {
                 return fail(StandardErrors.propertyReadOnly, "\(iname).\(pname) is read-only")
             }
-            let value = a[2].unwrapped
+            // Exactly one level: a property of type `v` holds a variant itself.
+            guard case .variant(let value) = a[2] else { return }
             guard value.signature == p.type else {
                 return fail(StandardErrors.invalidArgs, "\(iname).\(pname) is of type '\(p.type)', not '\(value.signature)'")
             }

@@ -82,6 +82,12 @@ public struct FerrySession: Sendable, Hashable {
     public let client: FerryClient
     public let path: String
 
+    /// The session object at `path` (`/org/ferry/Ferry1/session/N`).
+    public init(client: FerryClient, path: String) {
+        self.client = client
+        self.path = path
+    }
+
     public static func == (a: FerrySession, b: FerrySession) -> Bool { a.path == b.path }
     public func hash(into h: inout Hasher) { h.combine(path) }
 

@@ -6,6 +6,12 @@ public struct FerryTransfer: Sendable, Hashable {
     public let client: FerryClient
     public let path: String
 
+    /// The transfer object at `path` (`/org/ferry/Ferry1/transfer/N`).
+    public init(client: FerryClient, path: String) {
+        self.client = client
+        self.path = path
+    }
+
     public static func == (a: FerryTransfer, b: FerryTransfer) -> Bool { a.path == b.path }
     public func hash(into h: inout Hasher) { h.combine(path) }
 

@@ -16,13 +16,17 @@ extension TransferCoordinator {
                 return
             }
         }
+        // On the .part, so the file never appears under its final name without it.
+        OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
         let location: String
         do {
-            location = try moveIntoPlace(t)
+            location = try moveIntoPlace(t, digest: digest)
         } catch {
+            t.finishingPath = nil
             failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
             return
         }
+        t.finishingPath = nil
         sendFinalProgress(t)
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
@@ -39,10 +43,13 @@ extension TransferCoordinator {
 
     /// Renames `.part` to the final path. Without `overwrite` a file that appeared there
     /// meanwhile is kept and a unique name is chosen; the link-then-unlink move refuses
-    /// to replace a file that appears at the last moment.
-    private func moveIntoPlace(_ t: TransferRecord) throws -> String {
+    /// to replace a file that appears at the last moment. Each target is stored before
+    /// the file moves (`recordFinishing`), so a crash in between cannot make the
+    /// download start over into a second copy.
+    private func moveIntoPlace(_ t: TransferRecord, digest: String?) throws -> String {
         let part = t.partPath
         if t.options.overwrite {
+            recordFinishing(t, target: t.destination, digest: digest)
             try replace(t.destination, with: part)
             return t.destination
         }
@@ -53,6 +60,7 @@ extension TransferCoordinator {
                                          name: FileSystemChecks.baseName(target), overwrite: false)
         }
         for _ in 0..<8 {
+            recordFinishing(t, target: target, digest: digest)
             do {
                 try fileManager.linkItem(atPath: part, toPath: target)
                 try? fileManager.removeItem(atPath: part)
@@ -68,6 +76,15 @@ extension TransferCoordinator {
             }
         }
         throw FerryError.disk("no free file name")
+    }
+
+    /// Stores where the verified file is about to go (persistent sessions only).
+    private func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
+        guard isPersistent(t.session) else { return }
+        t.finishingPath = target
+        t.snapshot.sha256 = digest ?? ""
+        stageTransfer(t)
+        flushStore()
     }
 
     /// Puts `source` in place of `target`. Foundation cannot rename over a file, so the

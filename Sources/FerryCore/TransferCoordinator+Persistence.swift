@@ -116,14 +116,17 @@ extension TransferCoordinator {
         }
         sessions = restoredSessions
         transfers = restoredTransfers
-        for s in sessions.values { s.publishedActive = activeCount(s.id) }
-
         let maxSession = sessions.keys.max() ?? 0
         let maxTransfer = transfers.keys.max() ?? 0
         let maxSerial = contents.events.values.flatMap { $0 }.map(\.serial).max() ?? 0
         nextSessionID = max(nextSessionID, contents.counters.nextSessionID, maxSession + 1)
         nextTransferID = max(nextTransferID, contents.counters.nextTransferID, maxTransfer + 1)
         nextSerial = max(nextSerial, contents.counters.nextSerial, maxSerial + 1)
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.finishingPath != nil {
+            settleInterruptedFinish(t)
+        }
+        for s in sessions.values { s.publishedActive = activeCount(s.id) }
+
         if let settings = contents.settings {
             maxConcurrentTransfers = (1...64).contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
             globalSpeedLimit = settings.speedLimit
@@ -165,6 +168,40 @@ extension TransferCoordinator {
         t.snapshot.expectedEnd = 0
         t.published = t.snapshot
         return t
+    }
+
+    /// The daemon died while moving a verified download into place. Moved (the `.part`
+    /// is gone, or is a second name of the final file): the transfer is complete, and
+    /// its event (never sent) is pending now. Not moved: it is queued again, and the
+    /// engine finds the file complete.
+    private func settleInterruptedFinish(_ t: TransferRecord) {
+        guard let target = t.finishingPath else { return }
+        t.finishingPath = nil
+        guard !t.state.isFinal, FileSystemChecks.exists(target, fileManager: fileManager) else { return }
+        let partExists = FileSystemChecks.exists(t.partPath, fileManager: fileManager)
+        if partExists {
+            guard Self.sameFile(t.partPath, target, fileManager) else { return }
+            FileSystemChecks.removeIfPresent(t.partPath, fileManager: fileManager) // the link was made, not the unlink
+        }
+        let size = FileSystemChecks.fileSize(target, fileManager: fileManager) ?? t.snapshot.bytesTransferred
+        t.snapshot.destination = target
+        t.snapshot.state = .completed
+        t.snapshot.waitingReason = ""
+        t.snapshot.bytesTransferred = size
+        if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = size }
+        t.snapshot.completed = environment.now()
+        let digest = t.snapshot.sha256.isEmpty ? nil : t.snapshot.sha256
+        _ = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: target, bytes: size,
+                                     sha256: digest), session: t.session)
+        t.published = t.snapshot
+        logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
+    }
+
+    private static func sameFile(_ a: String, _ b: String, _ fileManager: FileManager) -> Bool {
+        guard let x = try? fileManager.attributesOfItem(atPath: a), let y = try? fileManager.attributesOfItem(atPath: b),
+              let xi = x[.systemFileNumber] as? NSNumber, let yi = y[.systemFileNumber] as? NSNumber,
+              let xd = x[.systemNumber] as? NSNumber, let yd = y[.systemNumber] as? NSNumber else { return false }
+        return xi == yi && xd == yd
     }
 
     /// At `start()`: arms the timers of restored waiting transfers, fails those whose

@@ -6,6 +6,7 @@ extension TransferCoordinator {
     /// to date. Runs at the end of every change (`mutate`).
     func schedule() {
         guard isStarted, !isShutDown else { return }
+        applyNetworkPolicy()
         // Picks refused at the start (no disk space, resource-timeout over) fail and
         // free their places for the next round.
         var refused = true

@@ -34,6 +34,8 @@ public final class TransferCoordinator {
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0
     var notificationsEnabled = true
+    /// What the network allows (TransferCoordinator+Network.swift).
+    var network = NetworkConditions.assumed
     /// Outcomes since the last manager-wide AllFinished.
     var batch = BatchCounts()
     var publishedManager = ManagerSnapshot()

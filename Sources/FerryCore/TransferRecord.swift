@@ -53,6 +53,8 @@ final class TransferRecord {
     var persisted: StoredTransfer?
     /// When the offset was last checkpointed (µs).
     var lastCheckpoint: UInt64 = 0
+    /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
+    var finishingPath: String?
 
     init(snapshot: TransferSnapshot, options: DownloadOptions, host: String, directory: String, serverMayName: Bool) {
         self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot
@@ -99,7 +101,8 @@ final class TransferRecord {
         s.expectedEnd = 0
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
-                              notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted)
+                              notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
+                              finishingPath: finishingPath)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -112,6 +115,7 @@ final class TransferRecord {
         notBefore = stored.notBefore
         retriesUsed = stored.retriesUsed
         resourceStarted = stored.resourceStarted
+        finishingPath = stored.finishingPath
         enginePartPath = stored.partPath
         persisted = stored
     }

@@ -70,14 +70,18 @@ public struct StoredTransfer: Sendable, Equatable {
     public var retriesUsed: UInt32
     /// When the session's `resource-timeout` started counting (µs; 0 = not yet).
     public var resourceStarted: UInt64
+    /// Set while the verified `.part` file is being moved to this final path: a restart
+    /// that finds the file there (and no `.part`) completes the transfer instead of
+    /// downloading it again.
+    public var finishingPath: String?
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
-                retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0) {
+                retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil) {
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
         self.lastModified = lastModified; self.notBefore = notBefore; self.retriesUsed = retriesUsed
-        self.resourceStarted = resourceStarted
+        self.resourceStarted = resourceStarted; self.finishingPath = finishingPath
     }
 }
 

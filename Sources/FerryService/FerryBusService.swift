@@ -20,15 +20,21 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     let defaultDirectory: String
     let logger: Logger
     private var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
+    private(set) var waker: ApplicationWaker!
+    /// The batch's desktop notification; nil without a notifier.
+    private var notifications: BatchNotifications?
 
+    /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
-                logger: Logger = Logger(label: "ferry.service")) {
+                notifier: Notifier? = nil, logger: Logger = Logger(label: "ferry.service")) {
         self.bus = bus
         self.core = core
         self.version = version
         self.defaultDirectory = defaultDirectory
         self.logger = logger
         specs = (managerInterface(), sessionInterface(), transferInterface())
+        waker = ApplicationWaker(bus: bus, core: core, logger: logger)
+        notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
     }
 
     /// Exports the manager and every existing object, then takes the bus name.
@@ -75,6 +81,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
         guard let id = FerryBusNames.id(inPath: inv.path, kind: "session") else {
             return inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
         }
+        waker.noteClient(inv.sender, of: id)
         run(inv) { core in try body(core, id) }
     }
 
@@ -125,6 +132,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     }
 
     public func sessionRemoved(_ id: SessionID) {
+        waker.forget(id)
         bus.unexport(FerryBusNames.sessionPath(id))
     }
 
@@ -153,7 +161,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
             values["ExpectedEnd"] = .uint64(t.expectedEnd)
         }
         let rates = core.manager
-        bus.perform { [bus] in
+        bus.perform { [bus, values] in
             bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
             bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, [
                 "DownloadRate": .uint64(rates.downloadRate), "UploadRate": .uint64(rates.uploadRate),
@@ -173,11 +181,13 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     }
 
     public func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String) {
+        notifications?.transferCompleted(id)
         signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Completed",
                [.uint64(serial), .string(errorName), .string(errorMessage)])
     }
 
     public func sessionAllFinished(_ session: SessionID, counts: BatchCounts) {
+        waker.batchEnded(session)
         signal(FerryBusNames.sessionPath(session), FerryBusNames.sessionInterface, "AllFinished",
                [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
     }
@@ -190,6 +200,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
         logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
         signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished",
                [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
+        notifications?.allFinished()
     }
 
     // MARK: Bus side

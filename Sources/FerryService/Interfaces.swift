@@ -13,6 +13,7 @@ extension FerryBusService {
                     run(inv) { core in
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
                         let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update)
+                        self.waker.noteClient(inv.sender, of: id)
                         return [.objectPath(FerryBusNames.sessionPath(id))]
                     }
                 },

@@ -153,8 +153,8 @@ public final class SQLiteTransferStore: TransferStore {
                 id, session_id, kind, url, description, options, destination, directory, server_may_name,
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
                 attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
-                created, started, completed, resource_started, priority, speed_limit)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created, started, completed, resource_started, priority, speed_limit, finishing_path)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
                 try JSONColumn.encode(DownloadOptionsRecord(t.options)), s.destination, t.directory, t.serverMayName,
@@ -162,6 +162,7 @@ public final class SQLiteTransferStore: TransferStore {
                 s.waitingReason, t.notBefore.stored, Int64(s.attempts), Int64(t.retriesUsed), s.errorName,
                 s.errorMessage, Int64(s.httpStatus), s.resumable, s.sha256, s.created.stored, s.started.stored,
                 s.completed.stored, t.resourceStarted.stored, Int64(s.priority), s.speedLimit.stored,
+                t.finishingPath,
             ])
     }
 
@@ -202,7 +203,8 @@ public final class SQLiteTransferStore: TransferStore {
             etag: try row.value("etag"), lastModified: try row.value("last_modified"),
             notBefore: UInt64(stored: try row.value("not_before")),
             retriesUsed: UInt32(clamping: try row.value("retries_used") as Int64),
-            resourceStarted: UInt64(stored: try row.value("resource_started")))
+            resourceStarted: UInt64(stored: try row.value("resource_started")),
+            finishingPath: try row.value("finishing_path"))
     }
 
     private static func event(_ row: Row) throws -> PendingEvent {

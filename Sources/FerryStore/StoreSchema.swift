@@ -45,7 +45,8 @@ enum StoreSchema {
                     completed INTEGER NOT NULL,
                     resource_started INTEGER NOT NULL,
                     priority INTEGER NOT NULL,
-                    speed_limit INTEGER NOT NULL
+                    speed_limit INTEGER NOT NULL,
+                    finishing_path TEXT                   -- set while the .part moves into place
                 );
                 CREATE INDEX transfers_by_session ON transfers(session_id);
                 CREATE TABLE events (

@@ -37,7 +37,7 @@ public func findExecutable(_ name: String, path: String? = ProcessInfo.processIn
 
 /// Makes a fresh directory under the temporary directory. Short names, because
 /// a Unix socket path must fit in 108 bytes.
-func makeTemporaryDirectory(prefix: String) throws -> String {
+private func makeTemporaryDirectory(prefix: String) throws -> String {
     let tmp = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
     var template = Array((tmp + "/\(prefix).XXXXXX").utf8CString)
     guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
@@ -99,11 +99,35 @@ public final class ChildProcess: @unchecked Sendable {
             // The shell's convention: 128 + n for "killed by signal n".
             exit.set(p.terminationReason == .uncaughtSignal ? 128 + p.terminationStatus : p.terminationStatus)
         }
-        try process.run()
+        do {
+            try ChildProcess.launch(process)
+        } catch {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
         pid = process.processIdentifier
         // The child has its own copies now.
         try? out.close()
         try? err.close()
+    }
+
+    /// Starts `process` from a thread that blocks no signals. A child inherits the
+    /// signal mask of the thread that spawns it, and Dispatch and Swift concurrency
+    /// threads block nearly all signals: a child started from one of them ignores
+    /// SIGTERM (and so do the services a bus started that way activates).
+    private static func launch(_ process: Process) throws {
+        let done = DispatchSemaphore(value: 0)
+        let failure = LaunchFailure()
+        let thread = Thread {
+            var none = sigset_t()
+            sigemptyset(&none)
+            pthread_sigmask(SIG_SETMASK, &none, nil)
+            do { try process.run() } catch { failure.error = error }
+            done.signal()
+        }
+        thread.start()
+        done.wait()
+        if let error = failure.error { throw error }
     }
 
     deinit {
@@ -155,6 +179,12 @@ public final class ChildProcess: @unchecked Sendable {
     }
 }
 
+/// Carries an error out of the launching thread, which has finished with it
+/// before `launch` reads it (the semaphore orders the two).
+private final class LaunchFailure: @unchecked Sendable {
+    var error: Error?
+}
+
 /// A child's exit status, set once from `Process`'s termination handler.
 private final class ExitState: @unchecked Sendable {
     private let lock = NSCondition()
@@ -183,8 +213,9 @@ private final class ExitState: @unchecked Sendable {
 }
 
 /// A private `dbus-daemon` of session type, with its own configuration file and
-/// socket in a temporary directory. Stops when `stop()` is called or when it is
-/// released.
+/// socket in a temporary directory, and the generous limits of a desktop session
+/// bus (the built-in defaults allow only 128 pending calls per connection).
+/// Stops when `stop()` is called or when it is released.
 ///
 /// `@unchecked Sendable`: the stored properties are immutable after `init`, except
 /// `stopped`, which is guarded by `lock`.
@@ -223,6 +254,13 @@ public final class PrivateBus: @unchecked Sendable {
               <keep_umask/>
               <listen>unix:path=\(xml(socket))</listen>
               <auth>EXTERNAL</auth>
+              <limit name="max_replies_per_connection">50000</limit>
+              <limit name="max_match_rules_per_connection">50000</limit>
+              <limit name="max_names_per_connection">50000</limit>
+              <limit name="max_incoming_bytes">1000000000</limit>
+              <limit name="max_outgoing_bytes">1000000000</limit>
+              <limit name="max_message_size">1000000000</limit>
+              <limit name="service_start_timeout">120000</limit>
 
             """
         if let serviceDirectory { config += "  <servicedir>\(xml(serviceDirectory))</servicedir>\n" }
@@ -246,7 +284,21 @@ public final class PrivateBus: @unchecked Sendable {
                                   arguments: ["--config-file=\(configPath)", "--nofork", "--print-address=1", "--nopidfile"],
                                   environment: env, currentDirectory: nil, stdoutPipe: addressPipe)
         do {
-            address = try PrivateBus.readLine(from: addressPipe.fileHandleForReading.fileDescriptor, timeout: startTimeout)
+            let (line, rest) = try PrivateBus.readLine(from: addressPipe.fileHandleForReading.fileDescriptor, timeout: startTimeout)
+            address = line
+            // Activated services inherit the daemon's stdout: keep the pipe drained
+            // (into the log) so that they never block writing to it.
+            let log = FileHandle(forWritingAtPath: daemon.stdoutPath)
+            log?.write(Data(rest))
+            addressPipe.fileHandleForReading.readabilityHandler = { handle in
+                let data = handle.availableData
+                if data.isEmpty {
+                    handle.readabilityHandler = nil
+                    try? log?.close()
+                } else {
+                    log?.write(data)
+                }
+            }
         } catch {
             daemon.kill(SIGKILL)
             _ = daemon.waitForExit(timeout: 5)
@@ -287,17 +339,19 @@ public final class PrivateBus: @unchecked Sendable {
             daemon.kill(SIGKILL)
             _ = daemon.waitForExit(timeout: 5)
         }
+        addressPipe.fileHandleForReading.readabilityHandler = nil
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    /// Reads up to the first newline, waiting at most `timeout` in all.
-    private static func readLine(from fd: Int32, timeout: TimeInterval) throws -> String {
+    /// Reads up to the first newline, waiting at most `timeout` in all; returns the
+    /// line and whatever was read after it.
+    private static func readLine(from fd: Int32, timeout: TimeInterval) throws -> (String, [UInt8]) {
         let deadline = Date().addingTimeInterval(timeout)
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 512)
         while true {
             if let nl = bytes.firstIndex(of: UInt8(ascii: "\n")) {
-                return String(decoding: bytes[..<nl], as: UTF8.self)
+                return (String(decoding: bytes[..<nl], as: UTF8.self), Array(bytes[(nl + 1)...]))
             }
             let remaining = deadline.timeIntervalSinceNow
             guard remaining > 0 else { throw TestProcessError("dbus-daemon printed no address within \(timeout) s") }

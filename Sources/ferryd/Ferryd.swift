@@ -2,9 +2,11 @@ import ArgumentParser
 import DBus
 import Dispatch
 import FerryCore
+import FerryDesktop
 import FerryEngine
 import FerryService
 import FerryStore
+import FerrySystem
 import Foundation
 import Logging
 
@@ -24,6 +26,18 @@ struct Ferryd: ParsableCommand {
     @Flag(name: .long, help: "Log every bus call and transfer event.")
     var verbose = false
 
+    @Option(name: .long, help: ArgumentHelp("Exit after this many seconds with nothing to do (D-Bus activation starts ferryd again).", valueName: "seconds"))
+    var idleTimeout: Double = 60
+
+    @Flag(name: .long, help: "Keep running when idle (for running ferryd by hand).")
+    var noIdleExit = false
+
+    func validate() throws {
+        guard idleTimeout.isFinite, idleTimeout > 0 else {
+            throw ValidationError("--idle-timeout must be a positive number of seconds")
+        }
+    }
+
     func run() throws {
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
@@ -31,6 +45,8 @@ struct Ferryd: ParsableCommand {
             return h
         }
         let logger = Logger(label: "ferryd")
+        // libnotify finds the bus through the environment: the same bus as ours.
+        if let address { setenv("DBUS_SESSION_BUS_ADDRESS", address, 1) }
 
         let bus: BusConnection
         do {
@@ -44,6 +60,8 @@ struct Ferryd: ParsableCommand {
         let engine = CurlEngine()
         let store = Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
+        // NetworkManager and logind (system bus); the network state is known before start().
+        let system = SystemIntegration.start(core: core, logger: logger)
         // Restored before the service exports objects, so every session and transfer
         // comes back under its old object path before the bus name is taken.
         core.queue.sync {
@@ -54,10 +72,14 @@ struct Ferryd: ParsableCommand {
             }
             core.start()
         }
+        let notifier = DesktopNotifier(logger: Logger(label: "ferry.notify"))
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
-                                      defaultDirectory: environment.defaultDownloadDirectory(), logger: logger)
+                                      defaultDirectory: environment.defaultDownloadDirectory(),
+                                      notifier: notifier, logger: logger)
 
-        let lifetime = Lifetime(core: core, engine: engine, logger: logger)
+        let lifetime = Lifetime(core: core, engine: engine, notifier: notifier, logger: logger)
+        let idleExit = noIdleExit ? nil : IdleExit(timeout: idleTimeout, core: core, bus: bus, notifier: notifier,
+                                                    lifetime: lifetime, logger: logger)
         lifetime.installSignalHandlers()
         bus.onDisconnect {
             logger.notice("the bus connection closed; exiting")
@@ -67,6 +89,8 @@ struct Ferryd: ParsableCommand {
         Task {
             do {
                 try await service.start()
+                system.followRunningTransfers()
+                idleExit?.start()
             } catch {
                 logger.critical("\(error)")
                 lifetime.shutDown(code: 1)
@@ -112,12 +136,14 @@ final class Lifetime: @unchecked Sendable {
     // Immutable after init; `sources` is written once, before any signal can arrive.
     let core: TransferCoordinator
     let engine: TransferEngine
+    let notifier: Notifier?
     let logger: Logger
     private var sources: [DispatchSourceSignal] = []
 
-    init(core: TransferCoordinator, engine: TransferEngine, logger: Logger) {
+    init(core: TransferCoordinator, engine: TransferEngine, notifier: Notifier? = nil, logger: Logger) {
         self.core = core
         self.engine = engine
+        self.notifier = notifier
         self.logger = logger
     }
 
@@ -138,6 +164,8 @@ final class Lifetime: @unchecked Sendable {
         core.queue.async { [self] in
             core.shutdown()
             engine.shutdown()
+            // A notification whose buttons nobody would answer any more goes too.
+            notifier?.close(timeout: 2)
             exit(code)
         }
     }

@@ -39,7 +39,9 @@ final class InteropTests: BusTestCase {
         XCTAssertEqual(volume, .variant(.uint32(60)))
 
         let managed = try gdbusCall(Sample.rootPath, "org.freedesktop.DBus.ObjectManager.GetManagedObjects", [])
-        XCTAssertTrue(managed.stdout.contains("objectpath '/org/ferry/Test/objects/2': {'org.ferry.Test.Sample1': {"), managed.stdout)
+        XCTAssertTrue(managed.stdout.hasPrefix("({objectpath '/org/ferry/Test/objects/1': {'org.ferry.Test.Sample1': {"), managed.stdout)
+        XCTAssertTrue(managed.stdout.contains("'/org/ferry/Test/objects/2': {'org.ferry.Test.Sample1': {'Counter': <uint64 0>, "
+                                              + "'Tag': <<'none'>>, 'Title': <'second'>, 'Volume': <uint32 50>}}"), managed.stdout)
 
         let ping = try gdbusCall("/", "org.freedesktop.DBus.Peer.Ping", [])
         XCTAssertEqual(ping.stdout, "()\n", ping.stderr)

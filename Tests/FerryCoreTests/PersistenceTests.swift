@@ -207,6 +207,77 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 3)
     }
 
+    // MARK: - A crash while the finished file moves into place
+
+    /// A transfer whose body is complete in its `.part`, stored as the daemon leaves it
+    /// just before moving the file: `finishingPath` names the target.
+    private func interruptedFinish(_ h: CoreHarness) throws -> (SessionID, TransferID, part: String, target: String) {
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"f\"", expectedTotal: 5, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, Array("hello".utf8))
+        var row = try XCTUnwrap(stored(h, t))
+        row.finishingPath = h.destination(t)
+        row.snapshot.bytesTransferred = 5
+        try h.store.write([.saveTransfer(row)])
+        return (s, t, h.destination(t) + ".part", h.destination(t))
+    }
+
+    func testFinishingPathIsStoredBeforeTheFileMoves() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.succeed(t)
+        let rows = h.store.writes.flatMap { $0 }.compactMap { op -> StoredTransfer? in
+            if case .saveTransfer(let st) = op, st.snapshot.id == t { return st } else { return nil }
+        }
+        let intentIndex = try XCTUnwrap(rows.firstIndex { $0.finishingPath == h.destination(t) })
+        XCTAssertNotEqual(rows[intentIndex].snapshot.state, .completed, "the intent comes before the completion")
+        XCTAssertEqual(rows.last?.snapshot.state, .completed)
+        XCTAssertNil(rows.last?.finishingPath)
+    }
+
+    func testRestartAfterTheMoveCompletesInsteadOfDownloadingAgain() throws {
+        let h = CoreHarness()
+        let (s, t, part, target) = try interruptedFinish(h)
+        try FileManager.default.moveItem(atPath: part, toPath: target)
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .completed)
+        XCTAssertEqual(h2.destination(t), target)
+        XCTAssertEqual(h2.engine.started, [], "not downloaded again")
+        let events = try h2.sync { try $0.pendingEvents(session: s) }
+        XCTAssertEqual(events.map(\.kind), [.finished])
+        XCTAssertEqual(events.first?.location, target)
+        XCTAssertEqual(events.first?.bytes, 5)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: h.downloads), ["file.bin"], "one file, no copy")
+        XCTAssertEqual(stored(h2, t)?.snapshot.state, .completed)
+        XCTAssertEqual(storedEvents(h2, s).map(\.serial), events.map(\.serial))
+        // And only once: a further restart finds it completed.
+        let h3 = h2.restarted()
+        XCTAssertEqual(try h3.sync { try $0.pendingEvents(session: s) }, events)
+    }
+
+    func testRestartBetweenLinkAndUnlinkCompletesAndDropsThePart() throws {
+        let h = CoreHarness()
+        let (_, t, part, target) = try interruptedFinish(h)
+        try FileManager.default.linkItem(atPath: part, toPath: target)
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .completed)
+        XCTAssertFalse(h2.exists(part))
+        XCTAssertEqual(FileManager.default.contents(atPath: target), Data("hello".utf8))
+    }
+
+    func testRestartBeforeTheMoveCarriesOnFromThePart() throws {
+        let h = CoreHarness()
+        let (_, t, part, _) = try interruptedFinish(h)
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .running)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 5, "the engine finds the body complete")
+        XCTAssertEqual(h2.engine.lastRequest(t)?.partPath, part)
+        XCTAssertNil(stored(h2, t)?.finishingPath)
+    }
+
     // MARK: - Checkpoints
 
     func testProgressIsCheckpointedNotWrittenPerChunk() throws {

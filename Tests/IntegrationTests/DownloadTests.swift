@@ -33,7 +33,7 @@ final class DownloadTests: FerryTestCase {
         XCTAssertEqual(info.bytesExpected, Int64(body.count))
         XCTAssertEqual(info.errorName, "")
         XCTAssertEqual(info.httpStatus, 200)
-        XCTAssertEqual(info.sha256, TestData.sha256Hex(body))
+        XCTAssertEqual(info.sha256, TestData.sha256Hex(body), "Sha256 holds the digest of the finished file")
         XCTAssertGreaterThanOrEqual(info.created, before - 1_000_000)
         XCTAssertGreaterThanOrEqual(info.started, info.created)
         XCTAssertGreaterThanOrEqual(info.completed, info.started)
@@ -72,6 +72,26 @@ final class DownloadTests: FerryTestCase {
         try await s.acknowledgeEvents(upTo: serial)
         let remaining = try await s.pendingEvents()
         XCTAssertFalse(remaining.contains { $0.serial == serial }, "acknowledged events are gone")
+    }
+
+    /// A finished download carries `user.xdg.origin.url`, as browsers do (the test
+    /// file system takes user xattrs; the test checks that first).
+    func testFinishedFileCarriesOriginURL() async throws {
+        let python = "/usr/bin/python3"
+        let probe = work + "/probe"
+        FileManager.default.createFile(atPath: probe, contents: Data())
+        let check = try runTool(python, ["-c", "import os,sys; os.setxattr(sys.argv[1], 'user.probe', b'1')", probe], environment: environment())
+        XCTAssertEqual(check.status, 0, "the test directory must take user xattrs: \(check.stderr)")
+
+        serve("/origin.bin", size: 500)
+        let s = try await session()
+        let dest = work + "/origin.bin"
+        let t = try await s.download(server.url("/origin.bin"), options: ["destination": .string(dest)])
+        try await finish(t)
+        let r = try runTool(python, ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.xdg.origin.url').decode())", dest],
+                            environment: environment())
+        XCTAssertEqual(r.status, 0, "no user.xdg.origin.url on the finished file: \(r.stderr)")
+        XCTAssertEqual(r.stdout, server.url("/origin.bin"))
     }
 
     /// A directory as destination: the name comes from the URL, and a second download
@@ -144,7 +164,8 @@ final class DownloadTests: FerryTestCase {
         // Between any two (but the final one) at least ~200 ms.
         for i in 1..<max(1, progress.count - 1) {
             let gap = progress[i].time.timeIntervalSince(progress[i - 1].time)
-            XCTAssertGreaterThanOrEqual(gap, 0.2, "Progress \(i) came \(gap) s after the previous one")
+            // 250 ms apart when sent; a little less allowed for delivery jitter.
+            XCTAssertGreaterThanOrEqual(gap, 0.18, "Progress \(i) came \(gap) s after the previous one")
         }
         XCTAssertEqual(progress.last?.args[1].int64, Int64(size))
         // bytes_written is the delta since the previous signal; the deltas add up.

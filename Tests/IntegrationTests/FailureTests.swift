@@ -81,22 +81,60 @@ final class FailureTests: FerryTestCase {
         assertFile(dest, equals: body)
     }
 
-    /// With the default retries a single dropped connection does not lose the
-    /// download: it is retried, or it fails with Network (while retries are not built).
-    func testDroppedConnectionWithDefaultRetries() async throws {
+    /// With the default retries a dropped connection does not lose the download: it
+    /// waits (reason `retry`), tries again with a validated range, and completes.
+    func testDroppedConnectionIsRetriedFromWhereItStopped() async throws {
         let body = serve("/drop1.bin", size: 256 * 1024)
         server.set(.dropAfter(bytes: 50_000, times: 1), on: "/drop1.bin")
         let s = try await session()
         let dest = work + "/drop1.bin"
         let t = try await s.download(server.url("/drop1.bin"), options: ["destination": .string(dest)])
-        let (_, errorName, errorMessage) = try await signals.completed(t.path, timeout: 60)
-        if errorName.isEmpty {
-            assertFile(dest, equals: body)
-            let attempts = try await t.info().attempts
-            XCTAssertGreaterThanOrEqual(attempts, 2, "a retry was made")
+        let (_, errorName, errorMessage) = try await signals.completed(t.path, timeout: 30)
+        XCTAssertEqual(errorName, "", errorMessage)
+        assertFile(dest, equals: body)
+        let info = try await t.info()
+        XCTAssertEqual(info.attempts, 2, "one retry")
+        XCTAssertTrue(signals.signals(path: t.path, member: "PropertiesChanged").contains {
+            $0.changed["State"]?.string == "waiting" && $0.changed["WaitingReason"]?.string == "retry"
+        }, "it waited with reason retry")
+        XCTAssertEqual(signals.signals(path: t.path, member: "Completed").count, 1, "one Completed, at the very end")
+        let requests = server.requests(for: "/drop1.bin")
+        XCTAssertEqual(requests.count, 2)
+        if requests.count == 2, let range = requests[1].header("Range") {
+            XCTAssertTrue(range.hasPrefix("bytes="), range)
+            XCTAssertEqual(requests[1].header("If-Range"), "\"v1\"")
         } else {
-            XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Network", errorMessage)
+            XCTFail("the retry asked for the rest only (Range), got \(requests.map(\.headers))")
         }
+    }
+
+    /// 503s are retried; when the retries run out the transfer fails with the last error.
+    func testRetriesForServerErrorsAndTheirLimit() async throws {
+        let body = serve("/busy.bin", size: 10_000)
+        server.set(.failFirst(2, status: 503), on: "/busy.bin")
+        let s = try await session("com.example.Test", ["retries": .uint32(2)])
+        let t = try await s.download(server.url("/busy.bin"), options: ["destination": .string(work + "/busy.bin")])
+        let (_, e1, m1) = try await signals.completed(t.path)
+        XCTAssertEqual(e1, "", m1)
+        assertFile(work + "/busy.bin", equals: body)
+        let attempts = try await t.info().attempts
+        XCTAssertEqual(attempts, 3)
+
+        serve("/down.bin", size: 10_000)
+        server.set(.status(503), on: "/down.bin")
+        let t2 = try await s.download(server.url("/down.bin"), options: ["destination": .string(work + "/down.bin")])
+        let (_, e2, m2) = try await signals.completed(t2.path)
+        XCTAssertEqual(e2, "org.ferry.Ferry1.Error.Http")
+        XCTAssertTrue(m2.contains("503"), m2)
+        let i2 = try await t2.info()
+        XCTAssertEqual(i2.attempts, 3, "1 try + 2 retries")
+        XCTAssertEqual(server.requests(for: "/down.bin").count, 3)
+
+        // A 404 is permanent: no retry.
+        let t3 = try await s.download(server.url("/nowhere"), options: ["destination": .string(work + "/nowhere")])
+        try await signals.completed(t3.path)
+        let i3 = try await t3.info()
+        XCTAssertEqual(i3.attempts, 1)
     }
 
     /// Redirects to anything but http(s) are refused: nothing is read from ftp:// or file://.
@@ -113,8 +151,9 @@ final class FailureTests: FerryTestCase {
             XCTAssertTrue(errorName.hasPrefix("org.ferry.Ferry1.Error."), "\(scheme): \(errorName)")
             XCTAssertFalse(errorName.isEmpty, "a redirect to \(scheme):// must fail")
             XCTAssertTrue(errorMessage.lowercased().contains(scheme), "the message names the scheme: \(errorMessage)")
-            let state = try await t.info().state
-            XCTAssertEqual(state, "failed")
+            let info = try await t.info()
+            XCTAssertEqual(info.state, "failed")
+            XCTAssertEqual(info.attempts, 1, "\(scheme): a refused redirect is final, not retried as a transient error")
             XCTAssertFalse(exists(dest), "\(scheme): nothing at the destination")
         }
     }

@@ -251,6 +251,8 @@ class FerryTestCase: XCTestCase {
             "XDG_CACHE_HOME": home + "/.cache",
             "XDG_DOWNLOAD_DIR": downloads,
             "NO_PROXY": "*", "no_proxy": "*",
+            // ferryd's testing knob: retries after 50 ms, 100 ms, … instead of 2 s, 4 s, …
+            "FERRY_RETRY_BASE_MS": "50",
         ])
         for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy", "FERRY_SESSION"] {
             env.removeValue(forKey: k)
@@ -305,7 +307,7 @@ class FerryTestCase: XCTestCase {
             for l in extraLogs { text += "\n" + l() }
             text += "\n===== recorded signals =====\n"
             text += (signals?.all.suffix(80).map(\.description).joined(separator: "\n") ?? "")
-            text += "\n===== end =====\n"
+            text += "\n===== files kept in \(home ?? "?") =====\n"
             print(text)
         }
         signals?.stop()

@@ -1,0 +1,42 @@
+import Foundation
+
+/// The `user.xdg.origin.url` extended attribute that browsers put on downloads (the
+/// freedesktop "Common Extended Attributes"): where a file came from.
+public enum OriginURLAttribute {
+    public static let name = "user.xdg.origin.url"
+
+    /// Foundation's key for a file's extended attributes (`[String: Data]`), which it
+    /// reads and writes with getxattr/setxattr.
+    static let extendedAttributes = FileAttributeKey("NSFileExtendedAttributes")
+
+    /// Sets it on `path`, without any user name or password the URL carries. Best
+    /// effort: file systems without user attributes (ENOTSUP: some FUSE and network
+    /// mounts) are skipped quietly.
+    /// - Returns: whether the attribute was written.
+    @discardableResult
+    public static func set(path: String, url: String, fileManager: FileManager = .default) -> Bool {
+        let value = Data(withoutCredentials(url).utf8)
+        do {
+            try fileManager.setAttributes([extendedAttributes: [name: value]], ofItemAtPath: path)
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// The attribute's value, nil when absent or unsupported.
+    public static func get(path: String, fileManager: FileManager = .default) -> String? {
+        guard let attributes = try? fileManager.attributesOfItem(atPath: path),
+              let xattrs = attributes[extendedAttributes] as? [String: Data],
+              let value = xattrs[name] else { return nil }
+        return String(decoding: value, as: UTF8.self)
+    }
+
+    /// `url` with its `user:password@` part removed.
+    static func withoutCredentials(_ url: String) -> String {
+        guard var parts = URLComponents(string: url), parts.user != nil || parts.password != nil else { return url }
+        parts.user = nil
+        parts.password = nil
+        return parts.string ?? url
+    }
+}

@@ -1,0 +1,84 @@
+import Dispatch
+
+/// The network policy: transfers wait (`waiting`, reason `offline` or `metered`)
+/// while the network does not allow them, and go on by themselves when it does.
+///
+/// - Offline: every queued or running transfer waits; nothing is tried, so no retry
+///   and no attempt is spent on a network that is not there.
+/// - Metered: transfers of sessions with `allow-metered` false wait.
+///
+/// A running transfer that has to wait is stopped at a resumable point (its `.part`
+/// file stays and the next attempt continues from it). These waits are no failures:
+/// they spend no retry and add no attempt. Waits for a time (`start-after`, `retry`)
+/// run their course first; the transfer is judged when it is queued again.
+///
+/// The rule is applied at every scheduling round (before anything starts), so a new,
+/// resumed, retried or re-configured transfer is judged like the others.
+extension TransferCoordinator {
+    /// Tells the core what the network allows now; transfers wait or go on at once.
+    /// Ferry assumes `NetworkConditions.assumed` until told otherwise.
+    public func setNetworkState(metered: Bool, online: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let new = NetworkConditions(metered: metered, online: online)
+        guard new != network else { return }
+        logger.info("network: \(new)")
+        mutate { network = new }
+    }
+
+    /// What the core currently assumes about the network.
+    public var networkState: NetworkConditions {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return network
+    }
+
+    /// Why the network keeps `t` from running now, nil when it does not.
+    func networkBlocker(_ t: TransferRecord) -> WaitingReason? {
+        if !network.online { return .offline }
+        if network.metered, !(sessions[t.session]?.configuration.allowMetered ?? true) { return .metered }
+        return nil
+    }
+
+    /// Moves queued and running transfers the network holds back to `waiting`, and
+    /// queues again those whose network wait is over. Part of `schedule()`.
+    func applyNetworkPolicy() {
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) {
+            let blocker = networkBlocker(t)
+            switch t.state {
+            case .queued, .running:
+                guard let reason = blocker else { continue }
+                if t.state == .running {
+                    logger.info("transfer \(t.id): stopping; the network is \(reason == .offline ? "offline" : "metered")")
+                }
+                stopAttemptIfRunning(t)
+                t.cancelDueTimer()
+                // Waits for the network, not for a time: no due timer may queue it.
+                t.notBefore = .max
+                t.move(to: .waiting, waiting: reason)
+                publishChanged(t)
+            case .waiting where t.isWaitingForNetwork:
+                if let reason = blocker {
+                    // Metered became offline or back: the reason follows.
+                    if t.snapshot.waitingReason != reason.rawValue {
+                        t.snapshot.waitingReason = reason.rawValue
+                        publishChanged(t)
+                    }
+                } else {
+                    t.cancelDueTimer()
+                    t.notBefore = 0
+                    t.move(to: .queued)
+                    publishChanged(t)
+                }
+            default:
+                continue
+            }
+        }
+    }
+}
+
+extension TransferRecord {
+    /// Waiting for the network (`offline` or `metered`) rather than for a time.
+    var isWaitingForNetwork: Bool {
+        state == .waiting && (snapshot.waitingReason == WaitingReason.offline.rawValue
+            || snapshot.waitingReason == WaitingReason.metered.rawValue)
+    }
+}

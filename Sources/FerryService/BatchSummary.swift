@@ -1,0 +1,129 @@
+import FerryCore
+import Foundation
+
+/// What one batch did, for the desktop notification posted with the manager's
+/// `AllFinished`: the files that arrived and the transfers that failed, with their
+/// reasons. Cancelled transfers are left out (the user, or a client, asked for that).
+public struct BatchSummary: Sendable, Equatable {
+    public struct Finished: Sendable, Equatable {
+        public var id: TransferID
+        public var path: String
+        public var bytes: Int64
+    }
+
+    public struct Failed: Sendable, Equatable {
+        public var id: TransferID
+        public var name: String
+        public var reason: String
+    }
+
+    public private(set) var finished: [Finished] = []
+    public private(set) var failed: [Failed] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { finished.isEmpty && failed.isEmpty }
+
+    /// Counts a transfer that reached a final state.
+    public mutating func add(_ t: TransferSnapshot) {
+        switch t.state {
+        case .completed:
+            finished.append(Finished(id: t.id, path: t.destination, bytes: max(t.bytesTransferred, 0)))
+        case .failed:
+            failed.append(Failed(id: t.id, name: Self.displayName(t), reason: Self.reason(t)))
+        default:
+            break
+        }
+    }
+
+    /// The folders the finished files are in, in order of first appearance.
+    public var folders: [String] {
+        var seen: [String] = []
+        for f in finished {
+            let dir = (f.path as NSString).deletingLastPathComponent
+            if !seen.contains(dir) { seen.append(dir) }
+        }
+        return seen
+    }
+
+    /// The notification for this batch. `home` shortens paths to `~/…`.
+    public func notification(batch: UInt64, home: String) -> DesktopNotification {
+        let s = finished.count, f = failed.count
+        let total = finished.reduce(Int64(0)) { $0 + $1.bytes }
+        var lines: [String] = []
+        let summary: String
+        if f == 0 {
+            summary = s == 1 ? "Download complete" : "\(s) downloads complete"
+        } else if s == 0 {
+            summary = f == 1 ? "Download failed" : "\(f) downloads failed"
+        } else {
+            summary = "\(s) downloaded, \(f) failed"
+        }
+        let shown = failed.prefix(3)
+        for x in shown { lines.append("\(x.name) — \(x.reason)") }
+        if f > shown.count { lines.append("and \(f - shown.count) more failed") }
+        if s > 0 {
+            let place: String
+            switch folders.count {
+            case 1: place = "in \(Self.abbreviate(folders[0], home: home))"
+            default: place = "in \(folders.count) folders"
+            }
+            if s == 1 {
+                let name = (finished[0].path as NSString).lastPathComponent
+                lines.append("\(name) (\(Self.formatSize(total))) \(place)")
+            } else {
+                lines.append("\(s) files (\(Self.formatSize(total))) \(place)")
+            }
+        }
+        var actions: [DesktopNotification.Action] = []
+        if s > 0 {
+            let label = s == 1 ? "Show File" : (folders.count == 1 ? "Open Folder" : "Show Files")
+            actions.append(.init(key: "default", label: label))
+            actions.append(.init(key: "show", label: label))
+        }
+        if f > 0 { actions.append(.init(key: "retry", label: "Retry")) }
+        return DesktopNotification(batch: batch, summary: summary, body: lines.joined(separator: "\n"),
+                                   category: f > 0 ? "transfer.error" : "transfer.complete",
+                                   urgency: .normal, actions: actions)
+    }
+
+    // MARK: Wording
+
+    /// The file's name, else the last part of its URL, else the URL's host.
+    static func displayName(_ t: TransferSnapshot) -> String {
+        if !t.destination.isEmpty { return (t.destination as NSString).lastPathComponent }
+        if let url = URL(string: t.url) {
+            let last = url.lastPathComponent
+            if !last.isEmpty, last != "/" { return last }
+            if let host = url.host { return host }
+        }
+        return t.url
+    }
+
+    /// "404 Not Found" for HTTP errors (the message without its "HTTP " prefix), else
+    /// the error message, shortened.
+    static func reason(_ t: TransferSnapshot) -> String {
+        var text = t.errorMessage.isEmpty ? t.errorName : t.errorMessage
+        if t.errorName.hasSuffix(".Http"), text.hasPrefix("HTTP ") { text = String(text.dropFirst(5)) }
+        if text.count > 90 { text = String(text.prefix(89)) + "…" }
+        return text
+    }
+
+    static func abbreviate(_ path: String, home: String) -> String {
+        guard !home.isEmpty, home != "/" else { return path }
+        if path == home { return "~" }
+        if path.hasPrefix(home + "/") { return "~" + path.dropFirst(home.count) }
+        return path
+    }
+
+    /// Decimal units, as desktop file managers show them: "900 bytes", "1.5 kB", "64.0 MB".
+    static func formatSize(_ bytes: Int64) -> String {
+        if bytes < 1000 { return bytes == 1 ? "1 byte" : "\(bytes) bytes" }
+        var value = Double(bytes) / 1000
+        for unit in ["kB", "MB", "GB", "TB"] {
+            if value < 999.95 { return String(format: "%.1f", value) + " " + unit }
+            value /= 1000
+        }
+        return String(format: "%.1f", value) + " PB"
+    }
+}

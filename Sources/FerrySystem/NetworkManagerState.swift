@@ -1,0 +1,57 @@
+import DBus
+import FerryCore
+
+/// NetworkManager's view of the network, as its manager object's properties say, and
+/// what Ferry makes of it.
+///
+/// Online or not comes from `Connectivity` (NMConnectivityState): only `NONE` (1),
+/// "no active connection with a default route", means offline. `PORTAL` (2) and
+/// `LIMITED` (3) still count as online: the server may be on the local network or
+/// behind a proxy, and a transfer that cannot reach it fails and retries as usual.
+/// `Connectivity` is NetworkManager's own reachability verdict (GLib's network
+/// monitor uses it too); the coarser `State` (NMState) is consulted only while
+/// `Connectivity` is `UNKNOWN` (0: checks disabled, or not run yet): `ASLEEP` (10)
+/// up to `CONNECTING` (40) means no connection is up, so offline.
+///
+/// Metered comes from `Metered` (NMMetered): `YES` (1) and `GUESS_YES` (3) are
+/// metered; `NO`, `GUESS_NO` and `UNKNOWN` are not.
+public struct NetworkManagerState: Sendable, Equatable {
+    public var metered: UInt32?
+    public var connectivity: UInt32?
+    public var state: UInt32?
+
+    public init(metered: UInt32? = nil, connectivity: UInt32? = nil, state: UInt32? = nil) {
+        self.metered = metered
+        self.connectivity = connectivity
+        self.state = state
+    }
+
+    /// The properties this reads.
+    public static let propertyNames: Set<String> = ["Metered", "Connectivity", "State"]
+
+    /// Takes the values present in `properties` (variants unwrapped or not); keeps
+    /// the others. A value of the wrong type counts as unknown. Returns whether one
+    /// of ours was there.
+    @discardableResult
+    public mutating func update(from properties: [String: DBusValue]) -> Bool {
+        var touched = false
+        if let v = properties["Metered"] { metered = v.uint32; touched = true }
+        if let v = properties["Connectivity"] { connectivity = v.uint32; touched = true }
+        if let v = properties["State"] { state = v.uint32; touched = true }
+        return touched
+    }
+
+    public var isMetered: Bool { metered == 1 || metered == 3 }
+
+    public var isOnline: Bool {
+        switch connectivity {
+        case 1: return false
+        case 2, 3, 4: return true
+        default:
+            guard let state else { return true }
+            return !(10..<50).contains(state)
+        }
+    }
+
+    public var conditions: NetworkConditions { NetworkConditions(metered: isMetered, online: isOnline) }
+}

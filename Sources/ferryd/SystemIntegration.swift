@@ -1,0 +1,51 @@
+import Dispatch
+import FerryCore
+import FerrySystem
+import Logging
+
+/// The system bus, wired to the core: NetworkManager's metered/online state goes
+/// into the core (on its queue); the number of running transfers drives logind's
+/// sleep inhibitor. Both have their own connection and queue, so a slow or missing
+/// system bus never holds up the core or the session bus.
+///
+/// `@unchecked Sendable`: the fields are immutable; `tap` is only used on the core's
+/// queue.
+final class SystemIntegration: @unchecked Sendable {
+    let core: TransferCoordinator
+    let network: NetworkMonitor
+    let inhibitor: SleepInhibitor
+    private let tap: RunningTransfersTap
+
+    /// How long startup waits for NetworkManager's first answer.
+    static let networkWait: Double = 1
+
+    /// Starts following the network and waits (at most `networkWait`) for its first
+    /// state, which the core gets before it starts anything: a restart on a metered
+    /// network does not start, and then stop, what must wait. Call before `core.start()`.
+    static func start(core: TransferCoordinator, logger: Logger) -> SystemIntegration {
+        let system = SystemIntegration(core: core)
+        system.network.start()
+        if !system.network.waitUntilKnown(timeout: networkWait) {
+            logger.notice("no answer about the network within \(networkWait) s; starting as if online and not metered")
+        }
+        let now = system.network.current
+        core.queue.sync { core.setNetworkState(metered: now.metered, online: now.online) }
+        return system
+    }
+
+    private init(core: TransferCoordinator) {
+        self.core = core
+        network = NetworkMonitor(logger: Logger(label: "ferry.network")) { conditions in
+            core.queue.async { core.setNetworkState(metered: conditions.metered, online: conditions.online) }
+        }
+        let inhibitor = SleepInhibitor(logger: Logger(label: "ferry.inhibitor"))
+        self.inhibitor = inhibitor
+        tap = RunningTransfersTap { running in inhibitor.setActive(running > 0) }
+    }
+
+    /// Puts the running-count tap in front of the bus service's observer. Call after
+    /// the service has started (it installs itself as the core's observer).
+    func followRunningTransfers() {
+        core.queue.async { [self] in tap.install(on: core) }
+    }
+}

@@ -1,0 +1,318 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// The desktop tests' world: a private dbus-daemon, a loopback HTTP server, a
+// temporary HOME with its XDG directories, the real ferryd, and python-dbusmock
+// standing in for the notification server and the file manager.
+
+struct DesktopTestError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// The built binaries: `FERRYD_PATH` / `FERRY_CLI_PATH`, else beside the test bundle,
+/// else in the package's build directories.
+enum Built {
+    static func locate(_ name: String, variable: String) -> String? {
+        let fm = FileManager.default
+        if let p = ProcessInfo.processInfo.environment[variable], !p.isEmpty {
+            return fm.isExecutableFile(atPath: p) ? p : nil
+        }
+        var dirs: [URL] = []
+        for bundle in [Bundle(for: DesktopTestCase.self), Bundle.main] {
+            dirs.append(bundle.bundleURL)
+            dirs.append(bundle.bundleURL.deletingLastPathComponent())
+        }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        for build in [".build-desk", ".build"] { dirs.append(root.appendingPathComponent(build).appendingPathComponent("debug")) }
+        return dirs.map { $0.appendingPathComponent(name).path }.first { fm.isExecutableFile(atPath: $0) }
+    }
+
+    static var ferryd: String? { locate("ferryd", variable: "FERRYD_PATH") }
+    static var ferry: String? { locate("ferry", variable: "FERRY_CLI_PATH") }
+
+    /// The Debian python3 that has python3-dbusmock (a pyenv shim on PATH may not).
+    static var python: String? {
+        for p in ["/usr/bin/python3", "python3"] {
+            if let r = try? ChildProcess.run(p, ["-c", "import dbusmock"], timeout: 20), r.status == 0 { return p }
+        }
+        return nil
+    }
+}
+
+func makeShortTempDirectory(_ prefix: String) throws -> String {
+    var template = Array("/tmp/\(prefix).XXXXXX".utf8CString)
+    guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+        throw DesktopTestError("mkdtemp failed")
+    }
+    return String(cString: p)
+}
+
+/// Runs `body` on a thread with no blocked signals, so that children started there
+/// can be stopped with SIGTERM (the test runner's threads block it).
+func unblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
+    final class Box: @unchecked Sendable { var result: Result<T, Error>? }  // written before the semaphore is signalled
+    let box = Box()
+    let done = DispatchSemaphore(value: 0)
+    let thread = Thread {
+        var none = sigset_t()
+        sigemptyset(&none)
+        pthread_sigmask(SIG_SETMASK, &none, nil)
+        box.result = Result { try body() }
+        done.signal()
+    }
+    thread.start()
+    done.wait()
+    return try box.result!.get()
+}
+
+/// Polls `condition` until it holds or `timeout` passes; false on timeout.
+func eventually(_ timeout: TimeInterval = 10, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        if try await condition() { return true }
+        if Date() > deadline { return false }
+        try? await Task.sleep(nanoseconds: 20_000_000)
+    }
+}
+
+/// Every signal on the bus that matches `rule`, in order of arrival.
+final class SignalLog: @unchecked Sendable {
+    // `items` only under `lock`.
+    private let lock = NSLock()
+    private var items: [(member: String, path: String, args: [DBusValue], time: Date)] = []
+
+    static func start(_ bus: BusConnection, _ rule: MatchRule) async throws -> SignalLog {
+        let log = SignalLog()
+        _ = try await bus.subscribe(rule) { m in
+            let entry = (m.member ?? "", m.path ?? "", (try? m.arguments()) ?? [], Date())
+            log.lock.withLock { log.items.append(entry) }
+        }
+        return log
+    }
+
+    var all: [(member: String, path: String, args: [DBusValue], time: Date)] { lock.withLock { items } }
+
+    func count(_ member: String, path: String? = nil) -> Int {
+        all.filter { $0.member == member && (path == nil || $0.path == path) }.count
+    }
+}
+
+/// A python-dbusmock process on the private bus (`org.freedesktop.DBus.Mock` API).
+final class MockService: @unchecked Sendable {
+    let process: ChildProcess
+    let name: String
+    let path: String
+    let bus: BusConnection
+
+    private init(process: ChildProcess, name: String, path: String, bus: BusConnection) {
+        self.process = process; self.name = name; self.path = path; self.bus = bus
+    }
+
+    /// Starts `python3 -m dbusmock ARGS` and waits (bounded) until it owns `name`.
+    static func start(_ arguments: [String], name: String, path: String, environment: [String: String],
+                      bus: BusConnection) async throws -> MockService {
+        guard let python = Built.python else { throw XCTSkip("python3-dbusmock is not installed") }
+        let p = try unblockedSignals { try ChildProcess(executable: python, arguments: ["-m", "dbusmock"] + arguments, environment: environment) }
+        let mock = MockService(process: p, name: name, path: path, bus: bus)
+        let up = await eventually(15) { (try? await bus.nameHasOwner(name)) == true || !p.isRunning }
+        guard up, p.isRunning else { throw DesktopTestError("dbusmock for \(name) did not start\n\(p.log)") }
+        return mock
+    }
+
+    /// The notification server: `org.freedesktop.Notifications` with buttons.
+    static func notificationServer(environment: [String: String], bus: BusConnection,
+                                   capabilities: String = "body body-markup actions") async throws -> MockService {
+        try await start(["--template", "notification_daemon", "-p", "{\"capabilities\": \"\(capabilities)\"}"],
+                        name: "org.freedesktop.Notifications", path: "/org/freedesktop/Notifications",
+                        environment: environment, bus: bus)
+    }
+
+    /// A file manager with `ShowItems(as uris, s startup_id)`.
+    static func fileManager(environment: [String: String], bus: BusConnection) async throws -> MockService {
+        let name = "org.freedesktop.FileManager1"
+        let mock = try await start([name, "/org/freedesktop/FileManager1", name], name: name,
+                                   path: "/org/freedesktop/FileManager1", environment: environment, bus: bus)
+        try await mock.mock("AddMethod", [.string(name), .string("ShowItems"), .string("ass"), .string(""), .string("")])
+        return mock
+    }
+
+    @discardableResult
+    func mock(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await bus.call(destination: name, path: path, interface: "org.freedesktop.DBus.Mock", method: method,
+                           arguments: args, timeout: 10)
+    }
+
+    /// The arguments of every call of `method`, oldest first.
+    func calls(_ method: String) async throws -> [[DBusValue]] {
+        let r = try await mock("GetMethodCalls", [.string(method)])
+        return (r.first?.arrayElements ?? []).compactMap { $0.structFields?[1].arrayElements?.map(\.unwrapped) }
+    }
+
+    /// Makes the mock send a signal from its main object.
+    func emit(_ interface: String, _ member: String, signature: String, _ args: [DBusValue]) async throws {
+        try await mock("EmitSignal", [.string(interface), .string(member), .string(signature),
+                                      .array(element: "v", args.map { .variant($0) })])
+    }
+
+    func stop() {
+        process.terminate()
+        if process.waitForExit(timeout: 5) == nil {
+            process.kill(SIGKILL)
+            _ = process.waitForExit(timeout: 5)
+        }
+    }
+}
+
+/// One `Notify` call, decoded.
+struct NotifyCall {
+    var appName: String
+    var replacesID: UInt32
+    var icon: String
+    var summary: String
+    var body: String
+    /// key, label pairs.
+    var actions: [(key: String, label: String)]
+    var hints: [String: DBusValue]
+
+    init?(_ args: [DBusValue]) {
+        guard args.count >= 7 else { return nil }
+        appName = args[0].string ?? ""
+        replacesID = args[1].uint32 ?? 0
+        icon = args[2].string ?? ""
+        summary = args[3].string ?? ""
+        body = args[4].string ?? ""
+        let flat = (args[5].arrayElements ?? []).compactMap(\.string)
+        actions = stride(from: 0, to: flat.count - 1, by: 2).map { (flat[$0], flat[$0 + 1]) }
+        hints = args[6].vardict ?? [:]
+    }
+
+    var actionKeys: Set<String> { Set(actions.map(\.key)) }
+}
+
+/// The base of the desktop tests: a private bus, an HTTP server, a temporary HOME.
+/// ferryd is started by each test (`startFerryd`) or by bus activation.
+class DesktopTestCase: XCTestCase {
+    var bus: PrivateBus!
+    var server: TestHTTPServer!
+    var home: String!
+    var downloads: String!
+    var ferryd: ChildProcess?
+    var client: FerryClient!
+    /// Signals from ferryd's manager and transfers.
+    var signals: SignalLog!
+    var mocks: [MockService] = []
+    var extraLogs: [() -> String] = []
+
+    var ferrydPath: String!
+
+    override func setUp() async throws {
+        try await super.setUp()
+        guard let d = Built.ferryd else {
+            XCTFail("the built ferryd was not found: set FERRYD_PATH, or build it (swift build)")
+            throw DesktopTestError("ferryd missing")
+        }
+        ferrydPath = d
+        home = try makeShortTempDirectory("ferry-desk")
+        downloads = home + "/Dl"
+        for dir in [home + "/.config", home + "/.local/state"] {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        }
+        try "XDG_DOWNLOAD_DIR=\"$HOME/Dl\"\n".write(toFile: home + "/.config/user-dirs.dirs", atomically: true, encoding: .utf8)
+        server = TestHTTPServer()
+        try server.start()
+    }
+
+    /// Starts the private bus (optionally with a directory of activatable services)
+    /// and connects the test's client.
+    func startBus(serviceDirectory: String? = nil) async throws {
+        bus = try unblockedSignals { try PrivateBus(serviceDirectory: serviceDirectory) }
+        client = try FerryClient(address: bus.address)
+        signals = try await SignalLog.start(client.bus, MatchRule(sender: FerryClient.busName, pathNamespace: FerryClient.managerPath))
+    }
+
+    func environment(_ extra: [String: String] = [:]) -> [String: String] {
+        var env = bus.environment(extra: [
+            "HOME": home, "XDG_CONFIG_HOME": home + "/.config", "XDG_STATE_HOME": home + "/.local/state",
+            "XDG_DATA_HOME": home + "/.local/share", "XDG_CACHE_HOME": home + "/.cache",
+            "NO_PROXY": "*", "no_proxy": "*",
+        ])
+        for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy", "XDG_DOWNLOAD_DIR"] {
+            env.removeValue(forKey: k)
+        }
+        for (k, v) in extra { env[k] = v }
+        return env
+    }
+
+    /// Starts ferryd by hand and waits (bounded) until it owns its name.
+    func startFerryd(_ arguments: [String] = ["--no-idle-exit"]) async throws {
+        let (path, env) = (ferrydPath!, environment())
+        let p = try unblockedSignals { try ChildProcess(executable: path, arguments: ["--verbose"] + arguments, environment: env) }
+        ferryd = p
+        let up = await eventually(15) { (try? await client.bus.nameHasOwner(FerryClient.busName)) == true || !p.isRunning }
+        guard up, p.isRunning else {
+            XCTFail("ferryd did not take its name\n\(p.log)")
+            throw DesktopTestError("ferryd did not start")
+        }
+    }
+
+    func startNotificationServer() async throws -> MockService {
+        let m = try await MockService.notificationServer(environment: environment(), bus: client.bus)
+        mocks.append(m)
+        extraLogs.append { m.process.log }
+        return m
+    }
+
+    override func tearDown() async throws {
+        if (testRun?.totalFailureCount ?? 0) > 0 {
+            print("\n===== ferryd log for \(name) =====\n\(ferryd?.log ?? "(not started by the test)")")
+            for l in extraLogs { print(l()) }
+            print("===== signals =====\n" + (signals?.all.suffix(60).map { "\($0.path) \($0.member) \($0.args)" }.joined(separator: "\n") ?? ""))
+        }
+        client?.close()
+        if let p = ferryd, p.isRunning {
+            p.terminate()
+            if p.waitForExit(timeout: 10) == nil { p.kill(SIGKILL); _ = p.waitForExit(timeout: 5) }
+        }
+        for m in mocks { m.stop() }
+        server?.stop()
+        bus?.stop()
+        if (testRun?.totalFailureCount ?? 0) == 0, let home { try? FileManager.default.removeItem(atPath: home) }
+        try await super.tearDown()
+    }
+
+    // MARK: Helpers
+
+    func serve(_ path: String, size: Int, seed: UInt64 = 1) {
+        server.add(path: path, body: TestData.bytes(count: size, seed: seed))
+    }
+
+    /// Queues downloads paused and starts them together, so they make one batch.
+    @discardableResult
+    func batch(_ session: FerrySession, _ urls: [String]) async throws -> [FerryTransfer] {
+        var transfers: [FerryTransfer] = []
+        for u in urls { transfers.append(try await session.download(u, options: ["start": .boolean(false)])) }
+        let before = signals.count("AllFinished", path: FerryClient.managerPath)
+        try await session.resumeAll()
+        let ended = await eventually(20) { self.signals.count("AllFinished", path: FerryClient.managerPath) > before }
+        guard ended else { throw DesktopTestError("no AllFinished within 20 s") }
+        return transfers
+    }
+
+    /// The mock's Notify calls, waiting (bounded) until there are at least `count`.
+    func notifyCalls(_ mock: MockService, atLeast count: Int, timeout: TimeInterval = 10) async throws -> [NotifyCall] {
+        var calls: [NotifyCall] = []
+        _ = try await eventually(timeout) {
+            calls = try await mock.calls("Notify").compactMap(NotifyCall.init)
+            return calls.count >= count
+        }
+        return calls
+    }
+}

@@ -1,0 +1,258 @@
+import XCTest
+@testable import FerryCore
+
+/// The network policy: metered and offline waits, with a fake engine.
+final class NetworkStateTests: XCTestCase {
+    private let url = "https://example.com/file.bin"
+
+    private func setNetwork(_ h: CoreHarness, metered: Bool = false, online: Bool = true) {
+        h.sync { $0.setNetworkState(metered: metered, online: online) }
+    }
+
+    private func reason(_ h: CoreHarness, _ t: TransferID) -> String { h.snapshot(t)?.waitingReason ?? "?" }
+
+    /// A session that does not allow metered networks.
+    private func frugalSession(_ h: CoreHarness, _ id: String = "com.example.Frugal") throws -> SessionID {
+        try h.openSession(id) { $0.allowMetered = false }
+    }
+
+    /// A running transfer that got a resumable response and wrote `count` bytes.
+    private func running(_ h: CoreHarness, _ s: SessionID, bytes count: Int = 6) throws -> TransferID {
+        let t = try h.download(s)
+        XCTAssertEqual(h.state(t), .running)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)))
+        h.writePart(t, Array(repeating: 1, count: count))
+        h.send(.progress(t, bytesWritten: Int64(count), totalOnDisk: Int64(count), expected: 100))
+        return t
+    }
+
+    func testAssumesOnlineAndUnmeteredUntilTold() throws {
+        let h = CoreHarness()
+        XCTAssertEqual(h.sync { $0.networkState }, .assumed)
+        XCTAssertEqual(NetworkConditions.assumed, NetworkConditions(metered: false, online: true))
+        let t = try h.download(try frugalSession(h))
+        XCTAssertEqual(h.state(t), .running)
+    }
+
+    func testMeteredHoldsBackSessionsThatDoNotAllowIt() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let frugal = try frugalSession(h)
+        let relaxed = try h.openSession("com.example.Relaxed")
+        let waiting = try h.download(frugal)
+        let going = try h.download(relaxed)
+        XCTAssertEqual(h.state(waiting), .waiting)
+        XCTAssertEqual(reason(h, waiting), "metered")
+        XCTAssertEqual(h.state(going), .running, "allow-metered (the default) is unaffected")
+        XCTAssertEqual(h.engine.startedIDs, [going])
+        XCTAssertEqual(h.snapshot(waiting)?.attempts, 0)
+
+        // Not metered any more: it goes on by itself.
+        h.observer.clear()
+        setNetwork(h, metered: false)
+        XCTAssertEqual(h.state(waiting), .running)
+        XCTAssertEqual(reason(h, waiting), "")
+        XCTAssertEqual(h.engine.startedIDs, [going, waiting])
+        XCTAssertTrue(h.observer.events.contains(.transferChanged(waiting, .running)))
+        h.succeed(waiting)
+        XCTAssertEqual(h.state(waiting), .completed)
+        XCTAssertEqual(h.snapshot(waiting)?.attempts, 1, "the wait was no attempt")
+        XCTAssertEqual(h.snapshot(waiting)?.errorName, "")
+    }
+
+    func testRunningTransferStopsAtAResumablePointAndContinues() throws {
+        let h = CoreHarness()
+        let s = try frugalSession(h)
+        let t = try running(h, s)
+        setNetwork(h, metered: true)
+        XCTAssertEqual(h.engine.stopped, [t], "the attempt was stopped")
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(reason(h, t), "metered")
+        // The stopped attempt ends; the transfer keeps waiting and keeps its bytes.
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.snapshot(t)?.bytesTransferred, 6)
+        XCTAssertTrue(h.exists(h.destination(t) + ".part"))
+
+        setNetwork(h, metered: false)
+        XCTAssertEqual(h.state(t), .running)
+        let request = h.engine.lastRequest(t)
+        XCTAssertEqual(request?.offset, 6, "continues from the part file")
+        XCTAssertEqual(request?.ifRange, "\"v1\"")
+    }
+
+    func testNetworkReturningBeforeTheStoppedAttemptEndsWaitsForIt() throws {
+        let h = CoreHarness()
+        let t = try running(h, try frugalSession(h))
+        setNetwork(h, metered: true)
+        setNetwork(h, metered: false)
+        // Queued again, but not started while the old attempt may still write.
+        XCTAssertEqual(h.state(t), .queued)
+        XCTAssertEqual(h.engine.startedIDs, [t])
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running)
+        XCTAssertEqual(h.engine.startedIDs, [t, t])
+    }
+
+    func testOfflineHoldsBackEverythingWithoutSpendingRetries() throws {
+        // A session with no retries at all: a failure while offline would fail it.
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 1))
+        let s = try h.openSession { $0.retries = 0 }
+        try h.sync { try $0.setMaxConcurrentTransfers(1) }
+        let a = try running(h, s)
+        let b = try h.download(s) { $0.priority = -1 }
+        XCTAssertEqual(h.state(b), .queued)
+
+        setNetwork(h, online: false)
+        XCTAssertEqual(h.state(a), .waiting)
+        XCTAssertEqual(reason(h, a), "offline")
+        XCTAssertEqual(h.state(b), .waiting)
+        XCTAssertEqual(reason(h, b), "offline")
+        XCTAssertEqual(h.engine.stopped, [a])
+        // The stopped attempt reports the lost connection: it does not count.
+        h.fail(a, .network("Could not connect"), bytes: 6)
+        XCTAssertEqual(h.state(a), .waiting)
+        XCTAssertEqual(reason(h, a), "offline")
+        XCTAssertEqual(h.snapshot(a)?.errorName, "")
+        // New downloads wait too.
+        let c = try h.download(s)
+        XCTAssertEqual(h.state(c), .waiting)
+        XCTAssertEqual(reason(h, c), "offline")
+        XCTAssertEqual(h.sync { $0.manager.activeTransfers }, 0, "nothing runs offline")
+        XCTAssertEqual(h.sync { $0.manager.queuedTransfers }, 3)
+
+        setNetwork(h, online: true)
+        XCTAssertEqual(h.state(a), .running)
+        XCTAssertEqual(h.state(b), .queued, "the concurrency limit still applies")
+        XCTAssertEqual(h.state(c), .queued)
+        h.succeed(a)
+        XCTAssertEqual(h.state(a), .completed)
+        XCTAssertEqual(h.snapshot(a)?.attempts, 2, "one attempt before going offline, one after")
+    }
+
+    func testOfflineWinsOverMeteredAndTheReasonFollows() throws {
+        let h = CoreHarness()
+        let t = try h.download(try frugalSession(h)) { $0.start = false }
+        setNetwork(h, metered: true, online: false)
+        try h.sync { try $0.resume(t) }
+        XCTAssertEqual(reason(h, t), "offline")
+        h.observer.clear()
+        setNetwork(h, metered: true, online: true)
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(reason(h, t), "metered")
+        XCTAssertEqual(h.observer.changedSnapshots.last?.waitingReason, "metered", "the reason change is announced")
+        setNetwork(h, metered: true, online: false)
+        XCTAssertEqual(reason(h, t), "offline")
+        setNetwork(h, metered: false, online: true)
+        XCTAssertEqual(h.state(t), .running)
+    }
+
+    func testRetryWaitRunsItsCourseThenWaitsForTheNetwork() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 10))
+        let s = try frugalSession(h)
+        let t = try running(h, s)
+        h.fail(t, .network("reset"), bytes: 6)
+        XCTAssertEqual(reason(h, t), "retry")
+        setNetwork(h, metered: true)
+        XCTAssertEqual(reason(h, t), "retry", "a wait for a time is left alone")
+        h.clock.advance(seconds: 11)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(reason(h, t), "metered")
+        XCTAssertEqual(h.engine.startedIDs, [t], "not tried on the metered network")
+        // Later due timers (of other transfers) do not wake a network wait.
+        h.clock.advance(seconds: 1000)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(reason(h, t), "metered")
+        setNetwork(h, metered: false)
+        XCTAssertEqual(h.state(t), .running)
+    }
+
+    func testStartAfterComesFirst() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let t = try h.download(try frugalSession(h)) { $0.startAfter = h.clock.now + 60_000_000 }
+        XCTAssertEqual(reason(h, t), "start-after")
+        h.clock.advance(seconds: 61)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(reason(h, t), "metered")
+    }
+
+    func testAllowingMeteredReleasesTheSessionsTransfers() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let s = try frugalSession(h)
+        let t = try h.download(s)
+        XCTAssertEqual(reason(h, t), "metered")
+        _ = try h.openSession("com.example.Frugal") { $0.allowMetered = true }
+        XCTAssertEqual(h.state(t), .running)
+        // And forbidding it again stops it.
+        _ = try h.openSession("com.example.Frugal") { $0.allowMetered = false }
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.engine.stopped, [t])
+    }
+
+    func testPauseAndResumeWhileMetered() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let t = try h.download(try frugalSession(h))
+        _ = try h.sync { try $0.pause(t) }
+        XCTAssertEqual(h.state(t), .paused)
+        XCTAssertEqual(reason(h, t), "")
+        try h.sync { try $0.resume(t) }
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(reason(h, t), "metered")
+        try h.sync { try $0.cancel(t) }
+        XCTAssertEqual(h.state(t), .cancelled)
+    }
+
+    func testRunningCountFollowsTheNetwork() throws {
+        let h = CoreHarness()
+        let s = try frugalSession(h)
+        _ = try running(h, s)
+        XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 1)
+        setNetwork(h, metered: true)
+        XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 0, "managerChanged says nothing runs")
+        XCTAssertEqual(h.observer.managerSnapshots.last?.queuedTransfers, 1)
+        setNetwork(h, metered: false)
+        XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 1)
+    }
+
+    func testSameStateChangesNothing() throws {
+        let h = CoreHarness()
+        _ = try h.download(try frugalSession(h))
+        h.observer.clear()
+        setNetwork(h, metered: false, online: true)
+        XCTAssertEqual(h.observer.events, [])
+    }
+
+    func testNetworkWaitSurvivesARestart() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let t = try h.download(try frugalSession(h))
+        XCTAssertEqual(reason(h, t), "metered")
+        // Stored as a network wait; the restarted core (told nothing: it assumes an
+        // unmetered network) lets it go at once rather than at some far-off time.
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .running)
+        XCTAssertEqual(h2.engine.startedIDs, [t])
+    }
+
+    func testNetworkWaitRestoredOnAStillMeteredNetworkKeepsWaiting() throws {
+        let h = CoreHarness()
+        setNetwork(h, metered: true)
+        let t = try h.download(try frugalSession(h))
+        h.queue.sync { h.core.shutdown() }
+        // As ferryd does: restore, learn the network, then start.
+        let h2 = CoreHarness(start: false, store: h.store, restore: true, clock: h.clock, root: h.root)
+        h2.sync { core in
+            core.setNetworkState(metered: true, online: true)
+            core.start()
+        }
+        XCTAssertEqual(h2.state(t), .waiting)
+        XCTAssertEqual(reason(h2, t), "metered")
+        XCTAssertEqual(h2.engine.startedIDs, [])
+        setNetwork(h2, metered: false)
+        XCTAssertEqual(h2.state(t), .running)
+    }
+}

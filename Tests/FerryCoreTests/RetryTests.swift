@@ -1,0 +1,237 @@
+import XCTest
+@testable import FerryCore
+
+/// Retries after transient failures (fake clock), Retry-After and the resource-timeout.
+final class RetryTests: XCTestCase {
+    private let url = "https://example.com/file.bin"
+
+    /// A running transfer that got a resumable response and wrote `count` bytes.
+    private func started(_ h: CoreHarness, _ s: SessionID, bytes count: Int = 6) throws -> TransferID {
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)))
+        h.writePart(t, Array(repeating: 1, count: count))
+        h.send(.progress(t, bytesWritten: Int64(count), totalOnDisk: Int64(count), expected: 100))
+        return t
+    }
+
+    // MARK: - The policy
+
+    func testClassification() {
+        for transient: FerryError in [.network("refused"), .network("reset"), .network("dns"), .timeout("stalled"),
+                                      .http(status: 408, "x"), .http(status: 429, "x"), .http(status: 500, "x"),
+                                      .http(status: 503, "x"), .http(status: 599, "x")] {
+            XCTAssertTrue(RetryPolicy.isTransient(transient), "\(transient)")
+        }
+        for permanent: FerryError in [.http(status: 404, "x"), .http(status: 403, "x"), .http(status: 400, "x"),
+                                      .http(status: 410, "x"), .http(status: 416, "x"), .tls("x"), .checksumMismatch("x"),
+                                      .tooManyRedirects("x"), .disk("x"), .cancelled("x")] {
+            XCTAssertFalse(RetryPolicy.isTransient(permanent), "\(permanent)")
+        }
+    }
+
+    func testBackoffDoublesWithJitterUpToCap() {
+        var r = 0.0
+        let p = RetryPolicy.exponentialBackoff(base: 2, cap: 30, jitter: 0.5, random: { r })
+        r = 0.5 // the middle: no spread
+        XCTAssertEqual(p.decide(.network("x"), 1, 9), .retry(afterSeconds: 2))
+        XCTAssertEqual(p.decide(.network("x"), 2, 9), .retry(afterSeconds: 4))
+        XCTAssertEqual(p.decide(.network("x"), 4, 9), .retry(afterSeconds: 16))
+        XCTAssertEqual(p.decide(.network("x"), 9, 9), .retry(afterSeconds: 30), "capped")
+        r = 0 // lowest
+        XCTAssertEqual(p.decide(.network("x"), 2, 9), .retry(afterSeconds: 2))
+        r = 0.999_999 // highest, still capped
+        XCTAssertEqual(p.decide(.network("x"), 9, 9), .retry(afterSeconds: 30))
+        XCTAssertEqual(p.decide(.network("x"), 10, 9), .fail, "retries used up")
+        XCTAssertEqual(p.decide(.http(status: 404, "x"), 1, 9), .fail)
+        // The daemon's policy spreads by ±20 %.
+        let standard = RetryPolicy.standard(base: 10, cap: 1000)
+        for _ in 0..<50 {
+            guard case .retry(let s) = standard.decide(.timeout("x"), 1, 5) else { return XCTFail("no retry") }
+            XCTAssertTrue((8...12).contains(s), "\(s)")
+        }
+    }
+
+    func testDefaultEnvironmentRetries() {
+        if case .fail = CoreEnvironment().retryPolicy.decide(.network("x"), 1, 5) { XCTFail("retries are on by default") }
+    }
+
+    // MARK: - In the core
+
+    func testTransientFailureWaitsThenContinuesFromTheBytesOnDisk() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession() // retries: 5 by default
+        let t = try started(h, s, bytes: 6)
+        h.fail(t, .network("The connection to example.com:443 was reset"), bytes: 6)
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.snapshot(t)?.waitingReason, "retry")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "", "no error shown while retrying")
+        XCTAssertTrue(h.observer.completions.isEmpty)
+        h.clock.advance(seconds: 1.9)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .waiting, "not before the backoff")
+        h.clock.advance(seconds: 0.2)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .running)
+        let request = try XCTUnwrap(h.engine.lastRequest(t))
+        XCTAssertEqual(request.offset, 6, "continues after the bytes on disk")
+        XCTAssertEqual(request.ifRange, "\"v1\"")
+        // Second failure: twice the wait.
+        h.fail(t, .timeout("No data for 60 seconds"), bytes: 6)
+        let waitStart = h.clock.now
+        XCTAssertEqual(h.sync { $0.transfers[t]?.notBefore }, waitStart + 4_000_000)
+        h.clock.advance(seconds: 4)
+        h.sync { $0.wakeDueTransfers() }
+        h.succeed(t, body: Array(repeating: 1, count: 100))
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.attempts, 3)
+        XCTAssertEqual(h.observer.completions.map(\.2), [""])
+    }
+
+    func testPermanentFailuresFailAtOnce() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession()
+        let cases: [(FerryError, String)] = [
+            (.http(status: 404, "Not Found"), "Http"), (.http(status: 403, "Forbidden"), "Http"),
+            (.tls("bad certificate"), "Tls"), (.tooManyRedirects("loop"), "TooManyRedirects"),
+            (.disk("No space left on device"), "Disk"),
+        ]
+        for (error, name) in cases {
+            let t = try h.download(s)
+            h.fail(t, error)
+            XCTAssertEqual(h.state(t), .failed, "\(error)")
+            XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error." + name)
+            XCTAssertEqual(h.snapshot(t)?.attempts, 1)
+        }
+    }
+
+    func testRetriesUpToTheSessionSettingThenFailAndResumeStartsAFreshSet() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 1, cap: 1))
+        let s = try h.openSession { $0.retries = 2 }
+        let t = try h.download(s)
+        for _ in 0..<2 {
+            h.fail(t, .http(status: 503, "Service Unavailable"))
+            XCTAssertEqual(h.state(t), .waiting)
+            h.clock.advance(seconds: 1)
+            h.sync { $0.wakeDueTransfers() }
+        }
+        h.fail(t, .http(status: 503, "Service Unavailable"))
+        XCTAssertEqual(h.state(t), .failed, "2 retries, 3 attempts")
+        XCTAssertEqual(h.snapshot(t)?.attempts, 3)
+        XCTAssertEqual(h.snapshot(t)?.httpStatus, 503)
+        XCTAssertEqual(h.observer.completions.map(\.2), ["org.ferry.Ferry1.Error.Http"])
+        try h.sync { try $0.resume(t) }
+        h.fail(t, .http(status: 503, "Service Unavailable"))
+        XCTAssertEqual(h.state(t), .waiting, "a client's Resume brings a fresh set of retries")
+    }
+
+    func testRetryAfterIsHonoured() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession()
+        let t = try started(h, s)
+        h.fail(t, .network("dropped"), bytes: 6)
+        h.clock.advance(seconds: 2)
+        h.sync { $0.wakeDueTransfers() }
+        // The resumed attempt meets a 503 with Retry-After: 120.
+        h.send(.response(t, EngineResponse(status: 503, etag: "\"error-page\"", expectedTotal: 57, effectiveURL: url,
+                                           retryAfter: 120)))
+        XCTAssertEqual(h.snapshot(t)?.bytesExpected, 100, "a failing response changes nothing the download knows")
+        h.fail(t, .http(status: 503, "Service Unavailable"), bytes: 6)
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.sync { $0.transfers[t]?.notBefore }, h.clock.now + 120_000_000, "120 s, not the 4 s backoff")
+        h.clock.advance(seconds: 119)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .waiting)
+        h.clock.advance(seconds: 1)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .running)
+        XCTAssertEqual(h.engine.lastRequest(t)?.ifRange, "\"v1\"", "the error page's ETag is not the file's")
+        // A Retry-After shorter than the backoff does not shorten it.
+        h.send(.response(t, EngineResponse(status: 429, effectiveURL: url, retryAfter: 0.5)))
+        h.fail(t, .http(status: 429, "Too Many Requests"), bytes: 6)
+        XCTAssertEqual(h.sync { $0.transfers[t]?.notBefore }, h.clock.now + 8_000_000)
+    }
+
+    func testRetryAfterBeyondTheResourceTimeoutFailsNow() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.resourceTimeout = 60 }
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 503, effectiveURL: url, retryAfter: 3600)))
+        h.fail(t, .http(status: 503, "Service Unavailable"))
+        XCTAssertEqual(h.state(t), .failed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Http")
+    }
+
+    // MARK: - Resource timeout
+
+    func testResourceTimeoutFailsARunningTransfer() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.resourceTimeout = 30 }
+        let t = try started(h, s)
+        h.clock.advance(seconds: 29)
+        h.sync { $0.checkResourceDeadlines() }
+        XCTAssertEqual(h.state(t), .running)
+        h.clock.advance(seconds: 1)
+        h.sync { $0.checkResourceDeadlines() }
+        XCTAssertEqual(h.state(t), .failed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Timeout")
+        XCTAssertTrue(h.snapshot(t)?.errorMessage.contains("resource-timeout") ?? false)
+        XCTAssertEqual(h.engine.stopped, [t], "its attempt is stopped")
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertTrue(h.exists(h.destination(t) + ".part"), "the partial file stays for Resume")
+        XCTAssertEqual(h.observer.completions.count, 1)
+    }
+
+    func testResourceTimeoutCountsRetriesIncluded() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 10, cap: 10))
+        let s = try h.openSession { $0.resourceTimeout = 25; $0.retries = 10 }
+        let t = try h.download(s)
+        h.fail(t, .network("refused"))
+        h.clock.advance(seconds: 10)
+        h.sync { $0.wakeDueTransfers() }
+        h.fail(t, .network("refused"))
+        XCTAssertEqual(h.state(t), .waiting, "retry due at 20 s, before 25 s")
+        h.clock.advance(seconds: 10)
+        h.sync { $0.wakeDueTransfers() }
+        h.fail(t, .network("refused"))
+        XCTAssertEqual(h.state(t), .failed, "the next retry (30 s) would come after the resource-timeout")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network", "with the last real error")
+        // Waiting when the deadline passes fails with Timeout.
+        let u = try h.download(s)
+        h.fail(u, .network("refused"))
+        XCTAssertEqual(h.state(u), .waiting)
+        h.clock.advance(seconds: 26)
+        h.sync { $0.checkResourceDeadlines() }
+        XCTAssertEqual(h.state(u), .failed)
+        XCTAssertEqual(h.snapshot(u)?.errorName, "org.ferry.Ferry1.Error.Timeout")
+    }
+
+    func testResourceTimeoutRealTimer() throws {
+        // The deadline timer itself (real time, tiny timeout), waited for with a bound.
+        let h = CoreHarness()
+        let s = try h.openSession { $0.resourceTimeout = 0.001 }
+        let failed = expectation(description: "failed by its deadline timer")
+        var t: TransferID = 0
+        h.sync { _ in
+            h.observer.onEvent = { if $0 == .transferChanged(t, .failed) { failed.fulfill() } }
+        }
+        t = try h.download(s)
+        h.clock.advance(seconds: 1)
+        wait(for: [failed], timeout: 5)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Timeout")
+    }
+
+    func testRetryWaitSurvivesRestart() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 30, cap: 30))
+        let s = try h.openSession { $0.retries = 1 }
+        let t = try started(h, s)
+        h.fail(t, .network("reset"), bytes: 6)
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .waiting)
+        XCTAssertEqual(h2.snapshot(t)?.waitingReason, "retry")
+        h2.clock.advance(seconds: 30)
+        h2.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 6)
+        h2.fail(t, .network("reset"), bytes: 6)
+        XCTAssertEqual(h2.state(t), .failed, "the retries used before the restart count")
+    }
+}

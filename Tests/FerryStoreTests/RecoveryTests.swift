@@ -1,0 +1,138 @@
+import FerryCore
+import Foundation
+import GRDB
+import XCTest
+@testable import FerryStore
+
+/// A database that cannot be read is moved aside with a clear log line, never wiped;
+/// the daemon starts afresh.
+final class RecoveryTests: XCTestCase {
+    private let fixedNow = Date(timeIntervalSince1970: 1_763_000_000) // 2025-11-13T02:13:20Z
+
+    private func assertMovedAside(_ dir: TemporaryDirectory, original: Data, log: LogCapture,
+                                  file: StaticString = #filePath, line: UInt = #line) throws {
+        let aside = dir.database + ".corrupt-20251113T021320Z"
+        XCTAssertEqual(FileManager.default.contents(atPath: aside), original, "the old file is kept, byte for byte", file: file, line: line)
+        let errors = log.messages.filter { $0.level == .error }.map(\.text)
+        XCTAssertEqual(errors.count, 1, "\(errors)", file: file, line: line)
+        XCTAssertTrue(errors.first?.contains(dir.database) ?? false, file: file, line: line)
+        XCTAssertTrue(errors.first?.contains("moved it to \(aside)") ?? false, errors.first ?? "", file: file, line: line)
+        let fresh = try SQLiteTransferStore(path: dir.database)
+        XCTAssertEqual(try fresh.load(), StoreContents(), "a fresh database", file: file, line: line)
+    }
+
+    func testGarbageFileIsMovedAside() throws {
+        let dir = TemporaryDirectory()
+        let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        FileManager.default.createFile(atPath: dir.database, contents: garbage)
+        let log = LogCapture()
+        let store = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        try store.write([.setCounters(StoreCounters(nextSessionID: 2))])
+        try assertMovedAside(dir, original: garbage, log: log)
+    }
+
+    func testDamagedPagesAreMovedAsideWithTheirLog() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try SQLiteTransferStore(path: dir.database)
+            var ops: [StoreOperation] = []
+            for i in 1...300 {
+                ops.append(.saveSession(StoredSession(id: UInt64(i), identifier: "com.example.S\(i)",
+                                                      configuration: SessionConfiguration())))
+            }
+            try store.write(ops)
+            try store.database.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        }
+        var bytes = try XCTUnwrap(FileManager.default.contents(atPath: dir.database))
+        XCTAssertGreaterThan(bytes.count, 3 * 4096)
+        // Overwrite the middle pages (the sessions table's b-tree) with noise.
+        for i in 4096..<(bytes.count - 4096) { bytes[i] = UInt8(truncatingIfNeeded: i &* 131) }
+        FileManager.default.createFile(atPath: dir.database, contents: bytes)
+        FileManager.default.createFile(atPath: dir.database + "-wal", contents: Data("stale log".utf8))
+        let log = LogCapture()
+        _ = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        try assertMovedAside(dir, original: bytes, log: log)
+        XCTAssertEqual(FileManager.default.contents(atPath: dir.database + ".corrupt-20251113T021320Z-wal"),
+                       Data("stale log".utf8), "its WAL goes with it")
+    }
+
+    func testUnreadableRowIsMovedAside() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try SQLiteTransferStore(path: dir.database)
+            try store.database.write { db in
+                try db.execute(sql: "INSERT INTO sessions (id, identifier, configuration, closing) VALUES (1, 'a', 'not json', 0)")
+            }
+        }
+        let original = try XCTUnwrap(FileManager.default.contents(atPath: dir.database))
+        let log = LogCapture()
+        _ = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        // The WAL was folded into the file when the connection closed, so the moved
+        // file holds the row.
+        XCTAssertNotNil(FileManager.default.contents(atPath: dir.database + ".corrupt-20251113T021320Z"))
+        XCTAssertTrue(log.messages.contains { $0.text.contains("configuration of session 1") }, "\(log.messages)")
+        _ = original
+        XCTAssertEqual(try SQLiteTransferStore(path: dir.database).load(), StoreContents())
+    }
+
+    func testDatabaseFromANewerFerryIsMovedAsideNotMisread() throws {
+        let dir = TemporaryDirectory()
+        do {
+            let store = try SQLiteTransferStore(path: dir.database)
+            try store.database.write { db in try db.execute(sql: "INSERT INTO grdb_migrations (identifier) VALUES ('3-from-the-future')") }
+        }
+        let log = LogCapture()
+        _ = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dir.database + ".corrupt-20251113T021320Z"))
+        XCTAssertTrue(log.messages.contains { $0.text.contains("newer version of Ferry") }, "\(log.messages)")
+    }
+
+    func testAsideNameIsNeverReused() throws {
+        let dir = TemporaryDirectory()
+        let log = LogCapture()
+        for round in 1...2 {
+            FileManager.default.createFile(atPath: dir.database, contents: Data("garbage \(round)".utf8 + Data(count: 4096)))
+            _ = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        }
+        XCTAssertEqual(dir.files().filter { $0.contains("corrupt") },
+                       ["ferry.sqlite.corrupt-20251113T021320Z", "ferry.sqlite.corrupt-20251113T021320Z-2"])
+    }
+
+    func testHealthyDatabaseIsLeftAlone() throws {
+        let dir = TemporaryDirectory()
+        let log = LogCapture()
+        try StateDatabase.open(directory: dir.path, logger: log.logger).write([.setCounters(StoreCounters(nextSerial: 77))])
+        let store = try StateDatabase.open(directory: dir.path, logger: log.logger)
+        XCTAssertEqual(try store.load().counters.nextSerial, 77)
+        XCTAssertFalse(dir.files().contains { $0.contains("corrupt") })
+        XCTAssertTrue(log.messages.filter { $0.level >= .warning }.isEmpty, "\(log.messages)")
+    }
+
+    // MARK: - The state directory
+
+    func testStateDirectoryIsCreatedPrivate() throws {
+        let dir = TemporaryDirectory()
+        let state = dir.path + "/a/b/ferry"
+        let store = try StateDatabase.open(directory: state, logger: LogCapture().logger)
+        XCTAssertEqual(store.path, state + "/ferry.sqlite")
+        let mode = try FileManager.default.attributesOfItem(atPath: state)[.posixPermissions] as? NSNumber
+        XCTAssertEqual(mode?.intValue, 0o700)
+    }
+
+    func testStateDirectoryThatCannotBeCreatedIsAClearError() throws {
+        let dir = TemporaryDirectory()
+        FileManager.default.createFile(atPath: dir.path + "/file", contents: Data())
+        XCTAssertThrowsError(try StateDatabase.open(directory: dir.path + "/file/ferry", logger: LogCapture().logger)) { error in
+            let message = "\(error)"
+            XCTAssertTrue(message.contains("cannot create the state directory \(dir.path)/file/ferry"), message)
+        }
+    }
+
+    func testDirectoryFollowsXDGStateHome() {
+        XCTAssertEqual(StateDatabase.directory(environment: ["XDG_STATE_HOME": "/x/state", "HOME": "/home/u"]), "/x/state/ferry")
+        XCTAssertEqual(StateDatabase.directory(environment: ["XDG_STATE_HOME": "/x/state/", "HOME": "/home/u"]), "/x/state/ferry")
+        XCTAssertEqual(StateDatabase.directory(environment: ["XDG_STATE_HOME": "relative", "HOME": "/home/u"]),
+                       "/home/u/.local/state/ferry", "a relative XDG_STATE_HOME is ignored")
+        XCTAssertEqual(StateDatabase.directory(environment: ["HOME": "/home/u"]), "/home/u/.local/state/ferry")
+    }
+}

@@ -1,0 +1,128 @@
+import FerryCore
+import Foundation
+import Logging
+import XCTest
+
+/// A temporary state directory, removed at the end.
+final class TemporaryDirectory {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "ferry-store-" + UUID().uuidString
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    var database: String { path + "/ferry.sqlite" }
+
+    func files() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+    }
+}
+
+/// Collects log messages so tests can check what a person would read.
+final class LogCapture: @unchecked Sendable {
+    // Appended from whichever thread logs; read by the test after the call returns.
+    private let lock = NSLock()
+    private var lines: [(Logger.Level, String)] = []
+
+    var logger: Logger {
+        Logger(label: "ferry.test") { _ in CapturingHandler(capture: self) }
+    }
+
+    func append(_ level: Logger.Level, _ message: String) {
+        lock.lock(); defer { lock.unlock() }
+        lines.append((level, message))
+    }
+
+    var messages: [(level: Logger.Level, text: String)] {
+        lock.lock(); defer { lock.unlock() }
+        return lines.map { (level: $0.0, text: $0.1) }
+    }
+
+    struct CapturingHandler: LogHandler {
+        let capture: LogCapture
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            capture.append(event.level, "\(event.message)")
+        }
+    }
+}
+
+/// The engine's part played by the test: records requests, sends events on demand.
+final class ScriptedEngine: TransferEngine, @unchecked Sendable {
+    // Guarded by `lock`: the core calls in on its queue, the test reads on its own.
+    private let lock = NSLock()
+    private var handler: (@Sendable (EngineEvent) -> Void)?
+    private var _started: [EngineRequest] = []
+
+    func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
+        lock.lock(); defer { lock.unlock() }
+        self.handler = handler
+    }
+    func start(_ request: EngineRequest) {
+        lock.lock(); defer { lock.unlock() }
+        _started.append(request)
+    }
+    func stop(_ id: TransferID) {
+        // The stop is confirmed at once, as a fast engine would.
+        emit(.completed(id, .stopped(bytesOnDisk: 0)))
+    }
+    func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64) {}
+    func shutdown() {}
+
+    var started: [EngineRequest] { lock.lock(); defer { lock.unlock() }; return _started }
+
+    func emit(_ event: EngineEvent) {
+        lock.lock()
+        let handler = self.handler
+        lock.unlock()
+        handler?(event)
+    }
+}
+
+/// A coordinator over a store, as ferryd runs it (restore, then start), with a fake
+/// engine and the wall clock.
+final class Daemon {
+    let queue = DispatchQueue(label: "ferry.store.test.core")
+    let engine = ScriptedEngine()
+    let core: TransferCoordinator
+    let downloads: String
+
+    init(store: TransferStore, downloads: String) throws {
+        self.downloads = downloads
+        let environment = CoreEnvironment(defaultDownloadDirectory: { downloads }, retryPolicy: .never,
+                                          freeSpace: { _ in nil })
+        core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
+        try queue.sync {
+            try core.restore()
+            core.start()
+        }
+    }
+
+    func sync<T>(_ body: (TransferCoordinator) throws -> T) rethrows -> T {
+        try queue.sync { try body(core) }
+    }
+
+    func send(_ events: EngineEvent...) {
+        for event in events { engine.emit(event) }
+        queue.sync {}
+    }
+
+    /// A whole successful attempt of `body`.
+    func succeed(_ id: TransferID, body: [UInt8]) {
+        let url = sync { $0.transfer(id)?.url } ?? ""
+        send(.response(id, EngineResponse(status: 200, etag: "\"e\(id)\"", expectedTotal: Int64(body.count),
+                                          acceptsRanges: true, effectiveURL: url)))
+        let part = (sync { $0.transfer(id)?.destination } ?? "") + ".part"
+        FileManager.default.createFile(atPath: part, contents: Data(body))
+        send(.progress(id, bytesWritten: Int64(body.count), totalOnDisk: Int64(body.count), expected: Int64(body.count)),
+             .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil)))
+    }
+
+    func stop() { queue.sync { core.shutdown() } }
+}

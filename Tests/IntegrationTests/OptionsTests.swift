@@ -1,0 +1,165 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// Download options and session settings a user would notice.
+final class OptionsTests: FerryTestCase {
+    /// Session and transfer headers reach the server (the transfer's win); a secret
+    /// header value never shows up in errors, events or the daemon's log.
+    func testHeadersReachServerAndSecretsStayHidden() async throws {
+        serve("/h.bin", size: 100)
+        let secret = "sekrit-token-4711"
+        let s = try await session("com.example.Headers", ["headers": .stringDict(["X-Session": "from-session", "X-Both": "session"])])
+        let t = try await s.download(server.url("/h.bin"), options: [
+            "destination": .string(work + "/h.bin"),
+            "headers": .stringDict(["X-Both": "transfer", "Authorization": "Bearer \(secret)"]),
+        ])
+        try await finish(t)
+        let r = server.requests(for: "/h.bin").first
+        XCTAssertEqual(r?.header("X-Session"), "from-session")
+        XCTAssertEqual(r?.header("X-Both"), "transfer", "a transfer header replaces the session's")
+        XCTAssertEqual(r?.header("Authorization"), "Bearer \(secret)")
+        XCTAssertEqual(r?.headers.filter { $0.name.lowercased() == "x-both" }.count, 1)
+
+        server.set(.status(401), on: "/deny")
+        let denied = try await s.download(server.url("/deny"), options: [
+            "destination": .string(work + "/deny"), "headers": .stringDict(["Authorization": "Bearer \(secret)", "Cookie": "id=\(secret)"]),
+        ])
+        let (serial, errorName, errorMessage) = try await signals.completed(denied.path)
+        XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertTrue(errorMessage.contains("401"), errorMessage)
+        XCTAssertFalse(errorMessage.contains(secret), "the message never echoes the secret: \(errorMessage)")
+        let event = try await s.pendingEvents().first { $0.serial == serial }
+        XCTAssertFalse("\(event?.details ?? [:])".contains(secret))
+        let all = try await call(denied.path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
+        let props = "\(all)"
+        XCTAssertFalse(props.contains(secret), "no property shows the secret")
+        // Refusals of bad headers do not echo values either.
+        let e = await assertBusError("org.ferry.Ferry1.Error.InvalidArgument") {
+            try await s.download(self.server.url("/h.bin"), options: ["headers": .stringDict(["Authorization": "Bearer \(secret)\r\nX: y"])])
+        }
+        XCTAssertFalse(e?.message.contains(secret) ?? true, e?.message ?? "")
+        XCTAssertFalse(ferryd?.log.contains(secret) ?? true, "the daemon's log never holds the secret")
+    }
+
+    /// start-after: the transfer waits (reason start-after) and starts on time.
+    func testStartAfterWaitsUntilTheTime() async throws {
+        let body = serve("/later.bin", size: 1000)
+        let s = try await session()
+        let startAfter = UInt64((Date().timeIntervalSince1970 + 1.0) * 1_000_000)
+        let t = try await s.download(server.url("/later.bin"), options: [
+            "destination": .string(work + "/later.bin"), "start-after": .uint64(startAfter),
+        ])
+        let first = try await t.info()
+        XCTAssertEqual(first.state, "waiting")
+        XCTAssertEqual(first.waitingReason, "start-after")
+        XCTAssertEqual(server.requests.count, 0)
+        let info = try await finish(t, timeout: 10)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertGreaterThanOrEqual(info.started, startAfter, "not started before start-after")
+        XCTAssertEqual(info.waitingReason, "", "WaitingReason is empty when not waiting")
+        assertFile(work + "/later.bin", equals: body)
+    }
+
+    /// With one slot, a high-priority transfer queued last runs before normal and low ones.
+    func testPriorityOrdersTheQueue() async throws {
+        try await client.setManagerProperty("MaxConcurrentTransfers", .uint32(1))
+        serve("/first.bin", size: 64 * 1024)
+        server.set(.slow(bytesPerSecond: 256 * 1024), on: "/first.bin")
+        serve("/x.bin", size: 1000)
+        let s = try await session()
+        let first = try await s.download(server.url("/first.bin"), options: ["destination": .string(work + "/first.bin")])
+        try await waitForState(first, "running")
+        let low = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/low"), "priority": .int32(-1)])
+        let normal = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/normal")])
+        let high = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/high"), "priority": .int32(1)])
+        for t in [first, low, normal, high] { try await signals.completed(t.path, timeout: 20) }
+        let order = signals.all.filter { $0.member == "Completed" }.map(\.path)
+        XCTAssertEqual(order, [first.path, high.path, normal.path, low.path])
+        let p = try await high.info().priority
+        XCTAssertEqual(p, 1)
+    }
+
+    /// The speed-limit option holds a download to about that rate.
+    func testSpeedLimitOptionSlowsTheDownload() async throws {
+        let body = serve("/limited.bin", size: 192 * 1024)
+        let s = try await session()
+        let start = Date()
+        let t = try await s.download(server.url("/limited.bin"), options: [
+            "destination": .string(work + "/limited.bin"), "speed-limit": .uint64(128 * 1024),
+        ])
+        let info = try await finish(t, timeout: 20)
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.speedLimit, 128 * 1024)
+        assertFile(work + "/limited.bin", equals: body)
+        XCTAssertGreaterThanOrEqual(elapsed, 1.0, "192 KiB at 128 KiB/s take about 1.5 s, not \(elapsed) s")
+    }
+
+    /// overwrite = true replaces an existing file; the default keeps it and picks a new name.
+    func testOverwriteOption() async throws {
+        let body = serve("/o.bin", size: 3000)
+        let dest = work + "/o.bin"
+        try Data("old contents".utf8).write(to: URL(fileURLWithPath: dest))
+        let s = try await session()
+        let keep = try await s.download(server.url("/o.bin"), options: ["destination": .string(dest)])
+        let ki = try await finish(keep)
+        XCTAssertEqual(ki.destination, work + "/o (1).bin")
+        XCTAssertEqual(try String(contentsOfFile: dest, encoding: .utf8), "old contents", "the existing file is untouched")
+        let replace = try await s.download(server.url("/o.bin"), options: ["destination": .string(dest), "overwrite": .boolean(true)])
+        let ri = try await finish(replace)
+        XCTAssertEqual(ri.destination, dest)
+        assertFile(dest, equals: body)
+        assertFile(work + "/o (1).bin", equals: body)
+    }
+
+    /// connections > 1 still produces exactly the right file.
+    func testConnectionsOptionYieldsTheRightFile() async throws {
+        let body = serve("/multi.bin", size: 1 << 20)
+        let s = try await session()
+        let t = try await s.download(server.url("/multi.bin"), options: [
+            "destination": .string(work + "/multi.bin"), "connections": .uint32(4),
+        ])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/multi.bin", equals: body)
+        XCTAssertEqual(partFiles(in: work), [])
+    }
+
+    /// AcknowledgeEvents(serial) drops the events up to and including it, no more.
+    func testAcknowledgeEventsDropsUpToSerial() async throws {
+        serve("/ev.bin", size: 10)
+        let s = try await session()
+        var serials: [UInt64] = []
+        for i in 0..<3 {
+            let t = try await s.download(server.url("/ev.bin"), options: ["destination": .string(work + "/ev\(i)")])
+            serials.append(try await signals.completed(t.path).serial)
+        }
+        var pending = try await s.pendingEvents().map(\.serial)
+        XCTAssertEqual(pending, serials, "oldest first")
+        XCTAssertEqual(serials, serials.sorted())
+        try await s.acknowledgeEvents(upTo: serials[1])
+        pending = try await s.pendingEvents().map(\.serial)
+        XCTAssertEqual(pending, [serials[2]])
+        try await s.acknowledgeEvents(upTo: 0)
+        pending = try await s.pendingEvents().map(\.serial)
+        XCTAssertEqual(pending, [serials[2]], "acknowledging nothing changes nothing")
+        try await s.acknowledgeEvents(upTo: UInt64.max)
+        pending = try await s.pendingEvents().map(\.serial)
+        XCTAssertEqual(pending, [])
+        // Events belong to their session.
+        let other = try await session("com.example.Other")
+        let otherPending = try await other.pendingEvents()
+        XCTAssertEqual(otherPending.count, 0)
+    }
+
+    /// The Version property is the daemon's version.
+    func testVersionPropertyMatchesTheDaemon() async throws {
+        let r = try runTool(ferrydPath, ["--version"], environment: environment())
+        XCTAssertEqual(r.status, 0)
+        let version = try await managerProperty("Version")?.string
+        XCTAssertEqual(version, r.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}

@@ -17,10 +17,24 @@ PYTHON  ?= python3
 export PATH := $(PATH):/opt/swift/usr/bin
 
 # Debian packages the build, the tests, the demo and the benchmark use.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev libsqlite3-dev dbus pkg-config python3 nginx-light curl
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl
 
+MANDIR  ?= $(DATADIR)/man
+
+# What `make install` puts in place (and `make uninstall` removes). systemd looks
+# for user units in $XDG_DATA_HOME/systemd/user (~/.local/share/systemd/user) and
+# in $XDG_DATA_DIRS/systemd/user (/usr/local/share/systemd/user).
 SERVICE_FILE := $(DESTDIR)$(DATADIR)/dbus-1/services/org.ferry.Ferry1.service
 XML_FILE     := $(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.ferry.Ferry1.xml
+UNIT_FILE    := $(DESTDIR)$(DATADIR)/systemd/user/ferryd.service
+DESKTOP_FILE := $(DESTDIR)$(DATADIR)/applications/org.ferry.Ferry.desktop
+ICON_FILE    := $(DESTDIR)$(DATADIR)/icons/hicolor/scalable/apps/org.ferry.Ferry.svg
+BASH_COMPLETION := $(DESTDIR)$(DATADIR)/bash-completion/completions/ferry
+ZSH_COMPLETION  := $(DESTDIR)$(DATADIR)/zsh/site-functions/_ferry
+FISH_COMPLETION := $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/ferry.fish
+MAN_PAGES    := $(DESTDIR)$(MANDIR)/man1/ferry.1 $(DESTDIR)$(MANDIR)/man8/ferryd.8
+INSTALLED    := $(DESTDIR)$(BINDIR)/ferryd $(DESTDIR)$(BINDIR)/ferry $(SERVICE_FILE) $(XML_FILE) $(UNIT_FILE) \
+                $(DESKTOP_FILE) $(ICON_FILE) $(BASH_COMPLETION) $(ZSH_COMPLETION) $(FISH_COMPLETION) $(MAN_PAGES)
 
 .PHONY: all deps build test demo bench install uninstall clean
 
@@ -61,13 +75,23 @@ install:
 	for exe in ferryd ferry; do \
 	  [ -x "$$bin/$$exe" ] || { echo "$$bin/$$exe is missing: run 'make build' first" >&2; exit 1; }; \
 	done; \
-	install -d "$(DESTDIR)$(BINDIR)" "$(dir $(SERVICE_FILE))" "$(dir $(XML_FILE))"; \
-	install -m 755 "$$bin/ferryd" "$$bin/ferry" "$(DESTDIR)$(BINDIR)/"
+	for f in $(INSTALLED); do install -d "$$(dirname "$$f")"; done; \
+	install -m 755 "$$bin/ferryd" "$$bin/ferry" "$(DESTDIR)$(BINDIR)/"; \
+	for shell in bash zsh fish; do \
+	  case $$shell in bash) out="$(BASH_COMPLETION)";; zsh) out="$(ZSH_COMPLETION)";; fish) out="$(FISH_COMPLETION)";; esac; \
+	  "$$bin/ferry" --generate-completion-script $$shell > "$$out"; \
+	done
 	sed 's|@bindir@|$(BINDIR)|g' dbus/org.ferry.Ferry1.service.in > "$(SERVICE_FILE)"
+	sed 's|@bindir@|$(BINDIR)|g' desktop/ferryd.service > "$(UNIT_FILE)"
+	sed 's|^Exec=ferryd|Exec=$(BINDIR)/ferryd|' desktop/org.ferry.Ferry.desktop > "$(DESKTOP_FILE)"
 	install -m 644 dbus/org.ferry.Ferry1.xml "$(XML_FILE)"
+	install -m 644 desktop/org.ferry.Ferry.svg "$(ICON_FILE)"
+	install -m 644 desktop/man/ferry.1 "$(DESTDIR)$(MANDIR)/man1/ferry.1"
+	install -m 644 desktop/man/ferryd.8 "$(DESTDIR)$(MANDIR)/man8/ferryd.8"
+	@echo "Installed under $(DESTDIR)$(PREFIX). A running systemd user manager picks the unit up after 'systemctl --user daemon-reload'."
 
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/ferryd" "$(DESTDIR)$(BINDIR)/ferry" "$(SERVICE_FILE)" "$(XML_FILE)"
+	rm -f $(foreach f,$(INSTALLED),"$(f)")
 
 clean:
 	rm -rf .build bench/out

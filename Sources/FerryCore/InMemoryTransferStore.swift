@@ -7,25 +7,36 @@ import Foundation
 /// on its queue; tests read from their own thread).
 public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
     private let lock = NSLock()
-    private var contents = StoreContents()
+    private var sessions: [SessionID: StoredSession] = [:]
+    private var transfers: [TransferID: StoredTransfer] = [:]
+    private var events: [SessionID: [PendingEvent]] = [:]
+    private var counters = StoreCounters()
+    private var settings: StoredSettings?
     private var _writes: [[StoreOperation]] = []
     private var _failure: StoreError?
+    private let recordsWrites: Bool
 
-    public init() {}
+    /// - Parameter recordingWrites: keep every `write` for `writes` (tests); off, memory
+    ///   holds only the current contents.
+    public init(recordingWrites: Bool = false) {
+        recordsWrites = recordingWrites
+    }
 
     public func load() throws -> StoreContents {
         lock.lock(); defer { lock.unlock() }
-        return contents
+        return StoreContents(sessions: sessions.values.sorted { $0.id < $1.id },
+                             transfers: transfers.values.sorted { $0.snapshot.id < $1.snapshot.id },
+                             events: events, counters: counters, settings: settings)
     }
 
     public func write(_ operations: [StoreOperation]) throws {
         lock.lock(); defer { lock.unlock() }
         if let failure = _failure { throw failure }
-        _writes.append(operations)
+        if recordsWrites { _writes.append(operations) }
         for operation in operations { apply(operation) }
     }
 
-    /// Every `write` so far, in order (for tests).
+    /// Every `write` so far, in order, when made with `recordingWrites`.
     public var writes: [[StoreOperation]] {
         lock.lock(); defer { lock.unlock() }
         return _writes
@@ -40,34 +51,28 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
     private func apply(_ operation: StoreOperation) {
         switch operation {
         case .saveSession(let s):
-            if let i = contents.sessions.firstIndex(where: { $0.id == s.id }) {
-                contents.sessions[i] = s
-            } else {
-                contents.sessions.append(s)
-                contents.sessions.sort { $0.id < $1.id }
-            }
+            sessions[s.id] = s
         case .deleteSession(let id):
-            contents.sessions.removeAll { $0.id == id }
-            contents.transfers.removeAll { $0.snapshot.session == id }
-            contents.events[id] = nil
+            sessions[id] = nil
+            transfers = transfers.filter { $0.value.snapshot.session != id }
+            events[id] = nil
         case .saveTransfer(let t):
-            if let i = contents.transfers.firstIndex(where: { $0.snapshot.id == t.snapshot.id }) {
-                contents.transfers[i] = t
-            } else {
-                contents.transfers.append(t)
-                contents.transfers.sort { $0.snapshot.id < $1.snapshot.id }
-            }
+            transfers[t.snapshot.id] = t
         case .deleteTransfer(let id):
-            contents.transfers.removeAll { $0.snapshot.id == id }
+            transfers[id] = nil
         case .appendEvent(let session, let event):
-            contents.events[session, default: []].append(event)
+            events[session, default: []].removeAll { $0.serial == event.serial }
+            events[session, default: []].append(event)
         case .acknowledgeEvents(let session, let serial):
-            contents.events[session]?.removeAll { $0.serial <= serial }
-            if contents.events[session]?.isEmpty == true { contents.events[session] = nil }
-        case .setCounters(let counters):
-            contents.counters = counters
-        case .setSettings(let settings):
-            contents.settings = settings
+            events[session]?.removeAll { $0.serial <= serial }
+            if events[session]?.isEmpty == true { events[session] = nil }
+        case .setCounters(let c):
+            // Like the SQLite store: an id handed out is never handed out again.
+            counters = StoreCounters(nextSessionID: max(counters.nextSessionID, c.nextSessionID),
+                                     nextTransferID: max(counters.nextTransferID, c.nextTransferID),
+                                     nextSerial: max(counters.nextSerial, c.nextSerial))
+        case .setSettings(let s):
+            settings = s
         }
     }
 }

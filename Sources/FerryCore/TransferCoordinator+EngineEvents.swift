@@ -19,6 +19,7 @@ extension TransferCoordinator {
         if r.isFailure {
             // The attempt fails next; keep the validators of the bytes on disk.
             t.retryAfter = r.retryAfter
+            t.failedResponseStatus = r.status
             t.snapshot.httpStatus = UInt32(clamping: r.status)
             return
         }

@@ -58,19 +58,32 @@ extension TransferCoordinator {
 
     // MARK: - Writing
 
-    /// Writes what is staged, with the counters. A failure is logged: the change has
-    /// happened in memory and is announced, but a restart will not know it.
+    /// Writes what is staged, with the counters. A failure (a full disk under the
+    /// database) is logged once: the change has happened in memory and is announced;
+    /// its operations stay staged, in order, and go with the next write that works.
     func flushStore() {
         guard !pendingWrites.isEmpty else { return }
-        let operations = pendingWrites + [.setCounters(counters)]
+        let staged = pendingWrites
+        let operations = staged + [.setCounters(counters)]
         pendingWrites = []
         do {
             try store.write(operations)
+            if storeFailing {
+                storeFailing = false
+                logger.notice("Ferry's state is being saved again")
+            }
         } catch {
-            logger.error("could not save Ferry's state; this change will be forgotten if ferryd restarts",
-                         metadata: ["error": "\(error)"])
+            if !storeFailing {
+                storeFailing = true
+                logger.error("could not save Ferry's state; changes are kept in memory only, and forgotten if ferryd restarts, until saving works again",
+                             metadata: ["error": "\(error)"])
+            }
+            // Kept for the next try, within reason (a long outage drops the oldest).
+            pendingWrites = Array((staged + pendingWrites).suffix(Self.maxStagedOperations))
         }
     }
+
+    static let maxStagedOperations = 100_000
 
     /// Writes what is staged and `operations` now, for calls that must not answer
     /// before their change is durable. Throws (leaving the staged operations staged)

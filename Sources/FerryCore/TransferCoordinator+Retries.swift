@@ -14,6 +14,11 @@ extension TransferCoordinator {
             failTransfer(t, resourceTimeoutError(t))
             return
         }
+        if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {
+            // The server's answer (a 4xx, a redirect the engine refused) will not change.
+            failTransfer(t, error)
+            return
+        }
         let maxRetries = sessions[t.session]?.configuration.retries ?? 0
         guard case .retry(var seconds) = environment.retryPolicy.decide(error, t.retriesUsed + 1, maxRetries),
               seconds.isFinite, seconds >= 0 else {

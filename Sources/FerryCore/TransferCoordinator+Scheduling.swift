@@ -57,6 +57,7 @@ extension TransferCoordinator {
         t.snapshot.attempts += 1
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
+        t.failedResponseStatus = nil
         if t.resourceStarted == 0 { t.resourceStarted = now }
         if t.deadlineTimer == nil { armDeadlineTimer(t) }
         t.snapshot.bytesTransferred = offset

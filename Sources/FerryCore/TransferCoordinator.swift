@@ -22,6 +22,8 @@ public final class TransferCoordinator {
     /// Store operations not written yet; written (in one transaction) before the next
     /// announcement, and at the end of every change.
     var pendingWrites: [StoreOperation] = []
+    /// The last store write failed (logged once until one succeeds again).
+    var storeFailing = false
     let fileManager = FileManager.default
     let logger = Logger(label: "ferry.core")
 

@@ -46,10 +46,12 @@ public struct EngineRequest: Sendable, Equatable {
 
 /// The final response's headers, as far as the core needs them.
 ///
-/// An engine may also send `.response` for a final response it is about to fail on
-/// (status 400 or more, other than the 416 that means "already complete"), just before
-/// the `.completed(.failed(.http…))`, to pass on `retryAfter`; from such a response the
-/// core takes only `status` and `retryAfter`.
+/// An engine may also send `.response` for a final response it is about to fail on,
+/// just before the `.completed(.failed…)`: status 400 or more (other than the 416 that
+/// means "already complete"), to pass on `retryAfter`; or a 3xx it will not follow (a
+/// redirect to another scheme, a 3xx without `Location`). From such a response the core
+/// takes only `status` and `retryAfter`; a status other than 408, 429 and 5xx makes the
+/// failure that follows final, whatever its error (no retry).
 public struct EngineResponse: Sendable, Equatable {
     public var status: Int
     public var etag: String?
@@ -79,8 +81,8 @@ public struct EngineResponse: Sendable, Equatable {
         self.effectiveURL = effectiveURL; self.retryAfter = retryAfter
     }
 
-    /// A response the engine fails the attempt on (it only carries `retryAfter`).
-    var isFailure: Bool { status >= 400 && status != 416 }
+    /// A response the engine fails the attempt on (it only carries a status and `retryAfter`).
+    var isFailure: Bool { status >= 300 && status != 416 }
 }
 
 public enum EngineOutcome: Sendable, Equatable {

@@ -44,6 +44,8 @@ final class TransferRecord {
     var resourceStarted: UInt64 = 0
     /// `Retry-After` of the current attempt's failing response, in seconds.
     var retryAfter: Double?
+    /// Status of the current attempt's failing response, when the engine reported one.
+    var failedResponseStatus: Int?
     /// Fails the transfer when its resource-timeout runs out.
     var deadlineTimer: DispatchSourceTimer?
 

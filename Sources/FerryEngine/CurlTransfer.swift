@@ -194,6 +194,13 @@ final class CurlTransfer {
         if head.status < 200 { return true } // 1xx: the real response follows
         if head.isFollowedRedirect {
             lastLocation = head.location      // curl follows it; headers of the next response come
+            if let location = head.location, let scheme = URLComponents(string: location)?.scheme?.lowercased(),
+               scheme != "http" && scheme != "https" {
+                // Refused here rather than by curl, so the core sees the redirect's
+                // status with the failure and does not retry it.
+                emitResponse(acceptsRanges: false)
+                return abort(.network("Redirected to a \(scheme): URL; only http and https are allowed"))
+            }
             return true
         }
         return acceptFinalResponse()
@@ -312,6 +319,18 @@ final class CurlTransfer {
     private func unexpectedBody() -> Int {
         if failure == nil { failure = .network("The server at \(hostDescription) sent data without a valid response") }
         return 0
+    }
+
+    /// For a stalled body: reports bytes that came in since the last event once
+    /// the interval is over. Returns when it will be due, while bytes wait.
+    func reportProgressIfDue(now: UInt64) -> UInt64? {
+        guard unreportedBytes > 0, responseReady else { return nil }
+        if now >= nextProgressAt {
+            nextProgressAt = now + Self.progressInterval
+            reportProgress()
+            return nil
+        }
+        return nextProgressAt
     }
 
     /// Emits the bytes written since the last progress event, if any.

@@ -37,7 +37,7 @@ final class EngineLoop {
             }
             curl_multi_perform(multi, &running)
             collectFinished()
-            let timeout = resumeThrottledTransfers()
+            let timeout = min(resumeThrottledTransfers(), reportStalledProgress())
             curl_multi_poll(multi, nil, 0, timeout, &ready)
         }
         for transfer in transfers.values {
@@ -47,6 +47,19 @@ final class EngineLoop {
         transfers.removeAll()
         throttledTransfers.removeAll()
         curl_multi_cleanup(multi)
+    }
+
+    /// Progress for transfers whose data stopped mid-interval (the write callback
+    /// reports only when data comes); returns how long the poll may sleep.
+    private func reportStalledProgress() -> Int32 {
+        let now = monotonicNanoseconds()
+        var timeout = Self.pollTimeoutMs
+        for transfer in transfers.values {
+            if let due = transfer.reportProgressIfDue(now: now) {
+                timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
+            }
+        }
+        return timeout
     }
 
     /// Called from a write callback that paused its transfer for the speed limit.

@@ -71,7 +71,8 @@ public final class NetworkMonitor: @unchecked Sendable {
             }
             self.bus = bus
             bus.onDisconnect { [weak self] in
-                self?.queue.async { self?.systemBusLost() }
+                guard let self else { return }
+                self.queue.async { self.systemBusLost() }
             }
             Task { await self.subscribe(bus) }
         }
@@ -109,12 +110,14 @@ public final class NetworkMonitor: @unchecked Sendable {
                                                   arg0: Self.busName)) { [weak self] m in
                 let args = (try? m.arguments()) ?? []
                 let owner = args.count >= 3 ? args[2].string ?? "" : ""
-                self?.queue.async { self?.ownerChanged(to: owner) }
+                guard let self else { return }
+                self.queue.async { self.ownerChanged(to: owner) }
             }
             _ = try await bus.subscribe(MatchRule(sender: Self.busName, path: Self.path, interface: StandardNames.properties,
                                                   member: "PropertiesChanged", arg0: Self.interface)) { [weak self] m in
                 let args = (try? m.arguments()) ?? []
-                self?.queue.async { self?.propertiesChanged(args) }
+                guard let self else { return }
+                self.queue.async { self.propertiesChanged(args) }
             }
         } catch {
             logger.warning("cannot follow NetworkManager on the system bus (\(error)); assuming the network is online and not metered")
@@ -134,7 +137,8 @@ public final class NetworkMonitor: @unchecked Sendable {
         try? call.append(.string(Self.interface))
         call.autoStart = false
         bus.send(call, timeout: 10) { [weak self] result in
-            self?.queue.async { self?.readFinished(result, generation: asked) }
+            guard let self else { return }
+            self.queue.async { self.readFinished(result, generation: asked) }
         }
     }
 

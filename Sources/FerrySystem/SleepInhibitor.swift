@@ -17,6 +17,13 @@ import Glibc
 /// which releases it. Without a system bus or without logind it logs once and
 /// carries on.
 ///
+/// When logind announces the sleep (`PrepareForSleep(true)`) the inhibitor is let go
+/// at once, so the system does not wait out logind's `InhibitDelayMaxSec`: ferryd
+/// needs no time of its own (it is frozen with its state; what was written is in the
+/// `.part` files, and a transfer whose connection did not survive continues from
+/// there). After the wake-up (`PrepareForSleep(false)`) it is taken again if
+/// transfers still run.
+///
 /// It has its own system-bus connection (opened at the first need) on its own queue
 /// and never blocks a caller.
 ///
@@ -39,6 +46,11 @@ public final class SleepInhibitor: @unchecked Sendable {
     /// The inhibitor's descriptor while it is held.
     private var fd: Int32?
     private var requestInFlight = false
+    /// Between PrepareForSleep(true) and PrepareForSleep(false).
+    private var sleeping = false
+    /// The PrepareForSleep subscription of a new connection is being set up; no
+    /// inhibitor is taken before it is (one would outlive a missed announcement).
+    private var subscribing = false
     private var warned = false
     private var stopped = false
 
@@ -83,16 +95,27 @@ public final class SleepInhibitor: @unchecked Sendable {
     }
 
     private func requestIfNeeded() {
-        guard wanted, fd == nil, !requestInFlight else { return }
+        guard wanted, fd == nil, !requestInFlight, !sleeping, !subscribing else { return }
         if bus == nil {
             do {
                 let b = try connect(busQueue)
-                b.onDisconnect { [weak self] in self?.queue.async { self?.bus = nil } }
+                b.onDisconnect { [weak self] in
+                    guard let self else { return }
+                    self.queue.async { self.bus = nil }
+                }
                 bus = b
+                subscribing = true
+                Task {
+                    await self.followSleep(b)
+                    self.queue.async {
+                        self.subscribing = false
+                        self.requestIfNeeded()
+                    }
+                }
             } catch {
                 warnOnce("no system bus (\(error)); cannot hold off sleep while transfers run")
-                return
             }
+            return
         }
         guard let bus,
               let call = try? BusMessage.methodCall(destination: Self.busName, path: Self.path,
@@ -125,10 +148,10 @@ public final class SleepInhibitor: @unchecked Sendable {
                 warnOnce("logind's Inhibit answered without a file descriptor (\(values)); cannot hold off sleep")
                 return
             }
-            guard wanted, !stopped else {
-                // Nothing runs any more: let it go at once.
+            guard wanted, !stopped, !sleeping else {
+                // Nothing runs any more, or the system is going to sleep: let it go at once.
                 close(received)
-                logger.debug("sleep inhibitor released (nothing runs any more)")
+                logger.debug("sleep inhibitor released (\(sleeping ? "the system is going to sleep" : "nothing runs any more"))")
                 return
             }
             fd = received
@@ -140,6 +163,31 @@ public final class SleepInhibitor: @unchecked Sendable {
             } else {
                 warnOnce("logind refused the sleep inhibitor (\(error.name): \(error.message)); transfers go on without it")
             }
+        }
+    }
+
+    /// Follows logind's PrepareForSleep on `bus`.
+    private func followSleep(_ bus: BusConnection) async {
+        do {
+            _ = try await bus.subscribe(MatchRule(sender: Self.busName, path: Self.path, interface: Self.interface,
+                                                  member: "PrepareForSleep")) { [weak self] m in
+                guard let going = (try? m.arguments())?.first?.bool, let self else { return }
+                self.queue.async { self.prepareForSleep(going) }
+            }
+        } catch {
+            logger.debug("cannot follow logind's PrepareForSleep: \(error)")
+        }
+    }
+
+    private func prepareForSleep(_ going: Bool) {
+        guard !stopped, going != sleeping else { return }
+        sleeping = going
+        if going {
+            logger.info("the system is going to sleep; transfers continue from their partial files after it wakes")
+            release()
+        } else {
+            logger.info("the system woke up")
+            requestIfNeeded()
         }
     }
 

@@ -60,16 +60,16 @@ final class UnixFDTests: BusTestCase {
         defer { close(r) }
         let m = try BusMessage.methodCall(destination: "org.ferry.Test", path: "/", interface: "org.ferry.Test", member: "M")
         try m.append(.unixFD(w), .variant(.unixFD(w)), .vardict(["fd": .unixFD(w)]))
-        // libdbus took duplicates: ours can go.
-        close(w)
         XCTAssertEqual(m.signature, "hva{sv}")
         let args = try m.arguments()
         let fds = args.flatMap(\.unixFDs)
         XCTAssertEqual(fds.count, 3)
         for fd in fds {
             XCTAssertTrue(isOpen(fd))
-            XCTAssertNotEqual(fd, w)
+            XCTAssertNotEqual(fd, w, "a duplicate of its own")
         }
+        // libdbus took duplicates: ours can go.
+        close(w)
         write(fds[0], "a")
         write(fds[1], "b")
         write(fds[2], "c")
@@ -117,10 +117,11 @@ final class UnixFDTests: BusTestCase {
             MethodSpec("Open", out: [ArgSpec("fd", "h")]) { inv in
                 var fds: [Int32] = [-1, -1]
                 guard pipe(&fds) == 0 else { return inv.fail(name: StandardErrors.failed, message: "pipe failed") }
-                opened.put(fds[0])
-                inv.reply([.unixFD(fds[1])])
+                let (readEnd, writeEnd) = (fds[0], fds[1])
+                opened.put(readEnd)
+                inv.reply([.unixFD(writeEnd)])
                 // The reply is built later on the queue: close ours after that.
-                server.perform { close(fds[1]) }
+                server.perform { close(writeEnd) }
             },
             MethodSpec("Fill", in: [ArgSpec("fd", "h"), ArgSpec("text", "s")]) { inv in
                 guard let fd = inv.arguments[0].unixFD, let text = inv.arguments[1].string else { return }

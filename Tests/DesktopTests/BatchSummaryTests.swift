@@ -2,6 +2,89 @@ import FerryCore
 @testable import FerryService
 import XCTest
 
+/// The wording of the batch notification (no bus needed).
 final class BatchSummaryTests: XCTestCase {
-    func testPlaceholder() {}
+    let home = "/home/ada"
+
+    func finished(_ id: TransferID, _ path: String, _ bytes: Int64) -> TransferSnapshot {
+        TransferSnapshot(id: id, session: 1, url: "https://example.org/\(id)", destination: path, state: .completed,
+                         bytesTransferred: bytes, bytesExpected: bytes)
+    }
+
+    func failed(_ id: TransferID, _ path: String, url: String = "https://example.org/x", name: String, message: String) -> TransferSnapshot {
+        TransferSnapshot(id: id, session: 1, url: url, destination: path, state: .failed, errorName: name, errorMessage: message)
+    }
+
+    func testOneFile() {
+        var s = BatchSummary()
+        s.add(finished(1, "/home/ada/Downloads/debian.iso", 658_505_728))
+        let n = s.notification(batch: 1, home: home)
+        XCTAssertEqual(n.summary, "Download complete")
+        XCTAssertEqual(n.body, "debian.iso (658.5 MB) in ~/Downloads")
+        XCTAssertEqual(n.category, "transfer.complete")
+        XCTAssertEqual(n.urgency, .normal)
+        XCTAssertEqual(n.actions.map(\.key), ["default", "show"])
+        XCTAssertEqual(n.actions.last?.label, "Show File")
+    }
+
+    func testSeveralFilesInSeveralFolders() {
+        var s = BatchSummary()
+        s.add(finished(1, "/home/ada/Downloads/a.tar", 1_500))
+        s.add(finished(2, "/srv/isos/b.iso", 2_000_000_000))
+        let n = s.notification(batch: 1, home: home)
+        XCTAssertEqual(n.summary, "2 downloads complete")
+        XCTAssertEqual(n.body, "2 files (2.0 GB) in 2 folders")
+        XCTAssertEqual(n.actions.last?.label, "Show Files")
+    }
+
+    func testFailuresAreNamedWithTheirReason() {
+        var s = BatchSummary()
+        s.add(finished(1, "/home/ada/Downloads/a.txt", 10))
+        s.add(finished(2, "/home/ada/Downloads/b.txt", 20))
+        s.add(failed(3, "/home/ada/Downloads/report.pdf", name: "org.ferry.Ferry1.Error.Http", message: "HTTP 404 Not Found"))
+        s.add(TransferSnapshot(id: 4, session: 1, url: "https://example.org/c", state: .cancelled))
+        let n = s.notification(batch: 7, home: home)
+        XCTAssertEqual(n.batch, 7)
+        XCTAssertEqual(n.summary, "2 downloaded, 1 failed")
+        XCTAssertEqual(n.body, "report.pdf — 404 Not Found\n2 files (30 bytes) in ~/Downloads")
+        XCTAssertEqual(n.category, "transfer.error")
+        XCTAssertEqual(n.actions.map(\.key), ["default", "show", "retry"])
+        XCTAssertEqual(n.actions.first { $0.key == "show" }?.label, "Open Folder")
+    }
+
+    func testOnlyFailuresNameTheURLWhenNoFileWasChosenAndListAtMostThree() {
+        var s = BatchSummary()
+        for i in 1...5 {
+            s.add(failed(TransferID(i), "", url: "https://mirror\(i).example.org/pub/file\(i).zip",
+                         name: "org.ferry.Ferry1.Error.Network", message: "could not connect to mirror\(i).example.org"))
+        }
+        let n = s.notification(batch: 1, home: home)
+        XCTAssertEqual(n.summary, "5 downloads failed")
+        XCTAssertEqual(n.body.split(separator: "\n").map(String.init), [
+            "file1.zip — could not connect to mirror1.example.org",
+            "file2.zip — could not connect to mirror2.example.org",
+            "file3.zip — could not connect to mirror3.example.org",
+            "and 2 more failed",
+        ])
+        XCTAssertEqual(n.actions.map(\.key), ["retry"])
+    }
+
+    func testCancelledOnlyIsEmpty() {
+        var s = BatchSummary()
+        s.add(TransferSnapshot(id: 1, session: 1, url: "https://example.org/c", state: .cancelled))
+        XCTAssertTrue(s.isEmpty)
+    }
+
+    func testSizesAndPaths() {
+        XCTAssertEqual(BatchSummary.formatSize(0), "0 bytes")
+        XCTAssertEqual(BatchSummary.formatSize(1), "1 byte")
+        XCTAssertEqual(BatchSummary.formatSize(999), "999 bytes")
+        XCTAssertEqual(BatchSummary.formatSize(1_000), "1.0 kB")
+        XCTAssertEqual(BatchSummary.formatSize(999_949), "999.9 kB")
+        XCTAssertEqual(BatchSummary.formatSize(999_999), "1.0 MB")
+        XCTAssertEqual(BatchSummary.formatSize(67_108_864), "67.1 MB")
+        XCTAssertEqual(BatchSummary.abbreviate("/home/ada", home: home), "~")
+        XCTAssertEqual(BatchSummary.abbreviate("/home/ada/Downloads", home: home), "~/Downloads")
+        XCTAssertEqual(BatchSummary.abbreviate("/home/adam/Downloads", home: home), "/home/adam/Downloads")
+    }
 }

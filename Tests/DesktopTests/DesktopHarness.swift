@@ -58,8 +58,7 @@ func makeShortTempDirectory(_ prefix: String) throws -> String {
 /// Runs `body` on a thread with no blocked signals, so that children started there
 /// can be stopped with SIGTERM (the test runner's threads block it).
 func unblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
-    final class Box: @unchecked Sendable { var result: Result<T, Error>? }  // written before the semaphore is signalled
-    let box = Box()
+    let box = ResultBox<T>()
     let done = DispatchSemaphore(value: 0)
     let thread = Thread {
         var none = sigset_t()
@@ -71,6 +70,11 @@ func unblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
     thread.start()
     done.wait()
     return try box.result!.get()
+}
+
+/// `@unchecked Sendable`: written by one thread before it signals the semaphore the reader waits on.
+private final class ResultBox<T>: @unchecked Sendable {
+    var result: Result<T, Error>?
 }
 
 /// Polls `condition` until it holds or `timeout` passes; false on timeout.
@@ -294,7 +298,8 @@ class DesktopTestCase: XCTestCase {
         server.add(path: path, body: TestData.bytes(count: size, seed: seed))
     }
 
-    /// Queues downloads paused and starts them together, so they make one batch.
+    /// Queues downloads paused and starts them together (`Session.ResumeAll`, which
+    /// also retries the session's failed transfers), so they make one batch.
     @discardableResult
     func batch(_ session: FerrySession, _ urls: [String]) async throws -> [FerryTransfer] {
         var transfers: [FerryTransfer] = []

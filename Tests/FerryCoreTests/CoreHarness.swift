@@ -24,7 +24,7 @@ final class CoreHarness {
     /// - Parameters:
     ///   - store: what the core persists to (shared by `restarted()`).
     ///   - restore: call `restore()` before `start()`, as ferryd does.
-    init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(),
+    init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
          root: String? = nil) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString

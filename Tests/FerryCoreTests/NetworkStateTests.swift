@@ -209,11 +209,12 @@ final class NetworkStateTests: XCTestCase {
     func testRunningCountFollowsTheNetwork() throws {
         let h = CoreHarness()
         let s = try frugalSession(h)
-        _ = try running(h, s)
+        let t = try running(h, s)
         XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 1)
         setNetwork(h, metered: true)
         XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 0, "managerChanged says nothing runs")
         XCTAssertEqual(h.observer.managerSnapshots.last?.queuedTransfers, 1)
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
         setNetwork(h, metered: false)
         XCTAssertEqual(h.observer.managerSnapshots.last?.activeTransfers, 1)
     }

@@ -68,6 +68,22 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(try h.download(s), 1, "the refused call did not use up an id")
     }
 
+    func testChangesThatCouldNotBeSavedAreSavedWithTheNextWrite() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try h.download(s, "https://example.com/a")
+        let b = try h.download(s, "https://example.com/b")
+        h.store.failure = StoreError("disk full")
+        h.succeed(a)
+        XCTAssertEqual(h.state(a), .completed, "the daemon goes on")
+        XCTAssertEqual(stored(h, a)?.snapshot.state, .running, "not saved yet")
+        h.store.failure = nil
+        _ = try h.sync { try $0.pause(b) }
+        XCTAssertEqual(stored(h, a)?.snapshot.state, .completed, "saved with the next write")
+        XCTAssertEqual(storedEvents(h, s).map(\.transfer), [a])
+        XCTAssertEqual(stored(h, b)?.snapshot.state, .paused)
+    }
+
     // MARK: - Restart
 
     func testRestartCarriesOnWithSameIdsStatesAndEvents() throws {

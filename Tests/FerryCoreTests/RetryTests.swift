@@ -104,6 +104,28 @@ final class RetryTests: XCTestCase {
         }
     }
 
+    func testAFinalResponseMakesTheFailureFinal() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession()
+        // A redirect to file:// that the engine refuses: reported as a 302, then Network.
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 302, effectiveURL: "file:///etc/passwd")))
+        h.fail(t, .network("Redirected to a file: URL; only http and https are allowed"))
+        XCTAssertEqual(h.state(t), .failed, "not retried")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network")
+        XCTAssertEqual(h.snapshot(t)?.attempts, 1)
+        // A 503 before a network error is still worth a retry.
+        let u = try h.download(s)
+        h.send(.response(u, EngineResponse(status: 503, effectiveURL: url)))
+        h.fail(u, .network("The connection closed"))
+        XCTAssertEqual(h.state(u), .waiting)
+        // The status is forgotten with the attempt.
+        h.clock.advance(seconds: 2)
+        h.sync { $0.wakeDueTransfers() }
+        h.fail(u, .network("reset"))
+        XCTAssertEqual(h.state(u), .waiting)
+    }
+
     func testRetriesUpToTheSessionSettingThenFailAndResumeStartsAFreshSet() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 1, cap: 1))
         let s = try h.openSession { $0.retries = 2 }

@@ -184,7 +184,7 @@ final class CLITests: FerryTestCase {
         chmod(wrapper, 0o755)
         try "[D-BUS Service]\nName=org.ferry.Ferry1\nExec=\(wrapper)\n".write(toFile: services + "/org.ferry.Ferry1.service", atomically: true, encoding: .utf8)
 
-        let activationBus = try withUnblockedSignals { try PrivateBus(serviceDirectory: services) }
+        let activationBus = try PrivateBus(serviceDirectory: services)
         extraLogs.append { "--- activated ferryd log:\n" + ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "") + "\n--- activation bus:\n" + activationBus.log }
         let r = try ferry(["ls"], extraEnv: ["DBUS_SESSION_BUS_ADDRESS": activationBus.address])
         XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")

@@ -58,33 +58,6 @@ func makeTempDirectory(_ prefix: String) throws -> String {
     return String(cString: p)
 }
 
-/// Runs `body` on a new thread whose signal mask is empty, and waits for it.
-///
-/// Children inherit the signal mask of the thread that spawns them, and the test
-/// runner's threads block SIGTERM; a dbus-daemon started from one of them ignores
-/// `PrivateBus.stop()`'s SIGTERM and is only killed 5 s later. Spawning from a
-/// thread with nothing blocked gives children the mask a shell would.
-func withUnblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
-    let box = ResultBox<T>()
-    let done = DispatchSemaphore(value: 0)
-    let thread = Thread {
-        var none = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, nil)
-        box.result = Result { try body() }
-        done.signal()
-    }
-    thread.start()
-    done.wait()
-    return try box.result!.get()
-}
-
-/// `@unchecked Sendable`: `result` is written by one thread before it signals the
-/// semaphore the reader waits on.
-private final class ResultBox<T>: @unchecked Sendable {
-    var result: Result<T, Error>?
-}
-
 /// One signal ferryd sent, with the time it arrived.
 struct Signal: CustomStringConvertible, Sendable {
     var time: Date
@@ -234,7 +207,7 @@ class FerryTestCase: XCTestCase {
         // What xdg-user-dirs writes; ferryd reads it (and creates the directory).
         try "XDG_DOWNLOAD_DIR=\"$HOME/Dl\"\n".write(toFile: home + "/.config/user-dirs.dirs", atomically: true, encoding: .utf8)
 
-        bus = try withUnblockedSignals { try PrivateBus() }
+        bus = try PrivateBus()
         server = TestHTTPServer()
         try server.start()
         try await startFerryd()
@@ -264,8 +237,7 @@ class FerryTestCase: XCTestCase {
     /// Starts ferryd and waits (bounded) until it owns org.ferry.Ferry1; then connects
     /// the client and the signal recorder.
     func startFerryd() async throws {
-        let (path, env) = (ferrydPath!, environment())
-        let p = try withUnblockedSignals { try ChildProcess(executable: path, arguments: ["--verbose"], environment: env) }
+        let p = try ChildProcess(executable: ferrydPath, arguments: ["--verbose"], environment: environment())
         ferryd = p
         if client == nil { client = try FerryClient(address: bus.address) }
         let deadline = Date().addingTimeInterval(15)
@@ -307,7 +279,8 @@ class FerryTestCase: XCTestCase {
             for l in extraLogs { text += "\n" + l() }
             text += "\n===== recorded signals =====\n"
             text += (signals?.all.suffix(80).map(\.description).joined(separator: "\n") ?? "")
-            text += "\n===== files kept in \(home ?? "?") =====\n"
+            text += ProcessInfo.processInfo.environment["FERRY_IT_KEEP"] != nil
+                ? "\n===== files kept in \(home ?? "?") =====\n" : "\n===== end (FERRY_IT_KEEP=1 keeps the files) =====\n"
             print(text)
         }
         signals?.stop()
@@ -323,7 +296,9 @@ class FerryTestCase: XCTestCase {
         }
         server?.stop()
         bus?.stop()
-        if !failed, let home { try? FileManager.default.removeItem(atPath: home) }
+        // FERRY_IT_KEEP=1 keeps a failed test's files (HOME, downloads, state) for a look.
+        let keep = failed && ProcessInfo.processInfo.environment["FERRY_IT_KEEP"] != nil
+        if !keep, let home { try? FileManager.default.removeItem(atPath: home) }
         try await super.tearDown()
     }
 
@@ -363,21 +338,6 @@ class FerryTestCase: XCTestCase {
         try await signals.wait("State in \(states.sorted()) on \(t.path)", timeout: timeout) { s in
             s.dropFirst(mark).contains { $0.path == t.path && $0.member == "PropertiesChanged" && states.contains($0.changed["State"]?.string ?? "") }
         }
-    }
-
-    /// Waits (bounded, polling the property: it has no change signal) until the
-    /// transfer has written at least `bytes`.
-    func waitForBytes(_ t: FerryTransfer, atLeast bytes: Int64, timeout: TimeInterval = 10) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        var last: Int64 = -1
-        while Date() < deadline {
-            let info = try await t.info()
-            last = info.bytesTransferred
-            if last >= bytes { return }
-            if info.isFinal { throw TimedOut(description: "\(t.path) ended (\(info.state)) with \(last) bytes, wanted \(bytes)") }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        throw TimedOut(description: "\(t.path) has \(last) bytes after \(timeout) s, wanted \(bytes)")
     }
 
     func sha256(ofFile path: String) -> String? {
@@ -448,10 +408,10 @@ class FerryTestCase: XCTestCase {
         }
     }
 
-    /// Runs a program to completion (bounded), spawned with no signals blocked.
+    /// Runs a program to completion (bounded).
     func runTool(_ path: String, _ args: [String], environment env: [String: String], timeout: TimeInterval = 30) throws
         -> (status: Int32, stdout: String, stderr: String) {
-        try withUnblockedSignals { try ChildProcess.run(path, args, environment: env, timeout: timeout) }
+        try ChildProcess.run(path, args, environment: env, timeout: timeout)
     }
 
     /// Waits (bounded, polling the disk) until the file at `path` holds at least `bytes`.
@@ -468,7 +428,6 @@ class FerryTestCase: XCTestCase {
     /// Runs the `ferry` CLI against the private bus.
     func ferry(_ args: [String], timeout: TimeInterval = 30, extraEnv: [String: String] = [:]) throws
         -> (status: Int32, stdout: String, stderr: String) {
-        let (path, env) = (ferryPath!, environment(extraEnv))
-        return try withUnblockedSignals { try ChildProcess.run(path, args, environment: env, timeout: timeout) }
+        try ChildProcess.run(ferryPath, args, environment: environment(extraEnv), timeout: timeout)
     }
 }

@@ -57,6 +57,8 @@ final class QueueTests: FerryTestCase {
         XCTAssertEqual(completionOrder(paths), paths, "first in, first out")
         let activeValues = signals.signals(path: FerryClient.managerPath, member: "PropertiesChanged").compactMap { $0.changed["ActiveTransfers"]?.uint32 }
         XCTAssertLessThanOrEqual(activeValues.max() ?? 0, 1, "Manager.ActiveTransfers never above 1: \(activeValues)")
+        // The counters settle by the time the batch is announced as finished.
+        try await signals.wait("the manager's AllFinished") { s in s.contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath } }
         let after = try await client.managerProperties()
         XCTAssertEqual(after["ActiveTransfers"]?.uint32, 0)
         XCTAssertEqual(after["QueuedTransfers"]?.uint32, 0)

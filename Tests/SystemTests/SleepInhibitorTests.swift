@@ -1,0 +1,108 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// logind's sleep inhibitor (python-dbusmock's logind template on a private system
+/// bus). The template's Inhibit hands out the write end of a pipe and drops the
+/// inhibitor from ListInhibitors when every copy of it is closed, so the list shows
+/// whether ferryd still holds its file descriptor.
+final class SleepInhibitorTests: SystemTestCase {
+    func testHeldWhileADownloadRunsAndReleasedWhenItEnds() async throws {
+        try await startLogind()
+        try await startFerryd()
+        let before = try await ferryInhibitors().count
+        XCTAssertEqual(before, 0, "nothing runs yet")
+
+        let s = try await client.openSession("com.example.Sleepy")
+        let body = serve("/slow.bin", size: 90_000, bytesPerSecond: 45_000)
+        let t = try await download(s, "/slow.bin")
+        try await waitForFerryInhibitors(1)
+        let held = try await ferryInhibitors()
+        XCTAssertEqual(held.first?.what, "sleep")
+        XCTAssertEqual(held.first?.who, "Ferry")
+        XCTAssertEqual(held.first?.why, "Downloads are in progress")
+        XCTAssertEqual(held.first?.mode, "delay")
+        let state = try await t.info().state
+        XCTAssertEqual(state, "running")
+
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/slow.bin", equals: body)
+        // Released: ferryd closed the descriptor.
+        try await waitForFerryInhibitors(0)
+        XCTAssertEqual(logCount("sleep inhibitor taken"), 1)
+        let releasedLines = try await waitForLog("sleep inhibitor released")
+        XCTAssertEqual(releasedLines, 1)
+    }
+
+    func testOneInhibitorForManyTransfersAndAgainForTheNextBatch() async throws {
+        try await startLogind()
+        try await startFerryd()
+        let s = try await client.openSession("com.example.Sleepy")
+        serve("/a.bin", size: 60_000, seed: 1, bytesPerSecond: 40_000)
+        serve("/b.bin", size: 80_000, seed: 2, bytesPerSecond: 40_000)
+        let a = try await download(s, "/a.bin")
+        let b = try await download(s, "/b.bin")
+        try await waitForFerryInhibitors(1)
+        try await finish(a)
+        // b still runs: still exactly one.
+        let bState = try await b.info().state
+        XCTAssertEqual(bState, "running")
+        let held = try await ferryInhibitors().count
+        XCTAssertEqual(held, 1)
+        try await finish(b)
+        try await waitForFerryInhibitors(0)
+
+        // A pause releases it too; the next batch takes a new one.
+        serve("/c.bin", size: 200_000, seed: 3, bytesPerSecond: 40_000)
+        let c = try await download(s, "/c.bin")
+        try await waitForFerryInhibitors(1)
+        _ = try await c.pause()
+        try await waitForFerryInhibitors(0)
+        XCTAssertEqual(logCount("sleep inhibitor taken"), 2)
+    }
+
+    func testWithoutLogindDownloadsWork() async throws {
+        try await startNetworkManager()
+        try await startFerryd()
+        let s = try await client.openSession("com.example.Sleepy")
+        let body = serve("/x.bin", size: 50_000)
+        let info = try await finish(try await download(s, "/x.bin"))
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/x.bin", equals: body)
+        let logindLines = try await waitForLog("logind is not on the system bus")
+        XCTAssertEqual(logindLines, 1)
+    }
+}
+
+extension SleepInhibitorTests {
+    /// logind's PrepareForSleep, sent from the mock.
+    func prepareForSleep(_ going: Bool) async throws {
+        try await system.call(destination: "org.freedesktop.login1", path: "/org/freedesktop/login1",
+                              interface: Self.mockInterface, method: "EmitSignal",
+                              arguments: [.string("org.freedesktop.login1.Manager"), .string("PrepareForSleep"),
+                                          .signature("b"), .array(element: "v", [.variant(.boolean(going))])])
+    }
+
+    func testLetGoWhenTheSystemGoesToSleepAndTakenAgainAfter() async throws {
+        try await startLogind()
+        try await startFerryd()
+        let s = try await client.openSession("com.example.Sleepy")
+        let body = serve("/slow.bin", size: 120_000, bytesPerSecond: 40_000)
+        let t = try await download(s, "/slow.bin")
+        try await waitForFerryInhibitors(1)
+
+        try await prepareForSleep(true)
+        try await waitForFerryInhibitors(0)
+        try await prepareForSleep(false)
+        try await waitForFerryInhibitors(1)
+
+        server.clearBehaviours(on: "/slow.bin")
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/slow.bin", equals: body)
+        try await waitForFerryInhibitors(0)
+    }
+}

@@ -19,6 +19,11 @@ static inline void ferry_notification_unref(NotifyNotification *notification) {
     g_object_unref(G_OBJECT(notification));
 }
 
+/* G_LOG_LEVEL_MASK and the flags are macros over an enum. */
+static inline GLogLevelFlags ferry_g_log_all_levels(void) {
+    return (GLogLevelFlags)(G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION);
+}
+
 static inline gint ferry_g_priority_default(void) { return G_PRIORITY_DEFAULT; }
 static inline gboolean ferry_g_source_remove(void) { return G_SOURCE_REMOVE; }
 

@@ -14,6 +14,9 @@ import Logging
 /// a one-slot inbox; batches that end while a show is stuck replace each other there
 /// instead of queueing up.
 ///
+/// Make one per process and keep it until the process exits: libnotify's callbacks
+/// and GLib's log handler hold it unretained.
+///
 /// `@unchecked Sendable`: `state` is only touched under `lock`; every other mutable
 /// field (`glib`) is confined to the GLib thread.
 public final class DesktopNotifier: Notifier, @unchecked Sendable {
@@ -68,6 +71,9 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         self.logger = logger
         context = g_main_context_new()
         loop = g_main_loop_new(context, 0)
+        // libnotify's own warnings (a missing server) go to our log, at debug level:
+        // ours already says it once.
+        g_log_set_handler("libnotify", ferry_g_log_all_levels(), libnotifyLog, Unmanaged.passUnretained(self).toOpaque())
         let thread = Thread { [self] in
             g_main_context_push_thread_default(context)
             g_main_loop_run(loop)
@@ -236,6 +242,10 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         if notify_is_initted() != 0 { notify_uninit() }
     }
 
+    fileprivate func libnotifySaid(_ message: String) {
+        logger.debug("libnotify: \(message)")
+    }
+
     fileprivate func closed() {
         lock.withLock { state.pendingUntil = nil }
     }
@@ -303,4 +313,11 @@ private let releaseActionContext: @convention(c) (gpointer?) -> Void = { data in
 private let notificationClosed: ferry_notification_closed_cb = { _, data in
     guard let data else { return }
     Unmanaged<DesktopNotifier>.fromOpaque(data).takeUnretainedValue().closed()
+}
+
+/// GLib log messages of the "libnotify" domain. The user data is the notifier,
+/// unretained: it lives until the process exits (as with `notificationClosed`).
+private let libnotifyLog: GLogFunc = { _, _, message, data in
+    guard let data else { return }
+    Unmanaged<DesktopNotifier>.fromOpaque(data).takeUnretainedValue().libnotifySaid(message.map { String(cString: $0) } ?? "")
 }

@@ -33,7 +33,9 @@ final class DownloadTests: FerryTestCase {
         XCTAssertEqual(info.bytesExpected, Int64(body.count))
         XCTAssertEqual(info.errorName, "")
         XCTAssertEqual(info.httpStatus, 200)
-        XCTAssertEqual(info.sha256, TestData.sha256Hex(body), "Sha256 holds the digest of the finished file")
+        // Hashing costs as much CPU as the download itself, so ferryd hashes only
+        // when asked to verify (the sha256 option, see FailureTests.testSha256Option).
+        XCTAssertEqual(info.sha256, "", "Sha256 stays empty when no checksum was asked for")
         XCTAssertGreaterThanOrEqual(info.created, before - 1_000_000)
         XCTAssertGreaterThanOrEqual(info.started, info.created)
         XCTAssertGreaterThanOrEqual(info.completed, info.started)

@@ -145,9 +145,8 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         let shown = show(next)
         lock.withLock {
             state.showing = false
-            if shown {
-                state.pendingUntil = next.actions.isEmpty ? nil : Date().addingTimeInterval(actionWindow)
-            }
+            // A failed show: the server is gone, and any buttons of ours with it.
+            state.pendingUntil = shown && !next.actions.isEmpty ? Date().addingTimeInterval(actionWindow) : nil
         }
     }
 

@@ -60,7 +60,7 @@ build: deps
 test: deps
 	$(SWIFT) build --build-tests
 	bin="$$($(SWIFT) build --show-bin-path)"; \
-	FERRYD_PATH="$$bin/ferryd" FERRY_CLI_PATH="$$bin/ferry" $(SWIFT) test
+	FERRYD_PATH="$$bin/ferryd" FERRY_CLI_PATH="$$bin/ferry" $(SWIFT) test --disable-swift-testing
 
 demo: build
 	BIN="$$($(SWIFT) build -c release --show-bin-path)" bash scripts/demo.sh

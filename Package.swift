@@ -71,7 +71,10 @@ let package = Package(
         ]),
 
         // A loopback HTTP server for tests: ranges, ETags, stalls, drops, errors.
+        // Also the pieces the bus-level test targets share: ferryd's binary, a temporary
+        // HOME, a signal recorder, waiting for a bus name.
         .target(name: "FerryTestSupport", dependencies: [
+            "DBus", "FerryClient",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -38,12 +38,14 @@ public struct PropertySpec: Sendable {
     /// false = `org.freedesktop.DBus.Property.EmitsChangedSignal` "false".
     public var emitsChange: Bool
     public var setter: (@Sendable (DBusValue) throws -> Void)?
-    /// Like `setter`, and told the path of the object being written (for specs
-    /// shared by many objects).
-    public var objectSetter: (@Sendable (DBusValue, String) throws -> Void)?
+    /// An asynchronous setter, told the path of the object being written (for
+    /// specs shared by many objects). It answers through `done` — nil to accept,
+    /// an error to refuse — from any thread; the `Set` call is answered then, and
+    /// the connection's queue is free meanwhile.
+    public var objectSetter: (@Sendable (DBusValue, String, @escaping @Sendable (BusError?) -> Void) -> Void)?
 
     public init(_ name: String, _ type: String, access: PropertyAccess = .readwrite,
-                objectSetter: @escaping @Sendable (DBusValue, String) throws -> Void) {
+                objectSetter: @escaping @Sendable (DBusValue, String, @escaping @Sendable (BusError?) -> Void) -> Void) {
         self.name = name
         self.type = type
         self.access = access

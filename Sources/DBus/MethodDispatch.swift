@@ -123,12 +123,17 @@ extension BusConnection {
             guard value.signature == p.type else {
                 return fail(StandardErrors.invalidArgs, "\(iname).\(pname) is of type '\(p.type)', not '\(value.signature)'")
             }
-            do {
-                if let objectSetter = p.objectSetter {
-                    try objectSetter(value, object.path)
-                } else {
-                    try p.setter?(value)
+            if let objectSetter = p.objectSetter {
+                objectSetter(value, object.path) { [self, object] error in
+                    queue.async { [self] in
+                        if error == nil, objects[object.path] === object { object.setProperties(iname, [pname: value]) }
+                        answer(m, error: error)
+                    }
                 }
+                return
+            }
+            do {
+                try p.setter?(value)
             } catch let e as BusError {
                 return fail(e.name, e.message)
             } catch {
@@ -139,6 +144,13 @@ extension BusConnection {
         default:
             fail(StandardErrors.unknownMethod, "no method \(member) on \(StandardNames.properties)")
         }
+    }
+
+    /// Answers a method call later (on the queue): an empty return, or the error.
+    func answer(_ m: BusMessage, error: BusError?) {
+        guard !m.noReplyExpected else { return }
+        let reply = error.map { try? m.makeError(name: $0.name, message: $0.message) } ?? (try? m.makeReturn())
+        if let reply { sendOnQueue(reply) }
     }
 
     /// Names of the nodes directly below `path` that lead to exported objects.

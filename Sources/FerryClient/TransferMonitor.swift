@@ -73,8 +73,9 @@ public final class TransferMonitor: Sendable {
         continuation.finish()
     }
 
-    /// Waits until every transfer is completed, failed or cancelled, and returns
-    /// their final properties (in the order given). `onEvent` sees every event
+    /// Waits until every transfer has ended — completed, failed or cancelled, or
+    /// paused (a paused transfer waits for someone to resume it, so waiting on it
+    /// would never end) — and returns their properties (in the order given). `onEvent` sees every event
     /// for these transfers on the way (for progress displays).
     public static func waitForAll(_ transfers: [FerryTransfer], client: FerryClient,
                                   onEvent: (@Sendable (TransferEvent) -> Void)? = nil) async throws -> [TransferInfo] {
@@ -82,7 +83,7 @@ public final class TransferMonitor: Sendable {
         defer { monitor.stop() }
         var infos: [String: TransferInfo] = [:]
         for t in transfers { infos[t.path] = try await t.info() }
-        var open = Set(infos.values.filter { !$0.isFinal }.map(\.path))
+        var open = Set(infos.values.filter { !$0.isFinal && $0.state != "paused" }.map(\.path))
         if open.isEmpty { return transfers.compactMap { infos[$0.path] } }
         for await event in monitor.events {
             onEvent?(event)
@@ -91,7 +92,7 @@ public final class TransferMonitor: Sendable {
                 infos[path] = try await FerryTransfer(client: client, path: path).info()
                 open.remove(path)
             case .propertiesChanged(let path, let changed) where open.contains(path):
-                if let state = changed["State"]?.string, ["completed", "failed", "cancelled"].contains(state) {
+                if let state = changed["State"]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
                     infos[path] = try await FerryTransfer(client: client, path: path).info()
                     open.remove(path)
                 }

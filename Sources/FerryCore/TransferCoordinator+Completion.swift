@@ -142,17 +142,24 @@ extension TransferCoordinator {
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)
         publishAggregates()
-        if !transfers.values.contains(where: { $0.session == s.id && $0.state.isActive }) {
+        announceEndedBatches(of: s)
+        finishClosingIfDone(s)
+    }
+
+    /// Sends AllFinished for the session, and for the manager, when nothing is
+    /// queued, waiting or running there any more and the batch has an outcome to
+    /// report (a batch can also end by pausing its last live transfer).
+    func announceEndedBatches(of s: SessionRecord) {
+        if s.batch != BatchCounts(), !transfers.values.contains(where: { $0.session == s.id && $0.state.isActive }) {
             let counts = s.batch
             s.batch = BatchCounts()
             announce?.sessionAllFinished(s.id, counts: counts)
         }
-        if !transfers.values.contains(where: { $0.state.isActive }) {
+        if batch != BatchCounts(), !transfers.values.contains(where: { $0.state.isActive }) {
             let counts = batch
             batch = BatchCounts()
             announce?.allFinished(counts)
         }
-        finishClosingIfDone(s)
     }
 
     private func describe(_ error: Error) -> String {

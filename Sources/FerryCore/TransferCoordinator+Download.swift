@@ -74,7 +74,7 @@ extension TransferCoordinator {
         }
         let directory = FileSystemChecks.directoryName(data.destination)
         try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
-        let owners = transfers.values.filter { $0.holdsClaim && ($0.destination == data.destination || $0.partPath == data.destination) }
+        let owners = transfers.values.filter { $0.holdsClaim && ($0.destination == data.destination || $0.partPath == data.partPath) }
             .sorted { $0.id < $1.id }
         if let busy = owners.first(where: { $0.state.isActive }) {
             throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")

@@ -93,6 +93,7 @@ extension TransferCoordinator {
         t.cancelDueTimer()
         t.move(to: .paused)
         publishChanged(t)
+        if let s = sessions[t.session] { announceEndedBatches(of: s) }
     }
 
     func resumeTransfer(_ t: TransferRecord) {

@@ -17,7 +17,9 @@ public enum TransferStateMachine {
             return true
         case (.paused, .queued), (.paused, .waiting), (.paused, .cancelled):
             return true
-        case (.failed, .queued), (.failed, .waiting):
+        // failed → cancelled: the user gives up on it (its partial file goes), or its
+        // partial file is taken over by a ResumeDownload.
+        case (.failed, .queued), (.failed, .waiting), (.failed, .cancelled):
             return true
         default:
             return false
@@ -33,7 +35,7 @@ public enum TransferStateMachine {
             switch self {
             case .pause: return [.queued, .waiting, .running]
             case .resume, .setURL: return [.paused, .failed]
-            case .cancel: return [.queued, .waiting, .running, .paused]
+            case .cancel: return [.queued, .waiting, .running, .paused, .failed]
             case .remove: return [.completed, .failed, .cancelled]
             }
         }

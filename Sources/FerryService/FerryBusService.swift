@@ -92,20 +92,25 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
         run(inv) { core in try body(core, id) }
     }
 
-    /// For property writes, which must be accepted or refused before the reply.
-    func onCoreNow(_ body: (TransferCoordinator) throws -> Void) throws {
-        do {
-            try core.queue.sync { try body(core) }
-        } catch {
-            throw Self.busError(error)
+    /// For property writes: runs `body` on the core's queue and tells `done`
+    /// whether the value was accepted. The bus queue does not wait meanwhile.
+    func onCore(_ done: @escaping @Sendable (BusError?) -> Void, _ body: @escaping (TransferCoordinator) throws -> Void) {
+        core.queue.async { [core] in
+            do {
+                try body(core)
+                done(nil)
+            } catch {
+                done(Self.busError(error))
+            }
         }
     }
 
-    func onCoreNow(transferAt path: String, _ body: (TransferCoordinator, TransferID) throws -> Void) throws {
+    func onCore(transferAt path: String, _ done: @escaping @Sendable (BusError?) -> Void,
+                _ body: @escaping (TransferCoordinator, TransferID) throws -> Void) {
         guard let id = FerryBusNames.id(inPath: path, kind: "transfer") else {
-            throw Self.busError(FerryError.noSuchTransfer("no transfer at \(path)"))
+            return done(Self.busError(FerryError.noSuchTransfer("no transfer at \(path)")))
         }
-        try onCoreNow { core in try body(core, id) }
+        onCore(done) { core in try body(core, id) }
     }
 
     static func busError(_ error: Error) -> BusError {

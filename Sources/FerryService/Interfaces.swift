@@ -33,14 +33,14 @@ extension FerryBusService {
                 PropertySpec("QueuedTransfers", "u"),
                 PropertySpec("DownloadRate", "t", emitsChange: false),
                 PropertySpec("UploadRate", "t", emitsChange: false),
-                PropertySpec("MaxConcurrentTransfers", "u", access: .readwrite) { [unowned self] v in
-                    try onCoreNow { core in try core.setMaxConcurrentTransfers(v.uint32 ?? 0) }
+                PropertySpec("MaxConcurrentTransfers", "u", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+                    onCore(done) { core in try core.setMaxConcurrentTransfers(v.uint32 ?? 0) }
                 },
-                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] v in
-                    try onCoreNow { core in core.setSpeedLimit(v.uint64 ?? 0) }
+                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+                    onCore(done) { core in core.setSpeedLimit(v.uint64 ?? 0) }
                 },
-                PropertySpec("NotificationsEnabled", "b", access: .readwrite) { [unowned self] v in
-                    try onCoreNow { core in core.setNotificationsEnabled(v.bool ?? true) }
+                PropertySpec("NotificationsEnabled", "b", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+                    onCore(done) { core in core.setNotificationsEnabled(v.bool ?? true) }
                 },
             ],
             signals: [
@@ -64,6 +64,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
+                        try core.checkUpload(session: session, url: inv.arguments[0].string ?? "", file: inv.arguments[1].string ?? "")
                         throw UploadsNotSupported()
                     }
                 },
@@ -145,11 +146,11 @@ extension FerryBusService {
                 PropertySpec("Created", "t"),
                 PropertySpec("Started", "t"),
                 PropertySpec("Completed", "t"),
-                PropertySpec("Priority", "i", access: .readwrite) { [unowned self] (v: DBusValue, path: String) in
-                    try onCoreNow(transferAt: path) { core, id in try core.setPriority(id, v.int32 ?? 0) }
+                PropertySpec("Priority", "i", access: .readwrite) { [unowned self] (v: DBusValue, path: String, done) in
+                    onCore(transferAt: path, done) { core, id in try core.setPriority(id, v.int32 ?? 0) }
                 },
-                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, path: String) in
-                    try onCoreNow(transferAt: path) { core, id in try core.setTransferSpeedLimit(id, v.uint64 ?? 0) }
+                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, path: String, done) in
+                    onCore(transferAt: path, done) { core, id in try core.setTransferSpeedLimit(id, v.uint64 ?? 0) }
                 },
             ],
             signals: [

@@ -35,15 +35,10 @@ public func findExecutable(_ name: String, path: String? = ProcessInfo.processIn
     return nil
 }
 
-/// Makes a fresh directory under the temporary directory. Short names, because
-/// a Unix socket path must fit in 108 bytes.
+/// Makes a fresh directory under the system's temporary directory.
 private func makeTemporaryDirectory(prefix: String) throws -> String {
     let tmp = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
-    var template = Array((tmp + "/\(prefix).XXXXXX").utf8CString)
-    guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw TestProcessError("mkdtemp failed: \(String(cString: strerror(errno)))")
-    }
-    return String(cString: p)
+    return try makeShortTemporaryDirectory(prefix: prefix, in: tmp)
 }
 
 /// A process started for a test, with stdout and stderr going to files in a
@@ -116,18 +111,7 @@ public final class ChildProcess: @unchecked Sendable {
     /// threads block nearly all signals: a child started from one of them ignores
     /// SIGTERM (and so do the services a bus started that way activates).
     private static func launch(_ process: Process) throws {
-        let done = DispatchSemaphore(value: 0)
-        let failure = LaunchFailure()
-        let thread = Thread {
-            var none = sigset_t()
-            sigemptyset(&none)
-            pthread_sigmask(SIG_SETMASK, &none, nil)
-            do { try process.run() } catch { failure.error = error }
-            done.signal()
-        }
-        thread.start()
-        done.wait()
-        if let error = failure.error { throw error }
+        try withUnblockedSignals { try process.run() }
     }
 
     deinit {
@@ -177,12 +161,6 @@ public final class ChildProcess: @unchecked Sendable {
     public func waitForExit(timeout: TimeInterval) -> Int32? {
         exit.wait(timeout: timeout)
     }
-}
-
-/// Carries an error out of the launching thread, which has finished with it
-/// before `launch` reads it (the semaphore orders the two).
-private final class LaunchFailure: @unchecked Sendable {
-    var error: Error?
 }
 
 /// A child's exit status, set once from `Process`'s termination handler.

@@ -55,7 +55,7 @@ final class ActivationTests: DesktopTestCase {
 
     func testFirstCallStartsFerrydWhichLeavesWhenIdleAndComesBackWithItsState() async throws {
         try await startBus(serviceDirectory: try makeServiceDirectory(ferrydArguments: "--idle-timeout 1"))
-        let owners = try await SignalLog.start(client.bus, MatchRule(sender: StandardNames.bus, interface: StandardNames.bus,
+        let owners = try await SignalRecorder.start(client.bus, matching: MatchRule(sender: StandardNames.bus, interface: StandardNames.bus,
                                                                      member: "NameOwnerChanged", arg0: FerryClient.busName))
         let ownerless = await owner()
         XCTAssertNil(ownerless, "nothing runs before the first call")

@@ -14,9 +14,9 @@ final class BatchNotificationsTests: XCTestCase {
 
     override func setUp() async throws {
         try await super.setUp()
-        bus = try unblockedSignals { try PrivateBus() }
+        bus = try withUnblockedSignals { try PrivateBus() }
         connection = try BusConnection(address: bus.address)
-        directory = try makeShortTempDirectory("ferry-batch")
+        directory = try makeShortTemporaryDirectory(prefix: "ferry-batch")
     }
 
     override func tearDown() async throws {

@@ -21,18 +21,7 @@ struct DesktopTestError: Error, CustomStringConvertible {
 /// else in the package's build directories.
 enum Built {
     static func locate(_ name: String, variable: String) -> String? {
-        let fm = FileManager.default
-        if let p = ProcessInfo.processInfo.environment[variable], !p.isEmpty {
-            return fm.isExecutableFile(atPath: p) ? p : nil
-        }
-        var dirs: [URL] = []
-        for bundle in [Bundle(for: DesktopTestCase.self), Bundle.main] {
-            dirs.append(bundle.bundleURL)
-            dirs.append(bundle.bundleURL.deletingLastPathComponent())
-        }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        for build in [".build-desk", ".build"] { dirs.append(root.appendingPathComponent(build).appendingPathComponent("debug")) }
-        return dirs.map { $0.appendingPathComponent(name).path }.first { fm.isExecutableFile(atPath: $0) }
+        BuiltProducts.locate(name, variable: variable, besideBundleOf: DesktopTestCase.self, buildDirectories: [".build-desk", ".build"])
     }
 
     static var ferryd: String? { locate("ferryd", variable: "FERRYD_PATH") }
@@ -47,36 +36,6 @@ enum Built {
     }
 }
 
-func makeShortTempDirectory(_ prefix: String) throws -> String {
-    var template = Array("/tmp/\(prefix).XXXXXX".utf8CString)
-    guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw DesktopTestError("mkdtemp failed")
-    }
-    return String(cString: p)
-}
-
-/// Runs `body` on a thread with no blocked signals, so that children started there
-/// can be stopped with SIGTERM (the test runner's threads block it).
-func unblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
-    let box = ResultBox<T>()
-    let done = DispatchSemaphore(value: 0)
-    let thread = Thread {
-        var none = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, nil)
-        box.result = Result { try body() }
-        done.signal()
-    }
-    thread.start()
-    done.wait()
-    return try box.result!.get()
-}
-
-/// `@unchecked Sendable`: written by one thread before it signals the semaphore the reader waits on.
-private final class ResultBox<T>: @unchecked Sendable {
-    var result: Result<T, Error>?
-}
-
 /// Polls `condition` until it holds or `timeout` passes; false on timeout.
 func eventually(_ timeout: TimeInterval = 10, _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
@@ -84,28 +43,6 @@ func eventually(_ timeout: TimeInterval = 10, _ condition: () async throws -> Bo
         if try await condition() { return true }
         if Date() > deadline { return false }
         try? await Task.sleep(nanoseconds: 20_000_000)
-    }
-}
-
-/// Every signal on the bus that matches `rule`, in order of arrival.
-final class SignalLog: @unchecked Sendable {
-    // `items` only under `lock`.
-    private let lock = NSLock()
-    private var items: [(member: String, path: String, args: [DBusValue], time: Date)] = []
-
-    static func start(_ bus: BusConnection, _ rule: MatchRule) async throws -> SignalLog {
-        let log = SignalLog()
-        _ = try await bus.subscribe(rule) { m in
-            let entry = (m.member ?? "", m.path ?? "", (try? m.arguments()) ?? [], Date())
-            log.lock.withLock { log.items.append(entry) }
-        }
-        return log
-    }
-
-    var all: [(member: String, path: String, args: [DBusValue], time: Date)] { lock.withLock { items } }
-
-    func count(_ member: String, path: String? = nil) -> Int {
-        all.filter { $0.member == member && (path == nil || $0.path == path) }.count
     }
 }
 
@@ -124,10 +61,9 @@ final class MockService: @unchecked Sendable {
     static func start(_ arguments: [String], name: String, path: String, environment: [String: String],
                       bus: BusConnection) async throws -> MockService {
         guard let python = Built.python else { throw XCTSkip("python3-dbusmock is not installed") }
-        let p = try unblockedSignals { try ChildProcess(executable: python, arguments: ["-m", "dbusmock"] + arguments, environment: environment) }
+        let p = try withUnblockedSignals { try ChildProcess(executable: python, arguments: ["-m", "dbusmock"] + arguments, environment: environment) }
         let mock = MockService(process: p, name: name, path: path, bus: bus)
-        let up = await eventually(15) { (try? await bus.nameHasOwner(name)) == true || !p.isRunning }
-        guard up, p.isRunning else { throw DesktopTestError("dbusmock for \(name) did not start\n\(p.log)") }
+        try await waitForBusName(name, on: bus, process: p, timeout: 15, interval: 0.02)
         return mock
     }
 
@@ -206,12 +142,13 @@ struct NotifyCall {
 class DesktopTestCase: XCTestCase {
     var bus: PrivateBus!
     var server: TestHTTPServer!
+    var temporaryHome: TemporaryHome!
     var home: String!
     var downloads: String!
     var ferryd: ChildProcess?
     var client: FerryClient!
     /// Signals from ferryd's manager and transfers.
-    var signals: SignalLog!
+    var signals: SignalRecorder!
     var mocks: [MockService] = []
     var extraLogs: [() -> String] = []
 
@@ -224,12 +161,9 @@ class DesktopTestCase: XCTestCase {
             throw DesktopTestError("ferryd missing")
         }
         ferrydPath = d
-        home = try makeShortTempDirectory("ferry-desk")
+        temporaryHome = try TemporaryHome(prefix: "ferry-desk", downloadDirectory: "Dl")
+        home = temporaryHome.path
         downloads = home + "/Dl"
-        for dir in [home + "/.config", home + "/.local/state"] {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        }
-        try "XDG_DOWNLOAD_DIR=\"$HOME/Dl\"\n".write(toFile: home + "/.config/user-dirs.dirs", atomically: true, encoding: .utf8)
         server = TestHTTPServer()
         try server.start()
     }
@@ -237,33 +171,25 @@ class DesktopTestCase: XCTestCase {
     /// Starts the private bus (optionally with a directory of activatable services)
     /// and connects the test's client.
     func startBus(serviceDirectory: String? = nil) async throws {
-        bus = try unblockedSignals { try PrivateBus(serviceDirectory: serviceDirectory) }
+        bus = try withUnblockedSignals { try PrivateBus(serviceDirectory: serviceDirectory) }
         client = try FerryClient(address: bus.address)
-        signals = try await SignalLog.start(client.bus, MatchRule(sender: FerryClient.busName, pathNamespace: FerryClient.managerPath))
+        signals = try await SignalRecorder.start(client.bus)
     }
 
     func environment(_ extra: [String: String] = [:]) -> [String: String] {
-        var env = bus.environment(extra: [
-            "HOME": home, "XDG_CONFIG_HOME": home + "/.config", "XDG_STATE_HOME": home + "/.local/state",
-            "XDG_DATA_HOME": home + "/.local/share", "XDG_CACHE_HOME": home + "/.cache",
-            "NO_PROXY": "*", "no_proxy": "*",
-        ])
-        for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy", "XDG_DOWNLOAD_DIR"] {
-            env.removeValue(forKey: k)
-        }
-        for (k, v) in extra { env[k] = v }
-        return env
+        // No XDG_DOWNLOAD_DIR: ferryd finds $HOME/Dl through user-dirs.dirs.
+        temporaryHome.environment(base: bus.environment(), unsetting: ["XDG_DOWNLOAD_DIR"], setting: extra)
     }
 
     /// Starts ferryd by hand and waits (bounded) until it owns its name.
     func startFerryd(_ arguments: [String] = ["--no-idle-exit"]) async throws {
-        let (path, env) = (ferrydPath!, environment())
-        let p = try unblockedSignals { try ChildProcess(executable: path, arguments: ["--verbose"] + arguments, environment: env) }
+        let p = try Ferryd.launch(ferrydPath, arguments: arguments, environment: environment())
         ferryd = p
-        let up = await eventually(15) { (try? await client.bus.nameHasOwner(FerryClient.busName)) == true || !p.isRunning }
-        guard up, p.isRunning else {
-            XCTFail("ferryd did not take its name\n\(p.log)")
-            throw DesktopTestError("ferryd did not start")
+        do {
+            try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        } catch let e as TimedOut {
+            XCTFail("ferryd did not take its name: \(e)")
+            throw e
         }
     }
 
@@ -278,7 +204,7 @@ class DesktopTestCase: XCTestCase {
         if (testRun?.totalFailureCount ?? 0) > 0 {
             print("\n===== ferryd log for \(name) =====\n\(ferryd?.log ?? "(not started by the test)")")
             for l in extraLogs { print(l()) }
-            print("===== signals =====\n" + (signals?.all.suffix(60).map { "\($0.path) \($0.member) \($0.args)" }.joined(separator: "\n") ?? ""))
+            print("===== signals =====\n" + (signals?.all.suffix(60).map(\.description).joined(separator: "\n") ?? ""))
         }
         client?.close()
         if let p = ferryd, p.isRunning {
@@ -288,7 +214,7 @@ class DesktopTestCase: XCTestCase {
         for m in mocks { m.stop() }
         server?.stop()
         bus?.stop()
-        if (testRun?.totalFailureCount ?? 0) == 0, let home { try? FileManager.default.removeItem(atPath: home) }
+        if (testRun?.totalFailureCount ?? 0) == 0 { temporaryHome?.remove() }
         try await super.tearDown()
     }
 

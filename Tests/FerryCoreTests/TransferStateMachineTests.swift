@@ -9,7 +9,7 @@ final class TransferStateMachineTests: XCTestCase {
             (.running, .completed), (.running, .failed), (.running, .paused), (.running, .cancelled),
             (.running, .waiting), (.running, .queued),
             (.paused, .queued), (.paused, .waiting), (.paused, .cancelled),
-            (.failed, .queued), (.failed, .waiting),
+            (.failed, .queued), (.failed, .waiting), (.failed, .cancelled),
         ]
         for from in TransferState.allCases {
             for to in TransferState.allCases {
@@ -24,7 +24,9 @@ final class TransferStateMachineTests: XCTestCase {
             XCTAssertFalse(TransferStateMachine.canMove(from: .completed, to: to))
             XCTAssertFalse(TransferStateMachine.canMove(from: .cancelled, to: to))
         }
-        XCTAssertFalse(TransferStateMachine.canMove(from: .failed, to: .cancelled), "a failed transfer is final: remove it")
+        XCTAssertTrue(TransferStateMachine.canMove(from: .failed, to: .cancelled), "a failed transfer can be given up for good")
+        XCTAssertFalse(TransferStateMachine.canMove(from: .failed, to: .completed))
+        XCTAssertNoThrow(try TransferStateMachine.check(.cancel, state: .failed, transfer: 3))
     }
 
     func testActionChecksNameStateAndAlternatives() {

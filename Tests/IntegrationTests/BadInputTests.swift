@@ -264,6 +264,12 @@ final class BadInputTests: FerryTestCase {
         await assertBusError(Self.prefix + "InvalidArgument", "Upload method GET") { try await upload(["method": .string("GET")]) }
         await assertBusError(Self.prefix + "InvalidArgument", "Upload unknown option") { try await upload(["colour": .string("x")]) }
         await assertBusError(Self.prefix + "InvalidArgument", "Upload start of wrong type") { try await upload(["start": .uint32(1)]) }
+        await assertBusError(Self.prefix + "FileNotFound", "Upload of a missing file") {
+            try await call(s.path, FerryClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(work + "/absent.txt"), .vardict([:])])
+        }
+        await assertBusError(Self.prefix + "UnsupportedScheme", "Upload to ftp") {
+            try await call(s.path, FerryClient.sessionInterface, "Upload", [.string("ftp://127.0.0.1/up"), .string(file), .vardict([:])])
+        }
         let after = try await snapshot()
         XCTAssertEqual(after, before)
         XCTAssertEqual(server.requests.count, 0)

@@ -83,6 +83,15 @@ final class CLITests: FerryTestCase {
         XCTAssertTrue(r2.stderr.contains("404"), r2.stderr)
         let r3 = try ferry(["wait", "\(ok.id)", "\(bad.id)"])
         XCTAssertEqual(r3.status, 1)
+
+        // A paused transfer has not completed, and waiting on it would never end:
+        // `wait` says so and exits 1 instead of hanging.
+        serve("/held.bin", size: 5000)
+        let held = try await s.download(server.url("/held.bin"), options: ["destination": .string(work + "/held.bin"),
+                                                                          "start": .boolean(false)])
+        let r4 = try ferry(["wait", "\(held.id)"], timeout: 10)
+        XCTAssertEqual(r4.status, 1, "a paused transfer: \(r4.stderr)")
+        XCTAssertTrue(r4.stderr.contains("paused"), r4.stderr)
     }
 
     /// pause / resume / cancel / rm change the state the bus reports.
@@ -179,7 +188,7 @@ final class CLITests: FerryTestCase {
         script += "export NO_PROXY='*' no_proxy='*'\n"
         script += "export DBUS_SESSION_BUS_ADDRESS=\"${DBUS_SESSION_BUS_ADDRESS:-$DBUS_STARTER_ADDRESS}\"\n"
         script += "echo $$ > '\(pidFile)'\n"
-        script += "exec '\(ferrydPath!)' --verbose 2>>'\(logFile)'\n"
+        script += "exec '\(ferrydPath!)' --verbose --no-idle-exit 2>>'\(logFile)'\n"
         try script.write(toFile: wrapper, atomically: true, encoding: .utf8)
         chmod(wrapper, 0o755)
         try "[D-BUS Service]\nName=org.ferry.Ferry1\nExec=\(wrapper)\n".write(toFile: services + "/org.ferry.Ferry1.service", atomically: true, encoding: .utf8)

@@ -13,142 +13,19 @@ import Glibc
 // a temporary HOME with its XDG directories, and the real `ferryd` on that bus.
 // Tests talk to ferryd over the bus, as any client would.
 
-/// A bounded wait that ran out.
-struct TimedOut: Error, CustomStringConvertible {
-    var description: String
-}
-
 /// Where the built `ferryd` and `ferry` are: `FERRYD_PATH` / `FERRY_CLI_PATH`, else
 /// beside the test bundle (the build's bin directory), else in the package's
 /// build directories.
 enum Binaries {
     static func locate(_ name: String, variable: String) -> String? {
-        let fm = FileManager.default
-        if let p = ProcessInfo.processInfo.environment[variable], !p.isEmpty {
-            return fm.isExecutableFile(atPath: p) ? p : nil
-        }
-        var dirs: [URL] = []
-        for bundle in [Bundle(for: FerryTestCase.self), Bundle.main] {
-            dirs.append(bundle.bundleURL)
-            dirs.append(bundle.bundleURL.deletingLastPathComponent())
-            if let exe = bundle.executableURL { dirs.append(exe.deletingLastPathComponent()) }
-        }
-        // Tests/IntegrationTests/Harness.swift -> the package root.
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        for build in [".build-it", ".build"] {
-            dirs.append(root.appendingPathComponent(build).appendingPathComponent("debug"))
-        }
-        for d in dirs {
-            let candidate = d.appendingPathComponent(name).path
-            if fm.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        return nil
+        BuiltProducts.locate(name, variable: variable, besideBundleOf: FerryTestCase.self, buildDirectories: [".build-it", ".build"])
     }
 
     static var ferryd: String? { locate("ferryd", variable: "FERRYD_PATH") }
     static var ferry: String? { locate("ferry", variable: "FERRY_CLI_PATH") }
 }
 
-/// Makes a fresh directory with a short path (Unix socket paths must stay short).
-func makeTempDirectory(_ prefix: String) throws -> String {
-    var template = Array("/tmp/\(prefix).XXXXXX".utf8CString)
-    guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-        throw TimedOut(description: "mkdtemp failed: \(String(cString: strerror(errno)))")
-    }
-    return String(cString: p)
-}
-
-/// One signal ferryd sent, with the time it arrived.
-struct Signal: CustomStringConvertible, Sendable {
-    var time: Date
-    var path: String
-    var interface: String
-    var member: String
-    var args: [DBusValue]
-
-    var description: String {
-        String(format: "%.3f ", time.timeIntervalSince1970.truncatingRemainder(dividingBy: 1000))
-            + "\(path) \(interface).\(member)(\(args.map(\.description).joined(separator: ", ")))"
-    }
-
-    /// For PropertiesChanged: the changed properties.
-    var changed: [String: DBusValue] { args.count >= 2 ? (args[1].vardict ?? [:]) : [:] }
-}
-
-/// Records every signal ferryd sends below /org/ferry/Ferry1 and lets a test wait,
-/// with a bound, until what it recorded satisfies a condition.
-final class SignalRecorder: @unchecked Sendable {
-    // `@unchecked Sendable`: `items`, `waiters` and `nextID` are only touched under `lock`.
-    private let lock = NSLock()
-    private var items: [Signal] = []
-    private var waiters: [Int: (condition: ([Signal]) -> Bool, continuation: CheckedContinuation<Void, Error>)] = [:]
-    private var nextID = 0
-    private var subscription: BusConnection.Subscription?
-    private let bus: BusConnection
-
-    private init(bus: BusConnection) { self.bus = bus }
-
-    /// Subscribes before returning: nothing sent afterwards is missed.
-    static func start(_ bus: BusConnection) async throws -> SignalRecorder {
-        let r = SignalRecorder(bus: bus)
-        r.subscription = try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: FerryClient.managerPath)) { [r] m in
-            guard let path = m.path, let interface = m.interface, let member = m.member,
-                  path == FerryClient.managerPath || path.hasPrefix(FerryClient.managerPath + "/") else { return }
-            r.add(Signal(time: Date(), path: path, interface: interface, member: member, args: (try? m.arguments()) ?? []))
-        }
-        return r
-    }
-
-    func stop() {
-        if let s = subscription { bus.unsubscribe(s) }
-    }
-
-    private func add(_ s: Signal) {
-        lock.lock()
-        items.append(s)
-        var ready: [CheckedContinuation<Void, Error>] = []
-        for (id, w) in waiters where w.condition(items) {
-            ready.append(w.continuation)
-            waiters[id] = nil
-        }
-        lock.unlock()
-        for c in ready { c.resume() }
-    }
-
-    var all: [Signal] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
-    }
-
-    func signals(path: String? = nil, member: String? = nil) -> [Signal] {
-        all.filter { (path == nil || $0.path == path) && (member == nil || $0.member == member) }
-    }
-
-    /// Waits until `condition` holds for the signals recorded so far (checked now and
-    /// on every new signal); throws `TimedOut` listing what arrived.
-    func wait(_ what: String, timeout: TimeInterval = 20, until condition: @escaping ([Signal]) -> Bool) async throws {
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
-            lock.lock()
-            if condition(items) {
-                lock.unlock()
-                c.resume()
-                return
-            }
-            let id = nextID
-            nextID += 1
-            waiters[id] = (condition, c)
-            lock.unlock()
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-                lock.lock()
-                let w = waiters.removeValue(forKey: id)
-                let seen = items.suffix(40).map(\.description).joined(separator: "\n  ")
-                lock.unlock()
-                w?.continuation.resume(throwing: TimedOut(description: "no \(what) within \(timeout) s; last signals:\n  \(seen)"))
-            }
-        }
-    }
-
+extension SignalRecorder {
     /// The `Completed` signal of a transfer: (serial, error name, error message).
     @discardableResult
     func completed(_ path: String, timeout: TimeInterval = 20) async throws -> (serial: UInt64, errorName: String, errorMessage: String) {
@@ -158,9 +35,6 @@ final class SignalRecorder: @unchecked Sendable {
         let s = signals(path: path, member: "Completed").first!
         return (s.args[0].uint64 ?? 0, s.args[1].string ?? "", s.args[2].string ?? "")
     }
-
-    /// How many signals have arrived: a mark for `waitForState(_:_:since:)`.
-    var mark: Int { all.count }
 
     /// Whether a PropertiesChanged on `path` ever set State to `state`.
     func sawState(_ path: String, _ state: String) -> Bool {
@@ -173,6 +47,7 @@ final class SignalRecorder: @unchecked Sendable {
 class FerryTestCase: XCTestCase {
     var bus: PrivateBus!
     var server: TestHTTPServer!
+    var temporaryHome: TemporaryHome!
     /// The temporary HOME; everything the test makes lives below it.
     var home: String!
     /// The XDG download directory of that HOME (from `user-dirs.dirs`).
@@ -197,15 +72,12 @@ class FerryTestCase: XCTestCase {
         }
         ferrydPath = d
         ferryPath = f
-        home = try makeTempDirectory("ferry-it")
+        // user-dirs.dirs names $HOME/Dl; ferryd reads it (and creates the directory).
+        let temporaryHome = try TemporaryHome(prefix: "ferry-it", downloadDirectory: "Dl", subdirectories: ["work"])
+        self.temporaryHome = temporaryHome
+        home = temporaryHome.path
         downloads = home + "/Dl"
         work = home + "/work"
-        let fm = FileManager.default
-        for dir in [home + "/.config", home + "/.local/state", work!] {
-            try fm.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        }
-        // What xdg-user-dirs writes; ferryd reads it (and creates the directory).
-        try "XDG_DOWNLOAD_DIR=\"$HOME/Dl\"\n".write(toFile: home + "/.config/user-dirs.dirs", atomically: true, encoding: .utf8)
 
         bus = try PrivateBus()
         server = TestHTTPServer()
@@ -216,42 +88,27 @@ class FerryTestCase: XCTestCase {
     /// The environment ferryd, the CLI and other clients get: the private bus, the
     /// temporary HOME and its XDG directories, and no proxy.
     func environment(_ extra: [String: String] = [:]) -> [String: String] {
-        var env = bus.environment(extra: [
-            "HOME": home,
-            "XDG_CONFIG_HOME": home + "/.config",
-            "XDG_STATE_HOME": home + "/.local/state",
-            "XDG_DATA_HOME": home + "/.local/share",
-            "XDG_CACHE_HOME": home + "/.cache",
-            "XDG_DOWNLOAD_DIR": downloads,
-            "NO_PROXY": "*", "no_proxy": "*",
+        let settings = [
+            "XDG_DOWNLOAD_DIR": downloads!,
             // ferryd's testing knob: retries after 50 ms, 100 ms, … instead of 2 s, 4 s, …
             "FERRY_RETRY_BASE_MS": "50",
-        ])
-        for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy", "FERRY_SESSION"] {
-            env.removeValue(forKey: k)
-        }
-        for (k, v) in extra { env[k] = v }
-        return env
+        ]
+        return temporaryHome.environment(base: bus.environment(), unsetting: ["FERRY_SESSION"],
+                                         setting: settings.merging(extra) { $1 })
     }
 
-    /// Starts ferryd and waits (bounded) until it owns org.ferry.Ferry1; then connects
-    /// the client and the signal recorder.
+    /// Starts ferryd (with `--no-idle-exit`: no test may depend on finishing within
+    /// its idle timeout) and waits (bounded) until it owns org.ferry.Ferry1; then
+    /// connects the client and the signal recorder.
     func startFerryd() async throws {
-        let p = try ChildProcess(executable: ferrydPath, arguments: ["--verbose"], environment: environment())
+        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: environment())
         ferryd = p
         if client == nil { client = try FerryClient(address: bus.address) }
-        let deadline = Date().addingTimeInterval(15)
-        while true {
-            if try await client.bus.nameHasOwner(FerryClient.busName) { break }
-            if !p.isRunning {
-                XCTFail("ferryd exited with status \(p.exitStatus ?? -1) before taking its name\n\(p.log)")
-                throw TimedOut(description: "ferryd exited")
-            }
-            if Date() > deadline {
-                XCTFail("ferryd did not take \(FerryClient.busName) within 15 s\n\(p.log)")
-                throw TimedOut(description: "ferryd did not start")
-            }
-            try await Task.sleep(nanoseconds: 10_000_000)
+        do {
+            try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        } catch let e as TimedOut {
+            XCTFail("ferryd did not take its name: \(e)")
+            throw e
         }
         if signals == nil { signals = try await SignalRecorder.start(client.bus) }
     }
@@ -298,7 +155,7 @@ class FerryTestCase: XCTestCase {
         bus?.stop()
         // FERRY_IT_KEEP=1 keeps a failed test's files (HOME, downloads, state) for a look.
         let keep = failed && ProcessInfo.processInfo.environment["FERRY_IT_KEEP"] != nil
-        if !keep, let home { try? FileManager.default.removeItem(atPath: home) }
+        if !keep { temporaryHome?.remove() }
         try await super.tearDown()
     }
 

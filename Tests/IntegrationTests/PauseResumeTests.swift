@@ -134,6 +134,47 @@ final class PauseResumeTests: FerryTestCase {
         XCTAssertEqual(signals.signals(path: t2.path, member: "ResumedAtOffset").first?.args[0].int64, Int64(cut))
     }
 
+    /// Resume data whose original transfer has failed since (a dead link) takes the
+    /// partial file over: the old transfer becomes cancelled, the daemon stays up.
+    func testResumeDownloadTakesOverFromAFailedTransfer() async throws {
+        let dest = work + "/takeover.bin"
+        let (t, body) = try await startStalledDownload("/takeover.bin", dest: dest)
+        let data = try await t.pause()
+        XCTAssertFalse(data.isEmpty)
+        server.add(path: "/gone.bin", body: [1])
+        server.set(.status(404), on: "/gone.bin")
+        try await t.setURL(server.url("/gone.bin"))
+        let mark = signals.mark
+        try await t.resume()
+        try await waitForState(t, ["failed"], since: mark)
+
+        let t2 = try await session().resumeDownload(data)
+        let info = try await finish(t2)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(dest, equals: body)
+        let old = try await t.info()
+        XCTAssertEqual(old.state, "cancelled", "the failed transfer gave its partial file up")
+        let alive = try await client.bus.nameHasOwner(FerryClient.busName)
+        XCTAssertTrue(alive, "ferryd is still running")
+    }
+
+    /// A failed transfer can be cancelled: its partial file goes.
+    func testCancelOnFailedTransferDeletesItsPartialFile() async throws {
+        let dest = work + "/dead.bin"
+        let (t, _) = try await startStalledDownload("/dead.bin", dest: dest)
+        _ = try await t.pause()
+        server.add(path: "/dead-link.bin", body: [1])
+        server.set(.status(404), on: "/dead-link.bin")
+        try await t.setURL(server.url("/dead-link.bin"))
+        let mark = signals.mark
+        try await t.resume()
+        try await waitForState(t, ["failed"], since: mark)
+        XCTAssertTrue(exists(dest + ".part"), "a failed transfer keeps its partial file")
+        try await t.cancel()
+        try await waitForState(t, "cancelled")
+        XCTAssertFalse(exists(dest + ".part"))
+    }
+
     /// Damaged resume data is refused with InvalidResumeData, and nothing is created.
     func testCorruptResumeDataIsRefused() async throws {
         let dest = work + "/bad.bin"

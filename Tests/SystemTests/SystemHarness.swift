@@ -14,29 +14,12 @@ import Glibc
 // latter, a loopback HTTP server, a temporary HOME, and the real ferryd started with
 // DBUS_SYSTEM_BUS_ADDRESS pointing at the private system bus.
 
-struct TimedOut: Error, CustomStringConvertible {
-    var description: String
-}
-
 /// Where the built `ferryd` is: `FERRYD_PATH`, else beside the test bundle (the
 /// build's bin directory), else in the package's build directories.
 enum FerrydBinary {
     static var path: String? {
-        let fm = FileManager.default
-        if let p = ProcessInfo.processInfo.environment["FERRYD_PATH"], !p.isEmpty {
-            return fm.isExecutableFile(atPath: p) ? p : nil
-        }
-        var dirs: [URL] = []
-        for bundle in [Bundle(for: SystemTestCase.self), Bundle.main] {
-            dirs.append(bundle.bundleURL)
-            dirs.append(bundle.bundleURL.deletingLastPathComponent())
-            if let exe = bundle.executableURL { dirs.append(exe.deletingLastPathComponent()) }
-        }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        for build in [".build-sys", ".build"] {
-            dirs.append(root.appendingPathComponent(build).appendingPathComponent("debug"))
-        }
-        return dirs.map { $0.appendingPathComponent("ferryd").path }.first { fm.isExecutableFile(atPath: $0) }
+        BuiltProducts.locate("ferryd", variable: "FERRYD_PATH", besideBundleOf: SystemTestCase.self,
+                             buildDirectories: [".build-sys", ".build"])
     }
 }
 
@@ -47,104 +30,6 @@ enum DBusMock {
             if let r = try? ChildProcess.run(candidate, ["-c", "import dbusmock"], timeout: 30), r.status == 0 { return candidate }
         }
         return nil
-    }
-}
-
-/// Runs `body` on a new thread whose signal mask is empty, and waits for it: the
-/// test runner's threads block SIGTERM, and children inherit the mask, so a child
-/// spawned from them would ignore `terminate()`.
-func withUnblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
-    let box = SpawnResult<T>()
-    let done = DispatchSemaphore(value: 0)
-    let thread = Thread {
-        var none = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, nil)
-        box.result = Result { try body() }
-        done.signal()
-    }
-    thread.start()
-    done.wait()
-    return try box.result!.get()
-}
-
-/// `@unchecked Sendable`: written by one thread before it signals the semaphore the
-/// reader waits on.
-private final class SpawnResult<T>: @unchecked Sendable {
-    var result: Result<T, Error>?
-}
-
-/// One signal ferryd sent.
-struct RecordedSignal: Sendable, CustomStringConvertible {
-    var path: String
-    var interface: String
-    var member: String
-    var args: [DBusValue]
-
-    /// For PropertiesChanged: the changed properties.
-    var changed: [String: DBusValue] { args.count >= 2 ? (args[1].vardict ?? [:]) : [:] }
-
-    var description: String { "\(path) \(interface).\(member)(\(args.map(\.description).joined(separator: ", ")))" }
-}
-
-/// Records ferryd's signals and lets a test wait, bounded, for a condition on them.
-final class SignalLog: @unchecked Sendable {
-    // `@unchecked Sendable`: `items` and `waiters` are only touched under `lock`.
-    private let lock = NSLock()
-    private var items: [RecordedSignal] = []
-    private var waiters: [Int: (condition: ([RecordedSignal]) -> Bool, continuation: CheckedContinuation<Void, Error>)] = [:]
-    private var nextID = 0
-
-    static func start(_ bus: BusConnection) async throws -> SignalLog {
-        let log = SignalLog()
-        _ = try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: FerryClient.managerPath)) { m in
-            guard let path = m.path, let interface = m.interface, let member = m.member else { return }
-            log.add(RecordedSignal(path: path, interface: interface, member: member, args: (try? m.arguments()) ?? []))
-        }
-        return log
-    }
-
-    private func add(_ s: RecordedSignal) {
-        lock.lock()
-        items.append(s)
-        var ready: [CheckedContinuation<Void, Error>] = []
-        for (id, w) in waiters where w.condition(items) {
-            ready.append(w.continuation)
-            waiters[id] = nil
-        }
-        lock.unlock()
-        for c in ready { c.resume() }
-    }
-
-    var all: [RecordedSignal] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
-    }
-
-    /// A position in the log, for conditions on what came after it.
-    var mark: Int { all.count }
-
-    func wait(_ what: String, timeout: TimeInterval = 20, until condition: @escaping ([RecordedSignal]) -> Bool) async throws {
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, Error>) in
-            lock.lock()
-            if condition(items) {
-                lock.unlock()
-                c.resume()
-                return
-            }
-            let id = nextID
-            nextID += 1
-            waiters[id] = (condition, c)
-            lock.unlock()
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-                lock.lock()
-                let w = waiters.removeValue(forKey: id)
-                let seen = items.suffix(30).map(\.description).joined(separator: "\n  ")
-                lock.unlock()
-                w?.continuation.resume(throwing: TimedOut(description: "no \(what) within \(timeout) s; last signals:\n  \(seen)"))
-            }
-        }
     }
 }
 
@@ -161,11 +46,12 @@ class SystemTestCase: XCTestCase {
     var networkManager: ChildProcess?
     var logind: ChildProcess?
     var server: TestHTTPServer!
+    var temporaryHome: TemporaryHome!
     var home: String!
     var work: String!
     var ferryd: ChildProcess?
     var client: FerryClient!
-    var signals: SignalLog!
+    var signals: SignalRecorder!
     var python: String!
     var ferrydPath: String!
 
@@ -180,15 +66,9 @@ class SystemTestCase: XCTestCase {
             throw XCTSkip("python3 with the dbusmock module (Debian: python3-dbusmock) is not installed")
         }
         python = p
-        var template = Array("/tmp/ferry-sys.XXXXXX".utf8CString)
-        guard let dir = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw TimedOut(description: "mkdtemp failed")
-        }
-        home = String(cString: dir)
+        temporaryHome = try TemporaryHome(prefix: "ferry-sys", subdirectories: ["work"])
+        home = temporaryHome.path
         work = home + "/work"
-        for sub in [home + "/.config", home + "/.local/state", work!] {
-            try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
-        }
         sessionBus = try withUnblockedSignals { try PrivateBus() }
         systemBus = try withUnblockedSignals { try PrivateBus() }
         system = try BusConnection(address: systemBus.address, queue: DispatchQueue(label: "test.system"))
@@ -216,7 +96,7 @@ class SystemTestCase: XCTestCase {
         server?.stop()
         sessionBus?.stop()
         systemBus?.stop()
-        if !failed, let home { try? FileManager.default.removeItem(atPath: home) }
+        if !failed { temporaryHome?.remove() }
         try await super.tearDown()
     }
 
@@ -231,21 +111,8 @@ class SystemTestCase: XCTestCase {
         let p = try withUnblockedSignals {
             try ChildProcess(executable: python, arguments: ["-m", "dbusmock", "--system", "--template", template], environment: env)
         }
-        try await waitForName(name, owned: true, process: p)
+        try await waitForBusName(name, on: system, process: p, timeout: 20)
         return p
-    }
-
-    func waitForName(_ name: String, owned: Bool, process: ChildProcess? = nil, timeout: TimeInterval = 20) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while try await system.nameHasOwner(name) != owned {
-            if let process, !process.isRunning {
-                throw TimedOut(description: "\(name)'s mock exited\n\(process.log)")
-            }
-            if Date() > deadline {
-                throw TimedOut(description: "\(name) \(owned ? "has no owner" : "still has an owner") after \(timeout) s\n\(process?.log ?? "")")
-            }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
     }
 
     /// NetworkManager's mock, with a `Metered` property (the template has none).
@@ -306,29 +173,16 @@ class SystemTestCase: XCTestCase {
     /// Starts ferryd on the private session bus, with the private system bus as its
     /// system bus (`systemBusAddress` overrides it), and waits until it owns its name.
     func startFerryd(systemBusAddress: String? = nil) async throws {
-        var env = sessionBus.environment(extra: [
-            "HOME": home,
-            "XDG_CONFIG_HOME": home + "/.config",
-            "XDG_STATE_HOME": home + "/.local/state",
-            "XDG_DATA_HOME": home + "/.local/share",
-            "XDG_CACHE_HOME": home + "/.cache",
+        let env = temporaryHome.environment(base: sessionBus.environment(), setting: [
             "XDG_DOWNLOAD_DIR": work,
-            "NO_PROXY": "*", "no_proxy": "*",
             "FERRY_RETRY_BASE_MS": "50",
             "DBUS_SYSTEM_BUS_ADDRESS": systemBusAddress ?? systemBus.address,
         ])
-        for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"] { env.removeValue(forKey: k) }
-        let path = ferrydPath!
-        let p = try withUnblockedSignals { try ChildProcess(executable: path, arguments: ["--verbose"], environment: env) }
+        let p = try Ferryd.launch(ferrydPath, environment: env)
         ferryd = p
         client = try FerryClient(address: sessionBus.address)
-        let deadline = Date().addingTimeInterval(15)
-        while try await !client.bus.nameHasOwner(FerryClient.busName) {
-            if !p.isRunning { throw TimedOut(description: "ferryd exited with \(p.exitStatus ?? -1)\n\(p.log)") }
-            if Date() > deadline { throw TimedOut(description: "ferryd did not take its name within 15 s\n\(p.log)") }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        signals = try await SignalLog.start(client.bus)
+        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        signals = try await SignalRecorder.start(client.bus)
     }
 
     /// How often ferryd's log has a line containing `text`.

@@ -5,6 +5,12 @@ extension TransferCoordinator {
     func handle(_ event: EngineEvent) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
+        // Progress (4 a second per transfer) changes nothing the scheduler or the
+        // aggregate counts read: it skips `mutate`'s rescheduling and recounting.
+        if case .progress(let id, let written, let total, let expected) = event {
+            handleProgress(id, written, total, expected)
+            return
+        }
         mutate {
             switch event {
             case .response(let id, let response): handleResponse(id, response)

@@ -6,16 +6,16 @@ extension TransferCoordinator {
     /// missing file: `FileNotFound`) rather than only that uploads are missing.
     public func checkUpload(session: SessionID, url: String, file: String) throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard self.session(session) != nil else { throw FerryError.noSuchSession("no session \(session)") }
+        _ = try sessionRecord(session)
         _ = try RequestURL.validate(url)
         guard file.hasPrefix("/") else {
             throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
         }
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
+        guard fileManager.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
             throw FerryError.fileNotFound("there is no file at \(file) to upload")
         }
-        guard FileManager.default.isReadableFile(atPath: file) else {
+        guard fileManager.isReadableFile(atPath: file) else {
             throw FerryError.fileNotFound("\(file) cannot be read (permission denied)")
         }
     }

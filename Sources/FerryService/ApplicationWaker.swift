@@ -12,7 +12,7 @@ import Logging
 /// application cannot be reached, it is tried again with a growing delay while
 /// events are still pending and no client has come back.
 ///
-/// Threading: `clients` and `retries` live on the bus queue.
+/// Threading: `clients`, `retryDelay` and `subscribed` live on the bus queue.
 final class ApplicationWaker: @unchecked Sendable {
     private let bus: BusConnection
     private let core: TransferCoordinator

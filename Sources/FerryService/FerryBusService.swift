@@ -9,10 +9,12 @@ import Logging
 ///
 /// Threading: method handlers run on the bus queue and hand the work to the
 /// core's queue; the core's observer callbacks run on the core's queue and hand
-/// bus work to the bus queue. The only synchronous hop is bus -> core, for
-/// property writes that must be refused at once; the core never waits for the bus.
+/// bus work to the bus queue. Neither queue waits for the other: property writes,
+/// too, are checked on the core's queue and answered from there.
 ///
-/// `@unchecked Sendable`: the fields are immutable after `init`.
+/// `@unchecked Sendable`: the fields are set in `init` and not changed after,
+/// except `nextManagerRateUpdate`, which only the core's queue touches (it is read
+/// and written in an observer callback).
 public final class FerryBusService: CoreObserver, @unchecked Sendable {
     public let bus: BusConnection
     public let core: TransferCoordinator
@@ -21,6 +23,8 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     let logger: Logger
     private var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
     private(set) var waker: ApplicationWaker!
+    /// When the manager's DownloadRate may next be refreshed (core queue only).
+    private var nextManagerRateUpdate: UInt64 = 0
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
 
@@ -165,12 +169,19 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
             values["Rate"] = .uint64(t.rate)
             values["ExpectedEnd"] = .uint64(t.expectedEnd)
         }
-        let rates = core.manager
-        bus.perform { [bus, values] in
+        // The overall rates take a pass over every transfer: at most once a second.
+        var managerValues: [String: DBusValue]? = nil
+        let now = DispatchTime.now().uptimeNanoseconds
+        if now >= nextManagerRateUpdate {
+            nextManagerRateUpdate = now + 1_000_000_000
+            let m = core.manager
+            managerValues = ["DownloadRate": .uint64(m.downloadRate), "UploadRate": .uint64(m.uploadRate)]
+        }
+        bus.perform { [bus, values, managerValues] in
             bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
-            bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, [
-                "DownloadRate": .uint64(rates.downloadRate), "UploadRate": .uint64(rates.uploadRate),
-            ])
+            if let managerValues {
+                bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, managerValues)
+            }
         }
         signal(path, FerryBusNames.transferInterface, "Progress",
                [.int64(bytesWritten), .int64(totalBytesWritten), .int64(totalBytesExpected)])

@@ -77,7 +77,7 @@ struct Ferryd: ParsableCommand {
                                       defaultDirectory: environment.defaultDownloadDirectory(),
                                       notifier: notifier, logger: logger)
 
-        let lifetime = Lifetime(core: core, engine: engine, notifier: notifier, logger: logger)
+        let lifetime = Lifetime(core: core, notifier: notifier, logger: logger)
         let idleExit = noIdleExit ? nil : IdleExit(timeout: idleTimeout, core: core, bus: bus, notifier: notifier,
                                                     lifetime: lifetime, logger: logger)
         lifetime.installSignalHandlers()
@@ -130,19 +130,17 @@ extension Ferryd {
     }
 }
 
-/// Clean shutdown: stop the engine (running transfers keep their `.part` files),
-/// then exit.
+/// Clean shutdown: the core stops, and with it the engine (running transfers keep
+/// their `.part` files), then exit.
 final class Lifetime: @unchecked Sendable {
     // Immutable after init; `sources` is written once, before any signal can arrive.
     let core: TransferCoordinator
-    let engine: TransferEngine
     let notifier: Notifier?
     let logger: Logger
     private var sources: [DispatchSourceSignal] = []
 
-    init(core: TransferCoordinator, engine: TransferEngine, notifier: Notifier? = nil, logger: Logger) {
+    init(core: TransferCoordinator, notifier: Notifier? = nil, logger: Logger) {
         self.core = core
-        self.engine = engine
         self.notifier = notifier
         self.logger = logger
     }
@@ -162,8 +160,7 @@ final class Lifetime: @unchecked Sendable {
 
     func shutDown(code: Int32) {
         core.queue.async { [self] in
-            core.shutdown()
-            engine.shutdown()
+            core.shutdown() // shuts the engine down too
             // A notification whose buttons nobody would answer any more goes too.
             notifier?.close(timeout: 2)
             exit(code)

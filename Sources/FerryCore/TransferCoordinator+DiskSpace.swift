@@ -30,15 +30,18 @@ extension TransferCoordinator {
 }
 
 /// Byte counts for messages people read.
-enum ByteCount {
-    static func describe(_ bytes: Int64) -> String {
-        let units = ["bytes", "kB", "MB", "GB", "TB", "PB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1000 && unit < units.count - 1 {
+/// Sizes in decimal units, as the desktop shows them: "1 byte", "999 bytes",
+/// "1.0 kB", "67.1 MB".
+public enum ByteCount {
+    public static func describe(_ bytes: Int64) -> String {
+        if bytes < 1000 { return bytes == 1 ? "1 byte" : "\(bytes) bytes" }
+        var value = Double(bytes) / 1000
+        for unit in ["kB", "MB", "GB", "TB"] {
+            // 999.95 would print as "1000.0": carry it to the next unit instead.
+            if value < 999.95 { return String(format: "%.1f", value) + " " + unit }
             value /= 1000
-            unit += 1
         }
-        return unit == 0 ? "\(bytes) bytes" : "\(String(format: "%.1f", value)) \(units[unit])"
+        return String(format: "%.1f", value) + " PB"
     }
 }
+

@@ -70,9 +70,9 @@ public struct BatchSummary: Sendable, Equatable {
             }
             if s == 1 {
                 let name = (finished[0].path as NSString).lastPathComponent
-                lines.append("\(name) (\(Self.formatSize(total))) \(place)")
+                lines.append("\(name) (\(ByteCount.describe(total))) \(place)")
             } else {
-                lines.append("\(s) files (\(Self.formatSize(total))) \(place)")
+                lines.append("\(s) files (\(ByteCount.describe(total))) \(place)")
             }
         }
         var actions: [DesktopNotification.Action] = []
@@ -114,16 +114,5 @@ public struct BatchSummary: Sendable, Equatable {
         if path == home { return "~" }
         if path.hasPrefix(home + "/") { return "~" + path.dropFirst(home.count) }
         return path
-    }
-
-    /// Decimal units, as desktop file managers show them: "900 bytes", "1.5 kB", "64.0 MB".
-    static func formatSize(_ bytes: Int64) -> String {
-        if bytes < 1000 { return bytes == 1 ? "1 byte" : "\(bytes) bytes" }
-        var value = Double(bytes) / 1000
-        for unit in ["kB", "MB", "GB", "TB"] {
-            if value < 999.95 { return String(format: "%.1f", value) + " " + unit }
-            value /= 1000
-        }
-        return String(format: "%.1f", value) + " PB"
     }
 }

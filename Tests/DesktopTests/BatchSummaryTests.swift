@@ -76,13 +76,13 @@ final class BatchSummaryTests: XCTestCase {
     }
 
     func testSizesAndPaths() {
-        XCTAssertEqual(BatchSummary.formatSize(0), "0 bytes")
-        XCTAssertEqual(BatchSummary.formatSize(1), "1 byte")
-        XCTAssertEqual(BatchSummary.formatSize(999), "999 bytes")
-        XCTAssertEqual(BatchSummary.formatSize(1_000), "1.0 kB")
-        XCTAssertEqual(BatchSummary.formatSize(999_949), "999.9 kB")
-        XCTAssertEqual(BatchSummary.formatSize(999_999), "1.0 MB")
-        XCTAssertEqual(BatchSummary.formatSize(67_108_864), "67.1 MB")
+        XCTAssertEqual(ByteCount.describe(0), "0 bytes")
+        XCTAssertEqual(ByteCount.describe(1), "1 byte")
+        XCTAssertEqual(ByteCount.describe(999), "999 bytes")
+        XCTAssertEqual(ByteCount.describe(1_000), "1.0 kB")
+        XCTAssertEqual(ByteCount.describe(999_949), "999.9 kB")
+        XCTAssertEqual(ByteCount.describe(999_999), "1.0 MB")
+        XCTAssertEqual(ByteCount.describe(67_108_864), "67.1 MB")
         XCTAssertEqual(BatchSummary.abbreviate("/home/ada", home: home), "~")
         XCTAssertEqual(BatchSummary.abbreviate("/home/ada/Downloads", home: home), "~/Downloads")
         XCTAssertEqual(BatchSummary.abbreviate("/home/adam/Downloads", home: home), "/home/adam/Downloads")

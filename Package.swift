@@ -16,6 +16,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
     ],
     targets: [
         // C libraries, as Debian's -dev packages ship them.
@@ -30,6 +31,7 @@ let package = Package(
         .target(name: "FerryCore", dependencies: [
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "HeapModule", package: "swift-collections"),
         ]),
         // libcurl multi on one engine thread.
         .target(name: "FerryEngine", dependencies: [

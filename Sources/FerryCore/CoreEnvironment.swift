@@ -19,6 +19,9 @@ public struct CoreEnvironment {
     /// Seconds between two stored checkpoints of a running transfer's offset (the store
     /// is not written per chunk; the `.part` file's real size wins after a restart).
     public var checkpointInterval: Double
+    /// Seconds with nothing queued, waiting or running before the manager's batch ends
+    /// (`AllFinished` and the notification); 0 ends it at once.
+    public var batchSettleTime: Double
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -28,18 +31,21 @@ public struct CoreEnvironment {
     ///   - retryPolicy: `.standard()` by default (exponential backoff from 2 s to 5 min, with jitter).
     ///   - freeSpace: `statvfs` through Foundation by default.
     ///   - checkpointInterval: 5 seconds by default.
+    ///   - batchSettleTime: 1 second by default.
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
                 retryPolicy: RetryPolicy = .standard(),
                 freeSpace: @escaping (String) -> Int64? = CoreEnvironment.systemFreeSpace,
-                checkpointInterval: Double = 5) {
+                checkpointInterval: Double = 5,
+                batchSettleTime: Double = 1) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
         self.retryPolicy = retryPolicy
         self.freeSpace = freeSpace
         self.checkpointInterval = checkpointInterval
+        self.batchSettleTime = batchSettleTime
     }
 
     /// The wall clock in microseconds since the Unix epoch.

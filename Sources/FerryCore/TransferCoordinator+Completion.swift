@@ -31,7 +31,7 @@ extension TransferCoordinator {
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
-        t.move(to: .completed)
+        transition(t, to: .completed)
         // The final state and its event are stored together, before either is announced.
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
                                               bytes: bytesOnDisk, sha256: digest), session: t.session)
@@ -122,8 +122,7 @@ extension TransferCoordinator {
             status = UInt32(clamping: code)
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
-        t.cancelDueTimer()
-        t.move(to: .failed)
+        transition(t, to: .failed)
         t.snapshot.errorName = error.name
         t.snapshot.errorMessage = error.message
         t.snapshot.completed = environment.now()
@@ -146,20 +145,16 @@ extension TransferCoordinator {
         finishClosingIfDone(s)
     }
 
-    /// Sends AllFinished for the session, and for the manager, when nothing is
-    /// queued, waiting or running there any more and the batch has an outcome to
-    /// report (a batch can also end by pausing its last live transfer).
+    /// Sends AllFinished for the session when nothing is queued, waiting or running
+    /// there any more and the batch has an outcome to report (a batch can also end by
+    /// pausing its last live transfer); the manager's follows after its settle time.
     func announceEndedBatches(of s: SessionRecord) {
-        if s.batch != BatchCounts(), !transfers.values.contains(where: { $0.session == s.id && $0.state.isActive }) {
+        if s.batch != BatchCounts(), index.activeCount(session: s.id) == 0 {
             let counts = s.batch
             s.batch = BatchCounts()
             announce?.sessionAllFinished(s.id, counts: counts)
         }
-        if batch != BatchCounts(), !transfers.values.contains(where: { $0.state.isActive }) {
-            let counts = batch
-            batch = BatchCounts()
-            announce?.allFinished(counts)
-        }
+        managerBatchMayHaveEnded()
     }
 
     private func describe(_ error: Error) -> String {

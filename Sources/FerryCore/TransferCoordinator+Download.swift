@@ -74,8 +74,8 @@ extension TransferCoordinator {
         }
         let directory = FileSystemChecks.directoryName(data.destination)
         try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
-        let owners = transfers.values.filter { $0.holdsClaim && ($0.destination == data.destination || $0.partPath == data.partPath) }
-            .sorted { $0.id < $1.id }
+        let owners = Set(index.owners(of: data.destination) + index.owners(of: data.partPath)).sorted()
+            .compactMap { transfers[$0] }.filter { $0.holdsClaim }
         if let busy = owners.first(where: { $0.state.isActive }) {
             throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
         }
@@ -118,18 +118,17 @@ extension TransferCoordinator {
     /// Registers a new transfer (in its first state, already stored) and announces it.
     func add(_ t: TransferRecord) {
         transfers[t.id] = t
+        reindex(t)
         stageTransfer(t)
         t.published = t.snapshot
         announce?.transferAdded(t.snapshot)
-        if t.state == .waiting { armDueTimer(t) }
+        if t.state == .waiting { wakeAtNotBefore(t) }
     }
 
     /// A resolver that treats paths owned by live transfers (other than `except`) as taken.
     func resolver(except: TransferID?) -> DestinationResolver {
         DestinationResolver(fileManager: fileManager) { [unowned self] path in
-            self.transfers.values.contains { t in
-                t.id != except && t.holdsClaim && (t.destination == path || t.partPath == path)
-            }
+            !self.index.owners(of: path, except: except).isEmpty
         }
     }
 }

@@ -70,6 +70,7 @@ extension TransferCoordinator {
             t.enginePartPath = newPath + ".part"
         }
         t.snapshot.destination = newPath
+        reindex(t)
     }
 
     private func handleProgress(_ id: TransferID, _ written: Int64, _ total: Int64, _ expected: Int64) {
@@ -100,6 +101,7 @@ extension TransferCoordinator {
         settlePartFile(t)
         if t.stopInFlight {
             t.stopInFlight = false
+            reindex(t) // a transfer queued meanwhile may start now
             // Paused or cancelled meanwhile (maybe resumed since): only the bytes count.
             if t.state == .cancelled {
                 deletePartFiles(t)
@@ -119,7 +121,7 @@ extension TransferCoordinator {
         case .stopped(let bytes):
             // Not asked for (the engine shut down): the transfer waits for its turn again.
             t.snapshot.bytesTransferred = bytes
-            t.move(to: .queued)
+            transition(t, to: .queued)
             publishChanged(t)
         }
     }
@@ -137,6 +139,7 @@ extension TransferCoordinator {
             }
         }
         t.enginePartPath = t.partPath
+        reindex(t)
     }
 }
 

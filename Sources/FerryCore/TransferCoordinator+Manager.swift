@@ -18,6 +18,10 @@ extension TransferCoordinator {
                     try persistConfiguration(existing, config)
                     existing.publishedActive = activeCount(existing.id)
                     announce?.sessionChanged(snapshot(of: existing))
+                    // allow-metered and resource-timeout may judge its transfers anew.
+                    let own = index.ids(session: existing.id)
+                    applyNetworkPolicy(to: own)
+                    for id in own { if let t = transfers[id], t.state.isActive { watchDeadline(t) } }
                 }
                 return (existing.id, false)
             }
@@ -42,7 +46,7 @@ extension TransferCoordinator {
     /// - Throws: `StoreError`; then nothing has changed.
     private func persistConfiguration(_ s: SessionRecord, _ config: SessionConfiguration) throws {
         let was = s.configuration.persistent
-        let own = transfers.values.filter { $0.session == s.id }.sorted { $0.id < $1.id }
+        let own = index.ids(session: s.id).compactMap { transfers[$0] }
         var updated = storedSession(s)
         updated.configuration = config
         if config.persistent {
@@ -105,18 +109,17 @@ extension TransferCoordinator {
         }
     }
 
-    /// The Manager's properties, current.
+    /// The Manager's properties, current: counts from the index, rates summed over the
+    /// running transfers only.
     public var manager: ManagerSnapshot {
         dispatchPrecondition(condition: .onQueue(queue))
-        var running: UInt32 = 0, queued: UInt32 = 0, rate: UInt64 = 0
-        for t in transfers.values {
-            switch t.state {
-            case .running: running += 1; rate += t.snapshot.rate
-            case .queued, .waiting: queued += 1
-            default: break
-            }
+        var download: UInt64 = 0, upload: UInt64 = 0
+        for id in index.running {
+            guard let t = transfers[id] else { continue }
+            if t.snapshot.kind == .upload { upload &+= t.snapshot.rate } else { download &+= t.snapshot.rate }
         }
-        return ManagerSnapshot(activeTransfers: running, queuedTransfers: queued, downloadRate: rate, uploadRate: 0,
+        return ManagerSnapshot(activeTransfers: UInt32(index.running.count), queuedTransfers: UInt32(index.queuedOrWaiting),
+                               downloadRate: download, uploadRate: upload,
                                maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
                                notificationsEnabled: notificationsEnabled)
     }

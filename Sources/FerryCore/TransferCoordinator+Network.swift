@@ -12,8 +12,9 @@ import Dispatch
 /// they spend no retry and add no attempt. Waits for a time (`start-after`, `retry`)
 /// run their course first; the transfer is judged when it is queued again.
 ///
-/// The rule is applied at every scheduling round (before anything starts), so a new,
-/// resumed, retried or re-configured transfer is judged like the others.
+/// The rule is applied to every live transfer when the network changes, to a session's
+/// transfers when its configuration changes, and to each transfer as it becomes queued
+/// (new, resumed, retried), so each is judged like the others without a pass over all.
 extension TransferCoordinator {
     /// Tells the core what the network allows now; transfers wait or go on at once.
     /// Ferry assumes `NetworkConditions.assumed` until told otherwise.
@@ -22,7 +23,10 @@ extension TransferCoordinator {
         let new = NetworkConditions(metered: metered, online: online)
         guard new != network else { return }
         logger.info("network: \(new)")
-        mutate { network = new }
+        mutate {
+            network = new
+            applyNetworkPolicy(to: transfers.keys.sorted())
+        }
     }
 
     /// What the core currently assumes about the network.
@@ -39,39 +43,56 @@ extension TransferCoordinator {
     }
 
     /// Moves queued and running transfers the network holds back to `waiting`, and
-    /// queues again those whose network wait is over. Part of `schedule()`.
-    func applyNetworkPolicy() {
-        for t in transfers.values.sorted(by: { $0.id < $1.id }) {
+    /// queues again those whose network wait is over.
+    func applyNetworkPolicy(to ids: [TransferID]) {
+        for id in ids {
+            guard let t = transfers[id] else { continue }
             let blocker = networkBlocker(t)
             switch t.state {
             case .queued, .running:
                 guard let reason = blocker else { continue }
-                if t.state == .running {
-                    logger.info("transfer \(t.id): stopping; the network is \(reason == .offline ? "offline" : "metered")")
-                }
-                stopAttemptIfRunning(t)
-                t.cancelDueTimer()
-                // Waits for the network, not for a time: no due timer may queue it.
-                t.notBefore = .max
-                t.move(to: .waiting, waiting: reason)
-                publishChanged(t)
+                waitForNetwork(t, reason)
             case .waiting where t.isWaitingForNetwork:
                 if let reason = blocker {
                     // Metered became offline or back: the reason follows.
                     if t.snapshot.waitingReason != reason.rawValue {
                         t.snapshot.waitingReason = reason.rawValue
+                        reindex(t)
                         publishChanged(t)
                     }
                 } else {
-                    t.cancelDueTimer()
                     t.notBefore = 0
-                    t.move(to: .queued)
+                    transition(t, to: .queued)
                     publishChanged(t)
                 }
             default:
                 continue
             }
         }
+    }
+
+    /// Judges the transfers that became queued since the last round.
+    func judgeNewlyQueued() {
+        guard !newlyQueued.isEmpty else { return }
+        let ids = newlyQueued
+        newlyQueued = []
+        for id in ids {
+            guard let t = transfers[id], t.state == .queued, let reason = networkBlocker(t) else { continue }
+            waitForNetwork(t, reason)
+        }
+    }
+
+    /// A queued or running transfer waits for the network (a running one is stopped at
+    /// a resumable point).
+    func waitForNetwork(_ t: TransferRecord, _ reason: WaitingReason) {
+        if t.state == .running {
+            logger.info("transfer \(t.id): stopping; the network is \(reason == .offline ? "offline" : "metered")")
+        }
+        stopAttemptIfRunning(t)
+        // Waits for the network, not for a time: no wake-up may queue it.
+        t.notBefore = .max
+        transition(t, to: .waiting, waiting: reason)
+        publishChanged(t)
     }
 }
 

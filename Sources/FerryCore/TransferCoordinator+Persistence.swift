@@ -138,6 +138,9 @@ extension TransferCoordinator {
         for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.finishingPath != nil {
             settleInterruptedFinish(t)
         }
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
+        newlyQueued = []
+        _ = index.takeChangedSessions()
         for s in sessions.values { s.publishedActive = activeCount(s.id) }
 
         if let settings = contents.settings {
@@ -222,9 +225,13 @@ extension TransferCoordinator {
     /// whose transfers are all final go.
     func resumeRestoredWork() {
         for t in transfers.values.sorted(by: { $0.id < $1.id }) {
-            if t.state == .waiting && t.dueTimer == nil { armDueTimer(t) }
-            if t.state.isActive && t.resourceStarted > 0 && t.deadlineTimer == nil { armDeadlineTimer(t) }
+            if t.state == .waiting && !t.isWaitingForNetwork { wakeAtNotBefore(t) }
+            if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }
+            // Restored queued transfers meet the network policy like new ones.
+            if t.state == .queued { newlyQueued.append(t.id) }
         }
+        // Network waits from before the restart are judged against today's network.
+        applyNetworkPolicy(to: index.waitingForNetwork.sorted())
         checkResourceDeadlines()
         for s in sessions.values.sorted(by: { $0.id < $1.id }) where s.isClosing { finishClosingIfDone(s) }
     }

@@ -2,6 +2,7 @@ extension TransferCoordinator {
     /// Stages the transfer for the store, then sends transferChanged when a signalled
     /// field differs from what was last sent.
     func publishChanged(_ t: TransferRecord) {
+        reindex(t)
         stageTransfer(t)
         let current = TransferRecord.signalled(t.snapshot)
         if let published = t.published, TransferRecord.signalled(published) == current { return }
@@ -9,11 +10,13 @@ extension TransferCoordinator {
         announce?.transferChanged(t.snapshot)
     }
 
-    /// sessionChanged for sessions whose ActiveTransfers changed; managerChanged when
-    /// its counts or settings changed (rates have no change signal).
+    /// sessionChanged for sessions whose ActiveTransfers changed (only those the index
+    /// saw change); managerChanged when its counts or settings changed (rates have no
+    /// change signal).
     func publishAggregates() {
         guard !isShutDown else { return }
-        for s in sessions.values.sorted(by: { $0.id < $1.id }) {
+        for id in index.takeChangedSessions().sorted() {
+            guard let s = sessions[id] else { continue }
             let active = activeCount(s.id)
             if active != s.publishedActive {
                 s.publishedActive = active

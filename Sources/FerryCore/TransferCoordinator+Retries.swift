@@ -35,8 +35,8 @@ extension TransferCoordinator {
         t.retriesUsed += 1
         logger.info("transfer \(t.id): \(error.shortName) (\(error.message)); retry \(t.retriesUsed) of \(maxRetries) in \(String(format: "%.1f", seconds)) s")
         t.notBefore = due
-        t.move(to: .waiting, waiting: .retry)
-        armDueTimer(t)
+        transition(t, to: .waiting, waiting: .retry)
+        wakeAtNotBefore(t)
         publishChanged(t)
     }
 
@@ -53,45 +53,6 @@ extension TransferCoordinator {
     func resourceTimeoutError(_ t: TransferRecord) -> FerryError {
         let timeout = sessions[t.session]?.configuration.resourceTimeout ?? 0
         return .timeout("The transfer did not finish within the session's resource-timeout of \(Self.describeSeconds(timeout)) (counted from its start, retries included); resume it to try again")
-    }
-
-    /// Fails every queued, waiting or running transfer whose resource-timeout has run
-    /// out by the environment's clock (tests call it after moving a fake clock).
-    func checkResourceDeadlines() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
-        let now = environment.now()
-        mutate {
-            for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.state.isActive {
-                guard let deadline = resourceDeadline(t), deadline <= now else { continue }
-                stopAttemptIfRunning(t)
-                failTransfer(t, resourceTimeoutError(t))
-            }
-        }
-    }
-
-    /// Wakes the core at the transfer's deadline. Real time, like the due timer; the
-    /// decision uses the environment's clock.
-    func armDeadlineTimer(_ t: TransferRecord) {
-        t.cancelDeadlineTimer()
-        guard !isShutDown, let deadline = resourceDeadline(t) else { return }
-        let now = environment.now()
-        let delay = Int(min(deadline > now ? deadline - now : 0, 365 * 86_400 * 1_000_000))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + .microseconds(delay), leeway: .milliseconds(100))
-        let id = t.id
-        timer.setEventHandler { [weak self] in self?.deadlineTimerFired(id) }
-        timer.resume()
-        t.deadlineTimer = timer
-    }
-
-    private func deadlineTimerFired(_ id: TransferID) {
-        guard let t = transfers[id], t.state.isActive, !isShutDown else { return }
-        if let deadline = resourceDeadline(t), deadline > environment.now() {
-            armDeadlineTimer(t) // fired early (a far-off deadline is clamped)
-        } else {
-            checkResourceDeadlines()
-        }
     }
 
     static func microseconds(_ seconds: Double) -> UInt64 {

@@ -3,42 +3,31 @@ import Foundation
 
 extension TransferCoordinator {
     /// Starts what the limits allow and brings every running transfer's speed limit up
-    /// to date. Runs at the end of every change (`mutate`).
+    /// to date. Runs at the end of every change (`mutate`). Costs O(log n) per transfer
+    /// it starts, plus a look at each host group's head: the queue is an index, not a scan.
     func schedule() {
         guard isStarted, !isShutDown else { return }
-        applyNetworkPolicy()
-        // Picks refused at the start (no disk space, resource-timeout over) fail and
-        // free their places for the next round.
-        var refused = true
-        while refused {
-            refused = false
-            let running = transfers.values.filter { $0.state == .running }
-            // A transfer whose previous attempt is still stopping waits for it to end.
-            let queued = transfers.values.filter { $0.state == .queued && !$0.stopInFlight }
-            let scheduler = TransferScheduler(maxConcurrent: Int(maxConcurrentTransfers))
-            let picks = scheduler.select(queued: queued.map(schedulerEntry), running: running.map(schedulerEntry)) { [unowned self] id in
-                Int(self.sessions[id]?.configuration.maxConnectionsPerHost ?? 6)
-            }
-            var starting: [TransferRecord] = []
-            for t in picks.compactMap({ transfers[$0] }) {
-                if let error = startBlocker(t) {
-                    refused = true
-                    failTransfer(t, error)
-                } else {
-                    starting.append(t)
-                }
-            }
-            for t in starting { prepareAttempt(t) }
-            applySpeedLimits(starting: Set(starting.map(\.id)))
-            for t in starting {
-                publishChanged(t)
-                engine.start(request(for: t))
+        judgeNewlyQueued()
+        var starting: [TransferRecord] = []
+        while let id = index.nextToStart(maxRunning: Int(maxConcurrentTransfers), perHostLimit: { [unowned self] session in
+            Int(self.sessions[session]?.configuration.maxConnectionsPerHost ?? 6)
+        }), let t = transfers[id] {
+            if let reason = networkBlocker(t) {
+                waitForNetwork(t, reason)
+            } else if let error = startBlocker(t) {
+                // Refused at the start (no disk space, resource-timeout over): it fails
+                // and frees its place for the next one.
+                failTransfer(t, error)
+            } else {
+                prepareAttempt(t)
+                starting.append(t)
             }
         }
-    }
-
-    private func schedulerEntry(_ t: TransferRecord) -> TransferScheduler.Entry {
-        TransferScheduler.Entry(id: t.id, session: t.session, host: t.host, priority: t.snapshot.priority)
+        applySpeedLimits(starting: Set(starting.map(\.id)))
+        for t in starting {
+            publishChanged(t)
+            engine.start(request(for: t))
+        }
     }
 
     /// Marks a queued transfer running and decides where its attempt starts: after the
@@ -53,13 +42,13 @@ extension TransferCoordinator {
         }
         t.attemptOffset = offset
         t.enginePartPath = t.partPath
-        t.move(to: .running)
+        transition(t, to: .running)
         t.snapshot.attempts += 1
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
         t.failedResponseStatus = nil
         if t.resourceStarted == 0 { t.resourceStarted = now }
-        if t.deadlineTimer == nil { armDeadlineTimer(t) }
+        watchDeadline(t)
         t.snapshot.bytesTransferred = offset
         t.rate.reset(at: now)
         t.lastProgress = nil
@@ -77,61 +66,20 @@ extension TransferCoordinator {
 
     /// Recomputes each running transfer's share of the limits; tells the engine about
     /// changes for attempts already under way (`starting` ones get it in their request).
+    /// O(running transfers), at most `MaxConcurrentTransfers`.
     private func applySpeedLimits(starting: Set<TransferID>) {
-        let running = transfers.values.filter { $0.state == .running }
-        var perSession: [SessionID: Int] = [:]
-        for t in running { perSession[t.session, default: 0] += 1 }
-        for t in running {
+        let running = index.running
+        for id in running {
+            guard let t = transfers[id] else { continue }
             let limit = SpeedLimitAllocator.effectiveLimit(
                 transfer: t.snapshot.speedLimit, session: sessions[t.session]?.configuration.speedLimit ?? 0,
-                runningInSession: perSession[t.session] ?? 1, global: globalSpeedLimit, runningOverall: running.count)
+                runningInSession: max(index.runningCount(session: t.session), 1), global: globalSpeedLimit,
+                runningOverall: running.count)
             if starting.contains(t.id) {
                 t.appliedSpeedLimit = limit
             } else if limit != t.appliedSpeedLimit && !t.stopInFlight {
                 t.appliedSpeedLimit = limit
                 engine.setSpeedLimit(t.id, bytesPerSecond: limit)
-            }
-        }
-    }
-
-    // MARK: - Waiting (start-after, retry)
-
-    /// Wakes `t` at `t.notBefore`. The timer runs on real time; the decision uses the
-    /// environment's clock, so tests drive it with a fake clock and `wakeDueTransfers`.
-    func armDueTimer(_ t: TransferRecord) {
-        t.cancelDueTimer()
-        guard !isShutDown else { return }
-        let now = environment.now()
-        let delayMicros = t.notBefore > now ? t.notBefore - now : 0
-        // Clamp far-off times to a year; the timer re-arms when it fires early.
-        let delay = Int(min(delayMicros, 365 * 86_400 * 1_000_000))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + .microseconds(delay), leeway: .milliseconds(100))
-        let id = t.id
-        timer.setEventHandler { [weak self] in self?.dueTimerFired(id) }
-        timer.resume()
-        t.dueTimer = timer
-    }
-
-    private func dueTimerFired(_ id: TransferID) {
-        guard let t = transfers[id], t.state == .waiting, !isShutDown else { return }
-        if t.notBefore <= environment.now() {
-            wakeDueTransfers()
-        } else {
-            armDueTimer(t)
-        }
-    }
-
-    /// Queues every waiting transfer whose time has come (by the environment's clock).
-    func wakeDueTransfers() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
-        let now = environment.now()
-        mutate {
-            for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.state == .waiting && t.notBefore <= now {
-                t.cancelDueTimer()
-                t.move(to: .queued)
-                publishChanged(t)
             }
         }
     }

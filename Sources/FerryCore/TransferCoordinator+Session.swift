@@ -36,7 +36,7 @@ extension TransferCoordinator {
             s.isClosing = true
             stageSession(s)
             if cancelTransfers {
-                for t in transfers.values.filter({ $0.session == id }).sorted(by: { $0.id < $1.id })
+                for t in index.ids(session: id).compactMap({ transfers[$0] })
                 where TransferStateMachine.Action.cancel.allowedStates.contains(t.state) {
                     cancelTransfer(t, reason: .cancelled("Cancelled because its session was closed"), deletePart: true)
                 }
@@ -48,9 +48,8 @@ extension TransferCoordinator {
     /// Removes a closing session and its transfers once none of them can change any more.
     func finishClosingIfDone(_ s: SessionRecord) {
         guard s.isClosing, sessions[s.id] != nil else { return }
-        let own = transfers.values.filter { $0.session == s.id }.sorted { $0.id < $1.id }
-        guard own.allSatisfy({ $0.state.isFinal }) else { return }
-        for t in own { forget(t) }
+        guard index.unfinishedCount(session: s.id) == 0 else { return }
+        for t in index.ids(session: s.id).compactMap({ transfers[$0] }) { forget(t) }
         if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
         sessions[s.id] = nil
         announce?.sessionRemoved(s.id)
@@ -63,7 +62,7 @@ extension TransferCoordinator {
 
     /// Queued, waiting and running transfers of a session.
     func activeCount(_ session: SessionID) -> UInt32 {
-        UInt32(transfers.values.filter { $0.session == session && $0.state.isActive }.count)
+        UInt32(index.activeCount(session: session))
     }
 
     /// A session that takes new transfers.

@@ -61,6 +61,7 @@ extension TransferCoordinator {
         mutate {
             t.snapshot.url = url
             t.host = requestURL.host
+            reindex(t)
             publishChanged(t)
         }
     }
@@ -72,6 +73,7 @@ extension TransferCoordinator {
         try DownloadOptionsValidation.validatePriority(p)
         mutate {
             t.snapshot.priority = p
+            reindex(t)
             publishChanged(t)
         }
     }
@@ -90,8 +92,7 @@ extension TransferCoordinator {
 
     func pauseTransfer(_ t: TransferRecord) {
         stopAttemptIfRunning(t)
-        t.cancelDueTimer()
-        t.move(to: .paused)
+        transition(t, to: .paused)
         publishChanged(t)
         if let s = sessions[t.session] { announceEndedBatches(of: s) }
     }
@@ -109,10 +110,10 @@ extension TransferCoordinator {
         // user asked for it now).
         if t.options.startAfter > environment.now() {
             t.notBefore = t.options.startAfter
-            t.move(to: .waiting, waiting: .startAfter)
-            armDueTimer(t)
+            transition(t, to: .waiting, waiting: .startAfter)
+            wakeAtNotBefore(t)
         } else {
-            t.move(to: .queued)
+            transition(t, to: .queued)
         }
         publishChanged(t)
     }
@@ -121,9 +122,8 @@ extension TransferCoordinator {
     /// completion.
     func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
         stopAttemptIfRunning(t)
-        t.cancelDueTimer()
         if deletePart { deletePartFiles(t) }
-        t.move(to: .cancelled)
+        transition(t, to: .cancelled)
         t.snapshot.errorName = reason.name
         t.snapshot.errorMessage = reason.message
         t.snapshot.completed = environment.now()
@@ -137,7 +137,6 @@ extension TransferCoordinator {
 
     /// Drops a final transfer from the core and tells the observer.
     func forget(_ t: TransferRecord) {
-        t.cancelDueTimer()
         var leftovers: [String] = []
         if t.state == .failed {
             deletePartFiles(t)
@@ -146,7 +145,7 @@ extension TransferCoordinator {
             leftovers = partPaths(t)
         }
         if t.stopInFlight { detachedStops[t.id] = leftovers }
-        t.cancelDeadlineTimer()
+        unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
         announce?.transferRemoved(t.id, session: t.session)

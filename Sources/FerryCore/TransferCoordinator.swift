@@ -29,6 +29,18 @@ public final class TransferCoordinator {
 
     var sessions: [SessionID: SessionRecord] = [:]
     var transfers: [TransferID: TransferRecord] = [:]
+    /// Counts, queue, claims and per-session sets, kept as transfers change.
+    var index = TransferIndex()
+    /// Transfers that became startable since the last scheduling round (the network
+    /// policy judges them there).
+    var newlyQueued: [TransferID] = []
+    /// Due moments (start-after, retries, resource deadlines, batch settle) and the one
+    /// timer for the earliest of them.
+    var timeline = DueTimeline()
+    var wakeTimer: DispatchSourceTimer?
+    var armedDue: UInt64?
+    /// When the manager's batch settles, if it is settling.
+    var settleDue: UInt64?
     var nextSessionID: SessionID = 1
     var nextTransferID: TransferID = 1
     var nextSerial: UInt64 = 1
@@ -87,10 +99,8 @@ public final class TransferCoordinator {
         guard !isShutDown else { return }
         flushStore()
         isShutDown = true
-        for transfer in transfers.values {
-            transfer.cancelDueTimer()
-            transfer.cancelDeadlineTimer()
-        }
+        wakeTimer?.cancel()
+        wakeTimer = nil
         engine.shutdown()
     }
 
@@ -104,6 +114,7 @@ public final class TransferCoordinator {
                 schedule()
                 publishAggregates()
                 flushStore()
+                armTimeline()
             }
         }
         return try body()
@@ -125,8 +136,9 @@ public final class TransferCoordinator {
 
     /// Transfers of one session or of all, oldest first.
     func records(in session: SessionID?) throws -> [TransferRecord] {
-        if let session = session { _ = try sessionRecord(session) }
-        return transfers.values.filter { session == nil || $0.session == session }.sorted { $0.id < $1.id }
+        guard let session else { return transfers.keys.sorted().compactMap { transfers[$0] } }
+        _ = try sessionRecord(session)
+        return index.ids(session: session).compactMap { transfers[$0] }
     }
 }
 

@@ -1,5 +1,3 @@
-import Dispatch
-
 /// One transfer as the core keeps it: the public snapshot plus what the core needs to
 /// run, resume and rename it.
 final class TransferRecord {
@@ -30,7 +28,6 @@ final class TransferRecord {
     var attemptOffset: Int64 = 0
     /// Waiting until this time (µs), for start-after or a retry.
     var notBefore: UInt64 = 0
-    var dueTimer: DispatchSourceTimer?
     var rate = RateEstimator()
     /// (total, expected) of the last transferProgress, nil when none this attempt.
     var lastProgress: (total: Int64, expected: Int64)?
@@ -46,8 +43,10 @@ final class TransferRecord {
     var retryAfter: Double?
     /// Status of the current attempt's failing response, when the engine reported one.
     var failedResponseStatus: Int?
-    /// Fails the transfer when its resource-timeout runs out.
-    var deadlineTimer: DispatchSourceTimer?
+    /// The resource deadline last put on the coordinator's timeline (µs; 0 = none).
+    var deadlineOnTimeline: UInt64 = 0
+    /// What the coordinator's index last recorded of this transfer.
+    var indexed: TransferIndex.Facts?
 
     // Persistence.
     /// What the store holds for this transfer, as last written; nil when nothing is
@@ -73,7 +72,8 @@ final class TransferRecord {
     /// `.part` (a failed one may be resumed).
     var holdsClaim: Bool { state != .completed && state != .cancelled }
 
-    /// Changes the state; an illegal move is a bug in the core.
+    /// Changes the state; an illegal move is a bug in the core. Only the coordinator's
+    /// `transition` calls it, so that the index follows.
     func move(to state: TransferState, waiting reason: WaitingReason? = nil) {
         precondition(TransferStateMachine.canMove(from: snapshot.state, to: state),
                      "transfer \(id): illegal move \(snapshot.state) -> \(state)")
@@ -83,17 +83,6 @@ final class TransferRecord {
             snapshot.rate = 0
             snapshot.expectedEnd = 0
         }
-        if !state.isActive { cancelDeadlineTimer() }
-    }
-
-    func cancelDueTimer() {
-        dueTimer?.cancel()
-        dueTimer = nil
-    }
-
-    func cancelDeadlineTimer() {
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
     }
 
     /// The record as the store keeps it.

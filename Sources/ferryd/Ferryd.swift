@@ -32,9 +32,15 @@ struct Ferryd: ParsableCommand {
     @Flag(name: .long, help: "Keep running when idle (for running ferryd by hand).")
     var noIdleExit = false
 
+    @Option(name: .long, help: ArgumentHelp("Seconds with nothing queued, waiting or running before a batch ends (the manager's AllFinished and the notification); 0 ends it at once.", valueName: "seconds"))
+    var batchSettle: Double = 1
+
     func validate() throws {
         guard idleTimeout.isFinite, idleTimeout > 0 else {
             throw ValidationError("--idle-timeout must be a positive number of seconds")
+        }
+        guard batchSettle.isFinite, (0...3600).contains(batchSettle) else {
+            throw ValidationError("--batch-settle must be between 0 and 3600 seconds")
         }
     }
 
@@ -56,7 +62,8 @@ struct Ferryd: ParsableCommand {
             throw ExitCode(1)
         }
 
-        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger))
+        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
+                                          batchSettleTime: batchSettle)
         let engine = CurlEngine()
         let store = Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)

@@ -26,7 +26,7 @@ final class CoreHarness {
     ///   - restore: call `restore()` before `start()`, as ferryd does.
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
-         root: String? = nil) {
+         root: String? = nil, batchSettleTime: Double = 0) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
@@ -39,7 +39,7 @@ final class CoreHarness {
         let environment = CoreEnvironment(now: { clock.now }, defaultDownloadDirectory: { downloads },
                                           version: "9.9", retryPolicy: retryPolicy,
                                           freeSpace: { path in disk.free(path) },
-                                          checkpointInterval: checkpointInterval)
+                                          checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime)
         core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
         core.observer = observer
         observer.expectedQueue = queue

@@ -2,25 +2,80 @@ import XCTest
 @testable import FerryCore
 
 final class PolicyTests: XCTestCase {
-    private func entry(_ id: TransferID, session: SessionID = 1, host: String = "a", priority: Int32 = 0) -> TransferScheduler.Entry {
-        TransferScheduler.Entry(id: id, session: session, host: host, priority: priority)
+    private func facts(session: SessionID = 1, host: String = "a", priority: Int32 = 0,
+                       state: TransferState = .queued) -> TransferIndex.Facts {
+        TransferIndex.Facts(session: session, state: state, key: HostKey(session: session, host: host), priority: priority,
+                            startable: state == .queued, waitingForNetwork: false, claims: [])
     }
 
-    func testSchedulerOrdersByPriorityThenAge() {
-        let s = TransferScheduler(maxConcurrent: 10)
-        let picks = s.select(queued: [entry(4, priority: 0), entry(2, priority: -1), entry(5, priority: 1), entry(3, priority: 0)],
-                             running: []) { _ in 10 }
-        XCTAssertEqual(picks, [5, 3, 4, 2])
+    /// Starts what the index offers, in order, as the coordinator does.
+    private func picks(_ index: inout TransferIndex, max: Int, perHost: Int) -> [TransferID] {
+        var picked: [TransferID] = []
+        while let id = index.nextToStart(maxRunning: max, perHostLimit: { _ in perHost }) {
+            picked.append(id)
+            let queued = facts(session: sessionOf[id] ?? 1, host: hostOf[id] ?? "a", priority: priorityOf[id] ?? 0)
+            var running = queued
+            running.state = .running
+            running.startable = false
+            index.update(id, from: queued, to: running)
+        }
+        return picked
     }
 
-    func testSchedulerLimits() {
-        let s = TransferScheduler(maxConcurrent: 3)
-        XCTAssertEqual(s.select(queued: [entry(3), entry(4)], running: [entry(1), entry(2)]) { _ in 10 }, [3])
-        XCTAssertEqual(s.select(queued: [entry(4)], running: [entry(1), entry(2), entry(3)]) { _ in 10 }, [])
+    private var sessionOf: [TransferID: SessionID] = [:]
+    private var hostOf: [TransferID: String] = [:]
+    private var priorityOf: [TransferID: Int32] = [:]
+
+    private func add(_ index: inout TransferIndex, _ id: TransferID, session: SessionID = 1, host: String = "a",
+                     priority: Int32 = 0, state: TransferState = .queued) {
+        sessionOf[id] = session; hostOf[id] = host; priorityOf[id] = priority
+        index.update(id, from: nil, to: facts(session: session, host: host, priority: priority, state: state))
+    }
+
+    func testQueueOrdersByPriorityThenAge() {
+        var index = TransferIndex()
+        add(&index, 4, priority: 0); add(&index, 2, priority: -1); add(&index, 5, priority: 1); add(&index, 3, priority: 0)
+        XCTAssertEqual(picks(&index, max: 10, perHost: 10), [5, 3, 4, 2])
+    }
+
+    func testQueueLimits() {
+        var index = TransferIndex()
+        add(&index, 1, state: .running); add(&index, 2, state: .running); add(&index, 3); add(&index, 4)
+        XCTAssertEqual(picks(&index, max: 3, perHost: 10), [3])
+        XCTAssertEqual(picks(&index, max: 3, perHost: 10), [], "three run: nothing more starts")
+
         // Per host within a session: host "a" is full, "b" still runs; another session's "a" is separate.
-        let picks = s.select(queued: [entry(2, host: "a"), entry(3, host: "b"), entry(4, session: 2, host: "a")],
-                             running: [entry(1, host: "a")]) { _ in 1 }
-        XCTAssertEqual(picks, [3, 4])
+        var hosts = TransferIndex()
+        add(&hosts, 1, host: "a", state: .running); add(&hosts, 2, host: "a"); add(&hosts, 3, host: "b")
+        add(&hosts, 4, session: 2, host: "a")
+        XCTAssertEqual(picks(&hosts, max: 3, perHost: 1), [3, 4])
+    }
+
+    func testQueueFollowsPriorityChangesAndRemovals() {
+        var index = TransferIndex()
+        for id in 1...5 { add(&index, TransferID(id)) }
+        // 4 becomes high priority; 2 is paused (leaves the queue).
+        index.update(4, from: facts(), to: facts(priority: 1))
+        priorityOf[4] = 1
+        index.update(2, from: facts(), to: facts(state: .paused))
+        XCTAssertEqual(picks(&index, max: 10, perHost: 10), [4, 1, 3, 5])
+        XCTAssertEqual(index.activeTotal, 4)
+        XCTAssertEqual(index.unfinishedCount(session: 1), 5, "a paused transfer is unfinished")
+    }
+
+    func testClaimsAreFoundByPath() {
+        var index = TransferIndex()
+        var f = facts()
+        f.claims = ["/d/a.bin", "/d/a.bin.part"]
+        index.update(7, from: nil, to: f)
+        XCTAssertEqual(index.owners(of: "/d/a.bin.part"), [7])
+        XCTAssertEqual(index.owners(of: "/d/a.bin", except: 7), [])
+        var done = f
+        done.state = .completed
+        done.startable = false
+        done.claims = []
+        index.update(7, from: f, to: done)
+        XCTAssertEqual(index.owners(of: "/d/a.bin"), [], "a completed transfer claims nothing")
     }
 
     func testSpeedLimitShares() {

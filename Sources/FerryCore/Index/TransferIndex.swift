@@ -1,0 +1,124 @@
+/// What the coordinator knows about its transfers without looking at each of them:
+/// counts by state per session and overall, the running set, the queue, transfers
+/// waiting for the network, each session's transfers and the paths live transfers
+/// claim. Every entry is kept up to date as a transfer changes (`update`), so that
+/// an event costs O(1) or O(log n), never a pass over all transfers.
+struct TransferIndex {
+    /// The facts of one transfer the index is built from; `update` diffs the old and
+    /// the new facts.
+    struct Facts: Equatable {
+        var session: SessionID
+        var state: TransferState
+        var key: HostKey
+        var priority: Int32
+        /// Queued and no earlier attempt is still stopping: may be started.
+        var startable: Bool
+        var waitingForNetwork: Bool
+        /// Paths the transfer owns while it may still write them (final path, `.part`).
+        var claims: [String]
+    }
+
+    private(set) var queue = TransferQueue()
+    /// Running transfers.
+    private(set) var running: Set<TransferID> = []
+    private(set) var runningPerHost: [HostKey: Int] = [:]
+    private(set) var runningPerSession: [SessionID: Int] = [:]
+    /// Queued, waiting or running (the batch's live transfers).
+    private(set) var activeTotal = 0
+    private(set) var activePerSession: [SessionID: Int] = [:]
+    /// Not completed, failed or cancelled (paused included): a closing session waits for these.
+    private(set) var unfinishedPerSession: [SessionID: Int] = [:]
+    /// Queued or waiting (the manager's `QueuedTransfers`).
+    private(set) var queuedOrWaiting = 0
+    private(set) var waitingForNetwork: Set<TransferID> = []
+    private(set) var bySession: [SessionID: Set<TransferID>] = [:]
+    private var claims: [String: [TransferID]] = [:]
+    /// Sessions whose active count changed since `takeChangedSessions`.
+    private var changedSessions: Set<SessionID> = []
+
+    /// Records the transfer's new facts (`old` nil: it is new; `new` nil: it is gone).
+    mutating func update(_ id: TransferID, from old: Facts?, to new: Facts?) {
+        guard old != new else { return }
+        if let old { subtract(id, old, keeping: new) }
+        if let new { add(id, new, after: old) }
+    }
+
+    private mutating func subtract(_ id: TransferID, _ f: Facts, keeping next: Facts?) {
+        if f.startable, !(next?.startable == true && next?.key == f.key && next?.priority == f.priority) {
+            queue.remove(id)
+        }
+        if f.state == .running {
+            running.remove(id)
+            runningPerHost[f.key, default: 1] -= 1
+            if runningPerHost[f.key] == 0 { runningPerHost[f.key] = nil }
+            runningPerSession[f.session, default: 1] -= 1
+            if runningPerSession[f.session] == 0 { runningPerSession[f.session] = nil }
+        }
+        if f.state.isActive {
+            activeTotal -= 1
+            activePerSession[f.session, default: 1] -= 1
+            if activePerSession[f.session] == 0 { activePerSession[f.session] = nil }
+            changedSessions.insert(f.session)
+        }
+        if !f.state.isFinal {
+            unfinishedPerSession[f.session, default: 1] -= 1
+            if unfinishedPerSession[f.session] == 0 { unfinishedPerSession[f.session] = nil }
+        }
+        if f.state == .queued || f.state == .waiting { queuedOrWaiting -= 1 }
+        if f.waitingForNetwork { waitingForNetwork.remove(id) }
+        if next?.session != f.session {
+            bySession[f.session]?.remove(id)
+            if bySession[f.session]?.isEmpty == true { bySession[f.session] = nil }
+        }
+        for path in f.claims {
+            claims[path]?.removeAll { $0 == id }
+            if claims[path]?.isEmpty == true { claims[path] = nil }
+        }
+    }
+
+    private mutating func add(_ id: TransferID, _ f: Facts, after previous: Facts?) {
+        if f.startable, !(previous?.startable == true && previous?.key == f.key && previous?.priority == f.priority) {
+            queue.insert(id, key: f.key, priority: f.priority)
+        }
+        if f.state == .running {
+            running.insert(id)
+            runningPerHost[f.key, default: 0] += 1
+            runningPerSession[f.session, default: 0] += 1
+        }
+        if f.state.isActive {
+            activeTotal += 1
+            activePerSession[f.session, default: 0] += 1
+            changedSessions.insert(f.session)
+        }
+        if !f.state.isFinal { unfinishedPerSession[f.session, default: 0] += 1 }
+        if f.state == .queued || f.state == .waiting { queuedOrWaiting += 1 }
+        if f.waitingForNetwork { waitingForNetwork.insert(id) }
+        bySession[f.session, default: []].insert(id)
+        for path in f.claims { claims[path, default: []].append(id) }
+    }
+
+    /// Takes the next transfer to start, if the limits allow one.
+    mutating func nextToStart(maxRunning: Int, perHostLimit: (SessionID) -> Int) -> TransferID? {
+        guard running.count < maxRunning else { return nil }
+        let perHost = runningPerHost
+        return queue.first { key in perHost[key, default: 0] < perHostLimit(key.session) }
+    }
+
+    func activeCount(session: SessionID) -> Int { activePerSession[session] ?? 0 }
+    func unfinishedCount(session: SessionID) -> Int { unfinishedPerSession[session] ?? 0 }
+    func runningCount(session: SessionID) -> Int { runningPerSession[session] ?? 0 }
+
+    /// The transfers of a session, or of all sessions; oldest first.
+    func ids(session: SessionID) -> [TransferID] { (bySession[session] ?? []).sorted() }
+
+    /// Transfers (other than `except`) that own `path` as their final path or `.part`.
+    func owners(of path: String, except: TransferID? = nil) -> [TransferID] {
+        (claims[path] ?? []).filter { $0 != except }
+    }
+
+    /// The sessions whose active count changed since the last call.
+    mutating func takeChangedSessions() -> Set<SessionID> {
+        defer { changedSessions = [] }
+        return changedSessions
+    }
+}

@@ -1,0 +1,152 @@
+import Dispatch
+
+/// Keeping the index and the timeline in step with the transfers, and the one timer
+/// that serves every due moment.
+extension TransferCoordinator {
+    /// Moves `t` to a new state and updates the index. Every state change of a known
+    /// transfer goes through here.
+    func transition(_ t: TransferRecord, to state: TransferState, waiting reason: WaitingReason? = nil) {
+        t.move(to: state, waiting: reason)
+        reindex(t)
+    }
+
+    /// Brings the index up to date with `t` (after a change of state, priority, host,
+    /// destination or stop in flight). Costs O(log n); a no-op when nothing it records changed.
+    func reindex(_ t: TransferRecord) {
+        let new = facts(t)
+        guard new != t.indexed else { return }
+        let wasStartable = t.indexed?.startable ?? false
+        index.update(t.id, from: t.indexed, to: new)
+        t.indexed = new
+        if new.startable && !wasStartable { newlyQueued.append(t.id) }
+    }
+
+    /// Takes `t` out of the index (it is being forgotten).
+    func unindex(_ t: TransferRecord) {
+        index.update(t.id, from: t.indexed, to: nil)
+        t.indexed = nil
+    }
+
+    private func facts(_ t: TransferRecord) -> TransferIndex.Facts {
+        TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
+                            priority: t.snapshot.priority, startable: t.state == .queued && !t.stopInFlight,
+                            waitingForNetwork: t.isWaitingForNetwork,
+                            claims: t.holdsClaim ? partPaths(t) + [t.destination] : [])
+    }
+
+    // MARK: - The timeline
+
+    /// Wakes `t` (waiting for start-after or a retry) at `t.notBefore`.
+    func wakeAtNotBefore(_ t: TransferRecord) {
+        timeline.add(t.id, .wake, at: t.notBefore)
+    }
+
+    /// Puts the transfer's resource deadline on the timeline, unless it is there already.
+    func watchDeadline(_ t: TransferRecord) {
+        guard let deadline = resourceDeadline(t), deadline != t.deadlineOnTimeline else { return }
+        t.deadlineOnTimeline = deadline
+        timeline.add(t.id, .deadline, at: deadline)
+    }
+
+    /// Does what has come due by the environment's clock: queues waiting transfers whose
+    /// time has come, fails those whose resource-timeout ran out, and ends a batch that
+    /// has settled. The timer calls it; tests call it after moving a fake clock.
+    func wakeDueTransfers() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isShutDown else { return }
+        let now = environment.now()
+        let due = timeline.takeDue(now: now)
+        guard !due.isEmpty else {
+            armTimeline()
+            return
+        }
+        mutate {
+            for entry in due {
+                if entry.kind == .settle {
+                    if entry.due == settleDue { endSettledBatch() }
+                    continue
+                }
+                guard let t = transfers[entry.id] else { continue }
+                switch entry.kind {
+                case .wake:
+                    guard t.state == .waiting, !t.isWaitingForNetwork, t.notBefore <= now else { continue }
+                    transition(t, to: .queued)
+                    publishChanged(t)
+                case .deadline:
+                    guard t.state.isActive else { continue }
+                    if entry.due == t.deadlineOnTimeline { t.deadlineOnTimeline = 0 }
+                    guard let deadline = resourceDeadline(t), deadline <= now else {
+                        watchDeadline(t) // the session's resource-timeout changed meanwhile
+                        continue
+                    }
+                    stopAttemptIfRunning(t)
+                    failTransfer(t, resourceTimeoutError(t))
+                case .settle:
+                    continue
+                }
+            }
+        }
+    }
+
+    /// The same check, by its old name: resource deadlines are on the timeline too.
+    func checkResourceDeadlines() { wakeDueTransfers() }
+
+    /// Arms the one timer for the earliest due moment (real time; the decision when it
+    /// fires uses the environment's clock). Nothing due: no timer, no wake-ups.
+    func armTimeline() {
+        guard !isShutDown, isStarted else { return }
+        guard let next = timeline.nextDue else {
+            if armedDue != nil {
+                armedDue = nil
+                wakeTimer?.schedule(deadline: .distantFuture)
+            }
+            return
+        }
+        guard next != armedDue else { return }
+        armedDue = next
+        let now = environment.now()
+        // Far-off moments are clamped to a year; the timer re-arms when it fires early.
+        let delay = Int(min(next > now ? next - now : 0, 365 * 86_400 * 1_000_000))
+        let timer = wakeTimer ?? makeWakeTimer()
+        timer.schedule(deadline: .now() + .microseconds(delay), leeway: .milliseconds(50))
+    }
+
+    private func makeWakeTimer() -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.setEventHandler { [weak self] in
+            guard let self else { return }
+            self.armedDue = nil
+            self.wakeDueTransfers()
+        }
+        timer.schedule(deadline: .distantFuture)
+        timer.resume()
+        wakeTimer = timer
+        return timer
+    }
+
+    // MARK: - Batches
+
+    /// Called when the last live transfer may have gone: the manager's batch ends once
+    /// nothing has been queued, waiting or running for the settle time (so a script that
+    /// queues files one call at a time ends one batch, not many).
+    func managerBatchMayHaveEnded() {
+        guard batch != BatchCounts(), index.activeTotal == 0 else { return }
+        let settle = environment.batchSettleTime
+        guard settle > 0 else {
+            endSettledBatch()
+            return
+        }
+        let due = environment.now() &+ Self.microseconds(settle)
+        settleDue = due
+        timeline.add(0, .settle, at: due)
+    }
+
+    /// Sends the manager's AllFinished if the batch is still over.
+    func endSettledBatch() {
+        settleDue = nil
+        guard batch != BatchCounts(), index.activeTotal == 0 else { return }
+        let counts = batch
+        batch = BatchCounts()
+        announce?.allFinished(counts)
+    }
+}

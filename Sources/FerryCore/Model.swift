@@ -181,25 +181,3 @@ public struct BatchCounts: Sendable, Equatable {
         self.succeeded = succeeded; self.failed = failed; self.cancelled = cancelled
     }
 }
-
-/// What the core tells the outside world (the D-Bus service, tests). Called on the
-/// core's queue, in order. For one transfer the order is: transferAdded,
-/// transferChanged…, progress…, resumedAtOffset, progress…, (final) progress,
-/// finished (downloads that succeeded), completed; then the session's and the
-/// manager's allFinished when nothing is queued, waiting or running any more.
-public protocol CoreObserver: AnyObject {
-    func sessionAdded(_ session: SessionSnapshot)
-    func sessionChanged(_ session: SessionSnapshot)
-    func sessionRemoved(_ id: SessionID)
-    func transferAdded(_ transfer: TransferSnapshot)
-    /// Any property changed; the receiver diffs.
-    func transferChanged(_ transfer: TransferSnapshot)
-    func transferRemoved(_ id: TransferID, session: SessionID)
-    func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64)
-    func transferResumedAtOffset(_ id: TransferID, offset: Int64, expectedTotal: Int64)
-    func transferFinished(_ id: TransferID, location: String)
-    func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String)
-    func sessionAllFinished(_ session: SessionID, counts: BatchCounts)
-    func managerChanged(_ manager: ManagerSnapshot)
-    func allFinished(_ counts: BatchCounts)
-}

@@ -36,8 +36,8 @@ extension TransferCoordinator {
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
                                               bytes: bytesOnDisk, sha256: digest), session: t.session)
         publishChanged(t)
-        announce?.transferFinished(t.id, location: location)
-        announce?.transferCompleted(t.id, serial: serial, errorName: "", errorMessage: "")
+        emit(.finished(t.id, location: location))
+        emitCompleted(t, serial: serial, error: nil)
         reachedFinalState(t)
     }
 
@@ -112,7 +112,7 @@ extension TransferCoordinator {
         if let last = t.lastProgress, last.total == total, last.expected == expected { return }
         let written = total - (t.lastProgress?.total ?? t.attemptOffset)
         t.lastProgress = (total, expected)
-        announce?.transferProgress(t.id, bytesWritten: max(written, 0), totalBytesWritten: total, totalBytesExpected: expected)
+        emitProgress(t, bytesWritten: max(written, 0))
     }
 
     /// The transfer fails for good (until resumed).
@@ -130,7 +130,7 @@ extension TransferCoordinator {
                                               errorMessage: error.message, httpStatus: status,
                                               bytes: t.snapshot.bytesTransferred), session: t.session)
         publishChanged(t)
-        announce?.transferCompleted(t.id, serial: serial, errorName: error.name, errorMessage: error.message)
+        emitCompleted(t, serial: serial, error: error)
         reachedFinalState(t)
     }
 
@@ -152,7 +152,8 @@ extension TransferCoordinator {
         if s.batch != BatchCounts(), index.activeCount(session: s.id) == 0 {
             let counts = s.batch
             s.batch = BatchCounts()
-            announce?.sessionAllFinished(s.id, counts: counts)
+            emit(.sessionAllFinished(SessionBatchEnd(session: s.id, identifier: s.identifier, counts: counts, applicationID: s.configuration.applicationID,
+                                                     hasPendingEvents: !s.pendingEvents.isEmpty)))
         }
         managerBatchMayHaveEnded()
     }

@@ -121,7 +121,7 @@ extension TransferCoordinator {
         reindex(t)
         stageTransfer(t)
         t.published = t.snapshot
-        announce?.transferAdded(t.snapshot)
+        emit(.transferAdded(t.snapshot))
         if t.state == .waiting { wakeAtNotBefore(t) }
     }
 

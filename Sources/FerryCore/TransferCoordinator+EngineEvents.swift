@@ -49,7 +49,7 @@ extension TransferCoordinator {
         }
         publishChanged(t)
         if r.startOffset > 0 && t.attemptOffset > 0 {
-            announce?.transferResumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected)
+            emit(.resumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected))
         }
     }
 
@@ -88,8 +88,7 @@ extension TransferCoordinator {
         t.snapshot.expectedEnd = t.rate.expectedEnd(now: now, done: total, total: t.snapshot.bytesExpected)
         t.lastProgress = (total, t.snapshot.bytesExpected)
         checkpointProgress(t)
-        announce?.transferProgress(id, bytesWritten: written, totalBytesWritten: total,
-                                   totalBytesExpected: t.snapshot.bytesExpected)
+        emitProgress(t, bytesWritten: written)
     }
 
     private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {

@@ -147,6 +147,6 @@ extension TransferCoordinator {
         guard batch != BatchCounts(), index.activeTotal == 0 else { return }
         let counts = batch
         batch = BatchCounts()
-        announce?.allFinished(counts)
+        emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled)))
     }
 }

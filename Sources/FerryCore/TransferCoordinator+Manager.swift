@@ -17,7 +17,7 @@ extension TransferCoordinator {
                 if config.apply(configuration) {
                     try persistConfiguration(existing, config)
                     existing.publishedActive = activeCount(existing.id)
-                    announce?.sessionChanged(snapshot(of: existing))
+                    emit(.sessionChanged(snapshot(of: existing)))
                     // allow-metered and resource-timeout may judge its transfers anew.
                     let own = index.ids(session: existing.id)
                     applyNetworkPolicy(to: own)
@@ -35,7 +35,7 @@ extension TransferCoordinator {
             }
             nextSessionID = next.nextSessionID
             sessions[session.id] = session
-            announce?.sessionAdded(snapshot(of: session))
+            emit(.sessionAdded(snapshot(of: session)))
             return (session.id, true)
         }
     }

@@ -1,14 +1,9 @@
 import Foundation
 
 /// Durability: changes of persistent sessions are staged as store operations and
-/// written, in one transaction, before the next announcement (`announce`) and at the
-/// end of every change, so nothing reaches the bus that a crash could take back.
+/// written, in one transaction, before the change's events leave the outbox
+/// (`deliverEvents`), so nothing reaches the bus that a crash could take back.
 extension TransferCoordinator {
-    /// The observer, reached only after every staged change is in the store.
-    var announce: CoreObserver? {
-        flushStore()
-        return observer
-    }
 
     func isPersistent(_ session: SessionID) -> Bool {
         sessions[session]?.configuration.persistent ?? false

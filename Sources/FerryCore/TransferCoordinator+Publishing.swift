@@ -7,7 +7,7 @@ extension TransferCoordinator {
         let current = TransferRecord.signalled(t.snapshot)
         if let published = t.published, TransferRecord.signalled(published) == current { return }
         t.published = t.snapshot
-        announce?.transferChanged(t.snapshot)
+        emit(.transferChanged(t.snapshot))
     }
 
     /// sessionChanged for sessions whose ActiveTransfers changed (only those the index
@@ -20,7 +20,7 @@ extension TransferCoordinator {
             let active = activeCount(s.id)
             if active != s.publishedActive {
                 s.publishedActive = active
-                announce?.sessionChanged(snapshot(of: s))
+                emit(.sessionChanged(snapshot(of: s)))
             }
         }
         let current = manager
@@ -29,7 +29,7 @@ extension TransferCoordinator {
         comparable.uploadRate = publishedManager.uploadRate
         if comparable != publishedManager {
             publishedManager = current
-            announce?.managerChanged(current)
+            emit(.managerChanged(current))
         }
     }
 }

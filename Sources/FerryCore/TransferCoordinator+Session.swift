@@ -52,7 +52,7 @@ extension TransferCoordinator {
         for t in index.ids(session: s.id).compactMap({ transfers[$0] }) { forget(t) }
         if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
         sessions[s.id] = nil
-        announce?.sessionRemoved(s.id)
+        emit(.sessionRemoved(s.id))
     }
 
     func snapshot(of s: SessionRecord) -> SessionSnapshot {

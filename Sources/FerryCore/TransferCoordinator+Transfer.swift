@@ -131,7 +131,7 @@ extension TransferCoordinator {
                                               errorMessage: reason.message, bytes: t.snapshot.bytesTransferred),
                                  session: t.session)
         publishChanged(t)
-        announce?.transferCompleted(t.id, serial: serial, errorName: reason.name, errorMessage: reason.message)
+        emitCompleted(t, serial: serial, error: reason)
         reachedFinalState(t)
     }
 
@@ -148,7 +148,7 @@ extension TransferCoordinator {
         unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
-        announce?.transferRemoved(t.id, session: t.session)
+        emit(.transferRemoved(t.id, session: t.session))
     }
 
     func stopAttemptIfRunning(_ t: TransferRecord) {

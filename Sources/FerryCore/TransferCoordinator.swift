@@ -4,16 +4,20 @@ import Logging
 
 /// The domain core: sessions, transfers, the scheduler and completion events, over a
 /// `TransferEngine`. Knows nothing of D-Bus: the service layer calls these methods with
-/// typed values and hears back through `observer`.
+/// typed values and hears back through `CoreEvent`s (`subscribe`).
 ///
 /// Every method must be called on `queue`, which owns all state; observer callbacks are
 /// made on it too, in order. Calls that throw change nothing.
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
-    /// Told about every change (held weakly). Inside the core it is reached through
-    /// `announce`, which makes staged changes durable first.
-    public weak var observer: CoreObserver?
+    /// Hear every `CoreEvent`, in order, on `queue` (`subscribe`).
+    var subscribers: [(CoreEvent) -> Void] = []
+    /// Events of the change under way, sent when it ends.
+    var outbox: [CoreEvent] = []
+    var isDelivering = false
+    /// When the manager's rates were last put in a progress event (µs).
+    var lastManagerRates: UInt64 = 0
 
     let engine: TransferEngine
     let environment: CoreEnvironment
@@ -113,7 +117,7 @@ public final class TransferCoordinator {
             if mutationDepth == 0 {
                 schedule()
                 publishAggregates()
-                flushStore()
+                deliverEvents()
                 armTimeline()
             }
         }

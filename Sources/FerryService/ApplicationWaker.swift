@@ -48,11 +48,11 @@ final class ApplicationWaker: @unchecked Sendable {
     }
 
     /// A batch of the session ended (on the core's queue).
-    func batchEnded(_ session: SessionID) {
-        guard let s = core.session(session), !s.configuration.applicationID.isEmpty,
-              core.hasPendingEvents(session: session) else { return }
-        let appID = s.configuration.applicationID
-        let identifier = s.identifier
+    func batchEnded(_ end: SessionBatchEnd) {
+        guard !end.applicationID.isEmpty, end.hasPendingEvents else { return }
+        let session = end.session
+        let appID = end.applicationID
+        let identifier = end.identifier
         bus.perform { [self] in
             guard clients[session]?.isEmpty ?? true else { return }
             wake(session: session, appID: appID, identifier: identifier)

@@ -4,14 +4,14 @@ import Foundation
 import Logging
 
 /// The desktop notification of a batch: collects what each transfer ended with
-/// (from the core's observer callbacks), posts one notification when the manager's
+/// (from the core's events), posts one notification when the manager's
 /// `AllFinished` fires, and carries out its actions.
 ///
 /// Honours `Manager.NotificationsEnabled` and each session's `notify`. The notifier
 /// never blocks: a missing or hung notification server cannot hold up the core.
 ///
 /// `@unchecked Sendable`: the mutable fields are only touched on the core's queue
-/// (observer callbacks run there; the action handler hops there).
+/// (core events arrive there; the action handler hops there).
 final class BatchNotifications: @unchecked Sendable {
     let core: TransferCoordinator
     let bus: BusConnection
@@ -38,18 +38,17 @@ final class BatchNotifications: @unchecked Sendable {
     }
 
     /// On the core's queue: a transfer reached its final state.
-    func transferCompleted(_ id: TransferID) {
-        guard let t = core.transfer(id) else { return }
-        guard core.session(t.session)?.configuration.notify ?? true else { return }
-        current.add(t)
+    func transferCompleted(_ completion: TransferCompletion) {
+        guard completion.notify else { return }
+        current.add(completion.transfer)
     }
 
     /// On the core's queue: the manager's AllFinished.
-    func allFinished() {
+    func allFinished(_ end: BatchEnd) {
         let summary = current
         current = BatchSummary()
         guard !summary.isEmpty else { return }
-        guard core.manager.notificationsEnabled else {
+        guard end.notificationsEnabled else {
             logger.debug("batch finished; NotificationsEnabled is false, so no notification")
             return
         }

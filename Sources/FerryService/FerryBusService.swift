@@ -8,14 +8,12 @@ import Logging
 /// the contract's signals.
 ///
 /// Threading: method handlers run on the bus queue and hand the work to the
-/// core's queue; the core's observer callbacks run on the core's queue and hand
-/// bus work to the bus queue. Neither queue waits for the other: property writes,
-/// too, are checked on the core's queue and answered from there.
+/// core's queue; the core's events arrive on the core's queue and each becomes one
+/// hop to the bus queue. Neither queue waits for the other: property writes, too,
+/// are checked on the core's queue and answered from there.
 ///
-/// `@unchecked Sendable`: the fields are set in `init` and not changed after,
-/// except `nextManagerRateUpdate`, which only the core's queue touches (it is read
-/// and written in an observer callback).
-public final class FerryBusService: CoreObserver, @unchecked Sendable {
+/// `@unchecked Sendable`: the fields are set in `init` and not changed after.
+public final class FerryBusService: @unchecked Sendable {
     public let bus: BusConnection
     public let core: TransferCoordinator
     let version: String
@@ -23,8 +21,6 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     let logger: Logger
     private var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
     private(set) var waker: ApplicationWaker!
-    /// When the manager's DownloadRate may next be refreshed (core queue only).
-    private var nextManagerRateUpdate: UInt64 = 0
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
 
@@ -45,17 +41,17 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     /// Throws when another ferryd owns the name.
     public func start() async throws {
         core.queue.sync {
-            core.observer = self
+            core.subscribe { [weak self] event in self?.handle(event) }
             let m = core.manager
             let manager = ExportedObject(path: FerryBusNames.managerPath, interfaces: [specs.manager],
                                          initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)])
             bus.export(manager)
             bus.addObjectManager(at: FerryBusNames.managerPath)
             for id in core.sessionIDs {
-                if let s = core.session(id) { sessionAdded(s) }
+                if let s = core.session(id) { exportSession(s) }
             }
             for id in (try? core.transferIDs()) ?? [] {
-                if let t = core.transfer(id) { transferAdded(t) }
+                if let t = core.transfer(id) { exportTransfer(t) }
             }
         }
         let reply = try await bus.requestName(FerryBusNames.busName)
@@ -127,96 +123,82 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
         }
     }
 
-    // MARK: CoreObserver (on the core's queue)
+    // MARK: Core events (on the core's queue)
 
-    public func sessionAdded(_ session: SessionSnapshot) {
-        let object = ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
-                                    initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)])
-        bus.export(object)
+    /// One core event: its bus work goes to the bus queue in one hop.
+    func handle(_ event: CoreEvent) {
+        switch event {
+        case .sessionAdded(let session):
+            exportSession(session)
+        case .sessionChanged(let session):
+            update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface,
+                   PropertyMapping.session(session, defaultDirectory: defaultDirectory))
+        case .sessionRemoved(let id):
+            waker.forget(id)
+            bus.unexport(FerryBusNames.sessionPath(id))
+        case .transferAdded(let transfer):
+            exportTransfer(transfer)
+        case .transferChanged(let transfer):
+            update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
+        case .transferRemoved(let id, _):
+            bus.unexport(FerryBusNames.transferPath(id))
+        case .progress(let p):
+            progress(p)
+        case .resumedAtOffset(let id, let offset, let expectedTotal):
+            signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "ResumedAtOffset",
+                   [.int64(offset), .int64(expectedTotal)])
+        case .finished(let id, let location):
+            signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Finished", [.string(location)])
+        case .completed(let c):
+            notifications?.transferCompleted(c)
+            signal(FerryBusNames.transferPath(c.transfer.id), FerryBusNames.transferInterface, "Completed",
+                   [.uint64(c.serial), .string(c.errorName), .string(c.errorMessage)])
+        case .sessionAllFinished(let end):
+            waker.batchEnded(end)
+            signal(FerryBusNames.sessionPath(end.session), FerryBusNames.sessionInterface, "AllFinished",
+                   [.uint32(end.counts.succeeded), .uint32(end.counts.failed), .uint32(end.counts.cancelled)])
+        case .managerChanged(let manager):
+            update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
+        case .allFinished(let end):
+            let counts = end.counts
+            logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
+            signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished",
+                   [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
+            notifications?.allFinished(end)
+        }
     }
 
-    public func sessionChanged(_ session: SessionSnapshot) {
-        let values = PropertyMapping.session(session, defaultDirectory: defaultDirectory)
-        update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface, values)
+    private func exportSession(_ session: SessionSnapshot) {
+        bus.export(ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
+                                  initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)]))
     }
 
-    public func sessionRemoved(_ id: SessionID) {
-        waker.forget(id)
-        bus.unexport(FerryBusNames.sessionPath(id))
+    private func exportTransfer(_ transfer: TransferSnapshot) {
+        bus.export(ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
+                                  initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)]))
     }
 
-    public func transferAdded(_ transfer: TransferSnapshot) {
-        let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
-                                    initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
-        bus.export(object)
-    }
-
-    public func transferChanged(_ transfer: TransferSnapshot) {
-        update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
-    }
-
-    public func transferRemoved(_ id: TransferID, session: SessionID) {
-        bus.unexport(FerryBusNames.transferPath(id))
-    }
-
-    public func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64) {
-        let path = FerryBusNames.transferPath(id)
-        var values: [String: DBusValue] = [
-            "BytesTransferred": .int64(totalBytesWritten),
-            "BytesExpected": .int64(totalBytesExpected),
+    /// The counts and rate as properties (no change signal) and the `Progress` signal.
+    private func progress(_ p: TransferProgress) {
+        let path = FerryBusNames.transferPath(p.id)
+        let values: [String: DBusValue] = [
+            "BytesTransferred": .int64(p.totalBytesWritten),
+            "BytesExpected": .int64(p.totalBytesExpected),
+            "Rate": .uint64(p.rate),
+            "ExpectedEnd": .uint64(p.expectedEnd),
         ]
-        if let t = core.transfer(id) {
-            values["Rate"] = .uint64(t.rate)
-            values["ExpectedEnd"] = .uint64(t.expectedEnd)
+        let managerValues: [String: DBusValue]? = p.managerRates.map {
+            ["DownloadRate": .uint64($0.download), "UploadRate": .uint64($0.upload)]
         }
-        // The overall rates take a pass over every transfer: at most once a second.
-        var managerValues: [String: DBusValue]? = nil
-        let now = DispatchTime.now().uptimeNanoseconds
-        if now >= nextManagerRateUpdate {
-            nextManagerRateUpdate = now + 1_000_000_000
-            let m = core.manager
-            managerValues = ["DownloadRate": .uint64(m.downloadRate), "UploadRate": .uint64(m.uploadRate)]
-        }
-        bus.perform { [bus, values, managerValues] in
+        bus.perform { [bus] in
             bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
             if let managerValues {
                 bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, managerValues)
             }
         }
+        // Sent from here, like every other signal, so the bus queue keeps their order.
         signal(path, FerryBusNames.transferInterface, "Progress",
-               [.int64(bytesWritten), .int64(totalBytesWritten), .int64(totalBytesExpected)])
-    }
-
-    public func transferResumedAtOffset(_ id: TransferID, offset: Int64, expectedTotal: Int64) {
-        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "ResumedAtOffset",
-               [.int64(offset), .int64(expectedTotal)])
-    }
-
-    public func transferFinished(_ id: TransferID, location: String) {
-        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Finished", [.string(location)])
-    }
-
-    public func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String) {
-        notifications?.transferCompleted(id)
-        signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Completed",
-               [.uint64(serial), .string(errorName), .string(errorMessage)])
-    }
-
-    public func sessionAllFinished(_ session: SessionID, counts: BatchCounts) {
-        waker.batchEnded(session)
-        signal(FerryBusNames.sessionPath(session), FerryBusNames.sessionInterface, "AllFinished",
-               [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
-    }
-
-    public func managerChanged(_ manager: ManagerSnapshot) {
-        update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
-    }
-
-    public func allFinished(_ counts: BatchCounts) {
-        logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
-        signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished",
-               [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
-        notifications?.allFinished()
+               [.int64(p.bytesWritten), .int64(p.totalBytesWritten), .int64(p.totalBytesExpected)])
     }
 
     // MARK: Bus side

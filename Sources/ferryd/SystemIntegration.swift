@@ -8,13 +8,14 @@ import Logging
 /// sleep inhibitor. Both have their own connection and queue, so a slow or missing
 /// system bus never holds up the core or the session bus.
 ///
-/// `@unchecked Sendable`: the fields are immutable; `tap` is only used on the core's
-/// queue.
+/// `@unchecked Sendable`: the fields are immutable; `running` is only used on the
+/// core's queue.
 final class SystemIntegration: @unchecked Sendable {
     let core: TransferCoordinator
     let network: NetworkMonitor
     let inhibitor: SleepInhibitor
-    private let tap: RunningTransfersTap
+    /// The number of running transfers last passed to the inhibitor (core queue only).
+    private var running: UInt32?
 
     /// How long startup waits for NetworkManager's first answer.
     static let networkWait: Double = 1
@@ -40,12 +41,22 @@ final class SystemIntegration: @unchecked Sendable {
         }
         let inhibitor = SleepInhibitor(logger: Logger(label: "ferry.inhibitor"))
         self.inhibitor = inhibitor
-        tap = RunningTransfersTap { running in inhibitor.setActive(running > 0) }
     }
 
-    /// Puts the running-count tap in front of the bus service's observer. Call after
-    /// the service has started (it installs itself as the core's observer).
+    /// Follows the manager's running count (its `managerChanged` events): the sleep
+    /// inhibitor is held while anything runs.
     func followRunningTransfers() {
-        core.queue.async { [self] in tap.install(on: core) }
+        core.queue.async { [self] in
+            note(core.manager.activeTransfers)
+            core.subscribe { [weak self] event in
+                if case .managerChanged(let m) = event { self?.note(m.activeTransfers) }
+            }
+        }
+    }
+
+    private func note(_ count: UInt32) {
+        guard count != running else { return }
+        running = count
+        inhibitor.setActive(count > 0)
     }
 }

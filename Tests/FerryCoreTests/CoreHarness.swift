@@ -41,7 +41,7 @@ final class CoreHarness {
                                           freeSpace: { path in disk.free(path) },
                                           checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime)
         core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
-        core.observer = observer
+        observer.attach(to: core)
         observer.expectedQueue = queue
         if restore { try! queue.sync { try core.restore() } }
         if start { queue.sync { core.start() } }

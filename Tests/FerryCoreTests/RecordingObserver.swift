@@ -1,8 +1,8 @@
 import Dispatch
 @testable import FerryCore
 
-/// Everything the core reported, in order.
-final class RecordingObserver: CoreObserver {
+/// Everything the core reported, in order (it subscribes to the core's events).
+final class RecordingObserver {
     enum Event: Equatable {
         case sessionAdded(SessionID)
         case sessionChanged(SessionID, active: UInt32)
@@ -19,47 +19,53 @@ final class RecordingObserver: CoreObserver {
         case allFinished(BatchCounts)
     }
 
-    var events: [Event] = [] {
-        didSet {
-            guard events.count > oldValue.count, let last = events.last else { return }
-            if let queue = expectedQueue { dispatchPrecondition(condition: .onQueue(queue)) }
-            onEvent?(last)
-        }
+    private(set) var events: [Event] = []
+
+    /// Records one event (appending without copying the list: tests record thousands).
+    private func append(_ event: Event) {
+        if let queue = expectedQueue { dispatchPrecondition(condition: .onQueue(queue)) }
+        events.append(event)
+        onEvent?(event)
     }
-    /// Every callback must arrive on this queue (the core's).
+    /// Every event must arrive on this queue (the core's).
     var expectedQueue: DispatchQueue?
     /// Called for each new event (on the core's queue).
     var onEvent: ((Event) -> Void)?
     var changedSnapshots: [TransferSnapshot] = []
     var managerSnapshots: [ManagerSnapshot] = []
+    /// The core's events as sent.
+    var coreEvents: [CoreEvent] = []
 
-    func clear() { events = []; changedSnapshots = []; managerSnapshots = [] }
+    func clear() { events = []; changedSnapshots = []; managerSnapshots = []; coreEvents = [] }
 
-    func sessionAdded(_ session: SessionSnapshot) { events.append(.sessionAdded(session.id)) }
-    func sessionChanged(_ session: SessionSnapshot) { events.append(.sessionChanged(session.id, active: session.activeTransfers)) }
-    func sessionRemoved(_ id: SessionID) { events.append(.sessionRemoved(id)) }
-    func transferAdded(_ transfer: TransferSnapshot) { events.append(.transferAdded(transfer.id, transfer.state)) }
-    func transferChanged(_ transfer: TransferSnapshot) {
-        events.append(.transferChanged(transfer.id, transfer.state))
-        changedSnapshots.append(transfer)
+    /// Subscribes to `core` (on its queue).
+    func attach(to core: TransferCoordinator) {
+        core.queue.sync { core.subscribe { [weak self] event in self?.record(event) } }
     }
-    func transferRemoved(_ id: TransferID, session: SessionID) { events.append(.transferRemoved(id)) }
-    func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64) {
-        events.append(.progress(id, written: bytesWritten, total: totalBytesWritten, expected: totalBytesExpected))
+
+    func record(_ event: CoreEvent) {
+        coreEvents.append(event)
+        switch event {
+        case .sessionAdded(let s): append(.sessionAdded(s.id))
+        case .sessionChanged(let s): append(.sessionChanged(s.id, active: s.activeTransfers))
+        case .sessionRemoved(let id): append(.sessionRemoved(id))
+        case .transferAdded(let t): append(.transferAdded(t.id, t.state))
+        case .transferChanged(let t):
+            changedSnapshots.append(t)
+            append(.transferChanged(t.id, t.state))
+        case .transferRemoved(let id, _): append(.transferRemoved(id))
+        case .progress(let p):
+            append(.progress(p.id, written: p.bytesWritten, total: p.totalBytesWritten, expected: p.totalBytesExpected))
+        case .resumedAtOffset(let id, let offset, let expected): append(.resumedAtOffset(id, offset: offset, expected: expected))
+        case .finished(let id, let location): append(.finished(id, location: location))
+        case .completed(let c): append(.completed(c.transfer.id, serial: c.serial, errorName: c.errorName))
+        case .sessionAllFinished(let end): append(.sessionAllFinished(end.session, end.counts))
+        case .managerChanged(let m):
+            managerSnapshots.append(m)
+            append(.managerChanged(active: m.activeTransfers, queued: m.queuedTransfers))
+        case .allFinished(let end): append(.allFinished(end.counts))
+        }
     }
-    func transferResumedAtOffset(_ id: TransferID, offset: Int64, expectedTotal: Int64) {
-        events.append(.resumedAtOffset(id, offset: offset, expected: expectedTotal))
-    }
-    func transferFinished(_ id: TransferID, location: String) { events.append(.finished(id, location: location)) }
-    func transferCompleted(_ id: TransferID, serial: UInt64, errorName: String, errorMessage: String) {
-        events.append(.completed(id, serial: serial, errorName: errorName))
-    }
-    func sessionAllFinished(_ session: SessionID, counts: BatchCounts) { events.append(.sessionAllFinished(session, counts)) }
-    func managerChanged(_ manager: ManagerSnapshot) {
-        events.append(.managerChanged(active: manager.activeTransfers, queued: manager.queuedTransfers))
-        managerSnapshots.append(manager)
-    }
-    func allFinished(_ counts: BatchCounts) { events.append(.allFinished(counts)) }
 
     /// Completion signals: (transfer, serial, error name).
     var completions: [(TransferID, UInt64, String)] {

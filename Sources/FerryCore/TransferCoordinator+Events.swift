@@ -1,0 +1,56 @@
+import Dispatch
+
+/// The outbox: events collected during a change and sent when it ends, after the store
+/// has been written once.
+extension TransferCoordinator {
+    /// Calls `handler` with every event from now on, in order, on `queue`. The handler
+    /// must not block; it may call the core (a call that changes something sends its own
+    /// events after the current ones).
+    public func subscribe(_ handler: @escaping (CoreEvent) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        subscribers.append(handler)
+    }
+
+    /// Queues an event; outside a change it goes at once.
+    func emit(_ event: CoreEvent) {
+        outbox.append(event)
+        if mutationDepth == 0 { deliverEvents() }
+    }
+
+    /// Makes what is staged durable, then sends the outbox in order.
+    func deliverEvents() {
+        flushStore()
+        guard !isDelivering else { return }
+        isDelivering = true
+        defer { isDelivering = false }
+        while !outbox.isEmpty {
+            let events = outbox
+            outbox = []
+            for event in events {
+                for subscriber in subscribers { subscriber(event) }
+            }
+            flushStore()
+        }
+    }
+
+    func emitCompleted(_ t: TransferRecord, serial: UInt64, error: FerryError?) {
+        emit(.completed(TransferCompletion(transfer: t.snapshot, serial: serial, errorName: error?.name ?? "",
+                                           errorMessage: error?.message ?? "",
+                                           notify: sessions[t.session]?.configuration.notify ?? true)))
+    }
+
+    /// A progress event with the transfer's rate and expected end, and the manager's
+    /// rates once a second (a sum over the running transfers only).
+    func emitProgress(_ t: TransferRecord, bytesWritten: Int64) {
+        var rates: ManagerRates?
+        let now = environment.now()
+        if now >= lastManagerRates &+ 1_000_000 || now < lastManagerRates {
+            lastManagerRates = now
+            let m = manager
+            rates = ManagerRates(download: m.downloadRate, upload: m.uploadRate)
+        }
+        emit(.progress(TransferProgress(id: t.id, bytesWritten: bytesWritten, totalBytesWritten: t.snapshot.bytesTransferred,
+                                        totalBytesExpected: t.snapshot.bytesExpected, rate: t.snapshot.rate,
+                                        expectedEnd: t.snapshot.expectedEnd, managerRates: rates)))
+    }
+}

@@ -31,7 +31,8 @@ extension TransferCoordinator {
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
-        transition(t, to: .completed)
+        t.life.complete()
+        settle(t)
         // The final state and its event are stored together, before either is announced.
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
                                               bytes: bytesOnDisk, sha256: digest), session: t.session)
@@ -122,7 +123,7 @@ extension TransferCoordinator {
             status = UInt32(clamping: code)
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
-        transition(t, to: .failed)
+        settle(t, t.life.fail())
         t.snapshot.errorName = error.name
         t.snapshot.errorMessage = error.message
         t.snapshot.completed = environment.now()

@@ -20,9 +20,8 @@ extension TransferCoordinator {
             let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
                                             destination: resolved.path, state: .queued, created: environment.now(),
                                             priority: options.priority, speedLimit: options.speedLimit)
-            let t = TransferRecord(snapshot: snapshot, options: options, host: requestURL.host,
+            let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: options, host: requestURL.host,
                                    directory: resolved.directory, serverMayName: resolved.serverMayName)
-            t.notBefore = options.startAfter
             try persistNew(t)
             add(t)
             return id
@@ -34,7 +33,6 @@ extension TransferCoordinator {
     /// answers, the transfer survives a crash. Then takes its id.
     /// - Throws: `StoreError`; then nothing has changed.
     private func persistNew(_ t: TransferRecord) throws {
-        setInitialState(t)
         var next = counters
         next.nextTransferID = t.id + 1
         if isPersistent(t.session) {
@@ -89,11 +87,10 @@ extension TransferCoordinator {
             snapshot.resumable = data.etag != nil || data.lastModified != nil
             var effective = options
             effective.destination = data.destination
-            let t = TransferRecord(snapshot: snapshot, options: effective, host: requestURL.host,
+            let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: effective, host: requestURL.host,
                                    directory: directory, serverMayName: false)
             t.etag = data.etag
             t.lastModified = data.lastModified
-            t.notBefore = options.startAfter
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)
@@ -106,13 +103,10 @@ extension TransferCoordinator {
 
     /// A new transfer's first state: paused (`start` false), waiting (`start-after` in
     /// the future) or queued.
-    private func setInitialState(_ t: TransferRecord) {
-        if !t.options.start {
-            t.snapshot.state = .paused
-        } else if t.notBefore > environment.now() {
-            t.snapshot.state = .waiting
-            t.snapshot.waitingReason = WaitingReason.startAfter.rawValue
-        }
+    func initialLife(_ options: DownloadOptions) -> TransferLife {
+        if !options.start { return TransferLife(.paused) }
+        if options.startAfter > environment.now() { return TransferLife(.waiting(.startAfter, until: options.startAfter)) }
+        return TransferLife(.queued)
     }
 
     /// Registers a new transfer (in its first state, already stored) and announces it.
@@ -122,7 +116,7 @@ extension TransferCoordinator {
         stageTransfer(t)
         t.published = t.snapshot
         emit(.transferAdded(t.snapshot))
-        if t.state == .waiting { wakeAtNotBefore(t) }
+        if t.state == .waiting { timeline.add(t.id, .wake, at: t.notBefore) }
     }
 
     /// A resolver that treats paths owned by live transfers (other than `except`) as taken.

@@ -43,7 +43,6 @@ extension TransferCoordinator {
         }
         if r.expectedTotal >= 0, let error = spaceShortage(t, bytesToWrite: r.expectedTotal - max(r.startOffset, 0)) {
             // It cannot fit: stop now rather than fill the disk; the part file stays.
-            stopAttemptIfRunning(t)
             failTransfer(t, error)
             return
         }
@@ -98,8 +97,10 @@ extension TransferCoordinator {
             return
         }
         settlePartFile(t)
-        if t.stopInFlight {
-            t.stopInFlight = false
+        switch t.life.attemptEnded() {
+        case nil:
+            return
+        case .stopped:
             reindex(t) // a transfer queued meanwhile may start now
             // Paused or cancelled meanwhile (maybe resumed since): only the bytes count.
             if t.state == .cancelled {
@@ -109,8 +110,9 @@ extension TransferCoordinator {
                 stageTransfer(t)
             }
             return
+        case .current:
+            break
         }
-        guard t.state == .running else { return }
         switch outcome {
         case .succeeded(let bytes, let sha256):
             finishSucceeded(t, bytesOnDisk: bytes, engineSHA256: sha256)
@@ -120,7 +122,8 @@ extension TransferCoordinator {
         case .stopped(let bytes):
             // Not asked for (the engine shut down): the transfer waits for its turn again.
             t.snapshot.bytesTransferred = bytes
-            transition(t, to: .queued)
+            t.life.requeue()
+            settle(t)
             publishChanged(t)
         }
     }

@@ -3,11 +3,18 @@ import Dispatch
 /// Keeping the index and the timeline in step with the transfers, and the one timer
 /// that serves every due moment.
 extension TransferCoordinator {
-    /// Moves `t` to a new state and updates the index. Every state change of a known
-    /// transfer goes through here.
-    func transition(_ t: TransferRecord, to state: TransferState, waiting reason: WaitingReason? = nil) {
-        t.move(to: state, waiting: reason)
+    /// Applies the result of an input to `t.life`: the snapshot shows the new state,
+    /// the index follows, and the actions are carried out. Every state change of a
+    /// known transfer ends here.
+    func settle(_ t: TransferRecord, _ actions: [TransferLife.Action] = []) {
+        t.syncState()
         reindex(t)
+        for action in actions {
+            switch action {
+            case .stopAttempt: engine.stop(t.id)
+            case .wake(let at): timeline.add(t.id, .wake, at: at)
+            }
+        }
     }
 
     /// Brings the index up to date with `t` (after a change of state, priority, host,
@@ -29,17 +36,12 @@ extension TransferCoordinator {
 
     private func facts(_ t: TransferRecord) -> TransferIndex.Facts {
         TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
-                            priority: t.snapshot.priority, startable: t.state == .queued && !t.stopInFlight,
+                            priority: t.snapshot.priority, startable: t.life.isStartable,
                             waitingForNetwork: t.isWaitingForNetwork,
                             claims: t.holdsClaim ? partPaths(t) + [t.destination] : [])
     }
 
     // MARK: - The timeline
-
-    /// Wakes `t` (waiting for start-after or a retry) at `t.notBefore`.
-    func wakeAtNotBefore(_ t: TransferRecord) {
-        timeline.add(t.id, .wake, at: t.notBefore)
-    }
 
     /// Puts the transfer's resource deadline on the timeline, unless it is there already.
     func watchDeadline(_ t: TransferRecord) {
@@ -69,8 +71,8 @@ extension TransferCoordinator {
                 guard let t = transfers[entry.id] else { continue }
                 switch entry.kind {
                 case .wake:
-                    guard t.state == .waiting, !t.isWaitingForNetwork, t.notBefore <= now else { continue }
-                    transition(t, to: .queued)
+                    guard t.life.wake(now: now) else { continue }
+                    settle(t)
                     publishChanged(t)
                 case .deadline:
                     guard t.state.isActive else { continue }
@@ -79,7 +81,6 @@ extension TransferCoordinator {
                         watchDeadline(t) // the session's resource-timeout changed meanwhile
                         continue
                     }
-                    stopAttemptIfRunning(t)
                     failTransfer(t, resourceTimeoutError(t))
                 case .settle:
                     continue

@@ -55,14 +55,13 @@ extension TransferCoordinator {
             case .waiting where t.isWaitingForNetwork:
                 if let reason = blocker {
                     // Metered became offline or back: the reason follows.
-                    if t.snapshot.waitingReason != reason.rawValue {
-                        t.snapshot.waitingReason = reason.rawValue
-                        reindex(t)
+                    if t.life.waitingReason != reason {
+                        settle(t, t.life.waitForNetwork(reason))
                         publishChanged(t)
                     }
                 } else {
-                    t.notBefore = 0
-                    transition(t, to: .queued)
+                    t.life.networkAllows()
+                    settle(t)
                     publishChanged(t)
                 }
             default:
@@ -88,18 +87,8 @@ extension TransferCoordinator {
         if t.state == .running {
             logger.info("transfer \(t.id): stopping; the network is \(reason == .offline ? "offline" : "metered")")
         }
-        stopAttemptIfRunning(t)
         // Waits for the network, not for a time: no wake-up may queue it.
-        t.notBefore = .max
-        transition(t, to: .waiting, waiting: reason)
+        settle(t, t.life.waitForNetwork(reason))
         publishChanged(t)
-    }
-}
-
-extension TransferRecord {
-    /// Waiting for the network (`offline` or `metered`) rather than for a time.
-    var isWaitingForNetwork: Bool {
-        state == .waiting && (snapshot.waitingReason == WaitingReason.offline.rawValue
-            || snapshot.waitingReason == WaitingReason.metered.rawValue)
     }
 }

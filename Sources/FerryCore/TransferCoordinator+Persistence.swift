@@ -165,12 +165,8 @@ extension TransferCoordinator {
             }
         }
         t.enginePartPath = t.partPath
-        if t.state == .running {
-            // Its attempt died with the old daemon: queue it again (not a client action,
-            // so not announced, and its retries and resource clock go on).
-            t.snapshot.state = .queued
-            t.snapshot.waitingReason = ""
-        }
+        // A running transfer's attempt died with the old daemon: its life is queued again
+        // (not a client action, so not announced, and its retries and resource clock go on).
         if !t.state.isFinal {
             // The file's real size wins over the last checkpoint.
             t.snapshot.bytesTransferred = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
@@ -196,8 +192,8 @@ extension TransferCoordinator {
         }
         let size = FileSystemChecks.fileSize(target, fileManager: fileManager) ?? t.snapshot.bytesTransferred
         t.snapshot.destination = target
-        t.snapshot.state = .completed
-        t.snapshot.waitingReason = ""
+        t.life.finishedBeforeRestart()
+        t.syncState()
         t.snapshot.bytesTransferred = size
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = size }
         t.snapshot.completed = environment.now()
@@ -220,7 +216,7 @@ extension TransferCoordinator {
     /// whose transfers are all final go.
     func resumeRestoredWork() {
         for t in transfers.values.sorted(by: { $0.id < $1.id }) {
-            if t.state == .waiting && !t.isWaitingForNetwork { wakeAtNotBefore(t) }
+            if t.state == .waiting && !t.isWaitingForNetwork { timeline.add(t.id, .wake, at: t.notBefore) }
             if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }
             // Restored queued transfers meet the network policy like new ones.
             if t.state == .queued { newlyQueued.append(t.id) }

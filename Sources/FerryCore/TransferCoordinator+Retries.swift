@@ -34,9 +34,7 @@ extension TransferCoordinator {
         }
         t.retriesUsed += 1
         logger.info("transfer \(t.id): \(error.shortName) (\(error.message)); retry \(t.retriesUsed) of \(maxRetries) in \(String(format: "%.1f", seconds)) s")
-        t.notBefore = due
-        transition(t, to: .waiting, waiting: .retry)
-        wakeAtNotBefore(t)
+        settle(t, t.life.retry(at: due))
         publishChanged(t)
     }
 

@@ -42,8 +42,9 @@ extension TransferCoordinator {
         }
         t.attemptOffset = offset
         t.enginePartPath = t.partPath
-        transition(t, to: .running)
         t.snapshot.attempts += 1
+        t.life.start(TransferLife.Attempt(kind: .download, number: t.snapshot.attempts, offset: offset))
+        settle(t)
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
         t.failedResponseStatus = nil

@@ -91,8 +91,7 @@ extension TransferCoordinator {
     // MARK: - The actions, without checks (callers checked the state)
 
     func pauseTransfer(_ t: TransferRecord) {
-        stopAttemptIfRunning(t)
-        transition(t, to: .paused)
+        settle(t, t.life.pause())
         publishChanged(t)
         if let s = sessions[t.session] { announceEndedBatches(of: s) }
     }
@@ -108,22 +107,16 @@ extension TransferCoordinator {
         t.resourceStarted = 0
         // A start-after still in the future applies again; a retry wait does not (the
         // user asked for it now).
-        if t.options.startAfter > environment.now() {
-            t.notBefore = t.options.startAfter
-            transition(t, to: .waiting, waiting: .startAfter)
-            wakeAtNotBefore(t)
-        } else {
-            transition(t, to: .queued)
-        }
+        settle(t, t.life.resume(startAfter: t.options.startAfter, now: environment.now()))
         publishChanged(t)
     }
 
     /// Cancels (user, session close, or takeover by resume data) and reports it as a
     /// completion.
     func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
-        stopAttemptIfRunning(t)
+        let actions = t.life.cancel()
         if deletePart { deletePartFiles(t) }
-        transition(t, to: .cancelled)
+        settle(t, actions)
         t.snapshot.errorName = reason.name
         t.snapshot.errorMessage = reason.message
         t.snapshot.completed = environment.now()
@@ -149,12 +142,6 @@ extension TransferCoordinator {
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
         emit(.transferRemoved(t.id, session: t.session))
-    }
-
-    func stopAttemptIfRunning(_ t: TransferRecord) {
-        guard t.state == .running else { return }
-        engine.stop(t.id)
-        t.stopInFlight = true
     }
 
     /// The `.part` file, and where the engine may still be writing if that differs.

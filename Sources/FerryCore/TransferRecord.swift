@@ -17,17 +17,15 @@ final class TransferRecord {
     var serverMayName: Bool
     var etag: String?
     var lastModified: String?
-    /// `stop` was sent to the engine and its final `.completed` is still to come; the
-    /// transfer is not started again before that.
-    var stopInFlight = false
+    /// Its state with the data each state carries; changed only through its inputs
+    /// (the coordinator applies the result with `settle`).
+    var life: TransferLife
     /// The `.part` path the engine was given for the current or last attempt (it differs
     /// from `partPath` after a Content-Disposition rename when the engine had not
     /// created the file yet).
     var enginePartPath: String?
     /// Offset the current attempt asked for.
     var attemptOffset: Int64 = 0
-    /// Waiting until this time (µs), for start-after or a retry.
-    var notBefore: UInt64 = 0
     var rate = RateEstimator()
     /// (total, expected) of the last transferProgress, nil when none this attempt.
     var lastProgress: (total: Int64, expected: Int64)?
@@ -57,12 +55,19 @@ final class TransferRecord {
     /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
     var finishingPath: String?
 
-    init(snapshot: TransferSnapshot, options: DownloadOptions, host: String, directory: String, serverMayName: Bool) {
-        self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot
+    init(snapshot: TransferSnapshot, life: TransferLife, options: DownloadOptions, host: String, directory: String,
+         serverMayName: Bool) {
+        self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot; self.life = life
         self.options = options; self.host = host; self.directory = directory; self.serverMayName = serverMayName
+        syncState()
     }
 
-    var state: TransferState { snapshot.state }
+    var state: TransferState { life.state }
+    /// An attempt was told to stop and its end has not come yet.
+    var stopInFlight: Bool { life.stopping }
+    /// While waiting for a time: not before this moment (µs).
+    var notBefore: UInt64 { life.notBefore }
+    var isWaitingForNetwork: Bool { life.isWaitingForNetwork }
     var destination: String { snapshot.destination }
     var partPath: String { snapshot.destination + ".part" }
     /// The `If-Range` validator: the ETag, else Last-Modified.
@@ -72,14 +77,11 @@ final class TransferRecord {
     /// `.part` (a failed one may be resumed).
     var holdsClaim: Bool { state != .completed && state != .cancelled }
 
-    /// Changes the state; an illegal move is a bug in the core. Only the coordinator's
-    /// `transition` calls it, so that the index follows.
-    func move(to state: TransferState, waiting reason: WaitingReason? = nil) {
-        precondition(TransferStateMachine.canMove(from: snapshot.state, to: state),
-                     "transfer \(id): illegal move \(snapshot.state) -> \(state)")
-        snapshot.state = state
-        snapshot.waitingReason = state == .waiting ? (reason?.rawValue ?? "") : ""
-        if state != .running {
+    /// Shows the life's state in the snapshot (the bus properties).
+    func syncState() {
+        snapshot.state = life.state
+        snapshot.waitingReason = life.waitingReason?.rawValue ?? ""
+        if life.state != .running {
             snapshot.rate = 0
             snapshot.expectedEnd = 0
         }
@@ -99,11 +101,12 @@ final class TransferRecord {
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
     convenience init(stored: StoredTransfer) {
         let host = (try? RequestURL.validate(stored.snapshot.url))?.host ?? ""
-        self.init(snapshot: stored.snapshot, options: stored.options, host: host, directory: stored.directory,
+        let life = TransferLife(restoring: stored.snapshot.state, waitingReason: stored.snapshot.waitingReason,
+                                notBefore: stored.notBefore)
+        self.init(snapshot: stored.snapshot, life: life, options: stored.options, host: host, directory: stored.directory,
                   serverMayName: stored.serverMayName)
         etag = stored.etag
         lastModified = stored.lastModified
-        notBefore = stored.notBefore
         retriesUsed = stored.retriesUsed
         resourceStarted = stored.resourceStarted
         finishingPath = stored.finishingPath

@@ -1,0 +1,219 @@
+/// A transfer's life as a value: its state with the data each state carries, and the
+/// rules for every move. Each input changes the value and returns what the coordinator
+/// has to do about it (SwiftNIO's state-machine style); nothing else writes a
+/// transfer's state. `TransferStateMachine` says which client actions each state allows.
+struct TransferLife: Equatable {
+    enum Phase: Equatable {
+        case queued
+        /// Waiting for a time (`start-after`, `retry`: until that moment, µs) or for the
+        /// network (`offline`, `metered`: `until` is `.max`, the network decides).
+        case waiting(WaitingReason, until: UInt64)
+        case running(Attempt)
+        case paused
+        case completed
+        case failed
+        case cancelled
+    }
+
+    /// One try at moving the bytes. Downloads, uploads and segmented downloads are kinds
+    /// of attempt.
+    struct Attempt: Equatable {
+        enum Kind: Equatable {
+            case download
+            case segmented(connections: UInt32)
+            case upload
+        }
+        var kind: Kind
+        /// 1 for the first try.
+        var number: UInt32
+        /// Where the body starts in the file (0 for uploads: they always start over).
+        var offset: Int64
+        /// The engine has reported its end; what follows is being decided.
+        var ended = false
+    }
+
+    /// What the coordinator must do after an input.
+    enum Action: Equatable {
+        /// Stop the engine's attempt; its end will still be reported (see `stopping`).
+        case stopAttempt
+        /// Wake the transfer at this moment (µs) to queue it again.
+        case wake(at: UInt64)
+    }
+
+    /// How an engine attempt's end is to be taken.
+    enum AttemptEnd: Equatable {
+        /// The attempt was stopping (paused, cancelled, waiting for the network,
+        /// removed): only its bytes on disk count.
+        case stopped
+        /// The running attempt ended: its outcome decides what follows.
+        case current
+    }
+
+    private(set) var phase: Phase
+    /// An attempt was told to stop and its end has not come: the transfer is not
+    /// started again before it has.
+    private(set) var stopping = false
+
+    init(_ phase: Phase) { self.phase = phase }
+
+    /// A stored transfer's life after a restart: what was running is queued again (its
+    /// attempt died with the old daemon).
+    init(restoring state: TransferState, waitingReason: String, notBefore: UInt64) {
+        switch state {
+        case .queued, .running: phase = .queued
+        case .waiting: phase = .waiting(WaitingReason(rawValue: waitingReason) ?? .retry, until: notBefore)
+        case .paused: phase = .paused
+        case .completed: phase = .completed
+        case .failed: phase = .failed
+        case .cancelled: phase = .cancelled
+        }
+    }
+
+    // MARK: - What it is
+
+    var state: TransferState {
+        switch phase {
+        case .queued: return .queued
+        case .waiting: return .waiting
+        case .running: return .running
+        case .paused: return .paused
+        case .completed: return .completed
+        case .failed: return .failed
+        case .cancelled: return .cancelled
+        }
+    }
+
+    var waitingReason: WaitingReason? {
+        if case .waiting(let reason, _) = phase { return reason }
+        return nil
+    }
+
+    /// Waiting for the network (`offline`, `metered`) rather than for a time.
+    var isWaitingForNetwork: Bool { waitingReason == .offline || waitingReason == .metered }
+
+    /// While waiting for a time: not before this moment (µs); `.max` for network waits.
+    var notBefore: UInt64 {
+        if case .waiting(_, let until) = phase { return until }
+        return 0
+    }
+
+    /// Queued with no attempt still stopping: the scheduler may start it.
+    var isStartable: Bool { phase == .queued && !stopping }
+
+    var attempt: Attempt? {
+        if case .running(let a) = phase { return a }
+        return nil
+    }
+
+    // MARK: - Inputs
+
+    /// The scheduler starts it.
+    mutating func start(_ attempt: Attempt) {
+        precondition(isStartable, "start while \(phase), stopping \(stopping)")
+        phase = .running(attempt)
+    }
+
+    /// The client pauses it (queued, waiting or running).
+    mutating func pause() -> [Action] {
+        let actions = stopIfRunning()
+        move(.paused)
+        return actions
+    }
+
+    /// The client resumes it (paused or failed): queued, or waiting again for a
+    /// `start-after` still in the future.
+    mutating func resume(startAfter: UInt64, now: UInt64) -> [Action] {
+        if startAfter > now {
+            move(.waiting(.startAfter, until: startAfter))
+            return [.wake(at: startAfter)]
+        }
+        move(.queued)
+        return []
+    }
+
+    /// Cancelled for good (user, session close, takeover by resume data).
+    mutating func cancel() -> [Action] {
+        let actions = stopIfRunning()
+        move(.cancelled)
+        return actions
+    }
+
+    /// The network does not allow it now: it waits (a running attempt stops at a
+    /// resumable point). Already waiting for the network: the reason follows.
+    mutating func waitForNetwork(_ reason: WaitingReason) -> [Action] {
+        precondition(reason == .offline || reason == .metered)
+        if isWaitingForNetwork {
+            phase = .waiting(reason, until: .max)
+            return []
+        }
+        let actions = stopIfRunning()
+        move(.waiting(reason, until: .max))
+        return actions
+    }
+
+    /// The network allows it again.
+    mutating func networkAllows() {
+        precondition(isWaitingForNetwork)
+        move(.queued)
+    }
+
+    /// A transient failure: try again at `due`.
+    mutating func retry(at due: UInt64) -> [Action] {
+        move(.waiting(.retry, until: due))
+        return [.wake(at: due)]
+    }
+
+    /// Its time has come: a timed wait that is due goes back to the queue.
+    /// - Returns: whether it did.
+    mutating func wake(now: UInt64) -> Bool {
+        guard case .waiting(let reason, let until) = phase, reason == .startAfter || reason == .retry, until <= now else {
+            return false
+        }
+        move(.queued)
+        return true
+    }
+
+    /// The engine stopped the attempt on its own (shutting down): it waits for its turn.
+    mutating func requeue() { move(.queued) }
+
+    /// The engine reports the end of an attempt.
+    mutating func attemptEnded() -> AttemptEnd? {
+        if stopping {
+            stopping = false
+            return .stopped
+        }
+        guard case .running(var attempt) = phase else { return nil }
+        attempt.ended = true
+        phase = .running(attempt)
+        return .current
+    }
+
+    mutating func complete() { move(.completed) }
+
+    /// At a restart: the store says the verified file had reached its final place.
+    mutating func finishedBeforeRestart() {
+        precondition(!state.isFinal && !stopping)
+        phase = .completed
+    }
+
+    /// Fails it for good (until resumed): from running, or before it could start.
+    mutating func fail() -> [Action] {
+        let actions = stopIfRunning()
+        move(.failed)
+        return actions
+    }
+
+    // MARK: -
+
+    private mutating func stopIfRunning() -> [Action] {
+        guard case .running(let attempt) = phase, !attempt.ended else { return [] }
+        stopping = true
+        return [.stopAttempt]
+    }
+
+    private mutating func move(_ next: Phase) {
+        let to = TransferLife(next).state
+        precondition(TransferStateMachine.canMove(from: state, to: to), "illegal move \(state) -> \(to)")
+        phase = next
+    }
+}

@@ -37,15 +37,9 @@ struct RequestURL: Equatable {
                           suggestedFileName: FileNameSanitizer.sanitize(decoded) ?? FileNameSanitizer.fallbackName)
     }
 
-    /// The URL with any password replaced, for messages and logs.
+    /// The URL without any user name or password, clipped, for messages and logs.
     static func redacted(_ string: String) -> String {
-        let clipped = string.count > 300 ? String(string.prefix(300)) + "…" : string
-        guard let schemeEnd = clipped.range(of: "://") else { return clipped }
-        let rest = clipped[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return clipped }
-        let userInfo = rest[..<at]
-        let user = userInfo.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-        return String(clipped[..<schemeEnd.upperBound]) + user + ":***" + String(rest[at...])
+        let shown = Redaction.urlWithoutCredentials(string)
+        return shown.count > 300 ? String(shown.prefix(300)) + "…" : shown
     }
 }

@@ -41,11 +41,13 @@ enum OptionParsing {
         return u
     }
 
+    /// The `Configuration` property. Every client of the bus can read it, so header
+    /// values are hidden and the proxy is shown without its credentials.
     static func configurationValue(_ c: SessionConfiguration, defaultDirectory: String) -> DBusValue {
         .vardict([
             "persistent": .boolean(c.persistent),
             "directory": .string(c.directory ?? defaultDirectory),
-            "headers": .stringDict(c.headers),
+            "headers": .stringDict(Redaction.hidingValues(c.headers)),
             "max-connections-per-host": .uint32(c.maxConnectionsPerHost),
             "request-timeout": .double(c.requestTimeout),
             "resource-timeout": .double(c.resourceTimeout),
@@ -53,7 +55,7 @@ enum OptionParsing {
             "notify": .boolean(c.notify),
             "speed-limit": .uint64(c.speedLimit),
             "retries": .uint32(c.retries),
-            "proxy": .string(c.proxy ?? ""),
+            "proxy": .string(c.proxy.map(Redaction.urlWithoutCredentials) ?? ""),
             "application-id": .string(c.applicationID),
         ])
     }

@@ -27,6 +27,8 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     private var nextManagerRateUpdate: UInt64 = 0
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
+    /// Caps on sessions and transfers; set before `start`.
+    public var limits = ClientLimits()
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,

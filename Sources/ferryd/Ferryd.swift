@@ -32,9 +32,18 @@ struct Ferryd: ParsableCommand {
     @Flag(name: .long, help: "Keep running when idle (for running ferryd by hand).")
     var noIdleExit = false
 
+    @Option(name: .long, help: ArgumentHelp("Refuse new sessions beyond this many (LimitExceeded).", valueName: "count"))
+    var maxSessionsPerClient: Int = Limits.defaultSessionsPerClient
+
+    @Option(name: .long, help: ArgumentHelp("Refuse new transfers in a session holding this many (LimitExceeded).", valueName: "count"))
+    var maxTransfersPerSession: Int = Limits.defaultTransfersPerSession
+
     func validate() throws {
         guard idleTimeout.isFinite, idleTimeout > 0 else {
             throw ValidationError("--idle-timeout must be a positive number of seconds")
+        }
+        guard maxSessionsPerClient > 0, maxTransfersPerSession > 0 else {
+            throw ValidationError("--max-sessions-per-client and --max-transfers-per-session must be positive")
         }
     }
 
@@ -76,6 +85,7 @@ struct Ferryd: ParsableCommand {
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
                                       defaultDirectory: environment.defaultDownloadDirectory(),
                                       notifier: notifier, logger: logger)
+        service.limits = ClientLimits(sessionsPerClient: maxSessionsPerClient, transfersPerSession: maxTransfersPerSession)
 
         let lifetime = Lifetime(core: core, notifier: notifier, logger: logger)
         let idleExit = noIdleExit ? nil : IdleExit(timeout: idleTimeout, core: core, bus: bus, notifier: notifier,

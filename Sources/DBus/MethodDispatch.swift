@@ -112,7 +112,10 @@ extension BusConnection {
                 fail(StandardErrors.unknownInterface, "\(object.path) has no interface \(iname)")
             }
         case "Set":
-            guard let a = args("ssv"), let iname = a[0].string, let pname = a[1].string else { return }
+            guard let a = args("ssv") else { return }
+            // No property here is of a type that holds a descriptor: close any sent.
+            defer { DBusValue.closeUnixFDs(in: a) }
+            guard let iname = a[0].string, let pname = a[1].string else { return }
             guard let spec = object.interface(iname) else { return fail(StandardErrors.unknownInterface, "\(object.path) has no interface \(iname)") }
             guard let p = spec.property(pname) else { return fail(StandardErrors.unknownProperty, "\(iname) has no property \(pname)") }
             guard p.access == .readwrite, p.setter != nil || p.objectSetter != nil else {

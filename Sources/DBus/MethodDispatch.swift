@@ -22,6 +22,9 @@ extension BusConnection {
             do {
                 try r.append(values)
                 sendOnQueue(r)
+            } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
+                let answer = tooLarge("the reply to \(iface ?? "").\(member) on \(path)", e)
+                fail(answer.name, answer.message)
             } catch {
                 fail(StandardErrors.failed, "could not build the reply: \(error)")
             }

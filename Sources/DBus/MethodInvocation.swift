@@ -41,6 +41,8 @@ public final class MethodInvocation: @unchecked Sendable {
                 let m = try call.makeReturn()
                 try m.append(values)
                 connection.sendOnQueue(m)
+            } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
+                sendError(connection.tooLarge("the reply to \(interface).\(member) on \(path)", e))
             } catch let e as BusError {
                 sendError(e)
             } catch {

@@ -42,3 +42,13 @@ extension FerryBusService {
         }
     }
 }
+
+extension FerryBusService {
+    /// A named error for replies too large for the bus (logged, never sent: the bus
+    /// would drop ferryd's connection).
+    func configureBusSafety() {
+        bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
+            logger.error("\(text)")
+        }
+    }
+}

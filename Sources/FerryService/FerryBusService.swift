@@ -53,6 +53,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
                                          initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)])
             bus.export(manager)
             bus.addObjectManager(at: FerryBusNames.managerPath)
+            configureBusSafety()
             for id in core.sessionIDs {
                 if let s = core.session(id) { sessionAdded(s) }
             }

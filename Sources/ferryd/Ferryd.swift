@@ -92,8 +92,10 @@ struct Ferryd: ParsableCommand {
                                                     lifetime: lifetime, logger: logger)
         lifetime.installSignalHandlers()
         bus.onDisconnect {
-            logger.notice("the bus connection closed; exiting")
-            lifetime.shutDown(code: 0)
+            // Not a clean exit: the service is gone from the bus. A failure status lets
+            // systemd restart it (and activation starts it on the next call anyway).
+            logger.critical("lost the connection to the bus; exiting with status 1")
+            lifetime.shutDown(code: 1)
         }
 
         Task {

@@ -26,6 +26,8 @@ public final class BusConnection: @unchecked Sendable {
     private var disconnectHandlers: [@Sendable () -> Void] = []
     /// What to do with a reply or signal too large for the bus (queue-confined).
     private var oversize: (errorName: String?, log: @Sendable (String) -> Void)?
+    /// Method calls on missing objects below these path prefixes answer these errors.
+    var missingObjectErrors: [(prefix: String, errorName: String, noun: String)] = []
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
     public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
@@ -110,6 +112,13 @@ public final class BusConnection: @unchecked Sendable {
     func tooLarge(_ what: String, _ error: BusError) -> BusError {
         oversize?.log("\(what) not sent: \(error.message)")
         return BusError(name: oversize?.errorName ?? error.name, message: "the reply would be too large for the bus: \(error.message)")
+    }
+
+    /// Method calls on an object that does not exist below `prefix` (a session or
+    /// transfer that never was, or is gone) answer `errorName` rather than
+    /// `UnknownObject`; the message calls it a `noun`.
+    public func setMissingObjectError(prefix: String, errorName: String, noun: String) {
+        queue.async { self.missingObjectErrors.append((prefix, errorName, noun)) }
     }
 
     /// Called when the bus goes away (on the queue).

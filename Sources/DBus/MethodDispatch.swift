@@ -44,13 +44,20 @@ extension BusConnection {
         }
 
         let object = objects[path]
+        func failMissing() {
+            if let m = missingObjectErrors.first(where: { path.hasPrefix($0.prefix) }) {
+                fail(m.errorName, "there is no \(m.noun) at \(path) (it never existed, or it was closed or removed)")
+            } else {
+                fail(StandardErrors.unknownObject, "no object at \(path)")
+            }
+        }
 
         // org.freedesktop.DBus.Introspectable, for every path (objects and their parents).
         if member == "Introspect" && (iface == StandardNames.introspectable || (iface == nil && object?.interfaces.contains { $0.method("Introspect") != nil } != true)) {
             guard args("") != nil else { return }
             let children = childNodes(of: path)
             guard object != nil || !children.isEmpty || path == "/" else {
-                fail(StandardErrors.unknownObject, "no object at \(path)")
+                failMissing()
                 return
             }
             reply([.string(Introspection.xml(object: object, children: children, isObjectManager: objectManagerPaths.contains(path)))])
@@ -58,7 +65,7 @@ extension BusConnection {
         }
 
         guard let object else {
-            fail(StandardErrors.unknownObject, "no object at \(path)")
+            failMissing()
             return
         }
 

@@ -44,9 +44,14 @@ extension FerryBusService {
 }
 
 extension FerryBusService {
-    /// A named error for replies too large for the bus (logged, never sent: the bus
-    /// would drop ferryd's connection).
+    /// Named errors for what the binding would otherwise answer generically: calls on
+    /// sessions and transfers that do not exist, and replies too large for the bus
+    /// (logged, never sent: the bus would drop ferryd's connection).
     func configureBusSafety() {
+        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/session/",
+                                  errorName: FerryError.noSuchSession("").name, noun: "session")
+        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/transfer/",
+                                  errorName: FerryError.noSuchTransfer("").name, noun: "transfer")
         bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
             logger.error("\(text)")
         }

@@ -24,6 +24,10 @@ public final class BusConnection: @unchecked Sendable {
     private var subscriptions: [UInt64: (rule: MatchRule, handler: @Sendable (BusMessage) -> Void)] = [:]
     private var nextSubscription: UInt64 = 1
     private var disconnectHandlers: [@Sendable () -> Void] = []
+    /// What to do with a reply or signal too large for the bus (queue-confined).
+    private var oversize: (errorName: String?, log: @Sendable (String) -> Void)?
+    /// Method calls on missing objects below these path prefixes answer these errors.
+    var missingObjectErrors: [(prefix: String, errorName: String, noun: String)] = []
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
     public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
@@ -94,6 +98,27 @@ public final class BusConnection: @unchecked Sendable {
     /// Runs `body` on the connection's queue.
     public func perform(_ body: @escaping @Sendable () -> Void) {
         queue.async(execute: body)
+    }
+
+    /// A reply or signal that would break the bus's size limits is never sent (see
+    /// `WireLimits`): a method call then answers `errorName` (default
+    /// `org.freedesktop.DBus.Error.LimitsExceeded`) instead, and `log` hears of
+    /// every such message, signals included (on the queue).
+    public func onOversizeMessage(errorName: String? = nil, log: @escaping @Sendable (String) -> Void) {
+        queue.async { self.oversize = (errorName, log) }
+    }
+
+    /// Reports a message that was too large; returns the error to answer with. On the queue.
+    func tooLarge(_ what: String, _ error: BusError) -> BusError {
+        oversize?.log("\(what) not sent: \(error.message)")
+        return BusError(name: oversize?.errorName ?? error.name, message: "the reply would be too large for the bus: \(error.message)")
+    }
+
+    /// Method calls on an object that does not exist below `prefix` (a session or
+    /// transfer that never was, or is gone) answer `errorName` rather than
+    /// `UnknownObject`; the message calls it a `noun`.
+    public func setMissingObjectError(prefix: String, errorName: String, noun: String) {
+        queue.async { self.missingObjectErrors.append((prefix, errorName, noun)) }
     }
 
     /// Called when the bus goes away (on the queue).

@@ -90,8 +90,11 @@ public final class BusMessage: @unchecked Sendable {
     // MARK: Arguments
 
     /// Appends values to the body, in order. Checks every value first, so that a
-    /// bad value throws instead of tripping libdbus's assertions.
+    /// bad value throws instead of tripping libdbus's assertions, and so that a body
+    /// over the protocol's size limits throws `LimitsExceeded` (`WireLimits`)
+    /// instead of getting the sender disconnected by the bus.
     public func append(_ values: [DBusValue]) throws {
+        try WireLimits.check(values)
         for v in values { try Marshal.check(v) }
         // libdbus writes a body signature over 255 characters or nested too deeply
         // without complaint, and the bus then disconnects us for the invalid message.

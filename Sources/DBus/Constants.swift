@@ -53,4 +53,6 @@ public enum StandardErrors {
     public static let serviceUnknown = "org.freedesktop.DBus.Error.ServiceUnknown"
     public static let nameHasNoOwner = "org.freedesktop.DBus.Error.NameHasNoOwner"
     public static let noMemory = "org.freedesktop.DBus.Error.NoMemory"
+    /// A message over the protocol's size limits (see `WireLimits`).
+    public static let limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
 }

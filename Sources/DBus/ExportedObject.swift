@@ -43,10 +43,13 @@ public final class ExportedObject: @unchecked Sendable {
             if p.emitsChange { changed[name] = value }
         }
         guard !changed.isEmpty, let connection else { return }
-        if let m = try? BusMessage.signal(path: path, interface: StandardNames.properties, member: "PropertiesChanged") {
-            try? m.append([.string(interface), .vardict(changed), .stringArray([])])
+        do {
+            let m = try BusMessage.signal(path: path, interface: StandardNames.properties, member: "PropertiesChanged")
+            try m.append([.string(interface), .vardict(changed), .stringArray([])])
             connection.sendOnQueue(m)
-        }
+        } catch let e as BusError {
+            _ = connection.tooLarge("PropertiesChanged on \(path)", e)
+        } catch {}
     }
 
     /// All properties of an interface, as `GetAll` returns them.
@@ -72,8 +75,12 @@ extension BusConnection {
             object.connection = self
             objects[object.path] = object
             if let manager = managerPath(for: object.path) {
-                try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
-                                       arguments: [.objectPath(object.path), object.interfacesAndProperties()])
+                do {
+                    try emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
+                                          arguments: [.objectPath(object.path), object.interfacesAndProperties()])
+                } catch let e as BusError {
+                    _ = tooLarge("InterfacesAdded for \(object.path)", e)
+                } catch {}
             }
         }
     }

@@ -22,6 +22,9 @@ extension BusConnection {
             do {
                 try r.append(values)
                 sendOnQueue(r)
+            } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
+                let answer = tooLarge("the reply to \(iface ?? "").\(member) on \(path)", e)
+                fail(answer.name, answer.message)
             } catch {
                 fail(StandardErrors.failed, "could not build the reply: \(error)")
             }
@@ -41,13 +44,20 @@ extension BusConnection {
         }
 
         let object = objects[path]
+        func failMissing() {
+            if let m = missingObjectErrors.first(where: { path.hasPrefix($0.prefix) }) {
+                fail(m.errorName, "there is no \(m.noun) at \(path) (it never existed, or it was closed or removed)")
+            } else {
+                fail(StandardErrors.unknownObject, "no object at \(path)")
+            }
+        }
 
         // org.freedesktop.DBus.Introspectable, for every path (objects and their parents).
         if member == "Introspect" && (iface == StandardNames.introspectable || (iface == nil && object?.interfaces.contains { $0.method("Introspect") != nil } != true)) {
             guard args("") != nil else { return }
             let children = childNodes(of: path)
             guard object != nil || !children.isEmpty || path == "/" else {
-                fail(StandardErrors.unknownObject, "no object at \(path)")
+                failMissing()
                 return
             }
             reply([.string(Introspection.xml(object: object, children: children, isObjectManager: objectManagerPaths.contains(path)))])
@@ -55,7 +65,7 @@ extension BusConnection {
         }
 
         guard let object else {
-            fail(StandardErrors.unknownObject, "no object at \(path)")
+            failMissing()
             return
         }
 
@@ -112,7 +122,10 @@ extension BusConnection {
                 fail(StandardErrors.unknownInterface, "\(object.path) has no interface \(iname)")
             }
         case "Set":
-            guard let a = args("ssv"), let iname = a[0].string, let pname = a[1].string else { return }
+            guard let a = args("ssv") else { return }
+            // No property here is of a type that holds a descriptor: close any sent.
+            defer { DBusValue.closeUnixFDs(in: a) }
+            guard let iname = a[0].string, let pname = a[1].string else { return }
             guard let spec = object.interface(iname) else { return fail(StandardErrors.unknownInterface, "\(object.path) has no interface \(iname)") }
             guard let p = spec.property(pname) else { return fail(StandardErrors.unknownProperty, "\(iname) has no property \(pname)") }
             guard p.access == .readwrite, p.setter != nil || p.objectSetter != nil else {

@@ -1,7 +1,16 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One incoming method call, to be answered once with `reply` or `fail`.
 ///
+/// The file descriptors in `arguments` belong to the invocation: when it is
+/// answered, every one the handler did not `keepUnixFD` is closed, so a refused
+/// call (or one that ignores a descriptor) leaks none.
+///
 /// `@unchecked Sendable`: the immutable fields are set at creation; `answered` is
-/// only read and written on the connection's queue.
+/// only read and written on the connection's queue; `kept` under `lock`.
 public final class MethodInvocation: @unchecked Sendable {
     public let arguments: [DBusValue]
     public let sender: String?
@@ -11,6 +20,8 @@ public final class MethodInvocation: @unchecked Sendable {
     let call: BusMessage
     let connection: BusConnection
     private var answered = false
+    private let lock = NSLock()
+    private var kept: Set<Int32> = []
 
     init(call: BusMessage, arguments: [DBusValue], path: String, interface: String, member: String, connection: BusConnection) {
         self.call = call
@@ -30,6 +41,8 @@ public final class MethodInvocation: @unchecked Sendable {
                 let m = try call.makeReturn()
                 try m.append(values)
                 connection.sendOnQueue(m)
+            } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
+                sendError(connection.tooLarge("the reply to \(interface).\(member) on \(path)", e))
             } catch let e as BusError {
                 sendError(e)
             } catch {
@@ -48,10 +61,29 @@ public final class MethodInvocation: @unchecked Sendable {
 
     public func fail(name: String, message: String) { fail(BusError(name: name, message: message)) }
 
+    /// Takes over `fd` (one of the arguments' descriptors): the handler now owns it
+    /// and closes it. Call before answering.
+    public func keepUnixFD(_ fd: Int32) {
+        lock.lock()
+        kept.insert(fd)
+        lock.unlock()
+    }
+
     private func take() -> Bool {
         if answered { return false }
         answered = true
+        closeUnkeptFDs()
         return !call.noReplyExpected
+    }
+
+    /// Closes the received descriptors nobody kept. Once, when the call is answered.
+    private func closeUnkeptFDs() {
+        lock.lock()
+        let keep = kept
+        lock.unlock()
+        for v in arguments {
+            for fd in v.unixFDs where fd >= 0 && !keep.contains(fd) { Glibc.close(fd) }
+        }
     }
 
     private func sendError(_ e: BusError) {

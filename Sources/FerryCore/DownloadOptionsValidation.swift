@@ -1,15 +1,31 @@
+import Foundation
+
 /// The rules for `Download` options other than the destination.
 enum DownloadOptionsValidation {
     static let priorities: ClosedRange<Int32> = -1...1
     static let connections: ClosedRange<UInt32> = 1...16
 
     static func validate(_ options: DownloadOptions) throws {
+        if let destination = options.destination { try validateDestinationLength(destination) }
+        try Limits.check(options.description, max: Limits.descriptionBytes, what: "the description")
         if let sha = options.sha256 { try validateSHA256(sha) }
         try validatePriority(options.priority)
         guard connections.contains(options.connections) else {
             throw FerryError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
         }
         try HeaderFields.validate(options.headers)
+    }
+
+    /// PATH_MAX and NAME_MAX; a file name (not an existing directory) must leave room
+    /// for the `.part` suffix the download is written under.
+    static func validateDestinationLength(_ destination: String) throws {
+        try Limits.checkPath(destination, what: "the destination")
+        let last = destination.utf8.split(separator: UInt8(ascii: "/")).last?.count ?? 0
+        let room = Limits.nameBytes - ".part".utf8.count
+        guard last > room else { return }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: destination, isDirectory: &isDirectory), isDirectory.boolValue { return }
+        throw FerryError.limitExceeded("the destination's file name is \(last) bytes long; at most \(room) are allowed (its partial file adds '.part')")
     }
 
     static func validateSHA256(_ sha: String) throws {

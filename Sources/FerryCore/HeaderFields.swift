@@ -4,19 +4,37 @@ enum HeaderFields {
     /// Headers Ferry sets itself to resume safely.
     static let reserved: Set<String> = ["range", "if-range"]
 
+    /// Headers that frame the message or belong to one connection (hop-by-hop): the
+    /// HTTP library sets them from the request itself. A client's value would let it
+    /// lie about the body or the host (request smuggling, `Host: evil.example`).
+    static let framing: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "keep-alive",
+                                       "proxy-connection", "te", "trailer", "upgrade", "expect", "http2-settings"]
+
     /// Refuses names that are not HTTP tokens, values with line breaks or control
     /// characters (header injection), reserved names and names that differ only in
     /// case. Messages name the header, never its value (it may be a secret).
     static func validate(_ headers: [String: String]) throws {
+        guard headers.count <= Limits.headerCount else {
+            throw FerryError.limitExceeded("\(headers.count) headers were given; at most \(Limits.headerCount) are allowed")
+        }
         var seen: [String: String] = [:]
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
             guard !name.isEmpty else { throw FerryError.invalidArgument("a header has an empty name") }
+            guard name.utf8.count <= Limits.headerNameBytes else {
+                throw FerryError.limitExceeded("a header name is \(name.utf8.count) bytes long; at most \(Limits.headerNameBytes) are allowed")
+            }
+            guard value.utf8.count <= Limits.headerValueBytes else {
+                throw FerryError.limitExceeded("the value of header '\(name)' is \(value.utf8.count) bytes long; at most \(Limits.headerValueBytes) are allowed")
+            }
             guard name.unicodeScalars.allSatisfy(isTokenCharacter) else {
                 throw FerryError.invalidArgument("header name \(name.debugDescription) is not valid: use letters, digits and !#$%&'*+-.^_`|~ only")
             }
             let lower = name.lowercased()
             if reserved.contains(lower) {
                 throw FerryError.invalidArgument("header '\(name)' is set by Ferry itself (for resuming); leave it out")
+            }
+            if framing.contains(lower) {
+                throw FerryError.invalidArgument("header '\(name)' frames the request or its connection and is set by Ferry itself; leave it out")
             }
             if let other = seen[lower] {
                 throw FerryError.invalidArgument("headers '\(other)' and '\(name)' differ only in case; give one of them")

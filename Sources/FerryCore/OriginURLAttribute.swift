@@ -33,10 +33,5 @@ public enum OriginURLAttribute {
     }
 
     /// `url` with its `user:password@` part removed.
-    static func withoutCredentials(_ url: String) -> String {
-        guard var parts = URLComponents(string: url), parts.user != nil || parts.password != nil else { return url }
-        parts.user = nil
-        parts.password = nil
-        return parts.string ?? url
-    }
+    static func withoutCredentials(_ url: String) -> String { Redaction.urlWithoutCredentials(url) }
 }

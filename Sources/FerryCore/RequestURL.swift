@@ -12,6 +12,7 @@ struct RequestURL: Equatable {
     /// Checks a client's URL. Errors name the bad value without any password in it.
     static func validate(_ string: String) throws -> RequestURL {
         guard !string.isEmpty else { throw FerryError.invalidUrl("the URL is empty") }
+        try Limits.check(string, max: Limits.urlBytes, what: "the URL")
         let shown = redacted(string)
         if string.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
             throw FerryError.invalidUrl("'\(shown)' is not a valid URL: it contains spaces or control characters (percent-encode them)")
@@ -37,15 +38,9 @@ struct RequestURL: Equatable {
                           suggestedFileName: FileNameSanitizer.sanitize(decoded) ?? FileNameSanitizer.fallbackName)
     }
 
-    /// The URL with any password replaced, for messages and logs.
+    /// The URL without any user name or password, clipped, for messages and logs.
     static func redacted(_ string: String) -> String {
-        let clipped = string.count > 300 ? String(string.prefix(300)) + "…" : string
-        guard let schemeEnd = clipped.range(of: "://") else { return clipped }
-        let rest = clipped[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return clipped }
-        let userInfo = rest[..<at]
-        let user = userInfo.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
-        return String(clipped[..<schemeEnd.upperBound]) + user + ":***" + String(rest[at...])
+        let shown = Redaction.urlWithoutCredentials(string)
+        return shown.count > 300 ? String(shown.prefix(300)) + "…" : shown
     }
 }

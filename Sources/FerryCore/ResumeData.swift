@@ -36,12 +36,18 @@ public struct ResumeData: Codable, Equatable, Sendable {
         encoder.outputFormatting = [.sortedKeys]
         // Encoding plain strings and numbers cannot fail.
         let json = [UInt8]((try? encoder.encode(self)) ?? Data())
-        return ResumeData.magic + json + Array(SHA256.hash(data: json))
+        let bytes = ResumeData.magic + json + Array(SHA256.hash(data: json))
+        // A URL near its own limit can make the data longer than ResumeDownload takes:
+        // then there is none, as when the server cannot resume (Resume still works).
+        return bytes.count <= Limits.resumeDataBytes ? bytes : []
     }
 
     /// Parses and checks bytes from a client: magic, digest, JSON, absolute paths,
     /// `partPath == destination + ".part"`, offset, URL. Does not look at the disk.
     public static func decode(_ bytes: [UInt8]) throws -> ResumeData {
+        guard bytes.count <= Limits.resumeDataBytes else {
+            throw FerryError.limitExceeded("the resume data is \(bytes.count) bytes long; at most \(Limits.resumeDataBytes) are accepted")
+        }
         guard bytes.count > magic.count + digestLength else {
             throw FerryError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
         }

@@ -27,6 +27,9 @@ enum SessionValidation {
     /// Checks the keys present in `update`. An empty `directory` or `proxy` means "back
     /// to the default" and is accepted.
     static func validate(_ update: SessionConfigurationUpdate, fileManager: FileManager = .default) throws {
+        if let directory = update.directory { try Limits.checkPath(directory, what: "the session directory") }
+        if let proxy = update.proxy { try Limits.check(proxy, max: Limits.urlBytes, what: "the proxy URL") }
+        if let id = update.applicationID, !id.isEmpty { try validateApplicationID(id) }
         if let directory = update.directory, !directory.isEmpty {
             try FileSystemChecks.requireWritableDirectory(directory, role: "session directory", fileManager: fileManager)
         }
@@ -37,6 +40,26 @@ enum SessionValidation {
         if let t = update.requestTimeout { try validateTimeout(t, key: "request-timeout") }
         if let t = update.resourceTimeout { try validateTimeout(t, key: "resource-timeout") }
         if let proxy = update.proxy, !proxy.isEmpty { try validateProxy(proxy) }
+    }
+
+    /// A desktop application id is a D-Bus well-known name: at most 255 bytes, two or
+    /// more dot-separated elements of `[A-Za-z0-9_-]`, none starting with a digit.
+    static func validateApplicationID(_ id: String) throws {
+        try Limits.check(id, max: Limits.applicationIDBytes, what: "application-id")
+        let elements = id.split(separator: ".", omittingEmptySubsequences: false)
+        let valid = elements.count >= 2 && elements.allSatisfy { e in
+            guard let first = e.unicodeScalars.first, !("0"..."9").contains(first) else { return false }
+            return e.unicodeScalars.allSatisfy { c in
+                switch c {
+                case "a"..."z", "A"..."Z", "0"..."9", "_", "-": return true
+                default: return false
+                }
+            }
+        }
+        guard valid else {
+            let shown = id.count > 80 ? String(id.prefix(80)) + "…" : id
+            throw FerryError.invalidArgument("application-id \(shown.debugDescription) is not a desktop application id; give its D-Bus name, such as org.example.App")
+        }
     }
 
     static func validateTimeout(_ value: Double, key: String) throws {

@@ -80,6 +80,13 @@ extension TransferCoordinator {
         return try records(in: session).map(\.id)
     }
 
+    /// How many transfers the session holds (any state, until removed); O(1).
+    public func transferCount(session: SessionID) throws -> Int {
+        dispatchPrecondition(condition: .onQueue(queue))
+        _ = try sessionRecord(session)
+        return index.count(session: session)
+    }
+
     /// Pauses every queued, waiting or running transfer (of one session or all).
     public func pauseAll(session: SessionID? = nil) throws {
         dispatchPrecondition(condition: .onQueue(queue))

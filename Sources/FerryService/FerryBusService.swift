@@ -23,6 +23,8 @@ public final class FerryBusService: @unchecked Sendable {
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
+    /// Caps on sessions and transfers; set before `start`.
+    public var limits = ClientLimits()
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -47,6 +49,7 @@ public final class FerryBusService: @unchecked Sendable {
                                          initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)])
             bus.export(manager)
             bus.addObjectManager(at: FerryBusNames.managerPath)
+            configureBusSafety()
             for id in core.sessionIDs {
                 if let s = core.session(id) { exportSession(s) }
             }
@@ -117,6 +120,8 @@ public final class FerryBusService: @unchecked Sendable {
         switch error {
         case let e as FerryError: return BusError(name: e.name, message: e.message)
         case let e as BusError: return e
+        // The state database could not be written (full disk, quota, permissions).
+        case let e as StoreError: return BusError(name: FerryError.disk("").name, message: e.message)
         case is UploadsNotSupported:
             return BusError(name: "org.freedesktop.DBus.Error.NotSupported", message: "uploads are not supported by this version of ferryd yet")
         default: return BusError(name: StandardErrors.failed, message: "\(error)")

@@ -12,6 +12,7 @@ extension FerryBusService {
                            out: [ArgSpec("session", "o")]) { [unowned self] inv in
                     run(inv) { core in
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
+                        try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "")
                         let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update)
                         self.waker.noteClient(inv.sender, of: id)
                         return [.objectPath(FerryBusNames.sessionPath(id))]
@@ -56,6 +57,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        try self.checkTransferLimit(core, session: session)
                         let id = try core.download(session: session, url: inv.arguments[0].string ?? "", options: options)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }
@@ -64,6 +66,8 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
+                        try Limits.checkPath(inv.arguments[1].string ?? "", what: "the file to upload")
+                        try self.checkTransferLimit(core, session: session)
                         try core.checkUpload(session: session, url: inv.arguments[0].string ?? "", file: inv.arguments[1].string ?? "")
                         throw UploadsNotSupported()
                     }
@@ -72,6 +76,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        try self.checkTransferLimit(core, session: session)
                         let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }

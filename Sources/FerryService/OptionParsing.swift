@@ -4,8 +4,10 @@ import FerryCore
 /// Turns the `a{sv}` arguments of the bus API into the core's typed structs.
 /// Unknown keys and wrong types are refused with `InvalidArgument`, naming the key.
 enum OptionParsing {
+    /// The value of `key`, which must be of exactly D-Bus type `type`: no variant
+    /// inside the variant, no object path or signature for a string.
     private static func typed<T>(_ key: String, _ value: DBusValue, _ type: String, _ get: (DBusValue) -> T?) throws -> T {
-        guard let v = get(value) else {
+        guard value.signature == type, let v = get(value) else {
             throw FerryError.invalidArgument("option '\(key)' must be of D-Bus type '\(type)', not '\(value.signature)'")
         }
         return v
@@ -41,11 +43,13 @@ enum OptionParsing {
         return u
     }
 
+    /// The `Configuration` property. Every client of the bus can read it, so header
+    /// values are hidden and the proxy is shown without its credentials.
     static func configurationValue(_ c: SessionConfiguration, defaultDirectory: String) -> DBusValue {
         .vardict([
             "persistent": .boolean(c.persistent),
             "directory": .string(c.directory ?? defaultDirectory),
-            "headers": .stringDict(c.headers),
+            "headers": .stringDict(Redaction.hidingValues(c.headers)),
             "max-connections-per-host": .uint32(c.maxConnectionsPerHost),
             "request-timeout": .double(c.requestTimeout),
             "resource-timeout": .double(c.resourceTimeout),
@@ -53,7 +57,7 @@ enum OptionParsing {
             "notify": .boolean(c.notify),
             "speed-limit": .uint64(c.speedLimit),
             "retries": .uint32(c.retries),
-            "proxy": .string(c.proxy ?? ""),
+            "proxy": .string(c.proxy.map(Redaction.urlWithoutCredentials) ?? ""),
             "application-id": .string(c.applicationID),
         ])
     }
@@ -90,18 +94,34 @@ enum OptionParsing {
             case "method":
                 let m = try typed(key, value, "s") { $0.string }
                 guard m == "PUT" || m == "POST" else { throw FerryError.invalidArgument("option 'method' must be PUT or POST, not '\(m)'") }
-            case "headers": _ = try typed(key, value, "a{ss}") { $0.stringDict }
-            case "description", "content-type", "form-field": _ = try typed(key, value, "s") { $0.string }
+            case "headers": try Limits.checkHeaders(try typed(key, value, "a{ss}") { $0.stringDict })
+            case "description":
+                try Limits.check(try typed(key, value, "s") { $0.string }, max: Limits.descriptionBytes, what: "the description")
+            case "content-type", "form-field":
+                let text = try typed(key, value, "s") { $0.string }
+                try Limits.check(text, max: Limits.headerValueBytes, what: "option '\(key)'")
+                guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+                    throw FerryError.invalidArgument("option '\(key)' contains a line break or another control character")
+                }
             case "start": _ = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, uploadKeys)
             }
         }
     }
 
-    /// The bus form of the caller's `a{sv}` argument. The method signature has been
-    /// checked already, so this cannot fail for well-formed calls.
+    /// The bus form of the caller's `a{sv}` argument, each value taken out of its one
+    /// variant (and no further: a variant in the variant stays, to be refused by type).
+    /// The method signature has been checked already, so this cannot fail for
+    /// well-formed calls.
     static func vardict(_ value: DBusValue) throws -> [String: DBusValue] {
-        guard let d = value.vardict else { throw FerryError.invalidArgument("expected a dictionary of type a{sv}") }
+        guard case .dictionary("s", "v", let entries) = value else {
+            throw FerryError.invalidArgument("expected a dictionary of type a{sv}")
+        }
+        var d: [String: DBusValue] = [:]
+        for e in entries {
+            guard case .string(let key) = e.key else { throw FerryError.invalidArgument("expected a dictionary of type a{sv}") }
+            if case .variant(let inner) = e.value { d[key] = inner } else { d[key] = e.value }
+        }
         return d
     }
 }

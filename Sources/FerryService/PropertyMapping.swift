@@ -6,7 +6,8 @@ enum PropertyMapping {
     static func transfer(_ t: TransferSnapshot) -> [String: DBusValue] {
         [
             "Kind": .string(t.kind.rawValue),
-            "Url": .string(t.url),
+            // Without user:password@: every client of the bus can read this.
+            "Url": .string(Redaction.urlWithoutCredentials(t.url)),
             "Session": .objectPath(FerryBusNames.sessionPath(t.session)),
             "Description": .string(t.description),
             "Destination": .string(t.destination),

@@ -35,10 +35,12 @@ public enum StateDatabase {
             throw StoreError("cannot create the state directory \(directory): \((error as NSError).localizedDescription)")
         }
         let path = directory + "/" + fileName
+        FileModes.restrict(directory: directory, database: path, logger: logger)
         do {
             return try openAndCheck(path)
         } catch where isDamage(error) {
             let aside = try moveAside(path, now: now())
+            FileModes.restrict(directory: directory, database: path, logger: logger)
             logger.error("the state database \(path) cannot be read (\(describe(error))); moved it to \(aside) and started a new one. Transfers and events recorded there are not restored.")
             do {
                 return try openAndCheck(path)

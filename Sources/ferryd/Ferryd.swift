@@ -35,12 +35,21 @@ struct Ferryd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Seconds with nothing queued, waiting or running before a batch ends (the manager's AllFinished and the notification); 0 ends it at once.", valueName: "seconds"))
     var batchSettle: Double = 1
 
+    @Option(name: .long, help: ArgumentHelp("Refuse new sessions beyond this many (LimitExceeded).", valueName: "count"))
+    var maxSessionsPerClient: Int = Limits.defaultSessionsPerClient
+
+    @Option(name: .long, help: ArgumentHelp("Refuse new transfers in a session holding this many (LimitExceeded).", valueName: "count"))
+    var maxTransfersPerSession: Int = Limits.defaultTransfersPerSession
+
     func validate() throws {
         guard idleTimeout.isFinite, idleTimeout > 0 else {
             throw ValidationError("--idle-timeout must be a positive number of seconds")
         }
         guard batchSettle.isFinite, (0...3600).contains(batchSettle) else {
             throw ValidationError("--batch-settle must be between 0 and 3600 seconds")
+        }
+        guard maxSessionsPerClient > 0, maxTransfersPerSession > 0 else {
+            throw ValidationError("--max-sessions-per-client and --max-transfers-per-session must be positive")
         }
     }
 
@@ -83,14 +92,17 @@ struct Ferryd: ParsableCommand {
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
                                       defaultDirectory: environment.defaultDownloadDirectory(),
                                       notifier: notifier, logger: logger)
+        service.limits = ClientLimits(sessionsPerClient: maxSessionsPerClient, transfersPerSession: maxTransfersPerSession)
 
         let lifetime = Lifetime(core: core, notifier: notifier, logger: logger)
         let idleExit = noIdleExit ? nil : IdleExit(timeout: idleTimeout, core: core, bus: bus, notifier: notifier,
                                                     lifetime: lifetime, logger: logger)
         lifetime.installSignalHandlers()
         bus.onDisconnect {
-            logger.notice("the bus connection closed; exiting")
-            lifetime.shutDown(code: 0)
+            // Not a clean exit: the service is gone from the bus. A failure status lets
+            // systemd restart it (and activation starts it on the next call anyway).
+            logger.critical("lost the connection to the bus; exiting with status 1")
+            lifetime.shutDown(code: 1)
         }
 
         Task {

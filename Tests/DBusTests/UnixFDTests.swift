@@ -125,6 +125,7 @@ final class UnixFDTests: BusTestCase {
             },
             MethodSpec("Fill", in: [ArgSpec("fd", "h"), ArgSpec("text", "s")]) { inv in
                 guard let fd = inv.arguments[0].unixFD, let text = inv.arguments[1].string else { return }
+                inv.keepUnixFD(fd)  // closed here, not by the invocation
                 let bytes = Array(text.utf8)
                 let n = Glibc.write(fd, bytes, bytes.count)
                 close(fd) // ours: a duplicate libdbus made for this call
@@ -162,6 +163,29 @@ final class UnixFDTests: BusTestCase {
                               method: "Fill", arguments: [.unixFD(w), .string("hello, fd")])
         close(w)
         XCTAssertEqual(try readToEnd(r), "hello, fd")
+    }
+
+    /// Descriptors a handler does not keep are closed once the call is answered,
+    /// refused or not: the sender's pipe sees its end of file.
+    func testDescriptorsNotKeptAreClosedWhenAnswered() async throws {
+        let spec = InterfaceSpec(name: Self.interfaceName, methods: [
+            MethodSpec("Refuse", in: [ArgSpec("options", "a{sv}")]) { inv in
+                inv.fail(name: "org.ferry.Test.Error.Refused", message: "no")
+            },
+            MethodSpec("Ignore", in: [ArgSpec("value", "v")]) { inv in inv.reply() },
+        ])
+        server.export(ExportedObject(path: Self.path, interfaces: [spec]))
+        _ = try await server.requestName("org.ferry.Test.Fds")
+        for (method, wrap) in [("Refuse", { (fd: Int32) in DBusValue.vardict(["fd": .unixFD(fd)]) }),
+                               ("Ignore", { (fd: Int32) in DBusValue.variant(.unixFD(fd)) })] {
+            let (r, w) = try makePipe()
+            defer { close(r) }
+            _ = try? await client.call(destination: "org.ferry.Test.Fds", path: Self.path, interface: Self.interfaceName,
+                                       method: method, arguments: [wrap(w)])
+            close(w)
+            // Only the server's duplicate could still hold the pipe open.
+            XCTAssertEqual(try readToEnd(r), "", "\(method): the server closed the descriptor it was sent")
+        }
     }
 
     func testSignalCarriesADescriptor() async throws {

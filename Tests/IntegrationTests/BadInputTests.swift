@@ -208,7 +208,7 @@ final class BadInputTests: FerryTestCase {
         await assertBusError(StandardErrors.unknownInterface, "session method on a transfer") {
             try await self.call(t.path, FerryClient.sessionInterface, "PauseAll")
         }
-        await assertBusError(StandardErrors.unknownObject, "a transfer that never was") {
+        await assertBusError("org.ferry.Ferry1.Error.NoSuchTransfer", "a transfer that never was") {
             try await self.call(FerryClient.transferPathPrefix + "9999", FerryClient.transferInterface, "Pause")
         }
 

@@ -238,8 +238,8 @@ final class PauseResumeTests: FerryTestCase {
         let listed = try await client.listTransfers().map(\.path)
         XCTAssertFalse(listed.contains(done.path))
         XCTAssertTrue(listed.contains(running.path))
-        await assertBusError(StandardErrors.unknownObject, "Get on a removed transfer") { try await done.info() }
-        await assertBusError(StandardErrors.unknownObject, "Pause on a removed transfer") { try await done.pause() }
+        await assertBusError("org.ferry.Ferry1.Error.NoSuchTransfer", "Get on a removed transfer") { try await done.info() }
+        await assertBusError("org.ferry.Ferry1.Error.NoSuchTransfer", "Pause on a removed transfer") { try await done.pause() }
     }
 
     /// SetUrl points a paused download at a new URL serving the same file; it keeps its bytes.

@@ -51,7 +51,7 @@ final class SessionTests: FerryTestCase {
         }
         let sessions = try await client.listSessions().map(\.path)
         XCTAssertEqual(sessions, [])
-        await assertBusError(StandardErrors.unknownObject, "PendingEvents on a closed session") { try await a.pendingEvents() }
+        await assertBusError("org.ferry.Ferry1.Error.NoSuchSession", "PendingEvents on a closed session") { try await a.pendingEvents() }
         let again = try await session("com.example.A")
         XCTAssertNotEqual(again.path, a.path, "session numbers are never reused")
     }

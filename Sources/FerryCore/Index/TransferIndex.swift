@@ -108,6 +108,9 @@ struct TransferIndex {
     func unfinishedCount(session: SessionID) -> Int { unfinishedPerSession[session] ?? 0 }
     func runningCount(session: SessionID) -> Int { runningPerSession[session] ?? 0 }
 
+    /// How many transfers the session holds.
+    func count(session: SessionID) -> Int { bySession[session]?.count ?? 0 }
+
     /// The transfers of a session, or of all sessions; oldest first.
     func ids(session: SessionID) -> [TransferID] { (bySession[session] ?? []).sorted() }
 

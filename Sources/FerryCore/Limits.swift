@@ -1,0 +1,50 @@
+/// The contract's limits on what a client may send (interface.md, Security): every
+/// string, array and count a client gives has one, and going over it is refused at
+/// call time with `LimitExceeded`, before anything is stored or sent. Sizes are in
+/// bytes of UTF-8.
+public enum Limits {
+    /// A URL (`Download`, `Upload`, `SetUrl`, the resume data's, a proxy's).
+    public static let urlBytes = 64 * 1024
+    /// A file path: PATH_MAX.
+    public static let pathBytes = 4096
+    /// One name in a path: NAME_MAX.
+    public static let nameBytes = 255
+    /// A request header's name.
+    public static let headerNameBytes = 256
+    /// A request header's value.
+    public static let headerValueBytes = 8 * 1024
+    /// Request headers in one `headers` option.
+    public static let headerCount = 64
+    /// A transfer's `description`.
+    public static let descriptionBytes = 4 * 1024
+    /// `ResumeDownload`'s resume data.
+    public static let resumeDataBytes = 64 * 1024
+    /// A session's `application-id` (a D-Bus well-known name).
+    public static let applicationIDBytes = 255
+    /// Default cap on the sessions of one client (ferryd `--max-sessions-per-client`).
+    public static let defaultSessionsPerClient = 1_000
+    /// Default cap on the transfers of one session (ferryd `--max-transfers-per-session`).
+    public static let defaultTransfersPerSession = 100_000
+
+    /// Refuses a value over `limit` bytes; the message names what and the limit,
+    /// never the value.
+    public static func check(_ value: String, max limit: Int, what: String) throws {
+        let n = value.utf8.count
+        guard n <= limit else {
+            throw FerryError.limitExceeded("\(what) is \(n) bytes long; at most \(limit) are allowed")
+        }
+    }
+
+    /// A path of at most PATH_MAX bytes whose every name is at most NAME_MAX bytes.
+    public static func checkPath(_ path: String, what: String) throws {
+        try check(path, max: pathBytes, what: what)
+        for name in path.utf8.split(separator: UInt8(ascii: "/")) where name.count > nameBytes {
+            throw FerryError.limitExceeded("\(what) has a name of \(name.count) bytes; file names hold at most \(nameBytes)")
+        }
+    }
+
+    /// The request header rules (names, values, count, reserved and framing names).
+    public static func checkHeaders(_ headers: [String: String]) throws {
+        try HeaderFields.validate(headers)
+    }
+}

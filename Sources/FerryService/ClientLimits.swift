@@ -1,0 +1,59 @@
+import DBus
+import FerryCore
+
+/// The counts a client may not go over (the contract's "sessions per client and
+/// transfers per session capped"); ferryd's options may change the defaults.
+public struct ClientLimits: Sendable, Equatable {
+    /// Sessions per client. The client is the caller's uid: on a session bus every
+    /// unconfined client runs as the bus's user, so this caps all the sessions of
+    /// that user (ferryd does not yet record which app opened a session).
+    public var sessionsPerClient: Int
+    /// Transfers (of any state, until removed) per session.
+    public var transfersPerSession: Int
+
+    public init(sessionsPerClient: Int = Limits.defaultSessionsPerClient,
+                transfersPerSession: Int = Limits.defaultTransfersPerSession) {
+        self.sessionsPerClient = sessionsPerClient
+        self.transfersPerSession = transfersPerSession
+    }
+}
+
+extension FerryBusService {
+    /// Refuses an `OpenSession` that would make a new session (not re-attach to one
+    /// of that identifier) when the cap is reached. On the core's queue.
+    func checkSessionLimit(_ core: TransferCoordinator, identifier: String) throws {
+        let ids = core.sessionIDs
+        guard ids.count >= limits.sessionsPerClient else { return }
+        // Re-attaching is always fine. (A closing session does not answer to its
+        // identifier any more, but counts until it is gone.)
+        let attaches = ids.contains { id in
+            guard let s = core.session(id) else { return false }
+            return s.identifier == identifier
+        }
+        guard !attaches else { return }
+        throw FerryError.limitExceeded("there are \(ids.count) sessions already, the most one client may have (\(limits.sessionsPerClient)); close some (Session.Close) first")
+    }
+
+    /// Refuses a new transfer in a session that holds the most it may. On the core's queue.
+    func checkTransferLimit(_ core: TransferCoordinator, session: SessionID) throws {
+        let count = try core.transferCount(session: session)
+        guard count < limits.transfersPerSession else {
+            throw FerryError.limitExceeded("session \(session) holds \(count) transfers, the most a session may (\(limits.transfersPerSession)); remove finished ones (Transfer.Remove) first")
+        }
+    }
+}
+
+extension FerryBusService {
+    /// Named errors for what the binding would otherwise answer generically: calls on
+    /// sessions and transfers that do not exist, and replies too large for the bus
+    /// (logged, never sent: the bus would drop ferryd's connection).
+    func configureBusSafety() {
+        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/session/",
+                                  errorName: FerryError.noSuchSession("").name, noun: "session")
+        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/transfer/",
+                                  errorName: FerryError.noSuchTransfer("").name, noun: "transfer")
+        bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
+            logger.error("\(text)")
+        }
+    }
+}

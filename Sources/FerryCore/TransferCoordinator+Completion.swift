@@ -4,6 +4,11 @@ import Foundation
 extension TransferCoordinator {
     /// The body is complete in the `.part` file: verify it, move it into place, report.
     func finishSucceeded(_ t: TransferRecord, bytesOnDisk: Int64, engineSHA256: String?) {
+        if let refusal = finishingRefusal(t) {
+            deletePartFiles(t) // unlinks the name only: a link's target stays as it was
+            failTransfer(t, refusal)
+            return
+        }
         t.snapshot.bytesTransferred = bytesOnDisk
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = bytesOnDisk }
         var digest = engineSHA256?.lowercased()
@@ -50,7 +55,7 @@ extension TransferCoordinator {
         let part = t.partPath
         if t.options.overwrite {
             recordFinishing(t, target: t.destination, digest: digest)
-            try replace(t.destination, with: part)
+            try AtomicReplace.replace(t.destination, with: part)
             return t.destination
         }
         let resolver = self.resolver(except: t.id)
@@ -85,25 +90,6 @@ extension TransferCoordinator {
         t.snapshot.sha256 = digest ?? ""
         stageTransfer(t)
         flushStore()
-    }
-
-    /// Puts `source` in place of `target`. Foundation cannot rename over a file, so the
-    /// old file steps aside first and comes back if the move fails.
-    private func replace(_ target: String, with source: String) throws {
-        guard FileSystemChecks.exists(target, fileManager: fileManager) else {
-            try fileManager.moveItem(atPath: source, toPath: target)
-            return
-        }
-        let aside = FileSystemChecks.join(FileSystemChecks.directoryName(target),
-                                          ".\(FileSystemChecks.baseName(target)).ferry-replaced-\(UUID().uuidString.prefix(8))")
-        try fileManager.moveItem(atPath: target, toPath: aside)
-        do {
-            try fileManager.moveItem(atPath: source, toPath: target)
-        } catch {
-            try? fileManager.moveItem(atPath: aside, toPath: target)
-            throw error
-        }
-        try? fileManager.removeItem(atPath: aside)
     }
 
     /// One more transferProgress with the final counts, unless the last one had them.

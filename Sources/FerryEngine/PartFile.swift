@@ -27,18 +27,52 @@ final class PartFile {
         self.path = path; self.fd = fd; self.isRegular = isRegular; self.initialSize = initialSize
     }
 
-    /// Opens (creating with mode 0644) for writing; does not truncate.
+    /// Opens the part file for writing without truncating it; creates it (mode 0644)
+    /// when absent. Never follows a symbolic link and never writes through one: an
+    /// existing `.part` is opened with O_NOFOLLOW and must be a plain regular file of
+    /// ours with one link; anything else there (a symlink, a hard link to another
+    /// file, a FIFO, someone else's file) is unlinked (the name only, never its target)
+    /// and the download starts over in a new file made with O_EXCL.
     static func open(_ path: String) -> Result<PartFile, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644) }
-        if fd < 0 { return .failure(PartFileError(code: errno, action: "opening", path: path)) }
-        var st = stat()
-        if fstat(fd, &st) != 0 {
-            let e = errno
-            Glibc.close(fd)
-            return .failure(PartFileError(code: e, action: "opening", path: path))
+        // O_NONBLOCK: opening a FIFO planted there must not hang the engine thread.
+        let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+        let openError = existing < 0 ? errno : 0
+        if existing >= 0 {
+            if case .success(let size) = inspect(existing) {
+                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: size))
+            }
+            Glibc.close(existing)
+        } else if ![ENOENT, ELOOP, ENXIO, EISDIR, EACCES, ETXTBSY].contains(openError) {
+            return .failure(PartFileError(code: openError, action: "opening", path: path))
         }
-        let regular = (st.st_mode & S_IFMT) == S_IFREG
-        return .success(PartFile(path: path, fd: fd, isRegular: regular, initialSize: regular ? Int64(st.st_size) : 0))
+        if openError != ENOENT {
+            // Not a file we may write to: take the name back (unlink never follows a link).
+            if path.withCString({ unlink($0) }) != 0 && errno != ENOENT {
+                return .failure(PartFileError(code: errno, action: "replacing (it is not a plain file)", path: path))
+            }
+        }
+        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
+        if fd < 0 { return .failure(PartFileError(code: errno, action: "creating", path: path)) }
+        if case .failure(let error) = inspect(fd) {
+            Glibc.close(fd)
+            return .failure(PartFileError(code: error.code, action: "creating", path: path))
+        }
+        return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
+    }
+
+    private struct Refused: Error { var code: Int32 }
+
+    /// The size of an opened part file that is a plain regular file owned by us with a
+    /// single link (so writing cannot reach any other file), and blocking writes again.
+    private static func inspect(_ fd: Int32) -> Result<Int64, Refused> {
+        var st = stat()
+        if fstat(fd, &st) != 0 { return .failure(Refused(code: errno)) }
+        guard (st.st_mode & S_IFMT) == S_IFREG, st.st_uid == geteuid(), st.st_nlink == 1 else {
+            return .failure(Refused(code: EPERM))
+        }
+        let flags = fcntl(fd, F_GETFL)
+        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
+        return .success(Int64(st.st_size))
     }
 
     /// Cuts the file to `length` bytes and puts the write position there.
@@ -88,7 +122,7 @@ final class PartFile {
     /// SHA-256 of the first `length` bytes of `path`, read through its own descriptor.
     /// Runs on a background queue (a large prefix takes seconds to hash).
     static func hashPrefix(path: String, length: Int64) -> Result<SHA256, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
         defer { Glibc.close(fd) }
         var hasher = SHA256()

@@ -66,6 +66,8 @@ final class CurlTransfer {
     /// Paused by the speed limit; the loop resumes it at `paceAllowsAt`.
     var isThrottled = false
 
+    /// Stops the download before its disk is full (see DiskSpaceGuard).
+    private var space = DiskSpaceGuard()
     private var head = ResponseHead()
     /// Location of the last redirect followed (for a refused redirect's message).
     private(set) var lastLocation: String?
@@ -242,6 +244,9 @@ final class CurlTransfer {
         } else {
             return abort(.network("The server answered \(head.statusDescription) instead of sending the file"))
         }
+        if expectedTotal > 0, let error = space.reserve(file, from: startOffset, to: expectedTotal) {
+            return abort(.disk(error.message))
+        }
         responseReady = true
         if file.isRegular, let writeback = PartFileWriteback(fd: fd, from: startOffset) {
             self.writeback = writeback
@@ -280,6 +285,10 @@ final class CurlTransfer {
                 return Int(CURL_WRITEFUNC_PAUSE)
             }
             paceAllowsAt = max(paceAllowsAt, now) &+ UInt64(count) &* 1_000_000_000 / speedLimit
+        }
+        if let error = space.check(file, writing: count, at: bytesOnDisk) {
+            failure = .disk(error.message)
+            return 0
         }
         var p = data
         var left = count

@@ -225,6 +225,7 @@ final class EngineLoop {
     /// Ends an attempt that is not flushing: handle gone, file closed, events out.
     private func finish(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
         transfer.releaseHandle(from: multi)
+        transfer.file.releaseReservation()
         transfer.file.close()
         complete(transfer, outcome)
     }

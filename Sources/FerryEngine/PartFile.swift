@@ -88,6 +88,16 @@ final class PartFile {
         return nil
     }
 
+    /// Removes the file when it is still empty and still the one at `path` (a failed
+    /// attempt that wrote nothing leaves no 0-byte `.part` behind).
+    func removeIfEmpty() {
+        guard fd >= 0 else { return }
+        var mine = stat(), there = stat()
+        guard fstat(fd, &mine) == 0, mine.st_size == 0, lstat(path, &there) == 0,
+              mine.st_dev == there.st_dev, mine.st_ino == there.st_ino else { return }
+        _ = unlink(path)
+    }
+
     /// Closes without syncing (stopped or failed attempts).
     func close() {
         if fd >= 0 { Glibc.close(fd); fd = -1 }

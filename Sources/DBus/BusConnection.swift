@@ -24,6 +24,8 @@ public final class BusConnection: @unchecked Sendable {
     private var subscriptions: [UInt64: (rule: MatchRule, handler: @Sendable (BusMessage) -> Void)] = [:]
     private var nextSubscription: UInt64 = 1
     private var disconnectHandlers: [@Sendable () -> Void] = []
+    /// Identifies callers before their calls are dispatched (see `CallerGate`).
+    var gatekeeper: CallerGatekeeper?
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
     public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
@@ -244,7 +246,7 @@ public final class BusConnection: @unchecked Sendable {
             for (_, s) in subscriptions where s.rule.matches(message) { s.handler(message) }
             return false
         case .methodCall:
-            dispatchMethodCall(message)
+            admitMethodCall(message)
             return true
         default:
             return false

@@ -3,9 +3,18 @@ import Foundation
 extension TransferCoordinator {
     /// Why the finished `.part` may not be moved to its final path, if anything: it is
     /// no longer the plain file the engine wrote (never move a symbolic link, or
-    /// anything else planted under that name, into place).
+    /// anything else planted under that name, into place), or — for a sandboxed
+    /// application's session — the final path no longer lies inside the application's
+    /// own directory (a folder on the way was swapped for a link since the download
+    /// was queued).
     func finishingRefusal(_ t: TransferRecord) -> FerryError? {
         if let problem = PlainFileCheck.problem(t.partPath) { return .disk(problem) }
+        if let owner = sessions[t.session]?.owner {
+            let area = SandboxArea(appID: owner)
+            if !area.contains(t.destination) || !area.contains(t.partPath) {
+                return .disk("'\(t.destination)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")
+            }
+        }
         return nil
     }
 }

@@ -27,6 +27,8 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     private var nextManagerRateUpdate: UInt64 = 0
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
+    /// Identifies callers and keeps sandboxed ones to their own objects.
+    let callers: CallerRegistry
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -36,6 +38,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
         self.version = version
         self.defaultDirectory = defaultDirectory
         self.logger = logger
+        callers = CallerRegistry(bus: bus, logger: logger)
         specs = (managerInterface(), sessionInterface(), transferInterface())
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
@@ -44,6 +47,8 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     /// Exports the manager and every existing object, then takes the bus name.
     /// Throws when another ferryd owns the name.
     public func start() async throws {
+        bus.setCallerGate(callers)
+        try await callers.watchDepartures()
         core.queue.sync {
             core.observer = self
             let m = core.manager
@@ -130,6 +135,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     // MARK: CoreObserver (on the core's queue)
 
     public func sessionAdded(_ session: SessionSnapshot) {
+        callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
         let object = ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
                                     initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)])
         bus.export(object)
@@ -143,9 +149,11 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
     public func sessionRemoved(_ id: SessionID) {
         waker.forget(id)
         bus.unexport(FerryBusNames.sessionPath(id))
+        callers.forgetOwner(of: FerryBusNames.sessionPath(id))
     }
 
     public func transferAdded(_ transfer: TransferSnapshot) {
+        callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
         let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
                                     initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
         bus.export(object)
@@ -157,6 +165,7 @@ public final class FerryBusService: CoreObserver, @unchecked Sendable {
 
     public func transferRemoved(_ id: TransferID, session: SessionID) {
         bus.unexport(FerryBusNames.transferPath(id))
+        callers.forgetOwner(of: FerryBusNames.transferPath(id))
     }
 
     public func transferProgress(_ id: TransferID, bytesWritten: Int64, totalBytesWritten: Int64, totalBytesExpected: Int64) {

@@ -12,20 +12,28 @@ extension FerryBusService {
                            out: [ArgSpec("session", "o")]) { [unowned self] inv in
                     run(inv) { core in
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
-                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update)
+                        try self.confine(inv, configuration: update)
+                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
+                                                           owner: inv.sandboxAppID)
                         self.waker.noteClient(inv.sender, of: id)
                         return [.objectPath(FerryBusNames.sessionPath(id))]
                     }
                 },
                 MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(core.sessionIDs.map(FerryBusNames.sessionPath))] }
+                    run(inv) { core in [.pathArray(self.visibleSessions(inv, core).map(FerryBusNames.sessionPath))] }
                 },
                 MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(try core.transferIDs().map(FerryBusNames.transferPath))] }
+                    run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryBusNames.transferPath))] }
                 },
-                MethodSpec("PauseAll") { [unowned self] inv in run(inv) { core in try core.pauseAll(); return [] } },
-                MethodSpec("ResumeAll") { [unowned self] inv in run(inv) { core in try core.resumeAll(); return [] } },
-                MethodSpec("CancelAll") { [unowned self] inv in run(inv) { core in try core.cancelAll(); return [] } },
+                MethodSpec("PauseAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.pauseAll(session: $0) }; return [] }
+                },
+                MethodSpec("ResumeAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.resumeAll(session: $0) }; return [] }
+                },
+                MethodSpec("CancelAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.cancelAll(session: $0) }; return [] }
+                },
             ],
             properties: [
                 PropertySpec("Version", "s"),
@@ -56,6 +64,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        try self.confineDownload(inv, core, session: session, destination: options.destination)
                         let id = try core.download(session: session, url: inv.arguments[0].string ?? "", options: options)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }
@@ -64,6 +73,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
+                        try self.confineUpload(inv, file: inv.arguments[1].string ?? "")
                         try core.checkUpload(session: session, url: inv.arguments[0].string ?? "", file: inv.arguments[1].string ?? "")
                         throw UploadsNotSupported()
                     }
@@ -72,6 +82,7 @@ extension FerryBusService {
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        try self.confineResume(inv, resumeData: inv.arguments[0].bytes ?? [])
                         let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }

@@ -23,7 +23,7 @@ struct DiskSpaceGuard {
     /// is too small for it with the margin to spare; an unsupported reservation falls
     /// back to checking as data comes.
     mutating func reserve(_ file: PartFile, from offset: Int64, to end: Int64) -> PartFileError? {
-        guard end > offset else { return nil }
+        guard end > offset, file.isRegular else { return nil }
         // It must fit with the margin to spare, whether or not it can be reserved.
         if let error = measure(file, writing: end - offset) { return error }
         allowance = 0
@@ -46,7 +46,7 @@ struct DiskSpaceGuard {
     /// the failure that stops the download with the margin still free.
     @inline(__always)
     mutating func check(_ file: PartFile, writing count: Int, at position: Int64) -> PartFileError? {
-        if position + Int64(count) <= reservedEnd { return nil }
+        if position + Int64(count) <= reservedEnd || !file.isRegular { return nil } // a device or pipe: as it is
         if Int64(count) <= allowance {
             allowance -= Int64(count)
             return nil
@@ -85,7 +85,7 @@ extension PartFile {
     /// Gives back space reserved beyond what was written (a stopped or failed attempt):
     /// cutting the file to its own size frees blocks allocated past its end.
     func releaseReservation() {
-        guard fd >= 0 else { return }
+        guard fd >= 0, isRegular else { return }
         var st = stat()
         guard fstat(fd, &st) == 0 else { return }
         _ = ftruncate(fd, st.st_size)

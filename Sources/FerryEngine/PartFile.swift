@@ -28,51 +28,44 @@ final class PartFile {
     }
 
     /// Opens the part file for writing without truncating it; creates it (mode 0644)
-    /// when absent. Never follows a symbolic link and never writes through one: an
-    /// existing `.part` is opened with O_NOFOLLOW and must be a plain regular file of
-    /// ours with one link; anything else there (a symlink, a hard link to another
-    /// file, a FIFO, someone else's file) is unlinked (the name only, never its target)
-    /// and the download starts over in a new file made with O_EXCL.
+    /// when absent. Never writes through a link: an existing `.part` is opened with
+    /// O_NOFOLLOW, and one that is a symbolic link, or a regular file with other links
+    /// or of another owner, is unlinked (the name only: a link's target and a hard
+    /// link's other names keep their bytes) and the download starts over in a new file
+    /// made with O_EXCL. Devices and pipes are written as they are (O_NONBLOCK at open,
+    /// so a FIFO without a reader cannot hang the engine thread); nothing but a plain
+    /// file is ever moved into place (the core checks).
     static func open(_ path: String) -> Result<PartFile, PartFileError> {
-        // O_NONBLOCK: opening a FIFO planted there must not hang the engine thread.
         let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
         if existing >= 0 {
-            if case .success(let size) = inspect(existing) {
-                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: size))
+            var st = stat()
+            guard fstat(existing, &st) == 0 else {
+                let code = errno
+                Glibc.close(existing)
+                return .failure(PartFileError(code: code, action: "opening", path: path))
             }
-            Glibc.close(existing)
-        } else if ![ENOENT, ELOOP, ENXIO, EISDIR, EACCES, ETXTBSY].contains(openError) {
+            let flags = fcntl(existing, F_GETFL)
+            if flags >= 0 { _ = fcntl(existing, F_SETFL, flags & ~O_NONBLOCK) }
+            if (st.st_mode & S_IFMT) != S_IFREG {
+                return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0))
+            }
+            if st.st_uid == geteuid() && st.st_nlink == 1 {
+                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size)))
+            }
+            Glibc.close(existing) // another file's second name, or not ours: take the name back
+        } else if openError != ENOENT && openError != ELOOP {
             return .failure(PartFileError(code: openError, action: "opening", path: path))
         }
         if openError != ENOENT {
-            // Not a file we may write to: take the name back (unlink never follows a link).
+            // A symbolic link or a foreign file at our name: unlink never follows a link.
             if path.withCString({ unlink($0) }) != 0 && errno != ENOENT {
-                return .failure(PartFileError(code: errno, action: "replacing (it is not a plain file)", path: path))
+                return .failure(PartFileError(code: errno, action: "replacing (it is a link or not ours)", path: path))
             }
         }
         let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "creating", path: path)) }
-        if case .failure(let error) = inspect(fd) {
-            Glibc.close(fd)
-            return .failure(PartFileError(code: error.code, action: "creating", path: path))
-        }
         return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
-    }
-
-    private struct Refused: Error { var code: Int32 }
-
-    /// The size of an opened part file that is a plain regular file owned by us with a
-    /// single link (so writing cannot reach any other file), and blocking writes again.
-    private static func inspect(_ fd: Int32) -> Result<Int64, Refused> {
-        var st = stat()
-        if fstat(fd, &st) != 0 { return .failure(Refused(code: errno)) }
-        guard (st.st_mode & S_IFMT) == S_IFREG, st.st_uid == geteuid(), st.st_nlink == 1 else {
-            return .failure(Refused(code: EPERM))
-        }
-        let flags = fcntl(fd, F_GETFL)
-        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
-        return .success(Int64(st.st_size))
     }
 
     /// Cuts the file to `length` bytes and puts the write position there.
@@ -91,9 +84,9 @@ final class PartFile {
     /// Removes the file when it is still empty and still the one at `path` (a failed
     /// attempt that wrote nothing leaves no 0-byte `.part` behind).
     func removeIfEmpty() {
-        guard fd >= 0 else { return }
+        guard fd >= 0, isRegular else { return } // never a device or pipe someone else made
         var mine = stat(), there = stat()
-        guard fstat(fd, &mine) == 0, mine.st_size == 0, lstat(path, &there) == 0,
+        guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_size == 0, lstat(path, &there) == 0,
               mine.st_dev == there.st_dev, mine.st_ino == there.st_ino else { return }
         _ = unlink(path)
     }

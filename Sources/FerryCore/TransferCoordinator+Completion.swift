@@ -25,7 +25,7 @@ extension TransferCoordinator {
         OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
         let location: String
         do {
-            location = try moveIntoPlace(t, digest: digest)
+            location = try deliverToDescriptor(t) ?? moveIntoPlace(t, digest: digest)
         } catch {
             t.finishingPath = nil
             failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))

@@ -57,6 +57,8 @@ final class TransferRecord {
     var lastCheckpoint: UInt64 = 0
     /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
     var finishingPath: String?
+    /// Where a `destination-fd` download goes (memory only; closed with the record).
+    var destinationFD: DestinationDescriptor?
 
     init(snapshot: TransferSnapshot, options: DownloadOptions, host: String, directory: String, serverMayName: Bool) {
         self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot

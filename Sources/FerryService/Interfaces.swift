@@ -63,9 +63,15 @@ extension FerryBusService {
                 MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
-                        let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
-                        try self.confineDownload(inv, core, session: session, destination: options.destination)
-                        let id = try core.download(session: session, url: inv.arguments[0].string ?? "", options: options)
+                        var dict = try OptionParsing.vardict(inv.arguments[1])
+                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
+                        let options = try OptionParsing.download(dict)
+                        let url = inv.arguments[0].string ?? ""
+                        guard let descriptor else {
+                            try self.confineDownload(inv, core, session: session, destination: options.destination)
+                            return [.objectPath(FerryBusNames.transferPath(try core.download(session: session, url: url, options: options)))]
+                        }
+                        let id = try core.download(session: session, url: url, options: options, into: descriptor)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }
                 },

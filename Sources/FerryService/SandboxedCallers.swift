@@ -56,6 +56,17 @@ extension FerryBusService {
         if let refusal = area.refusal(directory, role: "session directory") { throw refusal }
     }
 
+    /// The `destination-fd` option (`h`), kept for the download; nil when absent. A
+    /// value of another type is refused and any descriptor in it closed.
+    func destinationDescriptor(_ value: DBusValue?) throws -> DestinationDescriptor? {
+        guard let value else { return nil }
+        guard case .unixFD(let fd) = value.unwrapped else {
+            DBusValue.closeUnixFDs(in: [value])
+            throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+        }
+        return DestinationDescriptor(fd: fd)
+    }
+
     /// `ResumeDownload` names its file inside the resume data: the same rule applies.
     func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
         guard let app = inv.sandboxAppID, let data = try? ResumeData.decode(resumeData) else { return }

@@ -228,4 +228,46 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         XCTAssertTrue(exists(appDir + "/data/own.bin"))
     }
+
+    /// A sandboxed app receives a file where it may not name a path through a
+    /// descriptor it passes (`destination-fd`): the file arrives complete and verified,
+    /// no partial file appears beside it, and ferryd's private copy is gone. A
+    /// descriptor not open for writing, or of the wrong type, is refused.
+    func testDestinationFDReceivesTheVerifiedFile() async throws {
+        let body = serve("/report.pdf", size: 300_000)
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Documents")
+        let documents = home + "/Documents"
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        let target = documents + "/report.pdf"
+        try "old contents that are longer than nothing\n".write(toFile: target, atomically: false, encoding: .utf8)
+        let fd = open(target, O_WRONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+
+        let t = try await s.download(server.url("/report.pdf"), options: ["destination-fd": .unixFD(fd),
+                                                                       "sha256": .string(TestData.sha256Hex(body))])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, "", "there is no path to show")
+        assertFile(target, equals: body)
+        XCTAssertEqual(partFiles(in: documents), [])
+        let state = environment()["XDG_STATE_HOME"] ?? home + "/.local/state"
+        let privateCopies = (try? FileManager.default.contentsOfDirectory(atPath: state + "/ferry/fd-downloads")) ?? []
+        XCTAssertEqual(privateCopies, [], "ferryd's private copy is deleted")
+
+        let readOnly = open(target, O_RDONLY | O_CLOEXEC)
+        defer { close(readOnly) }
+        await assertBusError(ok + "InvalidDestination", "a read-only descriptor") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(readOnly)])
+        }
+        await assertBusError(ok + "InvalidArgument", "destination-fd as a string") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .string(target)])
+        }
+        await assertBusError(ok + "InvalidArgument", "both destination and destination-fd") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(fd),
+                                                                          "destination": .string(self.home + "/.var/app/\(self.appID)/x")])
+        }
+        assertFile(target, equals: body)
+    }
 }

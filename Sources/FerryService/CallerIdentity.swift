@@ -67,7 +67,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
         credentials(of: sender) { [self] result in
             switch result {
             case .failure(let failure):
-                finish(sender, .refused(failure.reason), done)
+                done(CallerIdentity.refused(failure.reason)) // not cached: most likely the caller is gone
             case .success(let (uid, pid)):
                 guard uid == getuid() else {
                     return finish(sender, .refused("the caller runs as another user (uid \(uid))"), done)
@@ -82,7 +82,9 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
                 // connection's process (not a new process that took a freed pid).
                 credentials(of: sender) { [self] again in
                     guard case .success(let (_, stillPid)) = again, stillPid == pid else {
-                        return finish(sender, .refused("the caller left while being identified"), done)
+                        // Not cached: the name is gone (or going), and its departure
+                        // may already have been seen.
+                        return done(CallerIdentity.refused("the caller left while being identified"))
                     }
                     finish(sender, identity, done)
                 }

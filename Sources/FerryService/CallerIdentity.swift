@@ -38,6 +38,8 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
     private var known: [String: CallerIdentity] = [:]
     /// Object path -> the app id owning it; absent: owned by unconfined callers.
     private var owners: [String: String] = [:]
+    /// Reads `.flatpak-info` files (never on the bus queue).
+    private let procReaders = DispatchQueue(label: "org.ferry.callers.proc", attributes: .concurrent)
 
     init(bus: BusConnection, logger: Logger) {
         self.bus = bus
@@ -72,23 +74,32 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
                 guard uid == getuid() else {
                     return finish(sender, .refused("the caller runs as another user (uid \(uid))"), done)
                 }
-                let identity: CallerIdentity
-                switch FlatpakInfo.finding(forProcess: pid) {
-                case .unconfined: identity = .unconfined
-                case .app(let id): identity = .sandboxed(appID: id)
-                case .unreadable(let why): identity = .refused("the caller could not be identified: \(why)")
-                }
-                // The pid was read before /proc was: make sure it is still the same
-                // connection's process (not a new process that took a freed pid).
-                credentials(of: sender) { [self] again in
-                    guard case .success(let (_, stillPid)) = again, stillPid == pid else {
-                        // Not cached: the name is gone (or going), and its departure
-                        // may already have been seen.
-                        return done(CallerIdentity.refused("the caller left while being identified"))
+                // Off the bus queue: the file is opened in the caller's own mount
+                // namespace, which it may have built to answer slowly (a FUSE root).
+                procReaders.async { [self] in
+                    let identity: CallerIdentity
+                    switch FlatpakInfo.finding(forProcess: pid) {
+                    case .unconfined: identity = .unconfined
+                    case .app(let id): identity = .sandboxed(appID: id)
+                    case .unreadable(let why): identity = .refused("the caller could not be identified: \(why)")
                     }
-                    finish(sender, identity, done)
+                    confirm(sender, pid: pid, identity, done)
                 }
             }
+        }
+    }
+
+    /// The pid was read before /proc was: makes sure it is still the same connection's
+    /// process (not a new process that took a freed pid), then caches the identity.
+    private func confirm(_ sender: String, pid: UInt32, _ identity: CallerIdentity,
+                         _ done: @escaping @Sendable ((any Sendable)) -> Void) {
+        credentials(of: sender) { [self] again in
+            guard case .success(let (_, stillPid)) = again, stillPid == pid else {
+                // Not cached: the name is gone (or going), and its departure may
+                // already have been seen.
+                return done(CallerIdentity.refused("the caller left while being identified"))
+            }
+            finish(sender, identity, done)
         }
     }
 

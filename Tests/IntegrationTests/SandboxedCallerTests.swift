@@ -210,6 +210,8 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(value4, [s.path])
         let value5 = try await again.listTransfers().map(\.path)
         XCTAssertEqual(value5, [t.path])
+        let managed = try await managedPaths(again)
+        XCTAssertEqual(managed, [s.path, t.path], "GetManagedObjects lists exactly its own objects")
         let reopened = try await again.openSession("\(appID).Keep")
         XCTAssertEqual(reopened.path, s.path, "the app re-opens its own session")
 

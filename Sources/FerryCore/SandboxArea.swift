@@ -43,6 +43,12 @@ public struct SandboxArea: Sendable, Equatable {
         return real == realRoot || real.hasPrefix(realRoot + "/")
     }
 
+    /// Whether an already resolved path (no links left in it) is inside the area.
+    public func containsResolved(_ real: String) -> Bool {
+        guard let realRoot = Self.realPath(root) else { return false }
+        return real == realRoot || real.hasPrefix(realRoot + "/")
+    }
+
     private static func lexists(_ path: String) -> Bool {
         var st = stat()
         return lstat(path, &st) == 0

@@ -25,7 +25,7 @@ extension TransferCoordinator {
         OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
         let location: String
         do {
-            location = try deliverToDescriptor(t) ?? moveIntoPlace(t, digest: digest)
+            location = try deliverToDescriptor(t) ?? moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest)
         } catch {
             t.finishingPath = nil
             failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
@@ -84,7 +84,7 @@ extension TransferCoordinator {
     }
 
     /// Stores where the verified file is about to go (persistent sessions only).
-    private func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
+    func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
         guard isPersistent(t.session) else { return }
         t.finishingPath = target
         t.snapshot.sha256 = digest ?? ""

@@ -188,6 +188,16 @@ final class SandboxedCallerTests: FerryTestCase {
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         assertFile(appDir + "/data/payload.bin", equals: body)
+        // Again: a unique name beside it; with overwrite, in its place.
+        let second = try await finish(try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin")]))
+        XCTAssertEqual(second.destination, appDir + "/data/payload (1).bin", second.errorMessage)
+        assertFile(appDir + "/data/payload (1).bin", equals: body)
+        try "old\n".write(toFile: appDir + "/data/payload.bin", atomically: false, encoding: .utf8)
+        let third = try await finish(try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin"),
+                                                                        "overwrite": .boolean(true)]))
+        XCTAssertEqual(third.destination, appDir + "/data/payload.bin", third.errorMessage)
+        assertFile(appDir + "/data/payload.bin", equals: body)
+        XCTAssertEqual(partFiles(in: appDir + "/data"), [])
     }
 
     /// Ownership is stored with the session: after a restart the app still has its
@@ -271,5 +281,35 @@ final class SandboxedCallerTests: FerryTestCase {
                                                                           "destination": .string(self.home + "/.var/app/\(self.appID)/x")])
         }
         assertFile(target, equals: body)
+    }
+
+    /// The app swaps a folder of its own for a link to `~/.config/autostart` while its
+    /// download is paused: the finished file is not moved there (Disk), and nothing is
+    /// left in autostart.
+    func testAFolderSwappedForALinkIsCaughtAtTheFinish() async throws {
+        serve("/swap.bin", size: 1 << 20)
+        server.set(.stallAfter(bytes: 256 * 1024, times: 1), on: "/swap.bin")
+        let appDir = try appDirectory(appID)
+        let folder = appDir + "/data/dl"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let autostart = home + "/.config/autostart"
+        try FileManager.default.createDirectory(atPath: autostart, withIntermediateDirectories: true)
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Swap")
+        let t = try await s.download(server.url("/swap.bin"), options: ["destination": .string(folder + "/x.desktop")])
+        try await waitForFileSize(folder + "/x.desktop.part", atLeast: 256 * 1024)
+        _ = try await t.pause()
+        try await waitForState(t, "paused")
+
+        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
+        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: autostart)
+        try await t.resume()
+        try await waitForState(t, ["failed", "completed"], since: 0, timeout: 20)
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
+        let left = try FileManager.default.contentsOfDirectory(atPath: autostart)
+        XCTAssertEqual(left, [], "nothing reaches autostart")
     }
 }

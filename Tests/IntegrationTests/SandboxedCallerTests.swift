@@ -4,6 +4,10 @@ import FerryTestSupport
 import Foundation
 import XCTest
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Sandboxed callers, as Flatpak makes them: the client talks to ferryd through a real
 /// `xdg-dbus-proxy --filter --talk=org.ferry.Ferry1`, and the proxy runs in a
 /// bubblewrap mount namespace whose root holds a `.flatpak-info` naming the app — so
@@ -28,7 +32,7 @@ final class SandboxedCallerTests: FerryTestCase {
         // A fresh root (tmpfs) with the system read-only, /tmp (the buses' sockets) and
         // the fake .flatpak-info at its top, as Flatpak's own proxy sandbox has.
         var arguments = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", "--bind", "/tmp", "/tmp",
-                         "--proc", "/proc", "--dev", "/dev", "--ro-bind", info, "/.flatpak-info", "--die-with-parent"]
+                         "--proc", "/proc", "--dev", "/dev", "--ro-bind", info, "/.flatpak-info"]
         for link in ["bin", "sbin", "lib", "lib64"] {
             if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/" + link) {
                 arguments += ["--symlink", target, "/" + link]
@@ -36,13 +40,26 @@ final class SandboxedCallerTests: FerryTestCase {
         }
         arguments += ["--", proxy, bus.address, socket, "--filter", "--talk=\(FerryClient.busName)"]
         let p = try ChildProcess(executable: bwrap, arguments: arguments)
-        cleanups.append { p.kill(SIGTERM); _ = p.waitForExit(timeout: 5) }
+        cleanups.append {
+            // The proxy first (bwrap does not pass SIGTERM on), then bwrap. Not
+            // --die-with-parent: that follows the spawning thread, which is gone at once.
+            for child in Self.children(of: p.pid).reversed() { _ = Glibc.kill(child, SIGTERM) }
+            p.kill(SIGTERM)
+            if p.waitForExit(timeout: 5) == nil { p.kill(SIGKILL); _ = p.waitForExit(timeout: 5) }
+        }
         extraLogs.append { "----- xdg-dbus-proxy for \(appID) -----\n\(p.log)" }
         try await waitUntilAsync("the proxy's socket at \(socket)") { FileManager.default.fileExists(atPath: socket) || !p.isRunning }
         guard p.isRunning else { throw XCTSkip("bwrap/xdg-dbus-proxy could not start here: \(p.log)") }
         let client = try FerryClient(address: "unix:path=\(socket)")
         cleanups.append { client.close() }
         return client
+    }
+
+    /// The processes `pid` started (from /proc), children first-level and below.
+    static func children(of pid: Int32) -> [Int32] {
+        let list = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        let direct = list.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return direct.flatMap { [$0] + children(of: $0) }
     }
 
     func waitUntilAsync(_ what: String, timeout: TimeInterval = 10, _ condition: () -> Bool) async throws {

@@ -28,6 +28,8 @@ public final class BusConnection: @unchecked Sendable {
     private var oversize: (errorName: String?, log: @Sendable (String) -> Void)?
     /// Method calls on missing objects below these path prefixes answer these errors.
     var missingObjectErrors: [(prefix: String, errorName: String, noun: String)] = []
+    /// Identifies callers before their calls are dispatched (see `CallerGate`).
+    var gatekeeper: CallerGatekeeper?
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
     public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
@@ -269,7 +271,7 @@ public final class BusConnection: @unchecked Sendable {
             for (_, s) in subscriptions where s.rule.matches(message) { s.handler(message) }
             return false
         case .methodCall:
-            dispatchMethodCall(message)
+            admitMethodCall(message)
             return true
         default:
             return false

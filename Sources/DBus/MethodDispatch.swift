@@ -9,7 +9,7 @@ func dbus_connection_send_if_open(_ c: BusConnection, _ m: BusMessage) {
 extension BusConnection {
     /// Answers a method call to one of our objects, or to a standard interface.
     /// On the queue.
-    func dispatchMethodCall(_ m: BusMessage) {
+    func dispatchMethodCall(_ m: BusMessage, caller: (any Sendable)? = nil) {
         guard let path = m.path, let member = m.member else { return }
         let iface = m.interface
 
@@ -51,11 +51,20 @@ extension BusConnection {
                 fail(StandardErrors.unknownObject, "no object at \(path)")
             }
         }
+        // A caller the gate keeps away from this path gets the gate's error, for every
+        // interface (its properties and introspection data too).
+        if let refusal = gateRefusal(caller, path: path, object: object, interface: iface, member: member) {
+            return fail(refusal.name, refusal.message)
+        }
+        /// Objects this caller may see (all, without a gate).
+        func visible(_ o: ExportedObject) -> Bool {
+            gateRefusal(caller, path: o.path, object: o, interface: nil, member: "GetManagedObjects") == nil
+        }
 
         // org.freedesktop.DBus.Introspectable, for every path (objects and their parents).
         if member == "Introspect" && (iface == StandardNames.introspectable || (iface == nil && object?.interfaces.contains { $0.method("Introspect") != nil } != true)) {
             guard args("") != nil else { return }
-            let children = childNodes(of: path)
+            let children = childNodes(of: path, where: { path in objects[path].map(visible) ?? true })
             guard object != nil || !children.isEmpty || path == "/" else {
                 failMissing()
                 return
@@ -77,7 +86,7 @@ extension BusConnection {
             guard member == "GetManagedObjects" else { return fail(StandardErrors.unknownMethod, "no method \(member) on \(StandardNames.objectManager)") }
             guard args("") != nil else { return }
             let prefix = path == "/" ? "/" : path + "/"
-            let managed = objects.values.filter { $0.path.hasPrefix(prefix) && $0.path != path }
+            let managed = objects.values.filter { $0.path.hasPrefix(prefix) && $0.path != path && visible($0) }
                 .sorted { $0.path < $1.path }
                 .map { DBusValue.DictEntry(.objectPath($0.path), $0.interfacesAndProperties()) }
             reply([.dictionary(key: "o", value: "a{sa{sv}}", managed)])
@@ -98,7 +107,8 @@ extension BusConnection {
         }
         guard let values = args(method.inSignature) else { return }
         let interfaceName = iface ?? object.interfaces.first { $0.method(member) != nil }!.name
-        method.handler(MethodInvocation(call: m, arguments: values, path: path, interface: interfaceName, member: member, connection: self))
+        method.handler(MethodInvocation(call: m, arguments: values, path: path, interface: interfaceName, member: member,
+                                        connection: self, caller: caller))
     }
 
     private func handleProperties(_ m: BusMessage, member: String, object: ExportedObject,
@@ -167,10 +177,10 @@ extension BusConnection {
     }
 
     /// Names of the nodes directly below `path` that lead to exported objects.
-    func childNodes(of path: String) -> [String] {
+    func childNodes(of path: String, where shown: (String) -> Bool = { _ in true }) -> [String] {
         let prefix = path == "/" ? "/" : path + "/"
         var names = Set<String>()
-        for p in objects.keys where p.hasPrefix(prefix) && p != path {
+        for p in objects.keys where p.hasPrefix(prefix) && p != path && shown(p) {
             let rest = p.dropFirst(prefix.count)
             if let first = rest.split(separator: "/").first { names.insert(String(first)) }
         }

@@ -17,14 +17,18 @@ public final class MethodInvocation: @unchecked Sendable {
     public let path: String
     public let interface: String
     public let member: String
+    /// Who called, as the connection's `CallerGate` identified them (nil without a gate).
+    public let caller: (any Sendable)?
     let call: BusMessage
     let connection: BusConnection
     private var answered = false
     private let lock = NSLock()
     private var kept: Set<Int32> = []
 
-    init(call: BusMessage, arguments: [DBusValue], path: String, interface: String, member: String, connection: BusConnection) {
+    init(call: BusMessage, arguments: [DBusValue], path: String, interface: String, member: String, connection: BusConnection,
+         caller: (any Sendable)? = nil) {
         self.call = call
+        self.caller = caller
         self.arguments = arguments
         self.sender = call.sender
         self.path = path

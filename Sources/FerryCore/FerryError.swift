@@ -12,6 +12,8 @@ public enum FerryError: Error, Equatable, Sendable {
     case noSuchSession(String)
     case noSuchTransfer(String)
     case limitExceeded(String)
+    /// A sandboxed caller asked for something that is not its own (v1.1).
+    case accessDenied(String)
 
     // Transfer failures: in `Error`, `Completed` and pending events.
     case network(String)
@@ -38,6 +40,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case .noSuchSession: return "NoSuchSession"
         case .noSuchTransfer: return "NoSuchTransfer"
         case .limitExceeded: return "LimitExceeded"
+        case .accessDenied: return "AccessDenied"
         case .network: return "Network"
         case .timeout: return "Timeout"
         case .http: return "Http"
@@ -58,7 +61,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case .invalidArgument(let m), .invalidUrl(let m), .unsupportedScheme(let m),
              .invalidDestination(let m), .fileNotFound(let m), .invalidState(let m),
              .invalidResumeData(let m), .noSuchSession(let m), .noSuchTransfer(let m),
-             .limitExceeded(let m), .network(let m), .timeout(let m), .tls(let m),
+             .limitExceeded(let m), .accessDenied(let m), .network(let m), .timeout(let m), .tls(let m),
              .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m):
             return m
         case .http(_, let m):
@@ -80,6 +83,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case "NoSuchSession": self = .noSuchSession(message)
         case "NoSuchTransfer": self = .noSuchTransfer(message)
         case "LimitExceeded": self = .limitExceeded(message)
+        case "AccessDenied": self = .accessDenied(message)
         case "Network": self = .network(message)
         case "Timeout": self = .timeout(message)
         case "Http": self = .http(status: httpStatus, message)

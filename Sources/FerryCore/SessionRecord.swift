@@ -3,6 +3,9 @@ final class SessionRecord {
     let id: SessionID
     let identifier: String
     var configuration: SessionConfiguration
+    /// The sandboxed application that opened it (its app id), nil when an unconfined
+    /// client did: a sandboxed caller sees and controls only its own sessions.
+    var owner: String?
     /// `Close(false)` was called: no new downloads; removed once all transfers are final.
     var isClosing = false
     /// Completion events not yet acknowledged, oldest first.

@@ -4,6 +4,11 @@ import Foundation
 extension TransferCoordinator {
     /// The body is complete in the `.part` file: verify it, move it into place, report.
     func finishSucceeded(_ t: TransferRecord, bytesOnDisk: Int64, engineSHA256: String?) {
+        if let refusal = finishingRefusal(t) {
+            deletePartFiles(t) // unlinks the name only: a link's target stays as it was
+            failTransfer(t, refusal)
+            return
+        }
         t.snapshot.bytesTransferred = bytesOnDisk
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = bytesOnDisk }
         var digest = engineSHA256?.lowercased()
@@ -20,7 +25,7 @@ extension TransferCoordinator {
         OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
         let location: String
         do {
-            location = try moveIntoPlace(t, digest: digest)
+            location = try deliverToDescriptor(t) ?? moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest)
         } catch {
             t.finishingPath = nil
             failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
@@ -51,7 +56,7 @@ extension TransferCoordinator {
         let part = t.partPath
         if t.options.overwrite {
             recordFinishing(t, target: t.destination, digest: digest)
-            try replace(t.destination, with: part)
+            try AtomicReplace.replace(t.destination, with: part)
             return t.destination
         }
         let resolver = self.resolver(except: t.id)
@@ -80,31 +85,12 @@ extension TransferCoordinator {
     }
 
     /// Stores where the verified file is about to go (persistent sessions only).
-    private func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
+    func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
         guard isPersistent(t.session) else { return }
         t.finishingPath = target
         t.snapshot.sha256 = digest ?? ""
         stageTransfer(t)
         flushStore()
-    }
-
-    /// Puts `source` in place of `target`. Foundation cannot rename over a file, so the
-    /// old file steps aside first and comes back if the move fails.
-    private func replace(_ target: String, with source: String) throws {
-        guard FileSystemChecks.exists(target, fileManager: fileManager) else {
-            try fileManager.moveItem(atPath: source, toPath: target)
-            return
-        }
-        let aside = FileSystemChecks.join(FileSystemChecks.directoryName(target),
-                                          ".\(FileSystemChecks.baseName(target)).ferry-replaced-\(UUID().uuidString.prefix(8))")
-        try fileManager.moveItem(atPath: target, toPath: aside)
-        do {
-            try fileManager.moveItem(atPath: source, toPath: target)
-        } catch {
-            try? fileManager.moveItem(atPath: aside, toPath: target)
-            throw error
-        }
-        try? fileManager.removeItem(atPath: aside)
     }
 
     /// One more transferProgress with the final counts, unless the last one had them.

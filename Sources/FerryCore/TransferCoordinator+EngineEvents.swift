@@ -104,7 +104,7 @@ extension TransferCoordinator {
             reindex(t) // a transfer queued meanwhile may start now
             // Paused or cancelled meanwhile (maybe resumed since): only the bytes count.
             if t.state == .cancelled {
-                deletePartFiles(t)
+                if !t.partFileHandedOver { deletePartFiles(t) }
             } else {
                 t.snapshot.bytesTransferred = outcome.bytesOnDisk
                 stageTransfer(t)

@@ -5,7 +5,10 @@ extension TransferCoordinator {
     /// keys present in `configuration` replace the stored values.
     /// - Throws: `.invalidArgument` (identifier, headers, proxy, timeouts, limits),
     ///   `.invalidDestination` (directory).
-    public func openSession(identifier: String, configuration: SessionConfigurationUpdate) throws -> (id: SessionID, created: Bool) {
+    /// - Parameter owner: the app id of a sandboxed caller (nil: unconfined); a sandboxed
+    ///   caller may re-open only sessions it owns (`.accessDenied` otherwise).
+    public func openSession(identifier: String, configuration: SessionConfigurationUpdate,
+                            owner: String? = nil) throws -> (id: SessionID, created: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
         try SessionValidation.validateIdentifier(identifier)
         try SessionValidation.validate(configuration, fileManager: fileManager)
@@ -13,6 +16,7 @@ extension TransferCoordinator {
             // A closing session no longer answers to its identifier: opening it again
             // makes a new session.
             if let existing = sessions.values.first(where: { $0.identifier == identifier && !$0.isClosing }) {
+                try SessionOwnership.checkReopen(existing, by: owner)
                 var config = existing.configuration
                 if config.apply(configuration) {
                     try persistConfiguration(existing, config)
@@ -28,6 +32,7 @@ extension TransferCoordinator {
             var config = SessionConfiguration()
             _ = config.apply(configuration)
             let session = SessionRecord(id: nextSessionID, identifier: identifier, configuration: config)
+            session.owner = owner
             var next = counters
             next.nextSessionID = session.id + 1
             if config.persistent {

@@ -44,7 +44,7 @@ extension TransferCoordinator {
     }
 
     func storedSession(_ s: SessionRecord) -> StoredSession {
-        StoredSession(id: s.id, identifier: s.identifier, configuration: s.configuration, isClosing: s.isClosing)
+        StoredSession(id: s.id, identifier: s.identifier, configuration: s.configuration, isClosing: s.isClosing, owner: s.owner)
     }
 
     func stageSettings() {
@@ -110,6 +110,7 @@ extension TransferCoordinator {
         for stored in contents.sessions {
             let s = SessionRecord(id: stored.id, identifier: stored.identifier, configuration: stored.configuration)
             s.isClosing = stored.isClosing
+            s.owner = stored.owner
             s.pendingEvents = (contents.events[stored.id] ?? []).sorted { $0.serial < $1.serial }
             restoredSessions[s.id] = s
         }

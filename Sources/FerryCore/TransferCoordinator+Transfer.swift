@@ -115,6 +115,9 @@ extension TransferCoordinator {
     /// completion.
     func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
         let actions = t.life.cancel()
+        // A takeover by resume data keeps the partial file: a stopping attempt's end
+        // must not delete what the new transfer now owns.
+        t.partFileHandedOver = !deletePart
         if deletePart { deletePartFiles(t) }
         settle(t, actions)
         t.snapshot.errorName = reason.name
@@ -128,13 +131,13 @@ extension TransferCoordinator {
         reachedFinalState(t)
     }
 
-    /// Drops a final transfer from the core and tells the observer.
+    /// Drops a final transfer from the core and announces it.
     func forget(_ t: TransferRecord) {
         var leftovers: [String] = []
         if t.state == .failed {
             deletePartFiles(t)
             leftovers = partPaths(t)
-        } else if t.state == .cancelled {
+        } else if t.state == .cancelled && !t.partFileHandedOver {
             leftovers = partPaths(t)
         }
         if t.stopInFlight { detachedStops[t.id] = leftovers }

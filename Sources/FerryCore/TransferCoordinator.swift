@@ -6,7 +6,7 @@ import Logging
 /// `TransferEngine`. Knows nothing of D-Bus: the service layer calls these methods with
 /// typed values and hears back through `CoreEvent`s (`subscribe`).
 ///
-/// Every method must be called on `queue`, which owns all state; observer callbacks are
+/// Every method must be called on `queue`, which owns all state; event deliveries are
 /// made on it too, in order. Calls that throw change nothing.
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.

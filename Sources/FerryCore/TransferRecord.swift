@@ -17,6 +17,9 @@ final class TransferRecord {
     var serverMayName: Bool
     var etag: String?
     var lastModified: String?
+    /// Cancelled because a `ResumeDownload` took its partial file over: the file is
+    /// no longer its to delete.
+    var partFileHandedOver = false
     /// Its state with the data each state carries; changed only through its inputs
     /// (the coordinator applies the result with `settle`).
     var life: TransferLife
@@ -54,6 +57,8 @@ final class TransferRecord {
     var lastCheckpoint: UInt64 = 0
     /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
     var finishingPath: String?
+    /// Where a `destination-fd` download goes (memory only; closed with the record).
+    var destinationFD: DestinationDescriptor?
 
     init(snapshot: TransferSnapshot, life: TransferLife, options: DownloadOptions, host: String, directory: String,
          serverMayName: Bool) {

@@ -40,9 +40,13 @@ public struct StoredSession: Sendable, Equatable {
     public var configuration: SessionConfiguration
     /// `Close(false)` was called; it goes once its transfers are final.
     public var isClosing: Bool
+    /// The app id of the sandboxed application that owns it; nil = opened unconfined.
+    public var owner: String?
 
-    public init(id: SessionID, identifier: String, configuration: SessionConfiguration, isClosing: Bool = false) {
+    public init(id: SessionID, identifier: String, configuration: SessionConfiguration, isClosing: Bool = false,
+                owner: String? = nil) {
         self.id = id; self.identifier = identifier; self.configuration = configuration; self.isClosing = isClosing
+        self.owner = owner
     }
 }
 

@@ -13,7 +13,16 @@ enum CurlFailure {
         case CURLE_COULDNT_RESOLVE_HOST:
             return .network("Could not resolve the host name of \(host)")
         case CURLE_COULDNT_RESOLVE_PROXY:
-            return .network("Could not resolve the proxy's host name")
+            return .network("Could not resolve the host name of the proxy \(proxyDescription(transfer) ?? "")"
+                .trimmingCharacters(in: .whitespaces))
+        case CURLE_COULDNT_CONNECT where proxyDescription(transfer) != nil:
+            // With a proxy every connection goes to the proxy, not to the server.
+            let proxy = proxyDescription(transfer)!
+            switch Int32(transfer.osErrno) {
+            case ECONNREFUSED: return .network("Connection refused by the proxy \(proxy) (downloading from \(host))")
+            case ENETUNREACH, EHOSTUNREACH: return .network("No route to the proxy \(proxy) (downloading from \(host))")
+            default: return .network("Could not connect to the proxy \(proxy) (downloading from \(host))")
+            }
         case CURLE_COULDNT_CONNECT:
             switch Int32(transfer.osErrno) {
             case ECONNREFUSED: return .network("Connection refused by \(host)")
@@ -47,7 +56,12 @@ enum CurlFailure {
                 let scheme = location.split(separator: ":", maxSplits: 1).first.map(String.init) ?? location
                 return .network("Redirected to a \(scheme.lowercased()): URL; only http and https are allowed")
             }
-            return .network("Only http and https URLs are supported")
+            if detail.contains("HTTP/0.9") {
+                // curl takes a reply without a status line for HTTP/0.9, which it refuses.
+                return .network("\(host) answered without an HTTP status line (an HTTP/0.9 reply, or not HTTP at all)")
+            }
+            let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+            return .network("\(host) sent a reply that is not usable HTTP: \(why)")
         case CURLE_URL_MALFORMAT:
             return .network("The URL is not valid")
         case CURLE_PROXY:
@@ -67,6 +81,26 @@ enum CurlFailure {
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             return .network("Download from \(host) failed: \(why)")
         }
+    }
+
+    /// "host:port" of the proxy the request went through (the session's `proxy`, else
+    /// the environment's for the URL's scheme), without credentials; nil without one.
+    static func proxyDescription(_ transfer: CurlTransfer) -> String? {
+        var proxy = transfer.request.proxy
+        let environment = ProcessInfo.processInfo.environment
+        // With no_proxy set the environment's proxy may not apply to this host: name none.
+        if proxy == nil, (environment["no_proxy"] ?? environment["NO_PROXY"] ?? "").isEmpty {
+            let https = transfer.request.url.lowercased().hasPrefix("https:")
+            let names = https ? ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] : ["http_proxy", "all_proxy", "ALL_PROXY"]
+            proxy = names.lazy.compactMap { environment[$0] }.first { !$0.isEmpty }
+        }
+        guard let proxy, !proxy.isEmpty else { return nil }
+        let withScheme = proxy.contains("://") ? proxy : "http://" + proxy
+        guard let components = URLComponents(string: withScheme), let host = components.host, !host.isEmpty else {
+            return "(unreadable proxy address)"
+        }
+        let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        return "\(shownHost):\(components.port ?? 1080)"
     }
 
     /// "60 s", "1.5 s".

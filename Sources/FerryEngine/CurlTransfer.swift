@@ -66,9 +66,16 @@ final class CurlTransfer {
     /// Paused by the speed limit; the loop resumes it at `paceAllowsAt`.
     var isThrottled = false
 
+    /// Stops the download before its disk is full (see DiskSpaceGuard).
+    private var space = DiskSpaceGuard()
     private var head = ResponseHead()
     /// Location of the last redirect followed (for a refused redirect's message).
     private(set) var lastLocation: String?
+    /// Redirects this handle may still follow (10 in all per attempt).
+    let redirectsLeft: Int
+    /// A redirect to another origin, which the loop follows in a new handle without
+    /// the caller's headers (see `CrossOriginRedirect`).
+    private(set) var crossOriginRedirect: String?
     /// The final response was accepted; body bytes go to the file.
     private(set) var responseReady = false
     private(set) var expectedTotal: Int64 = -1
@@ -79,8 +86,9 @@ final class CurlTransfer {
 
     var bytesOnDisk: Int64 { startOffset + bodyBytes }
 
-    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop) {
+    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop, redirectsLeft: Int = 10) {
         guard let easy = curl_easy_init() else { return nil }
+        self.redirectsLeft = redirectsLeft
         self.request = request
         self.attempt = attempt
         self.file = file
@@ -111,7 +119,7 @@ final class CurlTransfer {
         string(CURLOPT_PROTOCOLS_STR, "http,https")
         string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         long(CURLOPT_FOLLOWLOCATION, 1)
-        long(CURLOPT_MAXREDIRS, 10)
+        long(CURLOPT_MAXREDIRS, redirectsLeft)
         long(CURLOPT_FAILONERROR, 0)           // statuses are judged in the header callback
         long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
@@ -125,7 +133,10 @@ final class CurlTransfer {
         let limited = request.speedLimit > 0 ? Int(clamping: request.speedLimit / 4) : Self.bufferSize
         long(CURLOPT_BUFFERSIZE, min(Self.bufferSize, max(16 * 1024, limited)))
         string(CURLOPT_USERAGENT, "Ferry/0.1")
-        if let proxy = request.proxy { string(CURLOPT_PROXY, proxy) }
+        if let proxy = request.proxy {
+            string(CURLOPT_PROXY, proxy)
+            string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
+        }
 
         for header in request.headers {
             // "Name;" is curl's way of sending a header with an empty value.
@@ -201,6 +212,11 @@ final class CurlTransfer {
                 emitResponse(acceptsRanges: false)
                 return abort(.network("Redirected to a \(scheme): URL; only http and https are allowed"))
             }
+            if !request.headers.isEmpty, let location = head.location,
+               let next = CrossOriginRedirect.target(of: location, from: effectiveURL) {
+                crossOriginRedirect = next
+                return false // curl would send the caller's headers there: stop, the loop follows
+            }
             return true
         }
         return acceptFinalResponse()
@@ -208,6 +224,9 @@ final class CurlTransfer {
 
     private func acceptFinalResponse() -> Bool {
         let status = head.status
+        if let length = head.impossibleContentLength, status < 300 {
+            return abort(.network("\(hostDescription) sent an impossible Content-Length (\(length))"))
+        }
         if status >= 400 {
             if status == 416, sentRange, let range = head.contentRange.flatMap(ContentRange.init),
                range.first == nil, range.total == request.offset {
@@ -241,6 +260,9 @@ final class CurlTransfer {
             expectedTotal = head.contentLength ?? -1
         } else {
             return abort(.network("The server answered \(head.statusDescription) instead of sending the file"))
+        }
+        if expectedTotal > 0, let error = space.reserve(file, from: startOffset, to: expectedTotal) {
+            return abort(.disk(error.message))
         }
         responseReady = true
         if file.isRegular, let writeback = PartFileWriteback(fd: fd, from: startOffset) {
@@ -280,6 +302,10 @@ final class CurlTransfer {
                 return Int(CURL_WRITEFUNC_PAUSE)
             }
             paceAllowsAt = max(paceAllowsAt, now) &+ UInt64(count) &* 1_000_000_000 / speedLimit
+        }
+        if let error = space.check(file, writing: count, at: bytesOnDisk) {
+            failure = .disk(error.message)
+            return 0
         }
         var p = data
         var left = count
@@ -368,6 +394,13 @@ final class CurlTransfer {
 
     /// libcurl's own words for the last error (no header values in there).
     var curlErrorDetail: String { String(cString: errorBuffer) }
+
+    /// Redirects curl followed on this handle.
+    var redirectCount: Int {
+        var value = 0
+        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &value) }
+        return value
+    }
 
     var osErrno: Int {
         var value = 0

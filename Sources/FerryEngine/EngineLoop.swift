@@ -194,6 +194,10 @@ final class EngineLoop {
     }
 
     private func attemptEnded(_ transfer: CurlTransfer, code: CURLcode) {
+        if let next = transfer.crossOriginRedirect {
+            follow(transfer, to: next)
+            return
+        }
         let error: FerryError?
         if transfer.alreadyComplete {
             error = nil
@@ -222,9 +226,35 @@ final class EngineLoop {
         }
     }
 
+    /// Follows a redirect to another origin in a new handle that sends none of the
+    /// caller's headers (an API key or a token stays with the origin it was meant for);
+    /// same part file, same range, same attempt.
+    private func follow(_ old: CurlTransfer, to url: String) {
+        let left = old.redirectsLeft - old.redirectCount - 1
+        old.releaseHandle(from: multi)
+        var request = old.request
+        request.url = url
+        request.headers = []
+        guard left >= 0 else {
+            return finish(old, .failed(.tooManyRedirects("More than 10 redirects, starting at \(URLComponents(string: old.request.url)?.host ?? "the server")"),
+                                       bytesOnDisk: old.bytesOnDisk))
+        }
+        guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: old.sentRange,
+                                      loop: self, redirectsLeft: left), next.setupError == CURLE_OK else {
+            return finish(old, .failed(.network("Could not set up the redirected download (libcurl)"), bytesOnDisk: old.bytesOnDisk))
+        }
+        logger.debug("transfer \(old.id): redirect to another origin, followed without the caller's headers")
+        next.hasher = old.hasher
+        transfers[old.id] = next
+        throttledTransfers[old.id] = nil
+        add(next)
+    }
+
     /// Ends an attempt that is not flushing: handle gone, file closed, events out.
     private func finish(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
         transfer.releaseHandle(from: multi)
+        transfer.file.releaseReservation()
+        if case .failed(_, 0) = outcome { transfer.file.removeIfEmpty() }
         transfer.file.close()
         complete(transfer, outcome)
     }

@@ -27,18 +27,45 @@ final class PartFile {
         self.path = path; self.fd = fd; self.isRegular = isRegular; self.initialSize = initialSize
     }
 
-    /// Opens (creating with mode 0644) for writing; does not truncate.
+    /// Opens the part file for writing without truncating it; creates it (mode 0644)
+    /// when absent. Never writes through a link: an existing `.part` is opened with
+    /// O_NOFOLLOW, and one that is a symbolic link, or a regular file with other links
+    /// or of another owner, is unlinked (the name only: a link's target and a hard
+    /// link's other names keep their bytes) and the download starts over in a new file
+    /// made with O_EXCL. Devices and pipes are written as they are (O_NONBLOCK at open,
+    /// so a FIFO without a reader cannot hang the engine thread); nothing but a plain
+    /// file is ever moved into place (the core checks).
     static func open(_ path: String) -> Result<PartFile, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644) }
-        if fd < 0 { return .failure(PartFileError(code: errno, action: "opening", path: path)) }
-        var st = stat()
-        if fstat(fd, &st) != 0 {
-            let e = errno
-            Glibc.close(fd)
-            return .failure(PartFileError(code: e, action: "opening", path: path))
+        let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+        let openError = existing < 0 ? errno : 0
+        if existing >= 0 {
+            var st = stat()
+            guard fstat(existing, &st) == 0 else {
+                let code = errno
+                Glibc.close(existing)
+                return .failure(PartFileError(code: code, action: "opening", path: path))
+            }
+            let flags = fcntl(existing, F_GETFL)
+            if flags >= 0 { _ = fcntl(existing, F_SETFL, flags & ~O_NONBLOCK) }
+            if (st.st_mode & S_IFMT) != S_IFREG {
+                return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0))
+            }
+            if st.st_uid == geteuid() && st.st_nlink == 1 {
+                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size)))
+            }
+            Glibc.close(existing) // another file's second name, or not ours: take the name back
+        } else if openError != ENOENT && openError != ELOOP {
+            return .failure(PartFileError(code: openError, action: "opening", path: path))
         }
-        let regular = (st.st_mode & S_IFMT) == S_IFREG
-        return .success(PartFile(path: path, fd: fd, isRegular: regular, initialSize: regular ? Int64(st.st_size) : 0))
+        if openError != ENOENT {
+            // A symbolic link or a foreign file at our name: unlink never follows a link.
+            if path.withCString({ unlink($0) }) != 0 && errno != ENOENT {
+                return .failure(PartFileError(code: errno, action: "replacing (it is a link or not ours)", path: path))
+            }
+        }
+        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
+        if fd < 0 { return .failure(PartFileError(code: errno, action: "creating", path: path)) }
+        return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
     }
 
     /// Cuts the file to `length` bytes and puts the write position there.
@@ -52,6 +79,16 @@ final class PartFile {
             }
         }
         return nil
+    }
+
+    /// Removes the file when it is still empty and still the one at `path` (a failed
+    /// attempt that wrote nothing leaves no 0-byte `.part` behind).
+    func removeIfEmpty() {
+        guard fd >= 0, isRegular else { return } // never a device or pipe someone else made
+        var mine = stat(), there = stat()
+        guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_size == 0, lstat(path, &there) == 0,
+              mine.st_dev == there.st_dev, mine.st_ino == there.st_ino else { return }
+        _ = unlink(path)
     }
 
     /// Closes without syncing (stopped or failed attempts).
@@ -88,7 +125,7 @@ final class PartFile {
     /// SHA-256 of the first `length` bytes of `path`, read through its own descriptor.
     /// Runs on a background queue (a large prefix takes seconds to hash).
     static func hashPrefix(path: String, length: Int64) -> Result<SHA256, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
         defer { Glibc.close(fd) }
         var hasher = SHA256()

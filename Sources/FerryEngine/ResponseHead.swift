@@ -8,6 +8,9 @@ struct ResponseHead {
     var etag: String?
     var lastModified: String?
     var contentLength: Int64?
+    /// A Content-Length that is not a plain decimal count that fits in 63 bits
+    /// ("1e23", "-1", 20 digits), or two that disagree: printable, for the message.
+    var impossibleContentLength: String?
     var contentRange: String?
     var contentDisposition: String?
     var location: String?
@@ -34,7 +37,12 @@ struct ResponseHead {
         switch name {
         case "etag": etag = value
         case "last-modified": lastModified = value
-        case "content-length": contentLength = Int64(value)
+        case "content-length":
+            if let length = Self.decimalCount(value), contentLength == nil || contentLength == length {
+                contentLength = length
+            } else {
+                impossibleContentLength = Self.printable(value)
+            }
         case "content-range": contentRange = value
         case "content-disposition": contentDisposition = value
         case "location": location = value
@@ -45,6 +53,13 @@ struct ResponseHead {
             }
         default: break
         }
+    }
+
+    /// 1 to 18 ASCII digits (so it fits in an Int64), else nil.
+    static func decimalCount(_ value: String) -> Int64? {
+        let digits = value.utf8
+        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return Int64(value)
     }
 
     /// "120" or "Wed, 21 Oct 2026 07:28:00 GMT" -> seconds to wait (never negative).

@@ -25,6 +25,8 @@ public final class FerryBusService: @unchecked Sendable {
     private var notifications: BatchNotifications?
     /// Caps on sessions and transfers; set before `start`.
     public var limits = ClientLimits()
+    /// Identifies callers and keeps sandboxed ones to their own objects.
+    let callers: CallerRegistry
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -34,6 +36,7 @@ public final class FerryBusService: @unchecked Sendable {
         self.version = version
         self.defaultDirectory = defaultDirectory
         self.logger = logger
+        callers = CallerRegistry(bus: bus, logger: logger)
         specs = (managerInterface(), sessionInterface(), transferInterface())
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
@@ -42,6 +45,8 @@ public final class FerryBusService: @unchecked Sendable {
     /// Exports the manager and every existing object, then takes the bus name.
     /// Throws when another ferryd owns the name.
     public func start() async throws {
+        bus.setCallerGate(callers)
+        try await callers.watchDepartures()
         core.queue.sync {
             core.subscribe { [weak self] event in self?.handle(event) }
             let m = core.manager
@@ -141,12 +146,14 @@ public final class FerryBusService: @unchecked Sendable {
         case .sessionRemoved(let id):
             waker.forget(id)
             bus.unexport(FerryBusNames.sessionPath(id))
+            callers.forgetOwner(of: FerryBusNames.sessionPath(id))
         case .transferAdded(let transfer):
             exportTransfer(transfer)
         case .transferChanged(let transfer):
             update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
         case .transferRemoved(let id, _):
             bus.unexport(FerryBusNames.transferPath(id))
+            callers.forgetOwner(of: FerryBusNames.transferPath(id))
         case .progress(let p):
             progress(p)
         case .resumedAtOffset(let id, let offset, let expectedTotal):
@@ -174,11 +181,13 @@ public final class FerryBusService: @unchecked Sendable {
     }
 
     private func exportSession(_ session: SessionSnapshot) {
+        callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
         bus.export(ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
                                   initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)]))
     }
 
     private func exportTransfer(_ transfer: TransferSnapshot) {
+        callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
         bus.export(ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
                                   initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)]))
     }

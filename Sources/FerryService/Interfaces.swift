@@ -13,20 +13,28 @@ extension FerryBusService {
                     run(inv) { core in
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
                         try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "")
-                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update)
+                        try self.confine(inv, configuration: update)
+                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
+                                                           owner: inv.sandboxAppID)
                         self.waker.noteClient(inv.sender, of: id)
                         return [.objectPath(FerryBusNames.sessionPath(id))]
                     }
                 },
                 MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(core.sessionIDs.map(FerryBusNames.sessionPath))] }
+                    run(inv) { core in [.pathArray(self.visibleSessions(inv, core).map(FerryBusNames.sessionPath))] }
                 },
                 MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(try core.transferIDs().map(FerryBusNames.transferPath))] }
+                    run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryBusNames.transferPath))] }
                 },
-                MethodSpec("PauseAll") { [unowned self] inv in run(inv) { core in try core.pauseAll(); return [] } },
-                MethodSpec("ResumeAll") { [unowned self] inv in run(inv) { core in try core.resumeAll(); return [] } },
-                MethodSpec("CancelAll") { [unowned self] inv in run(inv) { core in try core.cancelAll(); return [] } },
+                MethodSpec("PauseAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.pauseAll(session: $0) }; return [] }
+                },
+                MethodSpec("ResumeAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.resumeAll(session: $0) }; return [] }
+                },
+                MethodSpec("CancelAll") { [unowned self] inv in
+                    run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.cancelAll(session: $0) }; return [] }
+                },
             ],
             properties: [
                 PropertySpec("Version", "s"),
@@ -56,9 +64,18 @@ extension FerryBusService {
                 MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
-                        let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        var dict = try OptionParsing.vardict(inv.arguments[1])
+                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
+                        // The descriptor now owns the fd (it closes it); the invocation must not.
+                        if let descriptor { inv.keepUnixFD(descriptor.fd) }
+                        let options = try OptionParsing.download(dict)
                         try self.checkTransferLimit(core, session: session)
-                        let id = try core.download(session: session, url: inv.arguments[0].string ?? "", options: options)
+                        let url = inv.arguments[0].string ?? ""
+                        guard let descriptor else {
+                            try self.confineDownload(inv, core, session: session, destination: options.destination)
+                            return [.objectPath(FerryBusNames.transferPath(try core.download(session: session, url: url, options: options)))]
+                        }
+                        let id = try core.download(session: session, url: url, options: options, into: descriptor)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }
                 },
@@ -68,6 +85,7 @@ extension FerryBusService {
                         try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
                         try Limits.checkPath(inv.arguments[1].string ?? "", what: "the file to upload")
                         try self.checkTransferLimit(core, session: session)
+                        try self.confineUpload(inv, file: inv.arguments[1].string ?? "")
                         try core.checkUpload(session: session, url: inv.arguments[0].string ?? "", file: inv.arguments[1].string ?? "")
                         throw UploadsNotSupported()
                     }
@@ -77,6 +95,7 @@ extension FerryBusService {
                     runOnSession(inv) { core, session in
                         let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
                         try self.checkTransferLimit(core, session: session)
+                        try self.confineResume(inv, resumeData: inv.arguments[0].bytes ?? [])
                         let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }

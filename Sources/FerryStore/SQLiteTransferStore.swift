@@ -107,9 +107,9 @@ public final class SQLiteTransferStore: TransferStore {
         switch operation {
         case .saveSession(let s):
             try db.execute(sql: """
-                INSERT OR REPLACE INTO sessions (id, identifier, configuration, closing) VALUES (?, ?, ?, ?)
+                INSERT OR REPLACE INTO sessions (id, identifier, configuration, closing, owner) VALUES (?, ?, ?, ?, ?)
                 """, arguments: [s.id.stored, s.identifier, try JSONColumn.encode(SessionConfigurationRecord(s.configuration)),
-                                 s.isClosing])
+                                 s.isClosing, s.owner])
         case .deleteSession(let id):
             try db.execute(sql: "DELETE FROM sessions WHERE id = ?", arguments: [id.stored])
             try db.execute(sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
@@ -171,7 +171,7 @@ public final class SQLiteTransferStore: TransferStore {
         let config = try JSONColumn.decode(SessionConfigurationRecord.self, try row.value("configuration"),
                                            what: "configuration of session \(id)")
         return StoredSession(id: id, identifier: try row.value("identifier"), configuration: config.configuration,
-                             isClosing: try row.value("closing"))
+                             isClosing: try row.value("closing"), owner: try row.value("owner"))
     }
 
     private static func transfer(_ row: Row) throws -> StoredTransfer {

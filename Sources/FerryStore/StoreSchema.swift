@@ -79,9 +79,13 @@ enum StoreSchema {
                 );
                 """)
         }
+        // The sandboxed application that owns a session (NULL: opened unconfined).
+        migrator.registerMigration("3-session-owner") { db in
+            try db.execute(sql: "ALTER TABLE sessions ADD COLUMN owner TEXT")
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "2-settings"
+    static let latest = "3-session-owner"
 }

@@ -108,6 +108,22 @@ final class PauseResumeTests: XCTestCase {
         XCTAssertTrue(h.observer.events.contains(.resumedAtOffset(n, offset: 6, expected: 100)))
     }
 
+    /// ResumeDownload can arrive before the paused transfer's attempt has reported its
+    /// end: that end must not delete the partial file the new transfer took over.
+    func testTakeoverBeforeTheOldAttemptEndedKeepsThePartialFile() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let data = try h.sync { try $0.pause(t) }
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: data, options: DownloadOptions()) }
+        XCTAssertEqual(h.state(t), .cancelled)
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertTrue(h.exists(h.downloads + "/file.bin.part"), "the old attempt's end left the new transfer's bytes alone")
+        try h.sync { try $0.remove(t) }
+        XCTAssertTrue(h.exists(h.downloads + "/file.bin.part"), "removing the cancelled one leaves them too")
+        XCTAssertEqual(h.engine.lastRequest(n)?.offset, 6)
+    }
+
     func testResumeDownloadRefusesWhileTheOwnerStillRuns() throws {
         let h = CoreHarness()
         let s = try h.openSession()

@@ -174,7 +174,9 @@ final class SecretsTests: FerryTestCase {
         let files = try FileManager.default.contentsOfDirectory(atPath: stateDirectory)
         XCTAssertTrue(files.contains("ferry.sqlite"), "\(files)")
         for name in files {
-            XCTAssertEqual(mode(stateDirectory + "/" + name), 0o600, "\(name) is private to the user")
+            var isDirectory: ObjCBool = false
+            _ = FileManager.default.fileExists(atPath: stateDirectory + "/" + name, isDirectory: &isDirectory)
+            XCTAssertEqual(mode(stateDirectory + "/" + name), isDirectory.boolValue ? 0o700 : 0o600, "\(name) is private to the user")
         }
         XCTAssertTrue(files.contains("ferry.sqlite-wal"), "the WAL is checked too: \(files)")
     }

@@ -1,0 +1,62 @@
+import Foundation
+
+/// The files a sandboxed application may have Ferry read or write by path: those in
+/// its own app directory, `~/.var/app/APPID/` (what Flatpak gives every app). A path
+/// counts as inside only when it is absolute, has no `..`, and its real location —
+/// every symbolic link resolved, the file's own included when it exists — is inside
+/// the real location of that directory. Anything else must come as a file descriptor.
+public struct SandboxArea: Sendable, Equatable {
+    public let appID: String
+    /// `~/.var/app/APPID`.
+    public let root: String
+
+    public init(appID: String, home: String = SandboxArea.home) {
+        self.appID = appID
+        self.root = FileSystemChecks.join(home, ".var/app/\(appID)")
+    }
+
+    /// ferryd's (the user's) home directory.
+    public static var home: String { ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory() }
+
+    /// nil when `path` is inside the area, else the refusal (`role` names it: "destination").
+    public func refusal(_ path: String, role: String) -> FerryError? {
+        guard contains(path) else {
+            return .invalidDestination("a sandboxed application may name only files inside its own directory '\(root)/' "
+                + "(the \(role) '\(path)' is not; pass a file descriptor instead)")
+        }
+        return nil
+    }
+
+    /// Whether `path` resolves to a place inside the area.
+    public func contains(_ path: String) -> Bool {
+        guard path.hasPrefix("/"), !path.split(separator: "/").contains(where: { $0 == ".." }),
+              let realRoot = Self.realPath(root) else { return false }
+        // The deepest part of the path that exists, resolved; what follows it does not
+        // exist yet, so holds no link.
+        var existing = path
+        while Self.lexists(existing) == false {
+            let parent = FileSystemChecks.directoryName(existing)
+            if parent == existing { return false }
+            existing = parent
+        }
+        guard let real = Self.realPath(existing) else { return false }
+        return real == realRoot || real.hasPrefix(realRoot + "/")
+    }
+
+    /// Whether an already resolved path (no links left in it) is inside the area.
+    public func containsResolved(_ real: String) -> Bool {
+        guard let realRoot = Self.realPath(root) else { return false }
+        return real == realRoot || real.hasPrefix(realRoot + "/")
+    }
+
+    private static func lexists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+}

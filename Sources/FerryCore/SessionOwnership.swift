@@ -1,0 +1,37 @@
+import Dispatch
+
+/// Which sessions belong to which sandboxed application. A session opened by a
+/// sandboxed caller carries its app id (`SessionRecord.owner`, stored with it); one
+/// opened by an unconfined caller carries none. Unconfined callers may use every
+/// session; a sandboxed caller only those it owns.
+enum SessionOwnership {
+    /// A sandboxed caller may not take over another application's session identifier:
+    /// the identifier is taken, which is said plainly (answering `NoSuchSession` would
+    /// invite it to open it, and opening a new one under the same name is impossible).
+    static func checkReopen(_ existing: SessionRecord, by owner: String?) throws {
+        guard let owner, existing.owner != owner else { return }
+        throw FerryError.accessDenied("the session identifier '\(existing.identifier)' is in use by another application; "
+            + "a sandboxed application can open only its own sessions (use an identifier of your own, e.g. starting with '\(owner).')")
+    }
+}
+
+extension TransferCoordinator {
+    /// The app id owning the session, nil when unconfined (or no such session).
+    public func sessionOwner(_ id: SessionID) -> String? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions[id]?.owner
+    }
+
+    /// Whether a caller (nil = unconfined, else its app id) may see and use the session.
+    public func session(_ id: SessionID, isVisibleTo caller: String?) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let s = sessions[id] else { return false }
+        return caller == nil || s.owner == caller
+    }
+
+    /// The sessions a sandboxed application owns, oldest first.
+    public func sessionIDs(ownedBy owner: String) -> [SessionID] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions.values.filter { $0.owner == owner }.map(\.id).sorted()
+    }
+}

@@ -1,0 +1,86 @@
+import DBus
+import FerryCore
+
+/// What a sandboxed caller may ask for, checked at the bus boundary (on the core's
+/// queue, inside the handlers). Which objects it sees is the `CallerRegistry`'s part;
+/// this is the rest: its own sessions in the manager's lists and manager-wide
+/// actions, and paths only inside its own app directory.
+extension FerryBusService {
+    /// The sessions the caller may see, oldest first.
+    func visibleSessions(_ inv: MethodInvocation, _ core: TransferCoordinator) -> [SessionID] {
+        guard let app = inv.sandboxAppID else { return core.sessionIDs }
+        return core.sessionIDs(ownedBy: app)
+    }
+
+    /// The transfers the caller may see, oldest first.
+    func visibleTransfers(_ inv: MethodInvocation, _ core: TransferCoordinator) throws -> [TransferID] {
+        guard let app = inv.sandboxAppID else { return try core.transferIDs() }
+        return try core.sessionIDs(ownedBy: app).flatMap { try core.transferIDs(session: $0) }.sorted()
+    }
+
+    /// Runs a manager-wide action (PauseAll, ResumeAll, CancelAll) over what the caller
+    /// may control: everything for an unconfined caller, its own sessions for a
+    /// sandboxed one.
+    func acrossVisibleSessions(_ inv: MethodInvocation, _ core: TransferCoordinator,
+                               _ action: (SessionID?) throws -> Void) throws {
+        guard let app = inv.sandboxAppID else { return try action(nil) }
+        for session in core.sessionIDs(ownedBy: app) { try action(session) }
+    }
+
+    /// A sandboxed caller's session configuration: its `directory` inside its area, and
+    /// no `application-id` but its own (it may not have ferryd wake another app).
+    func confine(_ inv: MethodInvocation, configuration: SessionConfigurationUpdate) throws {
+        guard let app = inv.sandboxAppID else { return }
+        if let directory = configuration.directory, let refusal = SandboxArea(appID: app).refusal(directory, role: "directory") {
+            throw refusal
+        }
+        if let wake = configuration.applicationID, !wake.isEmpty, wake != app {
+            throw FerryError.accessDenied("a sandboxed application may set 'application-id' only to its own id '\(app)'")
+        }
+    }
+
+    /// A sandboxed caller's download goes inside its area: its `destination`, or else
+    /// the session's directory (the user's download folder is not its to write).
+    func confineDownload(_ inv: MethodInvocation, _ core: TransferCoordinator, session: SessionID,
+                         destination: String?) throws {
+        guard let app = inv.sandboxAppID else { return }
+        let area = SandboxArea(appID: app)
+        if let destination {
+            if let refusal = area.refusal(destination, role: "destination") { throw refusal }
+            return
+        }
+        guard let directory = core.session(session)?.configuration.directory else {
+            throw FerryError.invalidDestination("a sandboxed application must give a 'destination' inside '\(area.root)/' "
+                + "(or set the session's 'directory' there): the user's download folder is not open to it")
+        }
+        if let refusal = area.refusal(directory, role: "session directory") { throw refusal }
+    }
+
+    /// The `destination-fd` option (`h`), kept for the download; nil when absent. A
+    /// value of another type is refused and any descriptor in it closed.
+    func destinationDescriptor(_ value: DBusValue?) throws -> DestinationDescriptor? {
+        guard let value else { return nil }
+        guard case .unixFD(let fd) = value.unwrapped else {
+            DBusValue.closeUnixFDs(in: [value])
+            throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+        }
+        return DestinationDescriptor(fd: fd)
+    }
+
+    /// `ResumeDownload` names its file inside the resume data: the same rule applies.
+    func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
+        guard let app = inv.sandboxAppID, let data = try? ResumeData.decode(resumeData) else { return }
+        if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
+    }
+
+    /// An upload's source outside the caller's area is refused the same way whether or
+    /// not it exists, so the answer tells nothing about files it may not see.
+    func confineUpload(_ inv: MethodInvocation, file: String) throws {
+        guard let app = inv.sandboxAppID else { return }
+        let area = SandboxArea(appID: app)
+        guard area.contains(file) else {
+            throw FerryError.accessDenied("a sandboxed application may upload only files inside its own directory "
+                + "'\(area.root)/'; pass the file as 'source-fd' instead")
+        }
+    }
+}

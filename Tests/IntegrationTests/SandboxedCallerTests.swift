@@ -1,0 +1,332 @@
+import DBus
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Sandboxed callers, as Flatpak makes them: the client talks to ferryd through a real
+/// `xdg-dbus-proxy --filter --talk=org.ferry.Ferry1`, and the proxy runs in a
+/// bubblewrap mount namespace whose root holds a `.flatpak-info` naming the app — so
+/// ferryd finds the app id exactly where it finds a real Flatpak's, in
+/// `/proc/PID/root/.flatpak-info` of the connection's process. Nothing in ferryd is
+/// switched for the test.
+final class SandboxedCallerTests: FerryTestCase {
+    let appID = "com.example.Evil"
+    let ok = "org.ferry.Ferry1.Error."
+
+    /// A FerryClient connected through a proxy that runs as the Flatpak app `appID`.
+    func sandboxedClient(_ appID: String) async throws -> FerryClient {
+        guard let bwrap = findExecutable("bwrap"), let proxy = findExecutable("xdg-dbus-proxy") else {
+            throw XCTSkip("bwrap and xdg-dbus-proxy are needed (Debian packages bubblewrap, xdg-dbus-proxy)")
+        }
+        let dir = home + "/sandbox-\(appID)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let info = dir + "/flatpak-info"
+        try "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=1\n"
+            .write(toFile: info, atomically: false, encoding: .utf8)
+        let socket = dir + "/bus"
+        // A fresh root (tmpfs) with the system read-only, /tmp (the buses' sockets) and
+        // the fake .flatpak-info at its top, as Flatpak's own proxy sandbox has.
+        var arguments = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc", "--bind", "/tmp", "/tmp",
+                         "--proc", "/proc", "--dev", "/dev", "--ro-bind", info, "/.flatpak-info"]
+        for link in ["bin", "sbin", "lib", "lib64"] {
+            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/" + link) {
+                arguments += ["--symlink", target, "/" + link]
+            }
+        }
+        arguments += ["--", proxy, bus.address, socket, "--filter", "--talk=\(FerryClient.busName)"]
+        let p = try ChildProcess(executable: bwrap, arguments: arguments)
+        cleanups.append {
+            // The proxy first (bwrap does not pass SIGTERM on), then bwrap. Not
+            // --die-with-parent: that follows the spawning thread, which is gone at once.
+            for child in Self.children(of: p.pid).reversed() { _ = Glibc.kill(child, SIGTERM) }
+            p.kill(SIGTERM)
+            if p.waitForExit(timeout: 5) == nil { p.kill(SIGKILL); _ = p.waitForExit(timeout: 5) }
+        }
+        extraLogs.append { "----- xdg-dbus-proxy for \(appID) -----\n\(p.log)" }
+        try await waitUntilAsync("the proxy's socket at \(socket)") { FileManager.default.fileExists(atPath: socket) || !p.isRunning }
+        guard p.isRunning else { throw XCTSkip("bwrap/xdg-dbus-proxy could not start here: \(p.log)") }
+        let client = try FerryClient(address: "unix:path=\(socket)")
+        cleanups.append { client.close() }
+        return client
+    }
+
+    /// The processes `pid` started (from /proc), children first-level and below.
+    static func children(of pid: Int32) -> [Int32] {
+        let list = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        let direct = list.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return direct.flatMap { [$0] + children(of: $0) }
+    }
+
+    func waitUntilAsync(_ what: String, timeout: TimeInterval = 10, _ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            if Date() > deadline { throw TimedOut(description: "waited \(timeout) s for \(what)") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+
+    /// The app's own directory, `~/.var/app/APPID`.
+    func appDirectory(_ appID: String) throws -> String {
+        let dir = home + "/.var/app/\(appID)"
+        try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true)
+        return dir
+    }
+
+    func call(_ client: FerryClient, _ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method, arguments: args, timeout: 10)
+    }
+
+    func managedPaths(_ client: FerryClient) async throws -> Set<String> {
+        let reply = try await call(client, FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        guard case .dictionary(_, _, let entries)? = reply.first else { return [] }
+        return Set(entries.compactMap { entry -> String? in
+            if case .objectPath(let p) = entry.key { return p }
+            return nil
+        })
+    }
+
+    /// Another application's sessions and transfers do not exist for a sandboxed
+    /// caller: every method, property and listing answers as for a missing object,
+    /// manager-wide actions touch only its own, its identifier cannot be taken over,
+    /// and the settings of ferryd are not its to change. Nothing of the victim changes.
+    func testSandboxedAppCannotSeeOrTouchAnotherAppsWork() async throws {
+        serve("/victim.bin", size: 100_000)
+        let victim = try await session("com.example.Victim", ["headers": .dictionary(key: "s", value: "s", [.init(.string("Authorization"), .string("Bearer victim-token"))])])
+        let vt = try await victim.download(server.url("/victim.bin"), options: ["destination": .string(work + "/victim.bin"), "start": .boolean(false)])
+        try await waitForState(vt, "paused")
+
+        let evil = try await sandboxedClient(appID)
+        let transferIface = FerryClient.transferInterface, sessionIface = FerryClient.sessionInterface
+        let noTransfer = ok + "NoSuchTransfer", noSession = ok + "NoSuchSession"
+
+        // Listing: nothing of the victim.
+        let sessions = try await evil.listSessions()
+        XCTAssertEqual(sessions.map(\.path), [])
+        let transfers = try await evil.listTransfers()
+        XCTAssertEqual(transfers.map(\.path), [])
+        let managed = try await managedPaths(evil)
+        XCTAssertEqual(managed, [])
+
+        // Every way into the victim's transfer, and a transfer that never existed, answer alike.
+        for path in [vt.path, FerryClient.managerPath + "/transfer/999"] {
+            await assertBusError(noTransfer, "SetUrl on \(path)") { try await self.call(evil, path, transferIface, "SetUrl", [.string("http://127.0.0.1:9/evil")]) }
+            for method in ["Resume", "Pause", "Cancel", "Remove"] {
+                await assertBusError(noTransfer, "\(method) on \(path)") { try await self.call(evil, path, transferIface, method) }
+            }
+            await assertBusError(noTransfer, "Get on \(path)") { try await self.call(evil, path, StandardNames.properties, "Get", [.string(transferIface), .string("Url")]) }
+            await assertBusError(noTransfer, "GetAll on \(path)") { try await self.call(evil, path, StandardNames.properties, "GetAll", [.string(transferIface)]) }
+            await assertBusError(noTransfer, "Set on \(path)") { try await self.call(evil, path, StandardNames.properties, "Set", [.string(transferIface), .string("Priority"), .variant(.int32(1))]) }
+            await assertBusError(noTransfer, "Introspect on \(path)") { try await self.call(evil, path, StandardNames.introspectable, "Introspect") }
+        }
+        // And into the victim's session.
+        for (method, args) in [("Download", [DBusValue.string(server.url("/victim.bin")), .vardict([:])]), ("PendingEvents", []),
+                               ("AcknowledgeEvents", [.uint64(UInt64.max)]), ("Close", [.boolean(true)]), ("CancelAll", []), ("ListTransfers", [])] {
+            await assertBusError(noSession, "\(method) on the victim's session") { try await self.call(evil, victim.path, sessionIface, method, args) }
+        }
+        await assertBusError(noSession, "Get Configuration") { try await self.call(evil, victim.path, StandardNames.properties, "Get", [.string(sessionIface), .string("Configuration")]) }
+
+        // Its identifier is taken: a clear refusal, and the victim's proxy stays as it was.
+        await assertBusError(ok + "AccessDenied", "re-open the victim's session") {
+            try await evil.openSession("com.example.Victim", configuration: ["proxy": .string("http://127.0.0.1:9")])
+        }
+        let config = try await victim.properties()["Configuration"]?.vardict
+        XCTAssertEqual(config?["proxy"]?.string, "", "the victim's session keeps its proxy")
+
+        // Manager-wide actions act on its own (none), and ferryd's settings are not its to change.
+        try await evil.resumeAll()
+        try await evil.cancelAll()
+        try await evil.pauseAll()
+        await assertBusError(ok + "AccessDenied", "set MaxConcurrentTransfers") { try await evil.setManagerProperty("MaxConcurrentTransfers", .uint32(0)) }
+
+        let after = try await vt.info()
+        XCTAssertEqual(after.state, "paused", "the victim's transfer was not resumed or cancelled")
+        XCTAssertEqual(after.url, server.url("/victim.bin"))
+        XCTAssertEqual(server.requests(for: "/victim.bin").count, 0, "nothing was fetched for the victim")
+        let victimSessions = try await client.listSessions()
+        XCTAssertEqual(victimSessions.map(\.path), [victim.path], "the victim's session is still open")
+        let value1 = try await managerProperty("MaxConcurrentTransfers")?.uint32
+        XCTAssertEqual(value1, 6)
+        await assertDaemonAlive()
+    }
+
+    /// A sandboxed app names files only inside `~/.var/app/APPID/`: $HOME, autostart,
+    /// `..` and symlink escapes are refused before anything is written, and Upload
+    /// answers alike for files that exist and files that do not.
+    func testSandboxedAppWritesOnlyInsideItsOwnDirectory() async throws {
+        let body = serve("/payload.bin", size: 20_000)
+        let appDir = try appDirectory(appID)
+        let bashrc = home + "/.bashrc"
+        try "# mine\n".write(toFile: bashrc, atomically: false, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: appDir + "/home-link", withDestinationPath: home)
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Downloads")
+        let url = server.url("/payload.bin")
+        let invalid = ok + "InvalidDestination"
+        for (what, destination) in [("$HOME/.bashrc", bashrc),
+                                    ("autostart", home + "/.config/autostart/x.desktop"),
+                                    ("authorized_keys", home + "/.ssh/authorized_keys"),
+                                    ("a .. escape", appDir + "/data/../../../../.bashrc"),
+                                    ("a symlink escape", appDir + "/home-link/.bashrc"),
+                                    ("the user's downloads", downloads!)] {
+            await assertBusError(invalid, what) {
+                try await s.download(url, options: ["destination": .string(destination), "overwrite": .boolean(true)])
+            }
+        }
+        await assertBusError(invalid, "no destination: the user's download folder") { try await s.download(url) }
+        await assertBusError(invalid, "a session directory outside") {
+            try await evil.openSession("\(self.appID).Other", configuration: ["directory": .string(self.home)])
+        }
+        await assertBusError(ok + "AccessDenied", "waking another application") {
+            try await evil.openSession("\(self.appID).Wake", configuration: ["application-id": .string("org.gnome.Nautilus")])
+        }
+        // Upload: the same answer whether the file exists or not.
+        let existing = await assertBusError(ok + "AccessDenied", "Upload of an existing file") {
+            try await self.call(evil, s.path, FerryClient.sessionInterface, "Upload", [.string(url), .string(bashrc), .vardict([:])])
+        }
+        let missing = await assertBusError(ok + "AccessDenied", "Upload of a missing file") {
+            try await self.call(evil, s.path, FerryClient.sessionInterface, "Upload", [.string(url), .string(self.home + "/no-such-file"), .vardict([:])])
+        }
+        XCTAssertEqual(existing?.message, missing?.message, "the answer says nothing about which file exists")
+
+        XCTAssertEqual(try String(contentsOfFile: bashrc, encoding: .utf8), "# mine\n")
+        XCTAssertFalse(exists(home + "/.config/autostart/x.desktop"))
+        XCTAssertFalse(exists(home + "/.ssh/authorized_keys"))
+        let value2 = try await client.listTransfers().count
+        XCTAssertEqual(value2, 0, "no transfer was made")
+
+        // Inside its own directory it works as ever.
+        let t = try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin")])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(appDir + "/data/payload.bin", equals: body)
+        // Again: a unique name beside it; with overwrite, in its place.
+        let second = try await finish(try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin")]))
+        XCTAssertEqual(second.destination, appDir + "/data/payload (1).bin", second.errorMessage)
+        assertFile(appDir + "/data/payload (1).bin", equals: body)
+        try "old\n".write(toFile: appDir + "/data/payload.bin", atomically: false, encoding: .utf8)
+        let third = try await finish(try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin"),
+                                                                        "overwrite": .boolean(true)]))
+        XCTAssertEqual(third.destination, appDir + "/data/payload.bin", third.errorMessage)
+        assertFile(appDir + "/data/payload.bin", equals: body)
+        XCTAssertEqual(partFiles(in: appDir + "/data"), [])
+    }
+
+    /// Ownership is stored with the session: after a restart the app still has its
+    /// session and transfers, another app still sees none of them, and an unconfined
+    /// client sees everything.
+    func testOwnershipSurvivesARestart() async throws {
+        serve("/own.bin", size: 10_000)
+        let appDir = try appDirectory(appID)
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Keep", configuration: ["directory": .string(appDir + "/data")])
+        let t = try await s.download(server.url("/own.bin"), options: ["start": .boolean(false)])
+        let value3 = try await evil.listTransfers().map(\.path)
+        XCTAssertEqual(value3, [t.path])
+
+        try await stopFerryd()
+        try await startFerryd()
+
+        let again = try await sandboxedClient(appID)
+        let value4 = try await again.listSessions().map(\.path)
+        XCTAssertEqual(value4, [s.path])
+        let value5 = try await again.listTransfers().map(\.path)
+        XCTAssertEqual(value5, [t.path])
+        let managed = try await managedPaths(again)
+        XCTAssertEqual(managed, [s.path, t.path], "GetManagedObjects lists exactly its own objects")
+        let reopened = try await again.openSession("\(appID).Keep")
+        XCTAssertEqual(reopened.path, s.path, "the app re-opens its own session")
+
+        let other = try await sandboxedClient("org.example.Other")
+        let value6 = try await other.listTransfers().map(\.path)
+        XCTAssertEqual(value6, [])
+        await assertBusError(ok + "AccessDenied", "another app re-opening it") { try await other.openSession("\(self.appID).Keep") }
+        await assertBusError(ok + "NoSuchTransfer", "another app resuming it") {
+            try await self.call(other, t.path, FerryClient.transferInterface, "Resume")
+        }
+
+        let value7 = try await client.listTransfers().map(\.path)
+        XCTAssertEqual(value7, [t.path], "an unconfined client sees everything")
+        try await client.transfer(id: UInt64(t.path.split(separator: "/").last!)!).resume()
+        let info = try await finish(client.transfer(id: UInt64(t.path.split(separator: "/").last!)!))
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertTrue(exists(appDir + "/data/own.bin"))
+    }
+
+    /// A sandboxed app receives a file where it may not name a path through a
+    /// descriptor it passes (`destination-fd`): the file arrives complete and verified,
+    /// no partial file appears beside it, and ferryd's private copy is gone. A
+    /// descriptor not open for writing, or of the wrong type, is refused.
+    func testDestinationFDReceivesTheVerifiedFile() async throws {
+        let body = serve("/report.pdf", size: 300_000)
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Documents")
+        let documents = home + "/Documents"
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        let target = documents + "/report.pdf"
+        try "old contents that are longer than nothing\n".write(toFile: target, atomically: false, encoding: .utf8)
+        let fd = open(target, O_WRONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+
+        let t = try await s.download(server.url("/report.pdf"), options: ["destination-fd": .unixFD(fd),
+                                                                       "sha256": .string(TestData.sha256Hex(body))])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, "", "there is no path to show")
+        assertFile(target, equals: body)
+        XCTAssertEqual(partFiles(in: documents), [])
+        let state = environment()["XDG_STATE_HOME"] ?? home + "/.local/state"
+        let privateCopies = (try? FileManager.default.contentsOfDirectory(atPath: state + "/ferry/fd-downloads")) ?? []
+        XCTAssertEqual(privateCopies, [], "ferryd's private copy is deleted")
+
+        let readOnly = open(target, O_RDONLY | O_CLOEXEC)
+        defer { close(readOnly) }
+        await assertBusError(ok + "InvalidDestination", "a read-only descriptor") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(readOnly)])
+        }
+        await assertBusError(ok + "InvalidArgument", "destination-fd as a string") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .string(target)])
+        }
+        await assertBusError(ok + "InvalidArgument", "both destination and destination-fd") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(fd),
+                                                                          "destination": .string(self.home + "/.var/app/\(self.appID)/x")])
+        }
+        assertFile(target, equals: body)
+    }
+
+    /// The app swaps a folder of its own for a link to `~/.config/autostart` while its
+    /// download is paused: the finished file is not moved there (Disk), and nothing is
+    /// left in autostart.
+    func testAFolderSwappedForALinkIsCaughtAtTheFinish() async throws {
+        serve("/swap.bin", size: 1 << 20)
+        server.set(.stallAfter(bytes: 256 * 1024, times: 1), on: "/swap.bin")
+        let appDir = try appDirectory(appID)
+        let folder = appDir + "/data/dl"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let autostart = home + "/.config/autostart"
+        try FileManager.default.createDirectory(atPath: autostart, withIntermediateDirectories: true)
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Swap")
+        let t = try await s.download(server.url("/swap.bin"), options: ["destination": .string(folder + "/x.desktop")])
+        try await waitForFileSize(folder + "/x.desktop.part", atLeast: 256 * 1024)
+        _ = try await t.pause()
+        try await waitForState(t, "paused")
+
+        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
+        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: autostart)
+        try await t.resume()
+        try await waitForState(t, ["failed", "completed"], since: 0, timeout: 20)
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
+        let left = try FileManager.default.contentsOfDirectory(atPath: autostart)
+        XCTAssertEqual(left, [], "nothing reaches autostart")
+    }
+}

@@ -47,6 +47,8 @@ public struct TransferInfo: Sendable, Equatable {
     public var id: UInt64
     public var path: String
     public var kind: String
+    /// The object path of the transfer's session.
+    public var session: String
     public var url: String
     public var description: String
     public var destination: String
@@ -72,6 +74,7 @@ public struct TransferInfo: Sendable, Equatable {
         self.id = id
         self.path = path
         kind = p["Kind"]?.string ?? ""
+        session = p["Session"]?.string ?? ""
         url = p["Url"]?.string ?? ""
         description = p["Description"]?.string ?? ""
         destination = p["Destination"]?.string ?? ""

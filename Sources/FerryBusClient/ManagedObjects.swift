@@ -1,0 +1,106 @@
+import DBus
+import Foundation
+
+/// A session object's properties, typed.
+public struct SessionInfo: Sendable, Equatable {
+    public var path: String
+    public var identifier: String
+    public var configuration: [String: DBusValue]
+    public var activeTransfers: UInt32
+
+    public init(path: String, properties p: [String: DBusValue]) {
+        self.path = path
+        identifier = p["Identifier"]?.string ?? ""
+        configuration = p["Configuration"]?.vardict ?? [:]
+        activeTransfers = p["ActiveTransfers"]?.uint32 ?? 0
+    }
+}
+
+/// Everything the daemon exports, read in one `GetManagedObjects` call.
+public struct ManagedObjects: Sendable {
+    /// Sessions, oldest first.
+    public var sessions: [SessionInfo]
+    /// Transfers, oldest first (by id).
+    public var transfers: [TransferInfo]
+
+    public func session(path: String) -> SessionInfo? { sessions.first { $0.path == path } }
+    public func session(identifier: String) -> SessionInfo? { sessions.first { $0.identifier == identifier } }
+}
+
+extension FerryClient {
+    /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
+    /// every session and transfer with all its properties, in one round trip.
+    public func managedObjects() async throws -> ManagedObjects {
+        let r = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.objectManager,
+                                   method: "GetManagedObjects", timeout: 120)
+        var sessions: [SessionInfo] = []
+        var transfers: [TransferInfo] = []
+        for (path, interfaces) in r.first?.dictionaryEntries ?? [] {
+            guard let byInterface = interfaces.dictionaryEntries else { continue }
+            for (interface, props) in byInterface {
+                let properties = props.vardict ?? [:]
+                if interface == Self.transferInterface {
+                    transfers.append(TransferInfo(id: Self.transferID(path), path: path, properties: properties))
+                } else if interface == Self.sessionInterface {
+                    sessions.append(SessionInfo(path: path, properties: properties))
+                }
+            }
+        }
+        transfers.sort { $0.id < $1.id }
+        sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }
+        return ManagedObjects(sessions: sessions, transfers: transfers)
+    }
+
+    /// The id in a transfer's object path.
+    public static func transferID(_ path: String) -> UInt64 { trailingNumber(path) }
+
+    static func trailingNumber(_ path: String) -> UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+
+    /// Sends every call before waiting for any reply (pipelining), in order, and
+    /// returns the replies in the same order.
+    public func pipeline(_ calls: [BusMessage], timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
+        await withCheckedContinuation { (c: CheckedContinuation<[Result<[DBusValue], BusError>], Never>) in
+            guard !calls.isEmpty else { return c.resume(returning: []) }
+            let collector = ReplyCollector(count: calls.count) { c.resume(returning: $0) }
+            for (i, call) in calls.enumerated() {
+                bus.send(call, timeout: timeout) { result in
+                    collector.set(i, result.flatMap { m in
+                        do { return .success(try m.arguments()) } catch let e as BusError { return .failure(e) } catch {
+                            return .failure(BusError(name: StandardErrors.failed, message: "\(error)"))
+                        }
+                    })
+                }
+            }
+        }
+    }
+
+    /// A method call message for pipelining.
+    public static func methodCall(path: String, interface: String, method: String, _ args: [DBusValue]) throws -> BusMessage {
+        let m = try BusMessage.methodCall(destination: busName, path: path, interface: interface, member: method)
+        try m.append(args)
+        return m
+    }
+}
+
+/// Gathers pipelined replies; calls `done` once all have come.
+private final class ReplyCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [Result<[DBusValue], BusError>?]
+    private var remaining: Int
+    private let done: ([Result<[DBusValue], BusError>]) -> Void
+
+    init(count: Int, done: @escaping ([Result<[DBusValue], BusError>]) -> Void) {
+        results = Array(repeating: nil, count: count)
+        remaining = count
+        self.done = done
+    }
+
+    func set(_ i: Int, _ r: Result<[DBusValue], BusError>) {
+        lock.lock()
+        results[i] = r
+        remaining -= 1
+        let finished = remaining == 0
+        lock.unlock()
+        if finished { done(results.map { $0! }) }
+    }
+}

@@ -68,6 +68,8 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Examples/: a command-line app on FerryClient that queues, is killed, and collects (run by the tests).
+        .executableTarget(name: "ferry-queue-and-collect", dependencies: ["FerryClient"], path: "Examples/QueueAndCollect"),
         .executableTarget(name: "ferry", dependencies: [
             "FerryClient", "FerryBusClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -56,21 +56,27 @@ extension FerryClient {
 
     static func trailingNumber(_ path: String) -> UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
 
-    /// Sends every call before waiting for any reply (pipelining), in order, and
-    /// returns the replies in the same order.
-    public func pipeline(_ calls: [BusMessage], timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
+    /// Sends the calls without waiting for each reply (pipelining), in order, at
+    /// most `window` at a time (so each call's timeout runs from its own sending,
+    /// not from the first's), and returns the replies in the same order.
+    public func pipeline(_ calls: [BusMessage], window: Int = 256, timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
         await withCheckedContinuation { (c: CheckedContinuation<[Result<[DBusValue], BusError>], Never>) in
             guard !calls.isEmpty else { return c.resume(returning: []) }
             let collector = ReplyCollector(count: calls.count) { c.resume(returning: $0) }
-            for (i, call) in calls.enumerated() {
-                bus.send(call, timeout: timeout) { result in
+            let bus = self.bus
+            // Sends call i; its reply sends the next one not yet sent.
+            let next = NextIndex(start: min(window, calls.count))
+            @Sendable func send(_ i: Int) {
+                bus.send(calls[i], timeout: timeout) { result in
                     collector.set(i, result.flatMap { m in
                         do { return .success(try m.arguments()) } catch let e as BusError { return .failure(e) } catch {
                             return .failure(BusError(name: StandardErrors.failed, message: "\(error)"))
                         }
                     })
+                    if let j = next.take(below: calls.count) { send(j) }
                 }
             }
+            for i in 0..<min(window, calls.count) { send(i) }
         }
     }
 
@@ -79,6 +85,20 @@ extension FerryClient {
         let m = try BusMessage.methodCall(destination: busName, path: path, interface: interface, member: method)
         try m.append(args)
         return m
+    }
+}
+
+/// The next call to send.
+private final class NextIndex: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Int
+    init(start: Int) { value = start }
+    func take(below limit: Int) -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard value < limit else { return nil }
+        value += 1
+        return value - 1
     }
 }
 

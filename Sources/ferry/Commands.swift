@@ -1,6 +1,7 @@
 import ArgumentParser
 import DBus
 import FerryBusClient
+import FerryClient
 import Foundation
 
 /// Completion of transfer ids: asks the service (briefly) which ids exist.
@@ -36,7 +37,7 @@ struct List: AsyncParsableCommand {
     @Flag(help: "Print JSON (an array of transfers).")
     var json = false
 
-    static let states: Set<String> = ["queued", "waiting", "running", "paused", "completed", "failed", "cancelled"]
+    static let states = Set(TransferState.allCases.map(\.rawValue))
 
     var wantedStates: Set<String> { Set(state.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }) }
 

@@ -221,7 +221,8 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         let free = columns - head.count - tail.count
         let barWidth = free >= 12 + 12 ? min(20, free - 12 - 3) : 0
         let nameWidth = max(12, free - (barWidth > 0 ? barWidth + 3 : 0))
-        var s = head + Format.pad(name.fitted(nameWidth), nameWidth)
+        let shortName = name.fitted(nameWidth)
+        var s = head + shortName + String(repeating: " ", count: max(0, nameWidth - shortName.count))
         if barWidth > 0 {
             let fraction = i.bytesExpected > 0 ? min(1, Double(i.bytesTransferred) / Double(i.bytesExpected)) : (i.state == "completed" ? 1 : 0)
             let filled = Int(fraction * Double(barWidth))
@@ -239,7 +240,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         let expected = all.allSatisfy { $0.bytesExpected >= 0 } ? all.reduce(Int64(0)) { $0 + $1.bytesExpected } : -1
         let r = all.reduce(0.0) { $0 + rate($1) }
         var s = "Total: " + (parts.isEmpty ? "nothing to follow" : parts.joined(separator: ", "))
-        if !all.isEmpty { s += "  \(Format.bytes(done))/\(Format.bytes(expected))" }
+        if !all.isEmpty { s += "  " + Format.bytes(done) + (expected >= 0 ? "/" + Format.bytes(expected) : "") }
         if r > 0 { s += "  \(Format.rate(r))" }
         return s
     }

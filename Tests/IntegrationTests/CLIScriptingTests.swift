@@ -296,6 +296,46 @@ final class CLIScriptingTests: FerryTestCase {
         }
     }
 
+    /// Shell completion: transfer ids come from the service; -d completes folders, -o files.
+    func testCompletionOffersTransferIDsAndPaths() async throws {
+        serve("/cmp.bin", size: 100)
+        let s = try await session()
+        let a = try await s.download(server.url("/cmp.bin"), options: ["destination": .string(work + "/a"), "start": .boolean(false)])
+        let b = try await s.download(server.url("/cmp.bin"), options: ["destination": .string(work + "/b"), "start": .boolean(false)])
+        let r = try ferry(["---completion", "show", "--", "positional@0"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(Set(r.stdout.split(separator: "\n").map(String.init)), ["\(a.id)", "\(b.id)"])
+        let script = try ferry(["--generate-completion-script", "bash"]).stdout
+        XCTAssertTrue(script.contains("'-d'|'--directory')\n        __ferry_add_completions -d"), "folders for -d")
+        XCTAssertTrue(script.contains("'-o'|'--output')\n        __ferry_add_completions -f"), "files for -o")
+    }
+
+    /// Every example in the README's `ferry` section runs as written (with the
+    /// test server standing in for example.org), one after another, under `sh -e`.
+    func testReadmeExamplesRun() async throws {
+        var dir = URL(fileURLWithPath: #filePath)
+        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("README.md").path) {
+            dir.deleteLastPathComponent()
+        }
+        let readme = try String(contentsOf: dir.appendingPathComponent("README.md"), encoding: .utf8)
+        guard let section = readme.range(of: "## The `ferry` command"),
+              let open = readme.range(of: "```sh\n", range: section.upperBound..<readme.endIndex),
+              let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex) else {
+            return XCTFail("no sh example block in the README's ferry section")
+        }
+        let block = String(readme[open.upperBound..<close.lowerBound])
+        for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }
+        let script = block.replacingOccurrences(of: "https://example.org", with: server.url(""))
+        let bin = (ferryPath as NSString).deletingLastPathComponent
+        var env = environment()
+        env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
+        let r = try runTool("/bin/sh", ["-ec", script], environment: env, timeout: 60)
+        XCTAssertEqual(r.status, 0, "the README's examples: \(r.stderr)\n\(r.stdout)")
+        XCTAssertTrue(exists(home + "/isos/a.iso") && exists(home + "/more/b.iso") && exists(home + "/x.tar.gz"))
+        let json = try String(contentsOfFile: home + "/x.json", encoding: .utf8)
+        XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")
+    }
+
     func waitUntilAsync(timeout: TimeInterval, _ condition: () -> Bool) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         while !condition() {

@@ -35,14 +35,19 @@ extension FerryClient {
                                    method: "GetManagedObjects", timeout: 120)
         var sessions: [SessionInfo] = []
         var transfers: [TransferInfo] = []
-        for (path, interfaces) in r.first?.dictionaryEntries ?? [] {
-            guard let byInterface = interfaces.dictionaryEntries else { continue }
-            for (interface, props) in byInterface {
-                let properties = props.vardict ?? [:]
-                if interface == Self.transferInterface {
-                    transfers.append(TransferInfo(id: Self.transferID(path), path: path, properties: properties))
-                } else if interface == Self.sessionInterface {
-                    sessions.append(SessionInfo(path: path, properties: properties))
+        guard case .dictionary(_, _, let objects)? = r.first?.unwrapped else { return ManagedObjects(sessions: [], transfers: []) }
+        transfers.reserveCapacity(objects.count)
+        for object in objects {
+            guard let path = object.key.string, case .dictionary(_, _, let byInterface) = object.value.unwrapped else { continue }
+            for entry in byInterface {
+                guard case .dictionary(_, _, let props) = entry.value.unwrapped else { continue }
+                switch entry.key.string {
+                case Self.transferInterface?:
+                    transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
+                case Self.sessionInterface?:
+                    sessions.append(SessionInfo(path: path, properties: entry.value.vardict ?? [:]))
+                default:
+                    break
                 }
             }
         }

@@ -172,11 +172,19 @@ struct Get: AsyncParsableCommand {
                     refused = true
                 }
             }
+            // Read while they are all still paused: every event the monitor holds
+            // after this read is newer than it, so the display never goes back.
+            let before = wait && !created.isEmpty ? try await client.managedObjects() : nil
+            var resumed: Set<String> = []
             if !paused && !created.isEmpty {
                 let resumes = try created.map { try FerryClient.methodCall(path: $0, interface: FerryClient.transferInterface, method: "Resume", []) }
-                for case .failure(let err) in await client.pipeline(resumes) {
-                    printError(describe(err).message)
-                    refused = true
+                for (path, r) in zip(created, await client.pipeline(resumes)) {
+                    switch r {
+                    case .success: resumed.insert(path)
+                    case .failure(let err):
+                        printError(describe(err).message)
+                        refused = true
+                    }
                 }
             }
             let ids = created.map(FerryClient.transferID)
@@ -187,9 +195,11 @@ struct Get: AsyncParsableCommand {
             } else if !json && !global.quiet && (!wait || !tty) {
                 for id in ids { Output.line(String(id)) }
             }
-            if wait, let monitor, !created.isEmpty {
-                let objects = try await client.managedObjects()
-                let initial = try pick(ids, from: objects)
+            if wait, let monitor, let objects = before {
+                var initial = try pick(ids, from: objects)
+                for i in initial.indices where resumed.contains(initial[i].path) && initial[i].state == "paused" {
+                    initial[i].state = "queued"
+                }
                 let follower = Follower(options: Follower.Options())
                 let sink = ProgressDisplay(quiet: global.quiet || json)
                 var final = try await follower.run(initial, monitor: monitor, sink: sink)

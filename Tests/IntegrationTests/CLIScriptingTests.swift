@@ -336,6 +336,28 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")
     }
 
+    /// `ferry get` with many URLs makes every transfer before any of them starts
+    /// (so none can end the batch early), and its batch ends in one AllFinished.
+    func testGetCreatesAllTransfersBeforeAnyStarts() async throws {
+        let urls = (0..<40).map { i -> String in
+            serve("/batch/\(i).bin", size: 3000, seed: UInt64(i + 10))
+            return server.url("/batch/\(i).bin")
+        }
+        let mark = signals.mark
+        let r = try ferry(["get"] + urls + ["-d", work + "/batch", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        try await signals.wait("the manager's AllFinished") { s in
+            s.dropFirst(mark).contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }
+        }
+        let seen = Array(signals.all.dropFirst(mark))
+        let added = seen.indices.filter { seen[$0].member == "InterfacesAdded" && seen[$0].args.first?.string?.contains("/transfer/") == true }
+        XCTAssertEqual(added.count, 40)
+        let firstRunning = seen.firstIndex { $0.member == "PropertiesChanged" && $0.changed["State"]?.string == "running" }
+        XCTAssertNotNil(firstRunning)
+        XCTAssertLessThan(added.last ?? .max, firstRunning ?? -1, "every transfer exists before the first one runs")
+        XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count, 1, "one batch")
+    }
+
     func waitUntilAsync(timeout: TimeInterval, _ condition: () -> Bool) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         while !condition() {

@@ -257,4 +257,46 @@ final class FerryClientTests: FerryTestCase {
         let again = try runTool(example, ["collect"], environment: env, timeout: 30)
         XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
     }
+
+    /// pause() hands back resume data; resumeDownload(with:) continues from it to
+    /// the same, complete file; the paused task can be pointed at a new URL.
+    func testPauseResumeDataAndSetURL() async throws {
+        let body = serve("/c/resumable.bin", size: 600_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/c/resumable.bin")
+        let session = FerrySession(configuration: configuration("org.example.Resume"))
+        defer { session.detach() }
+        let task = try await session.download(from: URL(string: server.url("/c/resumable.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/resumable.bin"))
+        for try await event in task.events {
+            if case .progress(_, let total, _) = event, total > 0 { break }
+        }
+        let data = try await task.pause()
+        XCTAssertFalse(data.isEmpty, "the server has ranges and an ETag: resumable")
+        let paused = try await task.snapshot()
+        XCTAssertEqual(paused.state, .paused)
+        XCTAssertTrue(paused.isResumable)
+        server.set(.slow(bytesPerSecond: 8 * 1024 * 1024), on: "/c/resumable.bin")
+        let again = try await session.resumeDownload(with: data)
+        let done = try await again.value
+        XCTAssertEqual(done.location?.path, work + "/resumable.bin")
+        assertFile(work + "/resumable.bin", equals: body)
+        do {
+            _ = try await session.resumeDownload(with: Data("not resume data".utf8))
+            XCTFail("garbage resume data accepted")
+        } catch let e as FerryError {
+            guard case .invalidResumeData = e else { return XCTFail("\(e)") }
+        }
+
+        serve("/c/moved.bin", size: 50_000, seed: 9)
+        var options = DownloadOptions()
+        options.startsSuspended = true
+        let held = try await session.download(from: URL(string: server.url("/c/gone.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/moved.bin"), options: options)
+        try await held.setURL(URL(string: server.url("/c/moved.bin"))!)
+        let url = try await held.url
+        XCTAssertEqual(url?.absoluteString, server.url("/c/moved.bin"))
+        try await held.resume()
+        let moved = try await held.value
+        XCTAssertEqual(moved.location?.path, work + "/moved.bin")
+    }
 }

@@ -271,6 +271,34 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(rows.last { $0.hasPrefix("Total:") }?.contains("2 completed") ?? false, rows.suffix(4).joined(separator: "\n"))
     }
 
+    /// A resized terminal (SIGWINCH) gets frames that fit the new width.
+    func testProgressRedrawsForTheNewWidthAfterAResize() async throws {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        serve("/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin", size: 900_000)
+        server.set(.slow(bytesPerSecond: 400 * 1024), on: "/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin")
+        let typescript = work + "/typescript"
+        // The shell waits until the display is up (in the typescript), narrows the
+        // terminal (the kernel sends SIGWINCH), marks the spot, and waits for ferry.
+        let inner = """
+            stty cols 100 rows 20; "$0" get "$1" -d "$2" --wait & p=$!
+            n=0; until grep -q "ET[A]" "$3" || [ $n -gt 400 ]; do sleep 0.02; n=$((n+1)); done
+            stty cols 50; echo RESIZED; wait $p
+            """
+        let r = try runTool(script, ["-qfec", "sh -c '\(inner)' \(ferryPath!) \(server.url("/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin")) \(work!)/rs \(typescript)",
+                                    typescript], environment: environment(), timeout: 30)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        let text = (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? ""
+        // (The typescript's header quotes the command: the mark is the echoed line.)
+        guard let mark = text.range(of: "RESIZED\r\n", options: .backwards) else { return XCTFail("no resize mark: \(text.debugDescription)") }
+        let before = text[..<mark.lowerBound].replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        XCTAssertTrue(before.components(separatedBy: CharacterSet(charactersIn: "\r\n")).contains { $0.count > 50 },
+                      "wide lines before the resize")
+        let after = String(text[mark.upperBound...]).replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        let rows = after.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty && !$0.hasPrefix("Script done") }
+        XCTAssertTrue(rows.contains { $0.contains("done") }, "frames after the resize: \(rows)")
+        for row in rows { XCTAssertLessThanOrEqual(row.count, 50, "too wide after the resize: \(row)") }
+    }
+
     /// `put`/`post`: argument errors are usage errors; a well-formed call reaches the service.
     func testUploadCommands() async throws {
         FileManager.default.createFile(atPath: work + "/up.txt", contents: Data("hello".utf8))

@@ -62,7 +62,7 @@ struct List: AsyncParsableCommand {
                 if !global.quiet { Output.line("No transfers.") }
             } else {
                 let many = Set(infos.map(\.session)).count > 1
-                for l in Format.table(infos, sessions: names, showSession: many) { Output.line(l) }
+                Output.write(Format.table(infos, sessions: names, showSession: many).joined(separator: "\n") + "\n")
             }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
                                    shown: Set(infos.filter(\.isFinal).map(\.path)), existing: Set(objects.transfers.map(\.path)))

@@ -332,11 +332,11 @@ final class EventPrinter: FollowSink {
 
     /// The state of each transfer followed from the start, as a first line each.
     func start(_ initial: [TransferInfo]) {
-        for i in initial {
+        Output.lines(initial.map { i in
             let e = EventJSON(event: "state", id: i.id, time: JSONOutput.now(), state: i.state,
                               waitingReason: i.waitingReason.isEmpty ? nil : i.waitingReason, url: i.url)
-            if json { JSONOutput.line(e) } else { Output.line("\(i.id) \(Format.stateText(i)) \(i.url)") }
-        }
+            return json ? JSONOutput.text(e) : "\(i.id) \(Format.stateText(i)) \(i.url)"
+        })
     }
 
     func end(_ final: [TransferInfo]) {}

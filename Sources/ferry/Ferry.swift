@@ -153,6 +153,12 @@ enum Output {
         fflush(stdout)
     }
 
+    /// Many lines in one write (a listing of thousands must not flush each).
+    static func lines(_ ls: [String]) {
+        guard !ls.isEmpty else { return }
+        write(ls.joined(separator: "\n") + "\n")
+    }
+
     static func write(_ s: String) {
         FileHandle.standardOutput.write(Data(s.utf8))
     }

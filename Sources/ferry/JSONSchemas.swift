@@ -174,8 +174,13 @@ enum JSONOutput {
 
     /// One JSON line.
     static func line<T: Encodable>(_ value: T) {
-        guard let data = try? encoder.encode(value) else { return }
-        Output.line(String(decoding: data, as: UTF8.self))
+        Output.line(text(value))
+    }
+
+    /// A value as one line of JSON.
+    static func text<T: Encodable>(_ value: T) -> String {
+        guard let data = try? encoder.encode(value) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
     }
 
     static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }

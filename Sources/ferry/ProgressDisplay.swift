@@ -51,8 +51,15 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
                 timer.resume()
                 ticker = timer
                 draw()
+            } else if !quiet {
+                // One write for what may be thousands of lines.
+                var lines: [String] = []
+                for i in initial {
+                    if i.isFinal { reportFinal(i) } else { lines.append("\(i.id) \(Format.stateText(i)) \(Format.name(i))") }
+                }
+                Output.lines(lines)
             } else {
-                for i in initial { plainStateLine(i) }
+                for i in initial where i.isFinal { reportFinal(i) }
             }
         }
     }

@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        // `swift package generate-documentation --target FerryClient` (DocC); a plugin only.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // C libraries, as Debian's -dev packages ship them.
@@ -60,15 +62,20 @@ let package = Package(
             "DBus", "FerryCore",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // Typed client for the bus API.
-        .target(name: "FerryClient", dependencies: ["DBus"]),
+        // A typed view of the bus API in bus terms (object paths, DBusValue options),
+        // for tests and tools that speak D-Bus.
+        .target(name: "FerryBusClient", dependencies: ["DBus"]),
+        // The Swift client library: URLSession's background API over the bus; no D-Bus types in its API.
+        .target(name: "FerryClient", dependencies: ["FerryBusClient", "DBus"]),
         .executableTarget(name: "ferryd", dependencies: [
             "FerryService", "FerryEngine", "FerryCore", "FerryStore", "FerryDesktop", "FerrySystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Examples/: a command-line app on FerryClient that queues, is killed, and collects (run by the tests).
+        .executableTarget(name: "ferry-queue-and-collect", dependencies: ["FerryClient"], path: "Examples/QueueAndCollect"),
         .executableTarget(name: "ferry", dependencies: [
-            "FerryClient",
+            "FerryClient", "FerryBusClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -76,7 +83,7 @@ let package = Package(
         // Also the pieces the bus-level test targets share: ferryd's binary, a temporary
         // HOME, a signal recorder, waiting for a bus name.
         .target(name: "FerryTestSupport", dependencies: [
-            "DBus", "FerryClient",
+            "DBus", "FerryBusClient",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -91,10 +98,10 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "FerryEngineTests", dependencies: ["FerryEngine", "FerryCore", "FerryTestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
-        .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryClient", "DBus", "FerryTestSupport"]),
-        .testTarget(name: "DesktopTests", dependencies: ["FerryService", "FerryCore", "FerryClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "DesktopTests", dependencies: ["FerryService", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

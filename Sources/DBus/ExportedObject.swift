@@ -12,7 +12,9 @@ import Dispatch
 public final class ExportedObject: @unchecked Sendable {
     public let path: String
     public let interfaces: [InterfaceSpec]
-    var values: [String: [String: DBusValue]] = [:]
+    /// Property values, per interface in the order of its spec's properties (an array,
+    /// not a dictionary: a daemon may export tens of thousands of objects).
+    private var slots: [[DBusValue?]]
     weak var connection: BusConnection?
 
     /// `initialValues`: interface name -> property name -> value.
@@ -20,12 +22,24 @@ public final class ExportedObject: @unchecked Sendable {
         precondition(BusNames.isValidObjectPath(path), "invalid object path \(path)")
         self.path = path
         self.interfaces = interfaces
-        self.values = initialValues
+        slots = interfaces.map { spec in
+            let given = initialValues[spec.name] ?? [:]
+            return spec.properties.map { given[$0.name] }
+        }
     }
 
     func interface(_ name: String) -> InterfaceSpec? { interfaces.first { $0.name == name } }
 
-    public func property(_ interface: String, _ name: String) -> DBusValue? { values[interface]?[name] }
+    private func slot(_ interface: String, _ name: String) -> (Int, Int)? {
+        guard let i = interfaces.firstIndex(where: { $0.name == interface }),
+              let j = interfaces[i].properties.firstIndex(where: { $0.name == name }) else { return nil }
+        return (i, j)
+    }
+
+    public func property(_ interface: String, _ name: String) -> DBusValue? {
+        guard let (i, j) = slot(interface, name) else { return nil }
+        return slots[i][j]
+    }
 
     /// Sets property values and, once exported, emits one `PropertiesChanged` for
     /// those that changed and emit change signals. On the connection's queue.
@@ -38,8 +52,9 @@ public final class ExportedObject: @unchecked Sendable {
                 assertionFailure("property \(interface).\(name) set with \(value.signature)")
                 continue
             }
-            if values[interface]?[name] == value { continue }
-            values[interface, default: [:]][name] = value
+            guard let (i, j) = slot(interface, name) else { continue }
+            if slots[i][j] == value { continue }
+            slots[i][j] = value
             if p.emitsChange { changed[name] = value }
         }
         guard !changed.isEmpty, let connection else { return }
@@ -55,8 +70,9 @@ public final class ExportedObject: @unchecked Sendable {
     /// All properties of an interface, as `GetAll` returns them.
     func allProperties(_ interface: InterfaceSpec) -> DBusValue {
         var d: [String: DBusValue] = [:]
-        for p in interface.properties {
-            if let v = values[interface.name]?[p.name] { d[p.name] = v }
+        guard let i = interfaces.firstIndex(where: { $0.name == interface.name }) else { return .vardict(d) }
+        for (j, p) in interface.properties.enumerated() {
+            if let v = slots[i][j] { d[p.name] = v }
         }
         return .vardict(d)
     }

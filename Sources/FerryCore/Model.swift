@@ -55,7 +55,7 @@ public enum TransferPriority: Int32, Sendable { case low = -1, normal = 0, high 
 
 /// `Download` options, typed (the service checks keys and D-Bus types; the core
 /// checks meaning).
-public struct DownloadOptions: Sendable, Equatable {
+public struct DownloadOptions: Sendable, Hashable {
     /// Absolute file path or existing directory; nil = the session's directory.
     public var destination: String?
     public var headers: [String: String] = [:]
@@ -73,7 +73,7 @@ public struct DownloadOptions: Sendable, Equatable {
 }
 
 /// Everything a Transfer object shows as properties.
-public struct TransferSnapshot: Sendable, Equatable {
+public struct TransferSnapshot: Sendable, Hashable {
     public var id: TransferID
     public var session: SessionID
     public var kind: TransferKind

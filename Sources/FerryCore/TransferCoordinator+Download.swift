@@ -38,7 +38,7 @@ extension TransferCoordinator {
         if isPersistent(t.session) {
             let stored = t.stored
             try writeNow([.saveTransfer(stored)], counters: next)
-            t.persisted = stored
+            t.persistedDigest = stored.hashValue
             t.lastCheckpoint = environment.now()
         }
         nextTransferID = next.nextTransferID
@@ -114,7 +114,7 @@ extension TransferCoordinator {
         transfers[t.id] = t
         reindex(t)
         stageTransfer(t)
-        t.published = t.snapshot
+        t.markPublished()
         emit(.transferAdded(t.snapshot))
         if t.state == .waiting { timeline.add(t.id, .wake, at: t.notBefore) }
     }

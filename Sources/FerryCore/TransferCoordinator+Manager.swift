@@ -67,7 +67,7 @@ extension TransferCoordinator {
         s.configuration = config
         if config.persistent != was {
             for t in own {
-                t.persisted = config.persistent ? t.stored : nil
+                t.persistedDigest = config.persistent ? t.stored.hashValue : nil
                 t.lastCheckpoint = environment.now()
             }
         }

@@ -24,8 +24,9 @@ extension TransferCoordinator {
     func stageTransfer(_ t: TransferRecord) {
         guard isPersistent(t.session) else { return }
         let stored = t.stored
-        guard stored != t.persisted else { return }
-        t.persisted = stored
+        let digest = stored.hashValue
+        guard digest != t.persistedDigest else { return }
+        t.persistedDigest = digest
         t.lastCheckpoint = environment.now()
         pendingWrites.append(.saveTransfer(stored))
     }
@@ -174,7 +175,7 @@ extension TransferCoordinator {
         }
         t.snapshot.rate = 0
         t.snapshot.expectedEnd = 0
-        t.published = t.snapshot
+        t.markPublished()
         return t
     }
 
@@ -201,7 +202,7 @@ extension TransferCoordinator {
         let digest = t.snapshot.sha256.isEmpty ? nil : t.snapshot.sha256
         _ = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: target, bytes: size,
                                      sha256: digest), session: t.session)
-        t.published = t.snapshot
+        t.markPublished()
         logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
     }
 

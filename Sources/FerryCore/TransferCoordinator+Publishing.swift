@@ -4,9 +4,9 @@ extension TransferCoordinator {
     func publishChanged(_ t: TransferRecord) {
         reindex(t)
         stageTransfer(t)
-        let current = TransferRecord.signalled(t.snapshot)
-        if let published = t.published, TransferRecord.signalled(published) == current { return }
-        t.published = t.snapshot
+        let current = t.signalledDigest
+        if current == t.publishedDigest { return }
+        t.publishedDigest = current
         emit(.transferChanged(t.snapshot))
     }
 

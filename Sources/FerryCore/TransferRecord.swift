@@ -5,8 +5,9 @@ final class TransferRecord {
     let session: SessionID
     /// Always current, including the progress fields.
     var snapshot: TransferSnapshot
-    /// The snapshot as last sent with transferChanged.
-    var published: TransferSnapshot?
+    /// A digest of the signalled fields as last sent with transferChanged (a digest,
+    /// not a copy: ten thousand transfers would otherwise keep two snapshots each).
+    var publishedDigest: Int?
     var options: DownloadOptions
     /// Lowercased host of the URL, for per-host limits.
     var host: String
@@ -50,9 +51,10 @@ final class TransferRecord {
     var indexed: TransferIndex.Facts?
 
     // Persistence.
-    /// What the store holds for this transfer, as last written; nil when nothing is
-    /// (an ephemeral session's transfer).
-    var persisted: StoredTransfer?
+    /// A digest of what the store holds for this transfer, as last written; nil when
+    /// nothing is (an ephemeral session's transfer). A digest rather than a copy, for
+    /// memory; a 64-bit collision would only skip one rewrite of an unchanged-looking record.
+    var persistedDigest: Int?
     /// When the offset was last checkpointed (µs).
     var lastCheckpoint: UInt64 = 0
     /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
@@ -116,7 +118,7 @@ final class TransferRecord {
         resourceStarted = stored.resourceStarted
         finishingPath = stored.finishingPath
         enginePartPath = stored.partPath
-        persisted = stored
+        persistedDigest = stored.hashValue
     }
 
     /// The snapshot without the fields that change without a transferChanged.
@@ -125,4 +127,10 @@ final class TransferRecord {
         s.bytesTransferred = 0; s.rate = 0; s.expectedEnd = 0
         return s
     }
+
+    /// The digest `publishedDigest` compares.
+    var signalledDigest: Int { Self.signalled(snapshot).hashValue }
+
+    /// Marks the current snapshot as announced.
+    func markPublished() { publishedDigest = signalledDigest }
 }

@@ -51,7 +51,7 @@ public struct StoredSession: Sendable, Equatable {
 }
 
 /// A transfer as stored: everything needed to rebuild it after a restart.
-public struct StoredTransfer: Sendable, Equatable {
+public struct StoredTransfer: Sendable, Hashable {
     /// Its properties. `bytesTransferred` is a checkpoint (the `.part` file's real size
     /// wins when the transfer is restored); `rate` and `expectedEnd` are not kept (0).
     public var snapshot: TransferSnapshot

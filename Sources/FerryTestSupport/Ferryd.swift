@@ -1,5 +1,5 @@
 import DBus
-import FerryClient
+import FerryBusClient
 import Foundation
 
 /// Starting the real `ferryd` for a test.

@@ -1,5 +1,5 @@
 import DBus
-import FerryClient
+import FerryBusClient
 import Foundation
 
 /// One signal a `SignalRecorder` received, with the time it arrived.

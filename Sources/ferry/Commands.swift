@@ -1,66 +1,109 @@
 import ArgumentParser
 import DBus
+import FerryBusClient
 import FerryClient
 import Foundation
+
+/// Completion of transfer ids: asks the service (briefly) which ids exist.
+let transferIDCompletion = CompletionKind.custom { _ in
+    let box = IDBox()
+    let done = DispatchSemaphore(value: 0)
+    Task {
+        if let client = try? FerryClient(address: ProcessInfo.processInfo.environment["FERRY_ADDRESS"]),
+           let objects = try? await client.managedObjects() {
+            box.ids = objects.transfers.map { String($0.id) }
+            client.close()
+        }
+        done.signal()
+    }
+    _ = done.wait(timeout: .now() + 2)
+    return box.ids
+}
+
+private final class IDBox: @unchecked Sendable { var ids: [String] = [] }
+
+func sessionNames(_ objects: ManagedObjects) -> [String: String] {
+    Dictionary(objects.sessions.map { ($0.path, $0.identifier) }, uniquingKeysWith: { a, _ in a })
+}
 
 struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ls", abstract: "List transfers, oldest first.")
 
     @OptionGroup var global: GlobalOptions
 
-    @Flag(help: "Print JSON.")
+    @Option(help: ArgumentHelp("Only transfers in this state (repeatable, or comma-separated): queued, waiting, running, paused, completed, failed, cancelled.", valueName: "STATE"))
+    var state: [String] = []
+
+    @Flag(help: "Print JSON (an array of transfers).")
     var json = false
+
+    static let states = Set(TransferState.allCases.map(\.rawValue))
+
+    var wantedStates: Set<String> { Set(state.flatMap { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }) }
+
+    func validate() throws {
+        let bad = wantedStates.subtracting(Self.states)
+        if !bad.isEmpty { throw ValidationError("unknown state \(bad.sorted().joined(separator: ", ")); states are \(Self.states.sorted().joined(separator: ", "))") }
+    }
 
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            var infos: [TransferInfo] = []
-            for t in try await client.listTransfers() { infos.append(try await t.info()) }
+            let objects = try await client.managedObjects()
+            let names = sessionNames(objects)
+            let wantedSessions = Set(global.sessionOption.map { [$0] } ?? [])
+            let wanted = wantedStates
+            let infos = objects.transfers.filter { i in
+                (wantedSessions.isEmpty || wantedSessions.contains(names[i.session] ?? "")) && (wanted.isEmpty || wanted.contains(i.state))
+            }
             if json {
-                JSONOutput.print(infos.map(JSONOutput.transfer))
-                return
+                JSONOutput.print(infos.map { TransferJSON($0, sessions: names) })
+            } else if infos.isEmpty {
+                if !global.quiet { Output.line("No transfers.") }
+            } else {
+                let many = Set(infos.map(\.session)).count > 1
+                Output.write(Format.table(infos, sessions: names, showSession: many).joined(separator: "\n") + "\n")
             }
-            guard !infos.isEmpty else {
-                print("No transfers.")
-                return
-            }
-            print(Format.tableHeader)
-            for i in infos { print(Format.tableRow(i)) }
+            await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
+                                   shown: Set(infos.filter(\.isFinal).map(\.path)), existing: Set(objects.transfers.map(\.path)))
         }
     }
 }
 
 struct Show: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show one transfer in full.")
+    static let configuration = CommandConfiguration(abstract: "Show transfers in full.")
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "A transfer id.")
-    var id: String
+    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
+    var ids: [String]
 
-    @Flag(help: "Print JSON.")
+    @Flag(help: "Print JSON (one transfer: an object; several: an array).")
     var json = false
 
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            let ids = try parseTransferIDs([id])
-            let info = try await resolveTransfers(client, ids)[0].info()
+            let objects = try await client.managedObjects()
+            let infos = try pick(try parseTransferIDs(ids), from: objects)
+            let names = sessionNames(objects)
             if json {
-                JSONOutput.print(JSONOutput.transfer(info))
+                if infos.count == 1 { JSONOutput.print(TransferJSON(infos[0], sessions: names)) } else { JSONOutput.print(infos.map { TransferJSON($0, sessions: names) }) }
             } else {
-                print(Format.details(info))
+                Output.line(infos.map { Format.details($0, sessionName: names[$0.session] ?? "") }.joined(separator: "\n\n"))
             }
+            await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
+                                   shown: Set(infos.filter(\.isFinal).map(\.path)), existing: Set(objects.transfers.map(\.path)))
         }
     }
 }
 
 /// `pause`, `resume`, `cancel`, `rm`: ids or --all.
 struct TargetOptions: ParsableArguments {
-    @Argument(help: "Transfer ids.")
+    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
     var ids: [String] = []
 
-    @Flag(help: "Every transfer of the session (rm: every finished transfer).")
+    @Flag(help: "Every transfer of the session (rm: every finished transfer of it).")
     var all = false
 
     func validate() throws {
@@ -70,31 +113,29 @@ struct TargetOptions: ParsableArguments {
 }
 
 /// Applies an action to named transfers (or all of the session's), reporting
-/// each refusal and failing if any was refused.
-func apply(_ global: GlobalOptions, _ target: TargetOptions,
-           all allAction: ((FerrySession) async throws -> Void)?,
-           filter: (TransferInfo) -> Bool = { _ in true },
-           each: @escaping (FerryTransfer) async throws -> Void) async throws {
+/// each refusal on stderr and failing if any was refused. The calls are pipelined.
+func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
+           all allMethod: String?, filter: (TransferInfo) -> Bool = { _ in true }) async throws {
     try await runReportingErrors {
         let client = try global.connect()
-        if target.all, let allAction {
-            try await allAction(try await client.openSession(global.session))
+        if target.all, let allMethod {
+            let session = try await client.openSession(global.session)
+            try await client.bus.call(destination: FerryClient.busName, path: session.path, interface: FerryClient.sessionInterface,
+                                      method: allMethod)
             return
         }
-        let transfers: [FerryTransfer]
+        let objects = try await client.managedObjects()
+        let transfers: [TransferInfo]
         if target.all {
-            let session = try await client.openSession(global.session)
-            var picked: [FerryTransfer] = []
-            for t in try await session.listTransfers() where filter(try await t.info()) { picked.append(t) }
-            transfers = picked
+            let path = objects.session(identifier: global.session)?.path
+            transfers = objects.transfers.filter { $0.session == path && filter($0) }
         } else {
-            transfers = try await resolveTransfers(client, try parseTransferIDs(target.ids))
+            transfers = try pick(try parseTransferIDs(target.ids), from: objects)
         }
+        let calls = try transfers.map { try FerryClient.methodCall(path: $0.path, interface: FerryClient.transferInterface, method: method, []) }
         var refused = false
-        for t in transfers {
-            do {
-                try await each(t)
-            } catch let e as BusError {
+        for (t, r) in zip(transfers, await client.pipeline(calls)) {
+            if case .failure(let e) = r {
                 printError("transfer \(t.id): \(describe(e).message)")
                 refused = true
             }
@@ -107,61 +148,82 @@ struct Pause: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Pause transfers, keeping what was downloaded.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws {
-        try await apply(global, target, all: { try await $0.pauseAll() }) { try await $0.pause() }
-    }
+    func run() async throws { try await apply(global, target, method: "Pause", all: "PauseAll") }
 }
 
 struct Resume: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Resume paused or failed transfers.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws {
-        try await apply(global, target, all: { try await $0.resumeAll() }) { try await $0.resume() }
-    }
+    func run() async throws { try await apply(global, target, method: "Resume", all: "ResumeAll") }
 }
 
 struct Cancel: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Cancel transfers and delete their partial files.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws {
-        try await apply(global, target, all: { try await $0.cancelAll() }) { try await $0.cancel() }
-    }
+    func run() async throws { try await apply(global, target, method: "Cancel", all: "CancelAll") }
 }
 
 struct Remove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "rm", abstract: "Forget finished transfers (downloaded files stay).")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws {
-        try await apply(global, target, all: nil, filter: \.isFinal) { try await $0.remove() }
-    }
+    func run() async throws { try await apply(global, target, method: "Remove", all: nil, filter: \.isFinal) }
+}
+
+/// Runs a follower over `initial` with the display `--json`/`-q` ask for, then
+/// acknowledges what it showed of the CLI's session.
+func follow(_ client: FerryClient, _ global: GlobalOptions, monitor: TransferMonitor, initial: [TransferInfo],
+            sessions: [SessionInfo], options: Follower.Options, json: Bool) async throws -> [TransferInfo] {
+    let follower = Follower(options: options)
+    let sink: FollowSink = json ? EventPrinter(json: true) : ProgressDisplay(quiet: global.quiet)
+    let final = try await follower.run(initial, monitor: monitor, sink: sink)
+    await acknowledgeShown(client, session: global.session, sessions: sessions,
+                           shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+    return final
 }
 
 struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show live progress until the transfers end (all unfinished ones when no id is given).")
+        abstract: "Show live progress of transfers, new ones too, until Ctrl-C (or --until-done).",
+        discussion: "Without ids: every transfer that is queued, waiting or running, and each new one. Paused transfers only with --paused.")
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "Transfer ids.")
+    @Argument(help: ArgumentHelp("Transfer ids (default: all).", valueName: "ID"), completion: transferIDCompletion)
     var ids: [String] = []
+
+    @Flag(help: "Follow paused transfers too.")
+    var paused = false
+
+    @Flag(help: "Exit once every followed transfer has ended; exit 1 if any failed or was cancelled.")
+    var untilDone = false
+
+    @Flag(help: "Print events as JSON lines instead of a progress display.")
+    var json = false
 
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            var transfers: [FerryTransfer]
+            let monitor = try await TransferMonitor.start(client)
+            defer { monitor.stop() }
+            let objects = try await client.managedObjects()
+            var options = Follower.Options()
+            options.untilDone = untilDone
+            options.includePaused = paused
+            let initial: [TransferInfo]
             if ids.isEmpty {
-                transfers = []
-                for t in try await client.listTransfers() where !(try await t.info().isFinal) { transfers.append(t) }
-                if transfers.isEmpty {
-                    print("Nothing is queued or running.")
-                    return
-                }
+                options.followNew = true
+                initial = objects.transfers.filter { !$0.isFinal && (paused || $0.state != "paused") }
             } else {
-                transfers = try await resolveTransfers(client, try parseTransferIDs(ids))
+                initial = try pick(try parseTransferIDs(ids), from: objects)
             }
-            let infos = try await ProgressDisplay.follow(transfers, client: client, quiet: false)
-            if infos.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
+            if initial.isEmpty && untilDone {
+                if !global.quiet && !json { Output.line("Nothing is queued or running.") }
+                return
+            }
+            let final = try await follow(client, global, monitor: monitor, initial: initial, sessions: objects.sessions,
+                                         options: options, json: json)
+            if final.contains(where: { $0.state == "failed" || $0.state == "cancelled" }) { throw CLIError.transfersFailed }
         }
     }
 }
@@ -170,18 +232,149 @@ struct Wait: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Wait until transfers end; exit 0 only if all completed.")
     @OptionGroup var global: GlobalOptions
-    @Argument(help: "Transfer ids.")
+    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
     var ids: [String]
+
+    @Flag(help: "Print the transfers' final state as JSON (an array).")
+    var json = false
 
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            let transfers = try await resolveTransfers(client, try parseTransferIDs(ids))
-            let infos = try await TransferMonitor.waitForAll(transfers, client: client)
-            for i in infos where i.state != "completed" {
-                printError("transfer \(i.id) \(i.state)\(i.errorMessage.isEmpty ? "" : ": \(i.errorMessage)")")
-            }
-            if infos.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
+            let monitor = try await TransferMonitor.start(client)
+            defer { monitor.stop() }
+            let objects = try await client.managedObjects()
+            let initial = try pick(try parseTransferIDs(ids), from: objects)
+            let follower = Follower(options: Follower.Options())
+            let sink = ProgressDisplay(quiet: true)
+            let final = try await follower.run(initial, monitor: monitor, sink: sink)
+            if json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
+            await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
+                                   shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+            if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
         }
+    }
+}
+
+struct Events: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print what happens to transfers (new ones too), one line per event, until Ctrl-C.")
+    @OptionGroup var global: GlobalOptions
+
+    @Flag(help: "Include progress events.")
+    var progress = false
+
+    @Flag(help: "Print JSON lines.")
+    var json = false
+
+    func run() async throws {
+        try await runReportingErrors {
+            let client = try global.connect()
+            let monitor = try await TransferMonitor.start(client)
+            defer { monitor.stop() }
+            let objects = try await client.managedObjects()
+            var options = Follower.Options()
+            options.followNew = true
+            options.includePaused = true
+            options.untilDone = false
+            let onlySession = global.sessionOption
+            if let onlySession {
+                // A session made later is looked up when its first transfer comes.
+                let known = sessionNames(objects)
+                let lookup = SessionLookup(client: client, known: known)
+                options.accept = { lookup.identifier($0.session) == onlySession }
+            }
+            let initial = objects.transfers.filter { i in
+                !i.isFinal && (onlySession == nil || sessionNames(objects)[i.session] == onlySession)
+            }
+            let sink = EventPrinter(json: json, progress: progress)
+            _ = try await Follower(options: options).run(initial, monitor: monitor, sink: sink)
+        }
+    }
+}
+
+/// Session identifiers by path, asking the bus for ones made after the snapshot.
+final class SessionLookup: @unchecked Sendable {
+    private var known: [String: String]
+    private let client: FerryClient
+    init(client: FerryClient, known: [String: String]) {
+        self.client = client
+        self.known = known
+    }
+
+    func identifier(_ path: String) -> String {
+        if let k = known[path] { return k }
+        let box = IDBox()
+        let done = DispatchSemaphore(value: 0)
+        let client = client
+        Task.detached {
+            let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
+                                               method: "Get", arguments: [.string(FerryClient.sessionInterface), .string("Identifier")])
+            box.ids = [v?.first?.string ?? ""]
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + 5)
+        known[path] = box.ids.first ?? ""
+        return known[path]!
+    }
+}
+
+/// Prints each change as a line: `ID EVENT details`, or JSON lines.
+final class EventPrinter: FollowSink {
+    let json: Bool
+    let progress: Bool
+    private var lastProgress: [String: Double] = [:]
+
+    init(json: Bool, progress: Bool = false) {
+        self.json = json
+        self.progress = progress
+    }
+
+    /// The state of each transfer followed from the start, as a first line each.
+    func start(_ initial: [TransferInfo]) {
+        Output.lines(initial.map { i in
+            let e = EventJSON(event: "state", id: i.id, time: JSONOutput.now(), state: i.state,
+                              waitingReason: i.waitingReason.isEmpty ? nil : i.waitingReason, url: i.url)
+            return json ? JSONOutput.text(e) : "\(i.id) \(Format.stateText(i)) \(i.url)"
+        })
+    }
+
+    func end(_ final: [TransferInfo]) {}
+
+    func apply(_ change: Change) {
+        var e: EventJSON
+        var text: String
+        switch change {
+        case .added(let i):
+            e = EventJSON(event: "added", id: i.id, time: JSONOutput.now(), state: i.state, url: i.url, destination: i.destination)
+            text = "\(i.state) \(i.url)"
+        case .state(let i, _):
+            e = EventJSON(event: "state", id: i.id, time: JSONOutput.now(), state: i.state,
+                          waitingReason: i.waitingReason.isEmpty ? nil : i.waitingReason)
+            text = Format.stateText(i)
+        case .progress(let i, _):
+            guard progress else { return }
+            let t = Date().timeIntervalSince1970
+            guard t - (lastProgress[i.path] ?? 0) >= 1 else { return }
+            lastProgress[i.path] = t
+            e = EventJSON(event: "progress", id: i.id, time: JSONOutput.now(), bytesTransferred: i.bytesTransferred,
+                          bytesExpected: i.bytesExpected)
+            text = "\(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
+        case .resumed(let i, let offset):
+            e = EventJSON(event: "resumed", id: i.id, time: JSONOutput.now(), bytesExpected: i.bytesExpected, offset: offset)
+            text = "resumed at \(Format.bytes(offset))"
+        case .finished(let i, let location):
+            e = EventJSON(event: "finished", id: i.id, time: JSONOutput.now(), location: location)
+            text = "finished \(location)"
+        case .completed(let i, let serial):
+            e = EventJSON(event: "completed", id: i.id, time: JSONOutput.now(), state: i.state, serial: serial,
+                          errorName: i.errorName.isEmpty ? nil : i.errorName,
+                          errorMessage: i.errorMessage.isEmpty ? nil : i.errorMessage)
+            text = i.errorName.isEmpty ? "completed" : "\(i.state): \(i.errorMessage)"
+        case .removed(let i):
+            e = EventJSON(event: "removed", id: i.id, time: JSONOutput.now())
+            text = "removed"
+        }
+        if json { JSONOutput.line(e) } else { Output.line("\(e.id) \(e.event == "state" || e.event == "completed" ? "" : e.event + " ")\(text)") }
     }
 }

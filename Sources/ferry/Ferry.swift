@@ -1,30 +1,76 @@
 import ArgumentParser
 import DBus
-import FerryClient
+import FerryBusClient
 import Foundation
 
+/// The entry point: lets the options every command takes come before the
+/// subcommand too (`ferry --session foo get URL`), as the README writes them,
+/// and `ferry -T FILE URL` stand for `ferry put FILE URL` (curl's spelling).
 @main
+enum Main {
+    static func main() async {
+        await Ferry.main(CommandLineRewrite.rewrite(Array(CommandLine.arguments.dropFirst())))
+    }
+}
+
 struct Ferry: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
-        abstract: "Download files in the background with the Ferry service (org.ferry.Ferry1).",
+        abstract: "Download and upload files in the background with the Ferry service (org.ferry.Ferry1).",
         discussion: """
             Transfers belong to the service, not to this command: they go on after it exits.
+            Results go to standard output, errors and failures to standard error.
             Exit status: 0 success; 1 a transfer failed or was cancelled; 2 the service refused \
             the request; 3 the service could not be reached; 64 a usage error.
             """,
-        version: "0.1.0",
-        subcommands: [Get.self, List.self, Show.self, Pause.self, Resume.self, Cancel.self, Remove.self,
-                      Watch.self, Wait.self])
+        version: "0.2.0",
+        subcommands: [Get.self, Put.self, Post.self, List.self, Show.self, Pause.self, Resume.self, Cancel.self,
+                      Remove.self, Watch.self, Wait.self, Events.self, Sessions.self, Config.self])
+}
+
+/// Moves the global options written before the subcommand behind it.
+enum CommandLineRewrite {
+    static let valued: Set<String> = ["--session", "--address"]
+    static let flags: Set<String> = ["-q", "--quiet"]
+
+    static func rewrite(_ args: [String]) -> [String] {
+        var globals: [String] = []
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            if valued.contains(a), i + 1 < args.count {
+                globals += [a, args[i + 1]]
+                i += 2
+            } else if flags.contains(a) || valued.contains(where: { a.hasPrefix($0 + "=") }) {
+                globals.append(a)
+                i += 1
+            } else {
+                break
+            }
+        }
+        var rest = Array(args[i...])
+        if let first = rest.first, first == "-T" || first == "--upload-file" {
+            rest[0] = "put"
+        }
+        guard !globals.isEmpty, let command = rest.first, !command.hasPrefix("-") else { return globals + rest }
+        return [command] + globals + Array(rest.dropFirst())
+    }
 }
 
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The session to use (a stable identifier).", valueName: "IDENT"))
-    var session: String = ProcessInfo.processInfo.environment["FERRY_SESSION"] ?? "org.ferry.cli"
+    @Option(name: .customLong("session"),
+            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers when it is given.", valueName: "IDENT"))
+    var sessionOption: String?
+
+    /// The CLI's session: --session, else $FERRY_SESSION, else org.ferry.cli.
+    var session: String { sessionOption ?? ProcessInfo.processInfo.environment["FERRY_SESSION"] ?? "org.ferry.cli" }
 
     @Option(name: .long, help: ArgumentHelp("A D-Bus address to use instead of the session bus.", valueName: "ADDRESS"))
     var address: String?
+
+    @Flag(name: [.short, .long], help: "Print nothing but errors (and what --json asks for).")
+    var quiet = false
 
     /// Connects, turning failure into a clear message and exit status 3.
     func connect() throws -> FerryClient {
@@ -43,6 +89,7 @@ struct GlobalOptions: ParsableArguments {
 enum CLIError: Error {
     case unreachable(String)
     case refused(String)
+    case usage(String)
     case transfersFailed
 
     var exitCode: Int32 {
@@ -50,22 +97,26 @@ enum CLIError: Error {
         case .transfersFailed: return 1
         case .refused: return 2
         case .unreachable: return 3
+        case .usage: return 64
         }
     }
 }
 
-/// Runs a command body, printing errors as `ferry: message` and exiting with
-/// the documented status.
+/// Runs a command body, printing errors as `ferry: message` on stderr and exiting
+/// with the documented status.
 func runReportingErrors(_ body: () async throws -> Void) async throws {
     do {
         try await body()
+        Output.flush()
     } catch let e as CLIError {
+        Output.flush()
         switch e {
-        case .unreachable(let m), .refused(let m): printError(m)
+        case .unreachable(let m), .refused(let m), .usage(let m): if !m.isEmpty { printError(m) }
         case .transfersFailed: break
         }
         throw ExitCode(e.exitCode)
     } catch let e as BusError {
+        Output.flush()
         let mapped = describe(e)
         printError(mapped.message)
         throw ExitCode(mapped.code)
@@ -90,7 +141,29 @@ func describe(_ e: BusError) -> (message: String, code: Int32) {
 }
 
 func printError(_ message: String) {
+    Output.flush()
     FileHandle.standardError.write(Data("ferry: \(message)\n".utf8))
+}
+
+/// Standard output, flushed per line when it is not a terminal too (scripts
+/// reading `ferry watch` or `ferry events` through a pipe see lines as they come).
+enum Output {
+    static func line(_ s: String) {
+        print(s)
+        fflush(stdout)
+    }
+
+    /// Many lines in one write (a listing of thousands must not flush each).
+    static func lines(_ ls: [String]) {
+        guard !ls.isEmpty else { return }
+        write(ls.joined(separator: "\n") + "\n")
+    }
+
+    static func write(_ s: String) {
+        FileHandle.standardOutput.write(Data(s.utf8))
+    }
+
+    static func flush() { fflush(stdout) }
 }
 
 /// Transfer ids as the user types them ("7" or a full object path).
@@ -102,12 +175,12 @@ func parseTransferIDs(_ ids: [String]) throws -> [UInt64] {
     }
 }
 
-/// The transfer objects for ids, or a clear error naming the missing ones.
-func resolveTransfers(_ client: FerryClient, _ ids: [UInt64]) async throws -> [FerryTransfer] {
-    let known = Set(try await client.listTransfers().map(\.id))
-    let missing = ids.filter { !known.contains($0) }
+/// The transfers with these ids from a snapshot, or a clear error naming the missing ones.
+func pick(_ ids: [UInt64], from objects: ManagedObjects) throws -> [TransferInfo] {
+    let byID = Dictionary(objects.transfers.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+    let missing = ids.filter { byID[$0] == nil }
     guard missing.isEmpty else {
         throw CLIError.refused("no transfer with id \(missing.map(String.init).joined(separator: ", ")) (see `ferry ls`)")
     }
-    return ids.map { client.transfer(id: $0) }
+    return ids.map { byID[$0]! }
 }

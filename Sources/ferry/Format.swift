@@ -1,4 +1,4 @@
-import FerryClient
+import FerryBusClient
 import Foundation
 
 /// Human-readable sizes, rates, times and the `ls` table.
@@ -30,29 +30,39 @@ enum Format {
     }
 
     static func percent(_ i: TransferInfo) -> String {
-        guard i.bytesExpected > 0 else { return i.state == "completed" ? "100%" : "  ?" }
+        guard i.bytesExpected > 0 else { return i.state == "completed" ? "100%" : "?" }
         return "\(min(100, i.bytesTransferred * 100 / i.bytesExpected))%"
     }
 
-    static let tableHeader = pad("ID", 6) + pad("STATE", 11) + pad("DONE", 6) + pad("SIZE", 12) + "NAME"
-
-    static func tableRow(_ i: TransferInfo) -> String {
-        var state = i.state
-        if state == "waiting" && !i.waitingReason.isEmpty { state += "(\(i.waitingReason))" }
-        let size = i.bytesExpected >= 0 ? bytes(i.bytesExpected) : bytes(i.bytesTransferred)
-        var row = pad(String(i.id), 6) + pad(state, 11) + pad(percent(i), 6) + pad(size, 12) + name(i)
-        if i.state == "failed" && !i.errorMessage.isEmpty { row += "  — \(i.errorMessage)" }
-        return row
+    /// The state with its waiting reason: `waiting(retry)`.
+    static func stateText(_ i: TransferInfo) -> String {
+        i.state == "waiting" && !i.waitingReason.isEmpty ? "waiting(\(i.waitingReason))" : i.state
     }
 
-    static func details(_ i: TransferInfo) -> String {
+    /// The `ls` table; columns as wide as their widest cell.
+    static func table(_ infos: [TransferInfo], sessions: [String: String], showSession: Bool) -> [String] {
+        var rows: [[String]] = [["ID", "STATE", "DONE", "SIZE"] + (showSession ? ["SESSION"] : []) + ["NAME"]]
+        for i in infos {
+            let size = i.bytesExpected >= 0 ? bytes(i.bytesExpected) : bytes(i.bytesTransferred)
+            var name = name(i)
+            if i.state == "failed" && !i.errorMessage.isEmpty { name += "  — \(i.errorMessage)" }
+            rows.append([String(i.id), stateText(i), percent(i), size] + (showSession ? [sessions[i.session] ?? "?"] : []) + [name])
+        }
+        let widths = (0..<rows[0].count - 1).map { c in rows.map { $0[c].count }.max() ?? 0 }
+        return rows.map { r in
+            zip(r.dropLast(), widths).map { pad($0, $1 + 1) }.joined() + r.last!
+        }
+    }
+
+    static func details(_ i: TransferInfo, sessionName: String = "") -> String {
         func time(_ t: UInt64) -> String {
             t == 0 ? "-" : ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(t) / 1_000_000))
         }
         var lines = [
             "Transfer \(i.id) (\(i.kind))",
             "  URL:          \(i.url)",
-            "  State:        \(i.state)\(i.waitingReason.isEmpty ? "" : " (\(i.waitingReason))")",
+            "  State:        \(stateText(i))",
+            "  Session:      \(sessionName.isEmpty ? i.session : sessionName)",
             "  Destination:  \(i.destination.isEmpty ? "-" : i.destination)",
             "  Progress:     \(bytes(i.bytesTransferred)) of \(bytes(i.bytesExpected)) (\(percent(i)))",
         ]
@@ -71,26 +81,5 @@ enum Format {
 
     static func pad(_ s: String, _ width: Int) -> String {
         s.count >= width ? s + " " : s + String(repeating: " ", count: width - s.count)
-    }
-}
-
-/// `--json` output: snake_case keys, numbers as numbers.
-enum JSONOutput {
-    static func transfer(_ i: TransferInfo) -> [String: Any] {
-        [
-            "id": i.id, "path": i.path, "kind": i.kind, "url": i.url, "description": i.description,
-            "destination": i.destination, "state": i.state, "waiting_reason": i.waitingReason,
-            "bytes_transferred": i.bytesTransferred, "bytes_expected": i.bytesExpected, "rate": i.rate,
-            "expected_end": i.expectedEnd, "error_name": i.errorName, "error_message": i.errorMessage,
-            "http_status": i.httpStatus, "attempts": i.attempts, "resumable": i.resumable, "sha256": i.sha256,
-            "created": i.created, "started": i.started, "completed": i.completed, "priority": i.priority,
-            "speed_limit": i.speedLimit,
-        ]
-    }
-
-    static func print(_ value: Any) {
-        guard let data = try? JSONSerialization.data(withJSONObject: value, options: [.prettyPrinted, .sortedKeys]) else { return }
-        FileHandle.standardOutput.write(data)
-        FileHandle.standardOutput.write(Data("\n".utf8))
     }
 }

@@ -1,28 +1,68 @@
 import ArgumentParser
 import DBus
-import FerryClient
+import FerryBusClient
 import Foundation
 
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Queue downloads; prints the new transfer ids, one per line.")
+        abstract: "Queue downloads; prints the new transfer ids, one per line.",
+        discussion: """
+            --retries, --timeout, --proxy and --no-notify set the session's configuration: they stay \
+            for the session's later transfers too (use --session NAME to keep them apart).
+            """)
 
     @OptionGroup var global: GlobalOptions
 
     @Argument(help: "http:// or https:// URLs.")
-    var urls: [String]
+    var urls: [String] = []
 
-    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to this file (one URL only).", valueName: "FILE"))
+    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to this file (one URL only).", valueName: "FILE"),
+            completion: .file())
     var output: String?
 
-    @Option(name: [.short, .customLong("directory")], help: ArgumentHelp("Save into this directory.", valueName: "DIR"))
+    @Option(name: [.short, .customLong("directory")], help: ArgumentHelp("Save into this directory (made if missing).", valueName: "DIR"),
+            completion: .directory)
     var directory: String?
+
+    @Option(name: [.short, .customLong("input-file")], help: ArgumentHelp("Read URLs from FILE (- for stdin), one a line, each optionally followed by its SHA-256.", valueName: "FILE"),
+            completion: .file())
+    var inputFile: String?
 
     @Option(name: [.customShort("H"), .customLong("header")], help: ArgumentHelp("An extra request header, 'Name: value'.", valueName: "HEADER"))
     var headers: [String] = []
 
-    @Option(help: ArgumentHelp("Expected SHA-256 (hex); a mismatch fails the transfer.", valueName: "HEX"))
+    @Option(help: ArgumentHelp("Expected SHA-256 (hex) of the one URL; a mismatch fails the transfer.", valueName: "HEX"))
     var sha256: String?
+
+    @Option(help: ArgumentHelp("Expected SHA-256s by file name, in sha256sum's format.", valueName: "SHA256SUMS"), completion: .file())
+    var sha256File: String?
+
+    @Option(help: ArgumentHelp("At most this many bytes/s for each transfer (500k, 2M).", valueName: "RATE"))
+    var limitRate: String?
+
+    @Option(name: [.customShort("x"), .customLong("connections")], help: ArgumentHelp("Parallel connections per file (1-16).", valueName: "N"))
+    var connections: UInt32?
+
+    @Option(help: ArgumentHelp("low, normal or high.", valueName: "PRIORITY"), completion: .list(["low", "normal", "high"]))
+    var priority: String?
+
+    @Option(help: ArgumentHelp("Not before this time: +30s, +10m, +2h, HH:MM, an ISO 8601 date-time, or @UNIX-SECONDS.", valueName: "TIME"))
+    var startAfter: String?
+
+    @Option(help: ArgumentHelp("A description shown in listings and notifications.", valueName: "TEXT"))
+    var description: String?
+
+    @Option(help: ArgumentHelp("Retries after transient errors (session setting).", valueName: "N"))
+    var retries: UInt32?
+
+    @Option(help: ArgumentHelp("Seconds without data before a try fails (session setting).", valueName: "SECONDS"))
+    var timeout: Double?
+
+    @Option(help: ArgumentHelp("A proxy URL, http:// or socks5h:// (session setting).", valueName: "URL"))
+    var proxy: String?
+
+    @Flag(help: "Leave these transfers out of the desktop notification (session setting).")
+    var noNotify = false
 
     @Flag(help: "Replace an existing file instead of picking a new name.")
     var overwrite = false
@@ -33,58 +73,275 @@ struct Get: AsyncParsableCommand {
     @Flag(help: "Wait until the downloads end, showing progress; exit 1 if any failed.")
     var wait = false
 
-    @Flag(help: "Print JSON instead of ids.")
+    @Flag(help: "Print JSON (an array of transfers) instead of ids.")
     var json = false
 
     func validate() throws {
         if output != nil && directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
-        if output != nil && urls.count > 1 { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
+        if urls.isEmpty && inputFile == nil { throw ValidationError("name at least one URL, or -i FILE") }
+        if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
+        if sha256 != nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
+        if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
         for h in headers where !h.contains(":") { throw ValidationError("header '\(h)' is not of the form 'Name: value'") }
+        if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate (500k, 2M)") }
+        if let connections, !(1...16).contains(connections) { throw ValidationError("--connections takes 1 to 16") }
+        if let priority, Self.priorities[priority.lowercased()] == nil { throw ValidationError("--priority takes low, normal or high") }
+        if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time (+10m, 23:30, 2026-01-31T23:30:00Z, @1769902200)") }
+        if let timeout, !(timeout > 0) { throw ValidationError("--timeout takes a number of seconds above 0") }
+    }
+
+    static let priorities: [String: Int32] = ["low": -1, "normal": 0, "high": 1, "-1": -1, "0": 0, "1": 1]
+
+    /// Options every Download of this command gets.
+    func downloadOptions() throws -> [String: DBusValue] {
+        var options: [String: DBusValue] = [:]
+        if !headers.isEmpty {
+            var d: [String: String] = [:]
+            for h in headers {
+                let parts = h.split(separator: ":", maxSplits: 1)
+                d[parts[0].trimmingCharacters(in: .whitespaces)] = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
+            }
+            options["headers"] = .stringDict(d)
+        }
+        if overwrite { options["overwrite"] = .boolean(true) }
+        if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
+        if let connections { options["connections"] = .uint32(connections) }
+        if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }
+        if let startAfter { options["start-after"] = .uint64(StartTime.parse(startAfter)!) }
+        if let description { options["description"] = .string(description) }
+        // Created paused, then resumed together: none can finish (and end the
+        // batch) before all are there.
+        options["start"] = .boolean(false)
+        return options
+    }
+
+    /// Session settings given on the command line.
+    func sessionConfiguration() -> [String: DBusValue] {
+        var c: [String: DBusValue] = [:]
+        if let retries { c["retries"] = .uint32(retries) }
+        if let timeout { c["request-timeout"] = .double(timeout) }
+        if let proxy { c["proxy"] = .string(proxy) }
+        if noNotify { c["notify"] = .boolean(false) }
+        return c
+    }
+
+    /// Where the files go: a file (`-o`), a directory made if missing (`-d`), or the session's.
+    func destination() throws -> String? {
+        if let output {
+            let path = absolutePath(output)
+            var isDir: ObjCBool = false
+            if output.hasSuffix("/") || (FileManager.default.fileExists(atPath: path, isDirectory: &isDir) && isDir.boolValue) {
+                return try makeDirectory(path)
+            }
+            return path
+        }
+        if let directory { return try makeDirectory(absolutePath(directory)) }
+        return nil
     }
 
     func run() async throws {
         try await runReportingErrors {
-            let client = try global.connect()
-            let session = try await client.openSession(global.session)
-            var options: [String: DBusValue] = [:]
-            if let path = output ?? directory { options["destination"] = .string(absolutePath(path)) }
-            if !headers.isEmpty {
-                var d: [String: String] = [:]
-                for h in headers {
-                    let parts = h.split(separator: ":", maxSplits: 1)
-                    d[parts[0].trimmingCharacters(in: .whitespaces)] = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
-                }
-                options["headers"] = .stringDict(d)
-            }
-            if let sha256 { options["sha256"] = .string(sha256) }
-            if overwrite { options["overwrite"] = .boolean(true) }
-            if paused { options["start"] = .boolean(false) }
+            var entries = urls.map { Checksums.Entry(url: $0, sha256: sha256) }
+            if let inputFile { entries += try Checksums.readList(inputFile) }
+            if let sha256File { try Checksums.apply(sumsFile: sha256File, to: &entries, output: output) }
+            guard !entries.isEmpty else { throw CLIError.usage("no URLs in \(inputFile ?? "the input")") }
+            let destination = try destination()
+            var options = try downloadOptions()
+            if let destination { options["destination"] = .string(destination) }
 
-            var transfers: [FerryTransfer] = []
-            for url in urls {
-                transfers.append(try await session.download(url, options: options))
+            let client = try global.connect()
+            let session = try await client.openSession(global.session, configuration: sessionConfiguration())
+            // Subscribed before the transfers exist, so no event of theirs is missed.
+            let monitor = wait ? try await TransferMonitor.start(client) : nil
+            defer { monitor?.stop() }
+
+            // Every Download sent before any reply is read; then every Resume.
+            let calls = try entries.map { e -> BusMessage in
+                var o = options
+                if let sum = e.sha256 { o["sha256"] = .string(sum.lowercased()) }
+                return try FerryClient.methodCall(path: session.path, interface: FerryClient.sessionInterface, method: "Download",
+                                                  [.string(e.url), .vardict(o)])
             }
-            if json {
-                var list: [[String: Any]] = []
-                for t in transfers { list.append(JSONOutput.transfer(try await t.info())) }
-                if !wait { JSONOutput.print(list) }
-            } else if !wait || !isatty(1).asBool {
-                for t in transfers { print(t.id) }
+            var created: [String] = []
+            var refused = false
+            for (e, r) in zip(entries, await client.pipeline(calls)) {
+                switch r {
+                case .success(let v): if let p = v.first?.string { created.append(p) }
+                case .failure(let err):
+                    printError("\(e.url): \(describe(err).message)")
+                    refused = true
+                }
             }
-            guard wait else { return }
-            let infos = try await ProgressDisplay.follow(transfers, client: client, quiet: json)
-            if json { JSONOutput.print(infos.map(JSONOutput.transfer)) }
-            if infos.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
+            // Read while they are all still paused: every event the monitor holds
+            // after this read is newer than it, so the display never goes back.
+            let before = wait && !created.isEmpty ? try await client.managedObjects() : nil
+            var resumed: Set<String> = []
+            if !paused && !created.isEmpty {
+                let resumes = try created.map { try FerryClient.methodCall(path: $0, interface: FerryClient.transferInterface, method: "Resume", []) }
+                for (path, r) in zip(created, await client.pipeline(resumes)) {
+                    switch r {
+                    case .success: resumed.insert(path)
+                    case .failure(let err):
+                        printError(describe(err).message)
+                        refused = true
+                    }
+                }
+            }
+            let ids = created.map(FerryClient.transferID)
+            let tty = isatty(STDOUT_FILENO) != 0
+            if json && !wait {
+                let objects = try await client.managedObjects()
+                JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
+            } else if !json && !global.quiet && (!wait || !tty) {
+                for id in ids { Output.line(String(id)) }
+            }
+            if wait, let monitor, let objects = before {
+                var initial = try pick(ids, from: objects)
+                for i in initial.indices where resumed.contains(initial[i].path) && initial[i].state == "paused" {
+                    initial[i].state = "queued"
+                }
+                let follower = Follower(options: Follower.Options())
+                let sink = ProgressDisplay(quiet: global.quiet || json)
+                var final = try await follower.run(initial, monitor: monitor, sink: sink)
+                if json {
+                    let after = try await client.managedObjects()
+                    final = (try? pick(ids, from: after)) ?? final
+                    JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(after)) })
+                }
+                await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
+                                       shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                if refused { throw CLIError.refused("") }
+                if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
+            }
+            if refused { throw CLIError.refused("") }
         }
     }
 }
 
-func absolutePath(_ path: String) -> String {
-    if path.hasPrefix("/") { return path }
-    if path == "~" || path.hasPrefix("~/") { return NSString(string: path).expandingTildeInPath }
-    return URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL.path
+/// Makes the directory (and its parents) as `wget -P` and `aria2c -d` do; a path
+/// that is a file, or that cannot be made, is a clear error.
+func makeDirectory(_ path: String) throws -> String {
+    var isDir: ObjCBool = false
+    if FileManager.default.fileExists(atPath: path, isDirectory: &isDir) {
+        guard isDir.boolValue else { throw CLIError.refused("\(path) exists and is not a directory") }
+        return path
+    }
+    do {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    } catch {
+        let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
+        throw CLIError.refused("cannot make the directory \(path): \(reason)")
+    }
+    return path
 }
 
-extension Int32 {
-    var asBool: Bool { self != 0 }
+func absolutePath(_ path: String) -> String {
+    var p = path
+    if p == "~" || p.hasPrefix("~/") { p = NSString(string: p).expandingTildeInPath }
+    if !p.hasPrefix("/") { p = FileManager.default.currentDirectoryPath + "/" + p }
+    var standard = URL(fileURLWithPath: p).standardizedFileURL.path
+    while standard.count > 1 && standard.hasSuffix("/") { standard.removeLast() }
+    return standard
+}
+
+/// URL lists (`-i`) and checksum files (`--sha256-file`).
+enum Checksums {
+    struct Entry {
+        var url: String
+        var sha256: String?
+    }
+
+    static func isHex(_ s: String) -> Bool { s.count == 64 && s.allSatisfy(\.isHexDigit) }
+
+    static func read(_ path: String) throws -> String {
+        if path == "-" {
+            return String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        guard let d = FileManager.default.contents(atPath: absolutePath(path)) else {
+            throw CLIError.usage("cannot read \(path)")
+        }
+        return String(decoding: d, as: UTF8.self)
+    }
+
+    /// One URL a line, optionally with its SHA-256 before or after it; blank
+    /// lines and `#` comments are skipped.
+    static func readList(_ path: String) throws -> [Entry] {
+        var out: [Entry] = []
+        for (n, raw) in try read(path).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+            switch words.count {
+            case 1: out.append(Entry(url: words[0]))
+            case 2 where isHex(words[1]): out.append(Entry(url: words[0], sha256: words[1]))
+            case 2 where isHex(words[0]): out.append(Entry(url: words[1], sha256: words[0]))
+            default:
+                throw CLIError.usage("\(path) line \(n + 1): expected a URL, optionally with a SHA-256 (64 hex digits)")
+            }
+        }
+        return out
+    }
+
+    /// Gives each entry the SHA-256 that `sha256sum` lists for its file name.
+    static func apply(sumsFile: String, to entries: inout [Entry], output: String?) throws {
+        var sums: [String: String] = [:]
+        for raw in try read(sumsFile).split(separator: "\n") {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            guard line.count > 66, !line.hasPrefix("#") else { continue }
+            let hex = String(line.prefix(64))
+            guard isHex(hex) else { continue }
+            var name = line.dropFirst(64).drop(while: { $0 == " " })
+            if name.hasPrefix("*") { name = name.dropFirst() }
+            sums[(String(name) as NSString).lastPathComponent] = hex
+        }
+        for i in entries.indices where entries[i].sha256 == nil {
+            let name = fileName(entries[i].url)
+            guard let sum = sums[name] ?? output.flatMap({ sums[($0 as NSString).lastPathComponent] }) else {
+                throw CLIError.usage("\(sumsFile) has no SHA-256 for '\(name)' (\(entries[i].url))")
+            }
+            entries[i].sha256 = sum
+        }
+    }
+
+    static func fileName(_ url: String) -> String {
+        guard let u = URL(string: url) else { return "" }
+        return u.lastPathComponent.removingPercentEncoding ?? u.lastPathComponent
+    }
+}
+
+/// `--start-after` times, in the contract's microseconds since the epoch.
+enum StartTime {
+    static func parse(_ text: String, now: Date = Date()) -> UInt64? {
+        func micro(_ d: Date) -> UInt64? { d.timeIntervalSince1970 > 0 ? UInt64(d.timeIntervalSince1970 * 1_000_000) : nil }
+        if text.hasPrefix("+") {
+            var s = text.dropFirst()
+            var unit = 1.0
+            if let last = s.last, let u = ["s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0][last] {
+                unit = u
+                s = s.dropLast()
+            }
+            guard let v = Double(s), v >= 0 else { return nil }
+            return micro(now.addingTimeInterval(v * unit))
+        }
+        if text.hasPrefix("@"), let v = Double(text.dropFirst()), v >= 0 { return micro(Date(timeIntervalSince1970: v)) }
+        let parts = text.split(separator: ":")
+        if (2...3).contains(parts.count), !text.contains("T"), let h = Int(parts[0]), let m = Int(parts[1]),
+           (0..<24).contains(h), (0..<60).contains(m) {
+            let s = parts.count == 3 ? Int(parts[2]) ?? -1 : 0
+            guard (0..<60).contains(s) else { return nil }
+            var c = Calendar.current.dateComponents([.year, .month, .day], from: now)
+            c.hour = h
+            c.minute = m
+            c.second = s
+            guard var d = Calendar.current.date(from: c) else { return nil }
+            if d <= now { d = d.addingTimeInterval(86400) }
+            return micro(d)
+        }
+        let iso = ISO8601DateFormatter()
+        if let d = iso.date(from: text) { return micro(d) }
+        iso.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate]
+        iso.timeZone = .current
+        if let d = iso.date(from: text) { return micro(d) }
+        return nil
+    }
 }

@@ -1,139 +1,254 @@
-import DBus
-import FerryClient
+import FerryBusClient
 import Foundation
 
-/// Follows transfers until they end: live bars with rate and ETA on a terminal,
-/// plain lines when the output is piped.
-final class ProgressDisplay: @unchecked Sendable {
-    // Only touched from the event callback, which the monitor calls serially.
+/// Shows followed transfers: on a terminal, one live line per transfer plus a
+/// total, fitted to the width and redrawn on resize; piped, plain lines (a state
+/// change, at most one progress line a second per transfer, a final line).
+/// Finished transfers go to stdout, failures to stderr; `quiet` keeps only failures.
+final class ProgressDisplay: FollowSink, @unchecked Sendable {
+    private let lock = NSLock()
     private var infos: [String: TransferInfo] = [:]
     private var order: [String] = []
-    private var samples: [String: (time: Double, bytes: Int64, rate: Double)] = [:]
-    private var lastRender = 0.0
-    private var linesDrawn = 0
+    private var rates: [String: RateSample] = [:]
     private var lastPlain: [String: Double] = [:]
-    private let tty: Bool
+    private var reportedFinal: Set<String> = []
+    private var lastRender = 0.0
+    /// Rows the last frame took, to move back over them.
+    private var drawnLengths: [Int] = []
+    private var drawnColumns = 0
+    private let terminal: Terminal?
     private let quiet: Bool
-    private let lock = NSLock()
+    private var ticker: DispatchSourceTimer?
+    private var ended = false
 
-    init(_ infos: [TransferInfo], quiet: Bool) {
-        for i in infos {
-            self.infos[i.path] = i
-            order.append(i.path)
-        }
-        tty = isatty(1) != 0
-        self.quiet = quiet
+    struct RateSample {
+        var time: Double
+        var bytes: Int64
+        var rate: Double
     }
 
-    static func follow(_ transfers: [FerryTransfer], client: FerryClient, quiet: Bool) async throws -> [TransferInfo] {
-        var initial: [TransferInfo] = []
-        for t in transfers { initial.append(try await t.info()) }
-        let display = ProgressDisplay(initial, quiet: quiet)
-        display.render(force: true)
-        let final = try await TransferMonitor.waitForAll(transfers, client: client) { event in
-            display.handle(event)
-        }
-        display.finish(final)
-        return final
+    init(quiet: Bool, terminal: Terminal? = Terminal.standardOutput()) {
+        self.quiet = quiet
+        self.terminal = quiet ? nil : terminal
     }
 
     private func now() -> Double { Date().timeIntervalSince1970 }
 
-    func handle(_ event: TransferEvent) {
-        lock.lock()
-        defer { lock.unlock() }
-        switch event {
-        case .progress(let path, _, let total, let expected):
-            guard var i = infos[path] else { return }
-            let t = now()
-            if let s = samples[path], t > s.time {
-                let instant = Double(total - s.bytes) / (t - s.time)
-                let smoothed = s.rate == 0 ? instant : 0.7 * s.rate + 0.3 * instant
-                samples[path] = (t, total, smoothed)
-            } else if samples[path] == nil {
-                samples[path] = (t, total, 0)
+    // MARK: FollowSink
+
+    func start(_ initial: [TransferInfo]) {
+        lock.withLock {
+            for i in initial {
+                if infos[i.path] == nil { order.append(i.path) }
+                infos[i.path] = i
+                if i.rate > 0 { rates[i.path] = RateSample(time: now(), bytes: i.bytesTransferred, rate: Double(i.rate)) }
             }
-            i.bytesTransferred = total
-            i.bytesExpected = expected
-            infos[path] = i
-            render(force: false)
-        case .propertiesChanged(let path, let changed):
-            guard var i = infos[path] else { return }
-            if let s = changed["State"]?.string { i.state = s }
-            if let d = changed["Destination"]?.string { i.destination = d }
-            if let e = changed["BytesExpected"]?.int64 { i.bytesExpected = e }
-            if let r = changed["WaitingReason"]?.string { i.waitingReason = r }
-            if let err = changed["Error"]?.structFields, err.count == 2 {
-                i.errorName = err[0].string ?? ""
-                i.errorMessage = err[1].string ?? ""
+            if let terminal {
+                terminal.onResize { [weak self] in self?.lock.withLock { self?.draw() } }
+                let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "ferry.progress"))
+                timer.schedule(deadline: .now() + 0.5, repeating: 0.5)
+                timer.setEventHandler { [weak self] in self?.lock.withLock { if self?.ended == false { self?.draw() } } }
+                timer.resume()
+                ticker = timer
+                draw()
+            } else if !quiet {
+                // One write for what may be thousands of lines.
+                var lines: [String] = []
+                for i in initial {
+                    if i.isFinal { reportFinal(i) } else { lines.append("\(i.id) \(Format.stateText(i)) \(Format.name(i))") }
+                }
+                Output.lines(lines)
+            } else {
+                for i in initial where i.isFinal { reportFinal(i) }
             }
-            let stateChanged = infos[path]?.state != i.state
-            infos[path] = i
-            if stateChanged && !tty && !quiet && !i.isFinal { print("\(i.id) \(i.state) \(Format.name(i))") }
-            render(force: stateChanged)
-        default:
-            break
         }
     }
 
-    private func line(_ i: TransferInfo) -> String {
-        let width = 24
-        let fraction = i.bytesExpected > 0 ? min(1, Double(i.bytesTransferred) / Double(i.bytesExpected)) : (i.state == "completed" ? 1 : 0)
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-        let rate = samples[i.path]?.rate ?? 0
-        var tail = "\(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
+    func apply(_ change: Change) {
+        lock.withLock {
+            switch change {
+            case .added(let i):
+                order.append(i.path)
+                infos[i.path] = i
+                if terminal == nil { plainStateLine(i) }
+            case .state(let i, _):
+                infos[i.path] = i
+                if terminal == nil && !i.isFinal { plainStateLine(i) }
+                if i.state != "running" { rates[i.path] = nil }
+            case .progress(let i, _), .resumed(let i, _):
+                infos[i.path] = i
+                sample(i)
+                if terminal == nil { plainProgressLine(i) }
+            case .finished(let i, _):
+                infos[i.path] = i
+            case .completed(let i, _):
+                infos[i.path] = i
+                rates[i.path] = nil
+                if terminal == nil { reportFinal(i) }
+            case .removed(let i):
+                infos[i.path] = nil
+                order.removeAll { $0 == i.path }
+            }
+            if terminal != nil {
+                let t = now()
+                if t - lastRender >= 0.2 || { if case .progress = change { return false }; return true }() { draw() }
+            }
+        }
+    }
+
+    func end(_ final: [TransferInfo]) {
+        lock.withLock {
+            ended = true
+            ticker?.cancel()
+            for i in final { infos[i.path] = i }
+            if terminal != nil { draw() }
+            for i in final where i.isFinal || terminal == nil { reportFinal(i) }
+        }
+    }
+
+    // MARK: Rates
+
+    private func sample(_ i: TransferInfo) {
+        let t = now()
+        guard var s = rates[i.path] else {
+            rates[i.path] = RateSample(time: t, bytes: i.bytesTransferred, rate: 0)
+            return
+        }
+        guard t - s.time >= 0.2 else { return }
+        let instant = max(0, Double(i.bytesTransferred - s.bytes) / (t - s.time))
+        s.rate = s.rate == 0 ? instant : 0.6 * s.rate + 0.4 * instant
+        s.time = t
+        s.bytes = i.bytesTransferred
+        rates[i.path] = s
+    }
+
+    private func rate(_ i: TransferInfo) -> Double { i.state == "running" ? rates[i.path]?.rate ?? 0 : 0 }
+
+    // MARK: Plain lines (piped)
+
+    private func plainStateLine(_ i: TransferInfo) {
+        guard !quiet else { return }
+        if i.isFinal { return reportFinal(i) }
+        Output.line("\(i.id) \(Format.stateText(i)) \(Format.name(i))")
+    }
+
+    private func plainProgressLine(_ i: TransferInfo) {
+        guard !quiet, i.state == "running" else { return }
+        let t = now()
+        guard t - (lastPlain[i.path] ?? 0) >= 1 else { return }
+        lastPlain[i.path] = t
+        var s = "\(i.id) \(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
+        let r = rate(i)
+        if r > 0 { s += " \(Format.rate(r))" }
+        Output.line(s)
+    }
+
+    /// The one final line of a transfer: stdout when it completed, stderr otherwise.
+    private func reportFinal(_ i: TransferInfo) {
+        guard !reportedFinal.contains(i.path) else { return }
+        guard i.isFinal || i.state == "paused" else { return }
+        reportedFinal.insert(i.path)
+        switch i.state {
+        case "completed":
+            if !quiet && terminal == nil { Output.line("\(i.id) completed \(i.destination.isEmpty ? i.url : i.destination)") }
+        case "paused":
+            printError("transfer \(i.id) is paused: \(Format.name(i)) (resume it with `ferry resume \(i.id)`)")
+        default:
+            printError("transfer \(i.id) \(i.state): \(i.url)\(i.errorMessage.isEmpty ? "" : ": \(i.errorMessage)")")
+        }
+    }
+
+    // MARK: Terminal frame
+
+    /// Redraws the frame in place: back over the rows the last frame took (at the
+    /// current width), clear to the end of the screen, draw the new lines.
+    private func draw() {
+        guard let terminal else { return }
+        lastRender = now()
+        let columns = terminal.columns
+        var out = "\r"
+        if !drawnLengths.isEmpty {
+            // A line drawn at an earlier, wider width may now wrap over several rows.
+            let rows = drawnLengths.reduce(0) { $0 + max(1, ($1 + columns - 1) / columns) }
+            out += "\u{1B}[\(rows)A"
+        }
+        out += "\u{1B}[J"
+        let lines = frame(columns: columns, rows: terminal.rows).map { $0.fitted(columns - 1) }
+        for l in lines { out += l + "\n" }
+        drawnLengths = lines.map(\.count)
+        drawnColumns = columns
+        Output.write(out)
+    }
+
+    /// The lines of one frame: the transfers that matter most first (moving, then
+    /// waiting, then finished), as many as the screen holds, then the total.
+    private func frame(columns: Int, rows: Int) -> [String] {
+        let all = order.compactMap { infos[$0] }
+        let room = max(1, rows - 2)
+        var shown = all
+        var hidden = 0
+        if all.count > room {
+            func rank(_ i: TransferInfo) -> Int {
+                switch i.state {
+                case "running": return 0
+                case "waiting", "queued": return 1
+                case "failed": return 2
+                default: return 3
+                }
+            }
+            let keep = Set(all.enumerated().sorted { (rank($0.element), $0.offset) < (rank($1.element), $1.offset) }
+                .prefix(room - 1).map(\.element.path))
+            shown = all.filter { keep.contains($0.path) }
+            hidden = all.count - shown.count
+        }
+        var lines = shown.map { line($0, columns: columns - 1) }
+        if hidden > 0 { lines.append("… and \(hidden) more (ferry ls)") }
+        if all.count > 1 || lines.isEmpty { lines.append(total(all)) }
+        return lines
+    }
+
+    private func line(_ i: TransferInfo, columns: Int) -> String {
+        let head = "\(i.id) "
+        var tail: String
         switch i.state {
         case "running":
-            let eta = i.bytesExpected > 0 && rate > 0 ? Double(i.bytesExpected - i.bytesTransferred) / rate : .nan
-            tail += "  \(Format.rate(rate))  ETA \(Format.duration(eta))"
+            let r = rate(i)
+            let eta = i.bytesExpected > 0 && r > 0 ? Double(i.bytesExpected - i.bytesTransferred) / r : .nan
+            tail = " \(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected)) \(Format.rate(r)) ETA \(Format.duration(eta))"
+        case "completed":
+            tail = " done \(Format.bytes(max(i.bytesTransferred, i.bytesExpected)))"
         case "failed":
-            tail += "  failed: \(i.errorMessage)"
+            tail = " failed: \(i.errorMessage)"
         default:
-            tail += "  \(i.state)\(i.waitingReason.isEmpty ? "" : " (\(i.waitingReason))")"
+            tail = " \(Format.stateText(i)) \(Format.percent(i))"
         }
         let name = Format.name(i)
-        let shortName = name.count > 28 ? String(name.prefix(27)) + "…" : name
-        return "\(Format.pad(shortName, 29))[\(bar)] \(Format.pad(Format.percent(i), 5))\(tail)"
+        // The name gets what is left after the id and tail, at least 12 columns; the
+        // bar only when there is room for it.
+        let free = columns - head.count - tail.count
+        let barWidth = free >= 12 + 12 ? min(20, free - 12 - 3) : 0
+        let nameWidth = max(12, free - (barWidth > 0 ? barWidth + 3 : 0))
+        let shortName = name.fitted(nameWidth)
+        var s = head + shortName + String(repeating: " ", count: max(0, nameWidth - shortName.count))
+        if barWidth > 0 {
+            let fraction = i.bytesExpected > 0 ? min(1, Double(i.bytesTransferred) / Double(i.bytesExpected)) : (i.state == "completed" ? 1 : 0)
+            let filled = Int(fraction * Double(barWidth))
+            s += " [" + String(repeating: "#", count: filled) + String(repeating: "-", count: barWidth - filled) + "]"
+        }
+        return (s + tail).fitted(columns)
     }
 
-    /// Redraws at most 5 times a second, unless forced.
-    func render(force: Bool) {
-        guard !quiet else { return }
-        let t = now()
-        if !force && t - lastRender < 0.2 { return }
-        lastRender = t
-        if tty {
-            var out = linesDrawn > 0 ? "\u{1B}[\(linesDrawn)A" : ""
-            for p in order {
-                if let i = infos[p] { out += "\r\u{1B}[2K" + line(i) + "\n" }
-            }
-            linesDrawn = order.count
-            FileHandle.standardOutput.write(Data(out.utf8))
-        } else {
-            // Piped: a plain progress line per transfer at most once a second.
-            for p in order {
-                guard let i = infos[p], i.state == "running", t - (lastPlain[p] ?? 0) >= 1 else { continue }
-                lastPlain[p] = t
-                let percent = Format.percent(i).trimmingCharacters(in: .whitespaces)
-                print("\(i.id) \(percent) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))")
-            }
-        }
-    }
-
-    func finish(_ final: [TransferInfo]) {
-        lock.lock()
-        defer { lock.unlock() }
-        for i in final { infos[i.path] = i }
-        guard !quiet else { return }
-        if tty {
-            render(force: true)
-        } else {
-            for i in final {
-                var s = "\(i.id) \(i.state) \(i.destination.isEmpty ? i.url : i.destination)"
-                if !i.errorMessage.isEmpty { s += ": \(i.errorMessage)" }
-                print(s)
-            }
-        }
+    private func total(_ all: [TransferInfo]) -> String {
+        var counts: [String: Int] = [:]
+        for i in all { counts[i.state, default: 0] += 1 }
+        let parts = ["running", "waiting", "queued", "paused", "completed", "failed", "cancelled"]
+            .compactMap { s in counts[s].map { "\($0) \(s)" } }
+        let done = all.reduce(Int64(0)) { $0 + max(0, $1.bytesTransferred) }
+        let expected = all.allSatisfy { $0.bytesExpected >= 0 } ? all.reduce(Int64(0)) { $0 + $1.bytesExpected } : -1
+        let r = all.reduce(0.0) { $0 + rate($1) }
+        var s = "Total: " + (parts.isEmpty ? "nothing to follow" : parts.joined(separator: ", "))
+        if !all.isEmpty { s += "  " + Format.bytes(done) + (expected >= 0 ? "/" + Format.bytes(expected) : "") }
+        if r > 0 { s += "  \(Format.rate(r))" }
+        return s
     }
 }

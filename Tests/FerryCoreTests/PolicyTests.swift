@@ -5,7 +5,7 @@ final class PolicyTests: XCTestCase {
     private func facts(session: SessionID = 1, host: String = "a", priority: Int32 = 0,
                        state: TransferState = .queued) -> TransferIndex.Facts {
         TransferIndex.Facts(session: session, state: state, key: HostKey(session: session, host: host), priority: priority,
-                            startable: state == .queued, waitingForNetwork: false, claims: [])
+                            startable: state == .queued, waitingForNetwork: false, claim: nil, extraClaim: nil)
     }
 
     /// Starts what the index offers, in order, as the coordinator does.
@@ -66,14 +66,14 @@ final class PolicyTests: XCTestCase {
     func testClaimsAreFoundByPath() {
         var index = TransferIndex()
         var f = facts()
-        f.claims = ["/d/a.bin", "/d/a.bin.part"]
+        f.claim = "/d/a.bin"
         index.update(7, from: nil, to: f)
         XCTAssertEqual(index.owners(of: "/d/a.bin.part"), [7])
         XCTAssertEqual(index.owners(of: "/d/a.bin", except: 7), [])
         var done = f
         done.state = .completed
         done.startable = false
-        done.claims = []
+        done.claim = nil
         index.update(7, from: f, to: done)
         XCTAssertEqual(index.owners(of: "/d/a.bin"), [], "a completed transfer claims nothing")
     }

@@ -1,5 +1,5 @@
 import DBus
-import FerryClient
+import FerryBusClient
 import FerryTestSupport
 import Foundation
 import XCTest
@@ -153,7 +153,7 @@ final class CLITests: FerryTestCase {
         let s = try await session()
         let dest = work + "/watch.bin"
         let t = try await s.download(server.url("/watch.bin"), options: ["destination": .string(dest)])
-        let r = try ferry(["watch", "\(t.id)"])
+        let r = try ferry(["watch", "\(t.id)", "--until-done"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertFalse(r.stdout.contains("\u{1B}"), "no escapes: \(r.stdout.debugDescription)")
         XCTAssertFalse(r.stdout.contains("\r"), "no carriage returns: \(r.stdout.debugDescription)")

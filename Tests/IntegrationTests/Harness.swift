@@ -1,6 +1,6 @@
 import DBus
 import Dispatch
-import FerryClient
+import FerryBusClient
 import FerryTestSupport
 import Foundation
 import XCTest

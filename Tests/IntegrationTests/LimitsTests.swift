@@ -1,5 +1,5 @@
 import DBus
-import FerryClient
+import FerryBusClient
 import FerryTestSupport
 import Foundation
 import XCTest

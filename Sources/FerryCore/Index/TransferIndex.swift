@@ -14,8 +14,12 @@ struct TransferIndex {
         /// Queued and no earlier attempt is still stopping: may be started.
         var startable: Bool
         var waitingForNetwork: Bool
-        /// Paths the transfer owns while it may still write them (final path, `.part`).
-        var claims: [String]
+        /// The final path the transfer owns while it may still write it; its `.part`
+        /// beside it is owned with it.
+        var claim: String?
+        /// Where the engine writes when that is not `claim + ".part"` (for a moment
+        /// after a Content-Disposition rename).
+        var extraClaim: String?
     }
 
     private(set) var queue = TransferQueue()
@@ -32,7 +36,10 @@ struct TransferIndex {
     private(set) var queuedOrWaiting = 0
     private(set) var waitingForNetwork: Set<TransferID> = []
     private(set) var bySession: [SessionID: Set<TransferID>] = [:]
-    private var claims: [String: [TransferID]] = [:]
+    /// The owner of each claimed path, and further owners of the same path (rare: a
+    /// takeover by resume data, for a moment).
+    private var claims: [String: TransferID] = [:]
+    private var moreClaims: [String: [TransferID]] = [:]
     /// Sessions whose active count changed since `takeChangedSessions`.
     private var changedSessions: Set<SessionID> = []
 
@@ -70,10 +77,7 @@ struct TransferIndex {
             bySession[f.session]?.remove(id)
             if bySession[f.session]?.isEmpty == true { bySession[f.session] = nil }
         }
-        for path in f.claims {
-            claims[path]?.removeAll { $0 == id }
-            if claims[path]?.isEmpty == true { claims[path] = nil }
-        }
+        for path in [f.claim, f.extraClaim].compactMap({ $0 }) { release(path, id) }
     }
 
     private mutating func add(_ id: TransferID, _ f: Facts, after previous: Facts?) {
@@ -94,7 +98,9 @@ struct TransferIndex {
         if f.state == .queued || f.state == .waiting { queuedOrWaiting += 1 }
         if f.waitingForNetwork { waitingForNetwork.insert(id) }
         bySession[f.session, default: []].insert(id)
-        for path in f.claims { claims[path, default: []].append(id) }
+        for path in [f.claim, f.extraClaim].compactMap({ $0 }) {
+            if claims[path] == nil { claims[path] = id } else { moreClaims[path, default: []].append(id) }
+        }
     }
 
     /// Takes the next transfer to start, if the limits allow one.
@@ -116,7 +122,28 @@ struct TransferIndex {
 
     /// Transfers (other than `except`) that own `path` as their final path or `.part`.
     func owners(of path: String, except: TransferID? = nil) -> [TransferID] {
-        (claims[path] ?? []).filter { $0 != except }
+        var ids = claimants(path)
+        if path.hasSuffix(".part") { ids += claimants(String(path.dropLast(5))) }
+        return ids.filter { $0 != except }
+    }
+
+    private func claimants(_ path: String) -> [TransferID] {
+        guard let first = claims[path] else { return [] }
+        return [first] + (moreClaims[path] ?? [])
+    }
+
+    private mutating func release(_ path: String, _ id: TransferID) {
+        if claims[path] == id {
+            if var more = moreClaims[path], !more.isEmpty {
+                claims[path] = more.removeFirst()
+                moreClaims[path] = more.isEmpty ? nil : more
+            } else {
+                claims[path] = nil
+            }
+        } else {
+            moreClaims[path]?.removeAll { $0 == id }
+            if moreClaims[path]?.isEmpty == true { moreClaims[path] = nil }
+        }
     }
 
     /// The sessions whose active count changed since the last call.

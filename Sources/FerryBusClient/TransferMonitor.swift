@@ -8,6 +8,10 @@ public enum TransferEvent: Sendable, Equatable {
     case resumedAtOffset(path: String, offset: Int64, expectedTotal: Int64)
     case finished(path: String, location: String)
     case completed(path: String, serial: UInt64, errorName: String, errorMessage: String)
+    /// A new transfer object, with all its properties (`InterfacesAdded`).
+    case added(path: String, [String: DBusValue])
+    /// A transfer object went away (`Remove`, `InterfacesRemoved`).
+    case removed(path: String)
     /// ferryd left the bus (crashed or stopped).
     case serviceVanished
 }
@@ -57,6 +61,21 @@ public final class TransferMonitor: Sendable {
             guard let path = m.path, let args = try? m.arguments(), args.count == 3,
                   args[0].string == FerryClient.transferInterface, let changed = args[1].vardict else { return }
             continuation.yield(.propertiesChanged(path: path, changed))
+        })
+        subs.append(try await client.bus.subscribe(
+            MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath, interface: StandardNames.objectManager)) { m in
+            guard let args = try? m.arguments(), let path = args.first?.string,
+                  path.hasPrefix(FerryClient.transferPathPrefix) else { return }
+            switch (m.member, args.count) {
+            case ("InterfacesAdded", 2):
+                guard let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict
+                else { return }
+                continuation.yield(.added(path: path, props))
+            case ("InterfacesRemoved", 2):
+                continuation.yield(.removed(path: path))
+            default:
+                break
+            }
         })
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,

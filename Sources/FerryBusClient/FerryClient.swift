@@ -102,6 +102,12 @@ public struct FerrySession: Sendable, Hashable {
         return FerryTransfer(client: client, path: r.first?.string ?? "/")
     }
 
+    /// Queues an upload of a local file (`Session.Upload`).
+    public func upload(_ url: String, file: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
+        let r = try await call("Upload", [.string(url), .string(file), .vardict(options)])
+        return FerryTransfer(client: client, path: r.first?.string ?? "/")
+    }
+
     public func resumeDownload(_ resumeData: [UInt8], options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
         let r = try await call("ResumeDownload", [.bytes(resumeData), .vardict(options)])
         return FerryTransfer(client: client, path: r.first?.string ?? "/")

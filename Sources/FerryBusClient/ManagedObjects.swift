@@ -1,0 +1,131 @@
+import DBus
+import Foundation
+
+/// A session object's properties, typed.
+public struct SessionInfo: Sendable, Equatable {
+    public var path: String
+    public var identifier: String
+    public var configuration: [String: DBusValue]
+    public var activeTransfers: UInt32
+
+    public init(path: String, properties p: [String: DBusValue]) {
+        self.path = path
+        identifier = p["Identifier"]?.string ?? ""
+        configuration = p["Configuration"]?.vardict ?? [:]
+        activeTransfers = p["ActiveTransfers"]?.uint32 ?? 0
+    }
+}
+
+/// Everything the daemon exports, read in one `GetManagedObjects` call.
+public struct ManagedObjects: Sendable {
+    /// Sessions, oldest first.
+    public var sessions: [SessionInfo]
+    /// Transfers, oldest first (by id).
+    public var transfers: [TransferInfo]
+
+    public func session(path: String) -> SessionInfo? { sessions.first { $0.path == path } }
+    public func session(identifier: String) -> SessionInfo? { sessions.first { $0.identifier == identifier } }
+}
+
+extension FerryClient {
+    /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
+    /// every session and transfer with all its properties, in one round trip.
+    public func managedObjects() async throws -> ManagedObjects {
+        let r = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.objectManager,
+                                   method: "GetManagedObjects", timeout: 120)
+        var sessions: [SessionInfo] = []
+        var transfers: [TransferInfo] = []
+        guard case .dictionary(_, _, let objects)? = r.first?.unwrapped else { return ManagedObjects(sessions: [], transfers: []) }
+        transfers.reserveCapacity(objects.count)
+        for object in objects {
+            guard let path = object.key.string, case .dictionary(_, _, let byInterface) = object.value.unwrapped else { continue }
+            for entry in byInterface {
+                guard case .dictionary(_, _, let props) = entry.value.unwrapped else { continue }
+                switch entry.key.string {
+                case Self.transferInterface?:
+                    transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
+                case Self.sessionInterface?:
+                    sessions.append(SessionInfo(path: path, properties: entry.value.vardict ?? [:]))
+                default:
+                    break
+                }
+            }
+        }
+        transfers.sort { $0.id < $1.id }
+        sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }
+        return ManagedObjects(sessions: sessions, transfers: transfers)
+    }
+
+    /// The id in a transfer's object path.
+    public static func transferID(_ path: String) -> UInt64 { trailingNumber(path) }
+
+    static func trailingNumber(_ path: String) -> UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+
+    /// Sends the calls without waiting for each reply (pipelining), in order, at
+    /// most `window` at a time (so each call's timeout runs from its own sending,
+    /// not from the first's), and returns the replies in the same order.
+    public func pipeline(_ calls: [BusMessage], window: Int = 256, timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
+        await withCheckedContinuation { (c: CheckedContinuation<[Result<[DBusValue], BusError>], Never>) in
+            guard !calls.isEmpty else { return c.resume(returning: []) }
+            let collector = ReplyCollector(count: calls.count) { c.resume(returning: $0) }
+            let bus = self.bus
+            // Sends call i; its reply sends the next one not yet sent.
+            let next = NextIndex(start: min(window, calls.count))
+            @Sendable func send(_ i: Int) {
+                bus.send(calls[i], timeout: timeout) { result in
+                    collector.set(i, result.flatMap { m in
+                        do { return .success(try m.arguments()) } catch let e as BusError { return .failure(e) } catch {
+                            return .failure(BusError(name: StandardErrors.failed, message: "\(error)"))
+                        }
+                    })
+                    if let j = next.take(below: calls.count) { send(j) }
+                }
+            }
+            for i in 0..<min(window, calls.count) { send(i) }
+        }
+    }
+
+    /// A method call message for pipelining.
+    public static func methodCall(path: String, interface: String, method: String, _ args: [DBusValue]) throws -> BusMessage {
+        let m = try BusMessage.methodCall(destination: busName, path: path, interface: interface, member: method)
+        try m.append(args)
+        return m
+    }
+}
+
+/// The next call to send.
+private final class NextIndex: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Int
+    init(start: Int) { value = start }
+    func take(below limit: Int) -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard value < limit else { return nil }
+        value += 1
+        return value - 1
+    }
+}
+
+/// Gathers pipelined replies; calls `done` once all have come.
+private final class ReplyCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [Result<[DBusValue], BusError>?]
+    private var remaining: Int
+    private let done: ([Result<[DBusValue], BusError>]) -> Void
+
+    init(count: Int, done: @escaping ([Result<[DBusValue], BusError>]) -> Void) {
+        results = Array(repeating: nil, count: count)
+        remaining = count
+        self.done = done
+    }
+
+    func set(_ i: Int, _ r: Result<[DBusValue], BusError>) {
+        lock.lock()
+        results[i] = r
+        remaining -= 1
+        let finished = remaining == 0
+        lock.unlock()
+        if finished { done(results.map { $0! }) }
+    }
+}

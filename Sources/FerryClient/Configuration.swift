@@ -1,0 +1,146 @@
+import Foundation
+internal import DBus
+
+extension FerrySession {
+    /// How a session behaves: the contract's session configuration, typed, in
+    /// `URLSessionConfiguration`'s words. A property left `nil` keeps what the
+    /// service has stored for the session (or its default).
+    public struct Configuration: Sendable, Equatable {
+        /// The stable identifier the session is found by again (1-255 characters of
+        /// `[A-Za-z0-9._-]`, reverse-DNS recommended).
+        public var identifier: String
+        /// false: an ephemeral session; its transfers and events live in memory only.
+        public var isPersistent: Bool
+        /// Where downloads go when no destination is given (default: the XDG download directory).
+        public var downloadDirectory: URL?
+        /// Added to every request (`HTTPAdditionalHeaders`).
+        public var httpAdditionalHeaders: [String: String]?
+        /// `HTTPMaximumConnectionsPerHost` (default 6).
+        public var httpMaximumConnectionsPerHost: Int?
+        /// Seconds without data before a try fails (default 60).
+        public var timeoutIntervalForRequest: TimeInterval?
+        /// Seconds a transfer may take in all, retries included (default 7 days).
+        public var timeoutIntervalForResource: TimeInterval?
+        /// false: wait while the network is metered (default true).
+        public var allowsExpensiveNetworkAccess: Bool?
+        /// Whether the session's transfers count for the desktop notification (default true).
+        public var sendsNotifications: Bool?
+        /// Bytes/s over the session's transfers; 0 = none.
+        public var speedLimit: UInt64?
+        /// Retries after transient errors, with backoff (default 5).
+        public var retries: Int?
+        /// A proxy for the session's requests (`http://`, `socks5h://`); default from the environment.
+        public var proxy: URL?
+        /// Keep cookies servers set and send them back (default true).
+        public var httpShouldSetCookies: Bool?
+        /// A DBusActivatable application id: Ferry wakes the application when events
+        /// are pending and none of its clients is on the bus (`sessionSendsLaunchEvents`).
+        /// See ``FerryWakeUp``.
+        public var applicationID: String?
+        /// The D-Bus address to reach Ferry at; nil = the session bus.
+        public var busAddress: String?
+
+        /// A session whose transfers go on when the app exits, and survive restarts.
+        public static func background(identifier: String) -> Configuration {
+            Configuration(identifier: identifier, isPersistent: true)
+        }
+
+        /// A session kept in memory only: its transfers vanish with the service.
+        public static func ephemeral(identifier: String) -> Configuration {
+            Configuration(identifier: identifier, isPersistent: false)
+        }
+
+        public init(identifier: String, isPersistent: Bool = true) {
+            self.identifier = identifier
+            self.isPersistent = isPersistent
+        }
+
+        /// The `OpenSession` configuration: only what was set.
+        var busValue: [String: DBusValue] {
+            var c: [String: DBusValue] = ["persistent": .boolean(isPersistent)]
+            if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) }
+            if let httpAdditionalHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
+            if let httpMaximumConnectionsPerHost { c["max-connections-per-host"] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }
+            if let timeoutIntervalForRequest { c["request-timeout"] = .double(timeoutIntervalForRequest) }
+            if let timeoutIntervalForResource { c["resource-timeout"] = .double(timeoutIntervalForResource) }
+            if let allowsExpensiveNetworkAccess { c["allow-metered"] = .boolean(allowsExpensiveNetworkAccess) }
+            if let sendsNotifications { c["notify"] = .boolean(sendsNotifications) }
+            if let speedLimit { c["speed-limit"] = .uint64(speedLimit) }
+            if let retries { c["retries"] = .uint32(UInt32(clamping: retries)) }
+            if let proxy { c["proxy"] = .string(proxy.absoluteString) }
+            if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
+            if let applicationID { c["application-id"] = .string(applicationID) }
+            return c
+        }
+    }
+}
+
+/// How soon a transfer runs among the queued ones.
+public enum TransferPriority: Int32, Sendable, Codable {
+    case low = -1, normal = 0, high = 1
+}
+
+/// Options of one download (`Session.Download`). Unset options take the service's defaults.
+public struct DownloadOptions: Sendable, Equatable {
+    /// Headers for this download's requests (on top of the session's).
+    public var headers: [String: String] = [:]
+    /// Shown in listings and notifications.
+    public var description: String?
+    /// The expected SHA-256 (hex): a mismatch fails the download with `checksumMismatch`.
+    public var sha256: String?
+    /// Not before this time.
+    public var startAfter: Date?
+    public var priority: TransferPriority?
+    /// Bytes/s for this download; 0 = none.
+    public var speedLimit: UInt64?
+    /// Parallel ranges for one file, 1-16.
+    public var connections: Int?
+    /// Replace an existing file (default: pick a unique name `name (1).ext`).
+    public var overwrite: Bool = false
+    /// Create the task suspended; `resume()` starts it.
+    public var startsSuspended: Bool = false
+
+    public init() {}
+
+    func busValue(destination: URL?) -> [String: DBusValue] {
+        var o: [String: DBusValue] = [:]
+        if let destination { o["destination"] = .string(destination.path) }
+        if !headers.isEmpty { o["headers"] = .stringDict(headers) }
+        if let description { o["description"] = .string(description) }
+        if let sha256 { o["sha256"] = .string(sha256) }
+        if let startAfter { o["start-after"] = .uint64(UInt64(max(0, startAfter.timeIntervalSince1970) * 1_000_000)) }
+        if let priority { o["priority"] = .int32(priority.rawValue) }
+        if let speedLimit { o["speed-limit"] = .uint64(speedLimit) }
+        if let connections { o["connections"] = .uint32(UInt32(clamping: connections)) }
+        if overwrite { o["overwrite"] = .boolean(true) }
+        if startsSuspended { o["start"] = .boolean(false) }
+        return o
+    }
+}
+
+/// Options of one upload (`Session.Upload`).
+public struct UploadOptions: Sendable, Equatable {
+    public enum Method: String, Sendable { case put = "PUT", post = "POST" }
+    public var method: Method = .put
+    public var headers: [String: String] = [:]
+    public var description: String?
+    public var contentType: String?
+    /// POST as `multipart/form-data`, the file under this field.
+    public var formField: String?
+    /// Save the server's response body here.
+    public var responseDestination: URL?
+    public var startsSuspended: Bool = false
+
+    public init() {}
+
+    var busValue: [String: DBusValue] {
+        var o: [String: DBusValue] = ["method": .string(method.rawValue)]
+        if !headers.isEmpty { o["headers"] = .stringDict(headers) }
+        if let description { o["description"] = .string(description) }
+        if let contentType { o["content-type"] = .string(contentType) }
+        if let formField { o["form-field"] = .string(formField) }
+        if let responseDestination { o["response-destination"] = .string(responseDestination.path) }
+        if startsSuspended { o["start"] = .boolean(false) }
+        return o
+    }
+}

@@ -1,0 +1,113 @@
+internal import DBus
+
+/// What went wrong, as Ferry's contract names it: the refusals of a method call
+/// (nothing changed) and the failures of a transfer. Every case carries the
+/// service's message, written for a person.
+public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
+    // A call was refused.
+    case invalidArgument(String)
+    case invalidURL(String)
+    /// Only http and https.
+    case unsupportedScheme(String)
+    /// Relative, missing or unwritable directory.
+    case invalidDestination(String)
+    /// An upload's source file.
+    case fileNotFound(String)
+    /// E.g. pausing a completed transfer.
+    case invalidState(String)
+    case invalidResumeData(String)
+    case noSuchSession(String)
+    case noSuchTransfer(String)
+    case limitExceeded(String)
+
+    // A transfer failed.
+    case network(String)
+    case timeout(String)
+    /// The server answered with a status of 400 or more.
+    case http(status: Int, message: String)
+    case tls(String)
+    case tooManyRedirects(String)
+    /// No space, no permission.
+    case disk(String)
+    case checksumMismatch(String)
+    case cancelled(String)
+
+    /// The Ferry service could not be reached (not installed, not running, bus gone).
+    case serviceUnavailable(String)
+    /// An error outside the contract (the bus's own, or a newer service's).
+    case other(name: String, message: String)
+
+    /// The service's words.
+    public var message: String {
+        switch self {
+        case .invalidArgument(let m), .invalidURL(let m), .unsupportedScheme(let m), .invalidDestination(let m),
+             .fileNotFound(let m), .invalidState(let m), .invalidResumeData(let m), .noSuchSession(let m),
+             .noSuchTransfer(let m), .limitExceeded(let m), .network(let m), .timeout(let m), .tls(let m),
+             .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m),
+             .serviceUnavailable(let m):
+            return m
+        case .http(_, let m), .other(_, let m):
+            return m
+        }
+    }
+
+    /// The HTTP status, for `.http`.
+    public var httpStatus: Int? {
+        if case .http(let status, _) = self { return status }
+        return nil
+    }
+
+    public var description: String { message }
+
+    static let prefix = "org.ferry.Ferry1.Error."
+
+    /// The error a bus error name stands for.
+    init(name: String, message: String, httpStatus: Int = 0) {
+        let short = name.hasPrefix(Self.prefix) ? String(name.dropFirst(Self.prefix.count)) : ""
+        switch short {
+        case "InvalidArgument": self = .invalidArgument(message)
+        case "InvalidUrl": self = .invalidURL(message)
+        case "UnsupportedScheme": self = .unsupportedScheme(message)
+        case "InvalidDestination": self = .invalidDestination(message)
+        case "FileNotFound": self = .fileNotFound(message)
+        case "InvalidState": self = .invalidState(message)
+        case "InvalidResumeData": self = .invalidResumeData(message)
+        case "NoSuchSession": self = .noSuchSession(message)
+        case "NoSuchTransfer": self = .noSuchTransfer(message)
+        case "LimitExceeded": self = .limitExceeded(message)
+        case "Network": self = .network(message)
+        case "Timeout": self = .timeout(message)
+        case "Http": self = .http(status: httpStatus, message: message)
+        case "Tls": self = .tls(message)
+        case "TooManyRedirects": self = .tooManyRedirects(message)
+        case "Disk": self = .disk(message)
+        case "ChecksumMismatch": self = .checksumMismatch(message)
+        case "Cancelled": self = .cancelled(message)
+        default:
+            switch name {
+            case StandardErrors.serviceUnknown, StandardErrors.nameHasNoOwner, StandardErrors.noReply,
+                 StandardErrors.disconnected, "org.freedesktop.DBus.Error.Spawn.ServiceNotFound",
+                 "org.freedesktop.DBus.Error.Spawn.ExecFailed", "org.freedesktop.DBus.Error.Spawn.ChildExited",
+                 "org.freedesktop.DBus.Error.NoServer", "org.freedesktop.DBus.Error.FileNotFound":
+                self = .serviceUnavailable(message)
+            default:
+                self = .other(name: name, message: message)
+            }
+        }
+    }
+
+    /// A bus error as a `FerryError`; anything else as it is.
+    static func wrap(_ error: Error) -> Error {
+        if let e = error as? BusError { return FerryError(name: e.name, message: e.message) }
+        return error
+    }
+}
+
+/// Runs a bus call, turning bus errors into `FerryError`.
+func mapped<T>(_ body: () async throws -> T) async throws -> T {
+    do {
+        return try await body()
+    } catch {
+        throw FerryError.wrap(error)
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+internal import DBus
+internal import FerryBusClient
+
+/// A Ferry session: Apple's background `URLSession`, on the Linux session bus.
+///
+/// The session is found again by its configuration's identifier: an app that
+/// exits (or crashes) and starts again makes a `FerrySession` with the same
+/// identifier and gets, through its delegate, what happened while it was away.
+/// The transfers belong to the Ferry service (`ferryd`), not to the app.
+///
+/// ```swift
+/// let session = FerrySession(configuration: .background(identifier: "com.example.Podcasts"),
+///                            delegate: MyDelegate())
+/// let task = try await session.download(from: URL(string: "https://example.com/ep1.mp3")!)
+/// let result = try await task.value
+/// ```
+public final class FerrySession: @unchecked Sendable {
+    public let configuration: Configuration
+    public let delegate: FerrySessionDelegate?
+    let core: SessionCore
+
+    /// Makes the session and starts attaching to it in the background: the
+    /// delegate gets the pending events of an earlier run without any further call.
+    /// Use ``attach()`` to wait for that (and to see an error, if the service
+    /// cannot be reached).
+    public init(configuration: Configuration, delegate: FerrySessionDelegate? = nil) {
+        self.configuration = configuration
+        self.delegate = delegate
+        core = SessionCore(configuration: configuration, delegate: delegate)
+        core.session = self
+        let core = core
+        Task { _ = try? await core.attach() }
+    }
+
+    deinit { core.close() }
+
+    /// Waits until the session is open and the events kept for it were delivered
+    /// (and acknowledged).
+    public func attach() async throws { try await core.attach() }
+
+    /// Queues a download and returns at once. `destination`: a file path, or an
+    /// existing directory (the name then comes from the server or the URL); nil
+    /// puts it in the session's download directory.
+    public func download(from url: URL, to destination: URL? = nil, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
+        let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(options.busValue(destination: destination))])
+        return core.handOut(r.first?.string ?? "/", upload: false)
+    }
+
+    /// Queues an upload of a local file.
+    public func upload(file: URL, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
+        let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
+        return core.handOut(r.first?.string ?? "/", upload: true)
+    }
+
+    /// A new download that continues from `FerryTask.pause()`'s resume data.
+    public func resumeDownload(with resumeData: Data, to destination: URL? = nil,
+                               options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
+        let r = try await core.callSession("ResumeDownload", [.bytes([UInt8](resumeData)), .vardict(options.busValue(destination: destination))])
+        return core.handOut(r.first?.string ?? "/", upload: false)
+    }
+
+    /// Every task of the session, oldest first (`getAllTasks`).
+    public func allTasks() async throws -> [FerryTask] {
+        try await core.attach()
+        return core.allTasks()
+    }
+
+    public func suspendAll() async throws { _ = try await core.callSession("PauseAll") }
+    public func resumeAll() async throws { _ = try await core.callSession("ResumeAll") }
+    public func cancelAll() async throws { _ = try await core.callSession("CancelAll") }
+
+    /// Forgets the session once its transfers have finished (`finishTasksAndInvalidate`).
+    public func finishTasksAndInvalidate() async throws {
+        _ = try await core.callSession("Close", [.boolean(false)])
+        core.close()
+    }
+
+    /// Cancels the session's transfers and forgets it (`invalidateAndCancel`).
+    public func invalidateAndCancel() async throws {
+        _ = try await core.callSession("Close", [.boolean(true)])
+        core.close()
+    }
+
+    /// Leaves the bus; the session and its transfers go on in the service.
+    public func detach() { core.close() }
+}

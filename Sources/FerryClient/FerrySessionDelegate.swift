@@ -1,0 +1,40 @@
+import Foundation
+
+/// Receives a session's events, as `URLSessionDownloadDelegate` does. Every method
+/// has an empty default. Calls come one at a time, in the order the service sent
+/// the events, on a queue of the session's (not the main thread).
+///
+/// Events that happened while the app was away (completions the service kept for
+/// it) are delivered when the session attaches, oldest first, before any new one;
+/// each is acknowledged to the service once this delegate has returned from it, so
+/// it is delivered once.
+public protocol FerrySessionDelegate: AnyObject, Sendable {
+    /// A download wrote data (`Progress`).
+    func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didWriteData bytesWritten: Int64,
+                      totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64)
+    /// A download picked up from a partial file at `fileOffset`.
+    func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didResumeAtOffset fileOffset: Int64,
+                      expectedTotalBytes: Int64)
+    /// A download is complete, verified and in its final place, `location` (it stays there).
+    func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didFinishDownloadingTo location: URL)
+    /// An upload sent data.
+    func ferrySession(_ session: FerrySession, task: FerryTask, didSendBodyData bytesSent: Int64,
+                      totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
+    /// The task ended: `error` is nil on success. Always the task's last event.
+    func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?)
+    /// The session has nothing queued, waiting or running any more (after the
+    /// events that led there were delivered).
+    func ferrySessionDidFinishEvents(_ session: FerrySession)
+}
+
+extension FerrySessionDelegate {
+    public func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didWriteData bytesWritten: Int64,
+                             totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {}
+    public func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didResumeAtOffset fileOffset: Int64,
+                             expectedTotalBytes: Int64) {}
+    public func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didFinishDownloadingTo location: URL) {}
+    public func ferrySession(_ session: FerrySession, task: FerryTask, didSendBodyData bytesSent: Int64,
+                             totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {}
+    public func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?) {}
+    public func ferrySessionDidFinishEvents(_ session: FerrySession) {}
+}

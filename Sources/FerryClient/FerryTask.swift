@@ -1,0 +1,192 @@
+import Foundation
+internal import DBus
+internal import FerryBusClient
+
+/// One event of one task, for `for try await event in task.events`.
+public enum FerryTaskEvent: Sendable, Equatable {
+    /// Data moved: a download wrote, an upload sent.
+    case progress(bytes: Int64, totalBytes: Int64, totalBytesExpected: Int64)
+    /// It picked up from a partial file at `offset`.
+    case resumed(offset: Int64, expectedTotal: Int64)
+    case stateChanged(TransferState)
+    /// A download is in its final place.
+    case finished(location: URL)
+}
+
+/// How a task ended well: `try await task.value`.
+public struct FerryTaskResult: Sendable, Equatable {
+    /// Where the download is (for an upload: the file it sent).
+    public var location: URL?
+}
+
+/// A task's properties at one moment.
+public struct FerryTaskSnapshot: Sendable, Equatable {
+    public enum Kind: String, Sendable { case download, upload }
+    public var id: UInt64
+    public var kind: Kind
+    public var url: URL?
+    public var description: String
+    /// A download's final path (once chosen); an upload's source.
+    public var destination: URL?
+    public var state: TransferState
+    public var waitingReason: WaitingReason?
+    public var bytesTransferred: Int64
+    /// -1 when unknown.
+    public var bytesExpected: Int64
+    /// Bytes/s.
+    public var rate: UInt64
+    public var expectedEnd: Date?
+    /// The last failure.
+    public var error: FerryError?
+    public var httpStatus: Int
+    public var attempts: Int
+    public var isResumable: Bool
+    public var sha256: String?
+    public var created: Date?
+    public var started: Date?
+    public var completed: Date?
+    public var priority: TransferPriority
+    public var speedLimit: UInt64
+
+    init(_ i: TransferInfo) {
+        id = i.id
+        kind = Kind(rawValue: i.kind) ?? .download
+        url = URL(string: i.url)
+        description = i.description
+        destination = i.destination.isEmpty ? nil : URL(fileURLWithPath: i.destination)
+        state = TransferState(rawValue: i.state) ?? .queued
+        waitingReason = WaitingReason(rawValue: i.waitingReason)
+        bytesTransferred = i.bytesTransferred
+        bytesExpected = i.bytesExpected
+        rate = i.rate
+        func date(_ t: UInt64) -> Date? { t == 0 ? nil : Date(timeIntervalSince1970: Double(t) / 1_000_000) }
+        expectedEnd = date(i.expectedEnd)
+        error = i.errorName.isEmpty ? nil : FerryError(name: i.errorName, message: i.errorMessage, httpStatus: Int(i.httpStatus))
+        httpStatus = Int(i.httpStatus)
+        attempts = Int(i.attempts)
+        isResumable = i.resumable
+        sha256 = i.sha256.isEmpty ? nil : i.sha256
+        created = date(i.created)
+        started = date(i.started)
+        completed = date(i.completed)
+        priority = TransferPriority(rawValue: max(-1, min(1, i.priority))) ?? .normal
+        speedLimit = i.speedLimit
+    }
+}
+
+/// One transfer of a session, as `URLSessionTask` is one of a `URLSession`.
+/// The service owns it: it goes on when the app exits.
+public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvertible {
+    /// The id `ferry ls` shows (the number in its object path).
+    public let id: UInt64
+    let path: String
+    weak var core: SessionCore?
+    private let lock = NSLock()
+    private var outcome: Result<FerryTaskResult, FerryError>?
+    private var waiters: [CheckedContinuation<FerryTaskResult, Error>] = []
+    private let stream: AsyncThrowingStream<FerryTaskEvent, Error>
+    private let continuation: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation
+    /// Whether the task uploads (known once the session has seen it).
+    var isUpload = false
+
+    init(path: String, core: SessionCore) {
+        self.path = path
+        id = FerryClient.transferID(path)
+        self.core = core
+        (stream, continuation) = AsyncThrowingStream.makeStream(of: FerryTaskEvent.self, throwing: Error.self,
+                                                                bufferingPolicy: .bufferingNewest(256))
+    }
+
+    public static func == (a: FerryTask, b: FerryTask) -> Bool { a.path == b.path }
+    public func hash(into h: inout Hasher) { h.combine(path) }
+    public var description: String { "FerryTask(\(id))" }
+
+    // MARK: Events
+
+    /// The task's events from its creation on (the newest 256 are kept until read);
+    /// ends when the task completes, throwing its `FerryError` if it failed. One reader.
+    public var events: AsyncThrowingStream<FerryTaskEvent, Error> { stream }
+
+    /// Waits until the task ends: its result, or its `FerryError`.
+    public var value: FerryTaskResult {
+        get async throws {
+            try await withCheckedThrowingContinuation { c in
+                lock.lock()
+                if let outcome {
+                    lock.unlock()
+                    c.resume(with: outcome.mapError { $0 as Error })
+                } else {
+                    waiters.append(c)
+                    lock.unlock()
+                }
+            }
+        }
+    }
+
+    func yield(_ e: FerryTaskEvent) { continuation.yield(e) }
+
+    func complete(_ r: Result<FerryTaskResult, FerryError>) {
+        lock.lock()
+        guard outcome == nil else { return lock.unlock() }
+        outcome = r
+        let w = waiters
+        waiters = []
+        lock.unlock()
+        switch r {
+        case .success: continuation.finish()
+        case .failure(let e): continuation.finish(throwing: e)
+        }
+        for c in w { c.resume(with: r.mapError { $0 as Error }) }
+    }
+
+    var isCompleted: Bool { lock.withLock { outcome != nil } }
+
+    // MARK: Control
+
+    private func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        return try await core.call(path, FerryClient.transferInterface, method, args)
+    }
+
+    /// Stops the task, keeping the partial file; returns the resume data for
+    /// `FerrySession.resumeDownload(with:)` (empty when the server cannot resume).
+    @discardableResult
+    public func pause() async throws -> Data { Data(try await call("Pause").first?.bytes ?? []) }
+    /// Paused or failed: queue it again, continuing from the partial file where possible.
+    public func resume() async throws { _ = try await call("Resume") }
+    /// Stops it for good and deletes the partial file.
+    public func cancel() async throws { _ = try await call("Cancel") }
+    /// Forgets a completed, failed or cancelled task (a downloaded file stays).
+    public func remove() async throws { _ = try await call("Remove") }
+    /// Points a paused or failed download at a new URL (an expired signed link).
+    public func setURL(_ url: URL) async throws { _ = try await call("SetUrl", [.string(url.absoluteString)]) }
+
+    public func setPriority(_ p: TransferPriority) async throws {
+        _ = try await call(setProperty: "Priority", .int32(p.rawValue))
+    }
+
+    public func setSpeedLimit(_ bytesPerSecond: UInt64) async throws {
+        _ = try await call(setProperty: "SpeedLimit", .uint64(bytesPerSecond))
+    }
+
+    private func call(setProperty name: String, _ v: DBusValue) async throws {
+        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        _ = try await core.call(path, StandardNames.properties, "Set", [.string(FerryClient.transferInterface), .string(name), .variant(v)])
+    }
+
+    // MARK: Properties
+
+    /// All properties now.
+    public func snapshot() async throws -> FerryTaskSnapshot {
+        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        let r = try await core.call(path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
+        return FerryTaskSnapshot(TransferInfo(id: id, path: path, properties: r.first?.vardict ?? [:]))
+    }
+
+    public var state: TransferState { get async throws { try await snapshot().state } }
+    public var bytesTransferred: Int64 { get async throws { try await snapshot().bytesTransferred } }
+    public var bytesExpected: Int64 { get async throws { try await snapshot().bytesExpected } }
+    public var url: URL? { get async throws { try await snapshot().url } }
+    public var destination: URL? { get async throws { try await snapshot().destination } }
+    public var error: FerryError? { get async throws { try await snapshot().error } }
+}

@@ -1,0 +1,316 @@
+import Foundation
+internal import DBus
+internal import FerryBusClient
+
+/// The careful part of a session: attach (subscribe first, then open the session,
+/// read its transfers and replay its pending events in order), deliver each event
+/// once to the delegate and the task, acknowledge what was delivered, and attach
+/// again when the service comes back. All event handling runs on `queue`, in the
+/// order the service sent the events.
+final class SessionCore: @unchecked Sendable {
+    let configuration: FerrySession.Configuration
+    let delegate: FerrySessionDelegate?
+    weak var session: FerrySession?
+    /// Event handling and delegate calls, one at a time.
+    let queue = DispatchQueue(label: "ferry.session.events")
+
+    private let lock = NSLock()
+    private var bus: BusConnection?
+    private var subscriptions: [BusConnection.Subscription] = []
+    private var attachTask: Task<String, Error>?
+    private var closed = false
+
+    // Confined to `queue`.
+    private var sessionPath: String?
+    private var tasks: [String: FerryTask] = [:]
+    private var handedOut: Set<String> = []
+    private var replaying = true
+    private var buffered: [Incoming] = []
+    private var lastDelivered: UInt64 = 0
+    private var locations: [String: String] = [:]
+    /// An event no one took was left pending: acknowledging a later one would drop it.
+    private var leftPending = false
+
+    /// A signal, as the bus queue hands it over.
+    enum Incoming {
+        case transfer(path: String, member: String, args: [DBusValue])
+        case state(path: String, String)
+        case added(path: String, [String: DBusValue])
+        case removed(path: String)
+        case allFinished(path: String)
+        case serviceBack
+    }
+
+    init(configuration: FerrySession.Configuration, delegate: FerrySessionDelegate?) {
+        self.configuration = configuration
+        self.delegate = delegate
+    }
+
+    // MARK: Attach
+
+    /// Attaches once (again after the service restarted); returns the session's path.
+    @discardableResult
+    func attach() async throws -> String {
+        let task: Task<String, Error> = lock.withLock {
+            if let attachTask { return attachTask }
+            let t = Task { try await self.doAttach() }
+            attachTask = t
+            return t
+        }
+        do {
+            return try await task.value
+        } catch {
+            lock.withLock { if attachTask == task { attachTask = nil } }
+            throw FerryError.wrap(error)
+        }
+    }
+
+    private func connection() throws -> BusConnection {
+        try lock.withLock {
+            if closed { throw FerryError.invalidState("the session was closed") }
+            if let bus { return bus }
+            let b: BusConnection
+            do {
+                b = try configuration.busAddress.map { try BusConnection(address: $0) } ?? BusConnection.session()
+            } catch let e as BusError {
+                throw FerryError.serviceUnavailable("cannot connect to the bus: \(e.message)")
+            }
+            bus = b
+            return b
+        }
+    }
+
+    private func subscribe(_ bus: BusConnection) async throws {
+        let needed = lock.withLock { subscriptions.isEmpty }
+        guard needed else { return }
+        let transfers = String(FerryClient.transferPathPrefix.dropLast())
+        var subs: [BusConnection.Subscription] = []
+        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: transfers,
+                                                      interface: FerryClient.transferInterface)) { [weak self] m in
+            guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
+            self?.receive(.transfer(path: path, member: member, args: args))
+        })
+        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: transfers,
+                                                      interface: StandardNames.properties, member: "PropertiesChanged")) { [weak self] m in
+            guard let path = m.path, let args = try? m.arguments(), args.count == 3,
+                  let state = args[1].vardict?["State"]?.string else { return }
+            self?.receive(.state(path: path, state))
+        })
+        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath,
+                                                      interface: StandardNames.objectManager)) { [weak self] m in
+            guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
+            if m.member == "InterfacesAdded", args.count == 2,
+               let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict {
+                self?.receive(.added(path: path, props))
+            } else if m.member == "InterfacesRemoved" {
+                self?.receive(.removed(path: path))
+            }
+        })
+        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: "/org/ferry/Ferry1/session",
+                                                      interface: FerryClient.sessionInterface, member: "AllFinished")) { [weak self] m in
+            guard let path = m.path else { return }
+            self?.receive(.allFinished(path: path))
+        })
+        subs.append(try await bus.subscribe(MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                                                      member: "NameOwnerChanged", arg0: FerryClient.busName)) { [weak self] m in
+            guard let args = try? m.arguments(), args.count == 3, args[2].string?.isEmpty == false else { return }
+            self?.receive(.serviceBack)
+        })
+        lock.withLock { subscriptions = subs }
+    }
+
+    private func doAttach() async throws -> String {
+        let bus = try connection()
+        queue.sync { replaying = true }
+        try await subscribe(bus)
+        let client = FerryClient(bus: bus)
+        let session = try await client.openSession(configuration.identifier, configuration: configuration.busValue)
+        let objects = try await client.managedObjects()
+        let pending = try await session.pendingEvents()
+        queue.sync {
+            sessionPath = session.path
+            leftPending = false
+            let pendingPaths = Set(pending.map(\.transferPath))
+            for info in objects.transfers where info.session == session.path {
+                let t = task(info.path)
+                t.isUpload = info.kind == "upload"
+                // Final, and its event was acknowledged before: its outcome is settled.
+                if TransferState(rawValue: info.state)?.isFinal == true && !pendingPaths.contains(info.path) {
+                    t.complete(Self.outcome(state: info.state, errorName: info.errorName, errorMessage: info.errorMessage,
+                                            httpStatus: Int(info.httpStatus), location: info.destination))
+                }
+            }
+            var delivered = 0
+            for e in pending where e.serial > lastDelivered {
+                let d = e.details
+                let errorName = d["error-name"]?.string ?? ""
+                deliver(path: e.transferPath, serial: e.serial, state: e.kind == "finished" ? "completed" : e.kind,
+                        errorName: errorName.isEmpty && e.kind == "cancelled" ? FerryError.prefix + "Cancelled" : errorName,
+                        errorMessage: d["error-message"]?.string ?? "", httpStatus: Int(d["http-status"]?.uint32 ?? 0),
+                        location: d["location"]?.string ?? "")
+                delivered += 1
+            }
+            replaying = false
+            let waiting = buffered
+            buffered = []
+            for i in waiting { process(i) }
+            let active = objects.session(path: session.path)?.activeTransfers ?? 0
+            if delivered > 0 && active == 0, let s = self.session { delegate?.ferrySessionDidFinishEvents(s) }
+        }
+        return session.path
+    }
+
+    // MARK: Events (on `queue`)
+
+    private func receive(_ i: Incoming) {
+        queue.async { [self] in
+            if replaying { buffered.append(i) } else { process(i) }
+        }
+    }
+
+    /// The task object for a path of this session (made on first sight).
+    func task(_ path: String) -> FerryTask {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if let t = tasks[path] { return t }
+        let t = FerryTask(path: path, core: self)
+        tasks[path] = t
+        return t
+    }
+
+    /// The task for a path the app now holds (its events may be acknowledged).
+    func handOut(_ path: String, upload: Bool? = nil) -> FerryTask {
+        queue.sync {
+            handedOut.insert(path)
+            let t = task(path)
+            if let upload { t.isUpload = upload }
+            return t
+        }
+    }
+
+    func allTasks() -> [FerryTask] {
+        queue.sync {
+            handedOut.formUnion(tasks.keys)
+            return tasks.values.sorted { $0.id < $1.id }
+        }
+    }
+
+    private func process(_ i: Incoming) {
+        switch i {
+        case .added(let path, let props):
+            guard props["Session"]?.string == sessionPath else { return }
+            task(path).isUpload = props["Kind"]?.string == "upload"
+        case .removed(let path):
+            tasks[path] = nil
+            handedOut.remove(path)
+        case .state(let path, let state):
+            guard let t = tasks[path], let s = TransferState(rawValue: state) else { return }
+            t.yield(.stateChanged(s))
+        case .allFinished(let path):
+            guard path == sessionPath, let s = session else { return }
+            delegate?.ferrySessionDidFinishEvents(s)
+        case .serviceBack:
+            lock.withLock { attachTask = nil }
+            Task { try? await self.attach() }
+        case .transfer(let path, let member, let args):
+            guard let t = tasks[path] else { return }
+            switch (member, args.count) {
+            case ("Progress", 3):
+                let (written, total, expected) = (args[0].int64 ?? 0, args[1].int64 ?? 0, args[2].int64 ?? -1)
+                t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
+                if let s = session {
+                    if t.isUpload {
+                        delegate?.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected)
+                    } else {
+                        delegate?.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected)
+                    }
+                }
+            case ("ResumedAtOffset", 2):
+                let (offset, expected) = (args[0].int64 ?? 0, args[1].int64 ?? -1)
+                t.yield(.resumed(offset: offset, expectedTotal: expected))
+                if let s = session { delegate?.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+            case ("Finished", 1):
+                // Delivered with the Completed that follows (so a replayed one is not delivered twice).
+                locations[path] = args[0].string ?? ""
+            case ("Completed", 3):
+                let serial = args[0].uint64 ?? 0
+                let name = args[1].string ?? ""
+                guard serial > lastDelivered else { return }
+                deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
+                        errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "")
+            default:
+                break
+            }
+        }
+    }
+
+    /// Hands one completion to the task and the delegate, then acknowledges it.
+    private func deliver(path: String, serial: UInt64, state: String, errorName: String, errorMessage: String,
+                         httpStatus: Int, location: String) {
+        let t = task(path)
+        locations[path] = nil
+        var status = httpStatus
+        if status == 0 && errorName.hasSuffix(".Http") {
+            // The message names the status ("… 404 …"); the event's details carry it when replayed.
+            status = errorMessage.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.first { (400...599).contains($0) } ?? 0
+        }
+        let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status, location: location)
+        if case .success(let r) = outcome, let url = r.location, !t.isUpload {
+            t.yield(.finished(location: url))
+            if let s = session { delegate?.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) }
+        }
+        if let s = session {
+            let error: FerryError?
+            if case .failure(let e) = outcome { error = e } else { error = nil }
+            delegate?.ferrySession(s, task: t, didCompleteWithError: error)
+        }
+        t.complete(outcome)
+        lastDelivered = max(lastDelivered, serial)
+        if delegate != nil || handedOut.contains(path) {
+            if !leftPending { acknowledge(serial) }
+        } else {
+            leftPending = true
+        }
+    }
+
+    static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
+                        location: String) -> Result<FerryTaskResult, FerryError> {
+        if state == "completed" && errorName.isEmpty {
+            return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location)))
+        }
+        let name = errorName.isEmpty ? FerryError.prefix + (state == "cancelled" ? "Cancelled" : "Network") : errorName
+        return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))
+    }
+
+    private func acknowledge(_ serial: UInt64) {
+        guard let path = sessionPath, let bus = lock.withLock({ bus }),
+              let m = try? FerryClient.methodCall(path: path, interface: FerryClient.sessionInterface,
+                                                  method: "AcknowledgeEvents", [.uint64(serial)]) else { return }
+        bus.send(m) { _ in }
+    }
+
+    // MARK: Calls
+
+    /// A method call on the service after attaching; bus errors become `FerryError`.
+    func call(_ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await attach()
+        let bus = try connection()
+        return try await mapped {
+            try await bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method, arguments: args)
+        }
+    }
+
+    func callSession(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        let path = try await attach()
+        return try await call(path, FerryClient.sessionInterface, method, args)
+    }
+
+    func close() {
+        let (b, subs) = lock.withLock { () -> (BusConnection?, [BusConnection.Subscription]) in
+            closed = true
+            defer { bus = nil; subscriptions = [] }
+            return (bus, subscriptions)
+        }
+        for s in subs { b?.unsubscribe(s) }
+        b?.close()
+    }
+}

@@ -1,0 +1,169 @@
+import DBus
+import FerryBusClient
+import Foundation
+
+/// What happened to a followed transfer, for displays and event printers.
+enum Change {
+    case added(TransferInfo)
+    case state(TransferInfo, from: String)
+    case progress(TransferInfo, bytesWritten: Int64)
+    case resumed(TransferInfo, offset: Int64)
+    case finished(TransferInfo, location: String)
+    case completed(TransferInfo, serial: UInt64)
+    case removed(TransferInfo)
+}
+
+/// Something that shows what a `Follower` sees.
+protocol FollowSink: AnyObject {
+    /// The transfers followed from the start, in their state when following began.
+    func start(_ initial: [TransferInfo])
+    func apply(_ change: Change)
+    /// Following ended (done, or the service left); `final` holds the last state of each.
+    func end(_ final: [TransferInfo])
+}
+
+/// Follows transfers live: a state read after subscribing, then the bus events,
+/// applied in the order the service sent them (so the state converges on the
+/// service's even when some events predate the snapshot).
+final class Follower {
+    struct Options {
+        /// Also follow transfers created while following (that `accept` takes).
+        var followNew = false
+        /// Follow new transfers that are paused too.
+        var includePaused = false
+        /// Stop once every followed transfer has ended.
+        var untilDone = true
+        /// Which new transfers to follow.
+        var accept: (TransferInfo) -> Bool = { _ in true }
+    }
+
+    private(set) var infos: [String: TransferInfo] = [:]
+    private(set) var order: [String] = []
+    /// Transfers whose `Completed` signal came, or that were final when following began.
+    private var completedSeen: Set<String> = []
+    let options: Options
+
+    init(options: Options) {
+        self.options = options
+    }
+
+    /// Whether a followed transfer has ended as far as following goes.
+    func hasEnded(_ i: TransferInfo) -> Bool {
+        // Nobody resumes a paused transfer for us: waiting on it would never end.
+        if i.state == "paused" { return true }
+        return i.isFinal && completedSeen.contains(i.path)
+    }
+
+    var allEnded: Bool { order.allSatisfy { infos[$0].map(hasEnded) ?? true } }
+
+    var followed: [TransferInfo] { order.compactMap { infos[$0] } }
+
+    /// Follows `initial` (read after `monitor` was started) until all ended (with
+    /// `untilDone`) or forever; returns their last state.
+    func run(_ initial: [TransferInfo], monitor: TransferMonitor, sink: FollowSink) async throws -> [TransferInfo] {
+        for i in initial {
+            if infos[i.path] == nil { order.append(i.path) }
+            infos[i.path] = i
+            if i.isFinal { completedSeen.insert(i.path) }
+        }
+        sink.start(followed)
+        if options.untilDone && allEnded {
+            sink.end(followed)
+            return followed
+        }
+        for await event in monitor.events {
+            if case .serviceVanished = event {
+                sink.end(followed)
+                throw CLIError.unreachable("the Ferry service left the bus")
+            }
+            if let change = apply(event) { sink.apply(change) }
+            if options.untilDone && allEnded { break }
+        }
+        sink.end(followed)
+        return followed
+    }
+
+    func apply(_ event: TransferEvent) -> Change? {
+        switch event {
+        case .added(let path, let props):
+            guard options.followNew, infos[path] == nil else { return nil }
+            let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
+            guard options.accept(i), options.includePaused || i.state != "paused" else { return nil }
+            infos[path] = i
+            order.append(path)
+            return .added(i)
+        case .progress(let path, let written, let total, let expected):
+            guard var i = infos[path] else { return nil }
+            i.bytesTransferred = total
+            if expected >= 0 || i.bytesExpected < 0 { i.bytesExpected = expected }
+            infos[path] = i
+            return .progress(i, bytesWritten: written)
+        case .propertiesChanged(let path, let changed):
+            guard var i = infos[path] else { return nil }
+            let old = i.state
+            if let s = changed["State"]?.string { i.state = s }
+            if let d = changed["Destination"]?.string { i.destination = d }
+            if let u = changed["Url"]?.string { i.url = u }
+            if let e = changed["BytesExpected"]?.int64 { i.bytesExpected = e }
+            if let r = changed["WaitingReason"]?.string { i.waitingReason = r }
+            if let h = changed["HttpStatus"]?.uint32 { i.httpStatus = h }
+            if let a = changed["Attempts"]?.uint32 { i.attempts = a }
+            if let s = changed["Sha256"]?.string { i.sha256 = s }
+            if let c = changed["Completed"]?.uint64 { i.completed = c }
+            if let err = changed["Error"]?.structFields, err.count == 2 {
+                i.errorName = err[0].string ?? ""
+                i.errorMessage = err[1].string ?? ""
+            }
+            // A transfer that moves again (resumed) waits for a new Completed.
+            if !i.isFinal { completedSeen.remove(path) }
+            infos[path] = i
+            return old != i.state ? .state(i, from: old) : nil
+        case .resumedAtOffset(let path, let offset, let expected):
+            guard var i = infos[path] else { return nil }
+            i.bytesTransferred = offset
+            if expected >= 0 { i.bytesExpected = expected }
+            infos[path] = i
+            return .resumed(i, offset: offset)
+        case .finished(let path, let location):
+            guard var i = infos[path] else { return nil }
+            i.destination = location
+            infos[path] = i
+            return .finished(i, location: location)
+        case .completed(let path, let serial, let errorName, let errorMessage):
+            guard var i = infos[path] else { return nil }
+            i.errorName = errorName
+            i.errorMessage = errorMessage
+            if !i.isFinal {
+                // The Completed signal is the last word even if the State change is still on its way.
+                i.state = errorName.isEmpty ? "completed" : (errorName.hasSuffix(".Cancelled") ? "cancelled" : "failed")
+            }
+            completedSeen.insert(path)
+            infos[path] = i
+            return .completed(i, serial: serial)
+        case .removed(let path):
+            guard let i = infos.removeValue(forKey: path) else { return nil }
+            order.removeAll { $0 == path }
+            return .removed(i)
+        case .serviceVanished:
+            return nil
+        }
+    }
+}
+
+/// Acknowledges the pending events of the CLI's own session that concern
+/// transfers it has shown in a final state (or that are gone): the longest such
+/// run from the oldest, since acknowledging a serial drops every earlier event too.
+func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
+                      shown: Set<String>, existing: Set<String>?) async {
+    guard let info = sessions.first(where: { $0.identifier == identifier }) else { return }
+    let session = FerrySession(client: client, path: info.path)
+    guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
+    var existing = existing
+    if existing == nil { existing = Set((try? await client.listTransfers().map(\.path)) ?? []) }
+    var last: UInt64?
+    for e in events {
+        guard shown.contains(e.transferPath) || !(existing?.contains(e.transferPath) ?? true) else { break }
+        last = e.serial
+    }
+    if let last { try? await session.acknowledgeEvents(upTo: last) }
+}

@@ -1,0 +1,187 @@
+import DBus
+import FerryBusClient
+import Foundation
+
+// The `--json` schemas, one Codable type each, written with snake_case keys and
+// without `\/` escapes. desktop/man/ferry.1 documents them field by field.
+
+/// A transfer, as `ls`, `show`, `get`, `wait` and `watch --until-done` print it.
+struct TransferJSON: Codable, Equatable {
+    var id: UInt64
+    var path: String
+    /// The identifier of the transfer's session ("" if it is not known).
+    var session: String
+    var kind: String
+    var url: String
+    var description: String
+    var destination: String
+    var state: String
+    var waitingReason: String
+    var bytesTransferred: Int64
+    var bytesExpected: Int64
+    var rate: UInt64
+    var expectedEnd: UInt64
+    var errorName: String
+    var errorMessage: String
+    var httpStatus: UInt32
+    var attempts: UInt32
+    var resumable: Bool
+    var sha256: String
+    var created: UInt64
+    var started: UInt64
+    var completed: UInt64
+    var priority: Int32
+    var speedLimit: UInt64
+
+    init(_ i: TransferInfo, sessions: [String: String] = [:]) {
+        id = i.id
+        path = i.path
+        session = sessions[i.session] ?? ""
+        kind = i.kind
+        url = i.url
+        description = i.description
+        destination = i.destination
+        state = i.state
+        waitingReason = i.waitingReason
+        bytesTransferred = i.bytesTransferred
+        bytesExpected = i.bytesExpected
+        rate = i.rate
+        expectedEnd = i.expectedEnd
+        errorName = i.errorName
+        errorMessage = i.errorMessage
+        httpStatus = i.httpStatus
+        attempts = i.attempts
+        resumable = i.resumable
+        sha256 = i.sha256
+        created = i.created
+        started = i.started
+        completed = i.completed
+        priority = i.priority
+        speedLimit = i.speedLimit
+    }
+}
+
+/// A session, as `sessions --json` prints it.
+struct SessionJSON: Codable, Equatable {
+    var identifier: String
+    var path: String
+    var activeTransfers: UInt32
+    var transfers: Int
+    /// Present for `sessions show`.
+    var pendingEvents: Int?
+    var configuration: ConfigurationJSON
+}
+
+/// A session's configuration (`Configuration`; header values show as "(hidden)").
+struct ConfigurationJSON: Codable, Equatable {
+    var persistent: Bool?
+    var directory: String?
+    var headers: [String: String]?
+    var maxConnectionsPerHost: UInt32?
+    var requestTimeout: Double?
+    var resourceTimeout: Double?
+    var allowMetered: Bool?
+    var notify: Bool?
+    var speedLimit: UInt64?
+    var retries: UInt32?
+    var proxy: String?
+    var cookies: Bool?
+    var applicationId: String?
+
+    init(_ c: [String: DBusValue]) {
+        persistent = c["persistent"]?.bool
+        directory = c["directory"]?.string
+        headers = c["headers"]?.stringDict
+        maxConnectionsPerHost = c["max-connections-per-host"]?.uint32
+        requestTimeout = c["request-timeout"]?.double
+        resourceTimeout = c["resource-timeout"]?.double
+        allowMetered = c["allow-metered"]?.bool
+        notify = c["notify"]?.bool
+        speedLimit = c["speed-limit"]?.uint64
+        retries = c["retries"]?.uint32
+        proxy = c["proxy"]?.string
+        cookies = c["cookies"]?.bool
+        applicationId = c["application-id"]?.string
+    }
+}
+
+/// The manager's settings and counters, as `config get --json` prints them.
+struct ManagerJSON: Codable, Equatable {
+    var version: String
+    var maxConcurrent: UInt32
+    var speedLimit: UInt64
+    var notifications: Bool
+    var activeTransfers: UInt32
+    var queuedTransfers: UInt32
+    var downloadRate: UInt64
+    var uploadRate: UInt64
+}
+
+/// One line of `events --json` and `watch --json` (JSON lines).
+struct EventJSON: Codable, Equatable {
+    /// added, state, progress, resumed, finished, completed, removed.
+    var event: String
+    var id: UInt64
+    /// Microseconds since the epoch, when the CLI saw it.
+    var time: UInt64
+    var state: String?
+    var waitingReason: String?
+    var url: String?
+    var destination: String?
+    var bytesTransferred: Int64?
+    var bytesExpected: Int64?
+    var offset: Int64?
+    var location: String?
+    var serial: UInt64?
+    var errorName: String?
+    var errorMessage: String?
+}
+
+/// A pending completion event, as `sessions show --json` lists it.
+struct PendingEventJSON: Codable, Equatable {
+    var serial: UInt64
+    var id: UInt64
+    var kind: String
+    var location: String?
+    var errorName: String?
+    var errorMessage: String?
+    var httpStatus: UInt32?
+    var bytes: Int64?
+    var sha256: String?
+}
+
+enum JSONOutput {
+    static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.keyEncodingStrategy = .convertToSnakeCase
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    static let prettyEncoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.keyEncodingStrategy = .convertToSnakeCase
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
+        return e
+    }()
+
+    /// A document (pretty-printed).
+    static func print<T: Encodable>(_ value: T) {
+        guard let data = try? prettyEncoder.encode(value) else { return }
+        Output.write(String(decoding: data, as: UTF8.self) + "\n")
+        Output.flush()
+    }
+
+    /// One JSON line.
+    static func line<T: Encodable>(_ value: T) {
+        Output.line(text(value))
+    }
+
+    /// A value as one line of JSON.
+    static func text<T: Encodable>(_ value: T) -> String {
+        guard let data = try? encoder.encode(value) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
+}

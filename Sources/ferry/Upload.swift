@@ -1,0 +1,151 @@
+import ArgumentParser
+import DBus
+import FerryBusClient
+import Foundation
+
+/// What `put` and `post` share: headers, description, waiting, output.
+struct UploadOptions: ParsableArguments {
+    @Option(name: [.customShort("H"), .customLong("header")], help: ArgumentHelp("An extra request header, 'Name: value'.", valueName: "HEADER"))
+    var headers: [String] = []
+
+    @Option(help: ArgumentHelp("The Content-Type of the file.", valueName: "TYPE"))
+    var contentType: String?
+
+    @Option(help: ArgumentHelp("A description shown in listings and notifications.", valueName: "TEXT"))
+    var description: String?
+
+    @Option(help: ArgumentHelp("Save the server's response body to this file.", valueName: "FILE"), completion: .file())
+    var responseOutput: String?
+
+    @Flag(help: "Create the transfer paused.")
+    var paused = false
+
+    @Flag(help: "Wait until the upload ends, showing progress; exit 1 if it failed.")
+    var wait = false
+
+    @Flag(help: "Print JSON (an array with the transfer) instead of its id.")
+    var json = false
+
+    func validate() throws {
+        for h in headers where !h.contains(":") { throw ValidationError("header '\(h)' is not of the form 'Name: value'") }
+    }
+
+    func busOptions(method: String) -> [String: DBusValue] {
+        var o: [String: DBusValue] = ["method": .string(method)]
+        if !headers.isEmpty {
+            var d: [String: String] = [:]
+            for h in headers {
+                let parts = h.split(separator: ":", maxSplits: 1)
+                d[parts[0].trimmingCharacters(in: .whitespaces)] = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
+            }
+            o["headers"] = .stringDict(d)
+        }
+        if let contentType { o["content-type"] = .string(contentType) }
+        if let description { o["description"] = .string(description) }
+        if let responseOutput { o["response-destination"] = .string(absolutePath(responseOutput)) }
+        if paused { o["start"] = .boolean(false) }
+        return o
+    }
+}
+
+/// Queues one upload and, with --wait, follows it (shared by put and post).
+func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: String,
+            busOptions: [String: DBusValue]) async throws {
+    try await runReportingErrors {
+        let path = absolutePath(file)
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue else {
+            throw CLIError.refused("\(file): no such file")
+        }
+        let client = try global.connect()
+        let session = try await client.openSession(global.session)
+        let monitor = opts.wait ? try await TransferMonitor.start(client) : nil
+        defer { monitor?.stop() }
+        let t = try await session.upload(url, file: path, options: busOptions)
+        let tty = isatty(STDOUT_FILENO) != 0
+        if opts.json && !opts.wait {
+            let objects = try await client.managedObjects()
+            JSONOutput.print(try pick([t.id], from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
+        } else if !opts.json && !global.quiet && (!opts.wait || !tty) {
+            Output.line(String(t.id))
+        }
+        guard opts.wait, let monitor else { return }
+        let objects = try await client.managedObjects()
+        let final = try await Follower(options: Follower.Options())
+            .run(try pick([t.id], from: objects), monitor: monitor, sink: ProgressDisplay(quiet: global.quiet || opts.json))
+        if opts.json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
+        await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
+                               shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+        if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
+    }
+}
+
+struct Put: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Upload a file with PUT (also `ferry -T FILE URL`); prints the new transfer id.")
+    @OptionGroup var global: GlobalOptions
+    @Option(name: [.customShort("T"), .customLong("upload-file")], help: ArgumentHelp("The file to upload.", valueName: "FILE"), completion: .file())
+    var uploadFile: String?
+    @Argument(help: ArgumentHelp("FILE URL (or URL with -T FILE).", valueName: "FILE-OR-URL"), completion: .file())
+    var arguments: [String] = []
+    @OptionGroup var opts: UploadOptions
+
+    var fileAndURL: (file: String, url: String)? {
+        if let uploadFile, arguments.count == 1 { return (uploadFile, arguments[0]) }
+        if uploadFile == nil, arguments.count == 2 { return (arguments[0], arguments[1]) }
+        return nil
+    }
+
+    func validate() throws {
+        if fileAndURL == nil { throw ValidationError("usage: ferry put FILE URL (or ferry put -T FILE URL)") }
+    }
+
+    func run() async throws {
+        let (file, url) = fileAndURL!
+        try await upload(global, opts, url: url, file: file, busOptions: opts.busOptions(method: "PUT"))
+    }
+}
+
+struct Post: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Upload a file as a multipart/form-data POST: ferry post URL -F field=@FILE [-F name=value].",
+        discussion: "Exactly one -F names the file (field=@FILE); other -F name=value fields are sent as the option form-values (a proposed addition to the bus contract).")
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "The URL.")
+    var url: String
+    @Option(name: [.customShort("F"), .customLong("form")], help: ArgumentHelp("A form field: field=@FILE for the file, or name=value.", valueName: "FIELD"))
+    var form: [String] = []
+    @OptionGroup var opts: UploadOptions
+
+    /// (file field, file, other fields)
+    func parsedForm() throws -> (field: String, file: String, values: [String: String]) {
+        var file: (String, String)?
+        var values: [String: String] = [:]
+        for f in form {
+            guard let eq = f.firstIndex(of: "="), eq != f.startIndex else {
+                throw ValidationError("-F '\(f)' is not of the form name=value or field=@FILE")
+            }
+            let name = String(f[..<eq])
+            let value = String(f[f.index(after: eq)...])
+            if value.hasPrefix("@") {
+                if file != nil { throw ValidationError("only one -F field=@FILE per upload") }
+                guard value.count > 1 else { throw ValidationError("-F \(name)=@ names no file") }
+                file = (name, String(value.dropFirst()))
+            } else {
+                values[name] = value
+            }
+        }
+        guard let file else { throw ValidationError("name the file with -F field=@FILE") }
+        return (file.0, file.1, values)
+    }
+
+    func validate() throws { _ = try parsedForm() }
+
+    func run() async throws {
+        let form = try parsedForm()
+        var o = opts.busOptions(method: "POST")
+        o["form-field"] = .string(form.field)
+        if !form.values.isEmpty { o["form-values"] = .stringDict(form.values) }
+        try await upload(global, opts, url: url, file: form.file, busOptions: o)
+    }
+}

@@ -1,0 +1,396 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `ferry` CLI as scripts use it: stdout/stderr, exit codes, `-d`, `-i`,
+/// `--json` schemas, the progress display piped and in a terminal, `watch`.
+final class CLIScriptingTests: FerryTestCase {
+    /// `ls --json`'s schema, decoded strictly (a missing or mistyped field fails).
+    struct TransferRow: Decodable {
+        var id: UInt64
+        var path: String
+        var session: String
+        var kind: String
+        var url: String
+        var description: String
+        var destination: String
+        var state: String
+        var waiting_reason: String
+        var bytes_transferred: Int64
+        var bytes_expected: Int64
+        var rate: UInt64
+        var expected_end: UInt64
+        var error_name: String
+        var error_message: String
+        var http_status: UInt32
+        var attempts: UInt32
+        var resumable: Bool
+        var sha256: String
+        var created: UInt64
+        var started: UInt64
+        var completed: UInt64
+        var priority: Int32
+        var speed_limit: UInt64
+    }
+
+    func decode<T: Decodable>(_ type: T.Type, _ text: String, file: StaticString = #filePath, line: UInt = #line) -> T? {
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(text.utf8))
+        } catch {
+            XCTFail("not the documented schema: \(error)\n\(text)", file: file, line: line)
+            return nil
+        }
+    }
+
+    func cliSessionPending() async throws -> [CompletionEvent] {
+        try await client.openSession("org.ferry.cli").pendingEvents()
+    }
+
+    /// `-d` names a folder that does not exist yet: it is made (as `wget -P` does),
+    /// and the file lands inside it under its own name; a path under a file is refused.
+    func testDirectoryIsMadeWhenMissing() async throws {
+        let body = serve("/files/report.pdf", size: 30_000)
+        let dir = work + "/new/sub"
+        let r = try ferry(["get", server.url("/files/report.pdf"), "-d", dir + "/", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertFile(dir + "/report.pdf", equals: body)
+        XCTAssertEqual(r.stderr, "", "nothing on stderr when all went well")
+
+        FileManager.default.createFile(atPath: work + "/plain", contents: Data("x".utf8))
+        let bad = try ferry(["get", server.url("/files/report.pdf"), "-d", work + "/plain/inner"])
+        XCTAssertEqual(bad.status, 2, bad.stdout)
+        XCTAssertTrue(bad.stderr.contains("cannot make the directory"), bad.stderr)
+        XCTAssertEqual(bad.stdout, "")
+        let count = try await client.listTransfers().count
+        XCTAssertEqual(count, 1, "a refused get queues nothing")
+    }
+
+    /// A failed download: the id on stdout, the failure on stderr, exit 1; `-q`
+    /// prints nothing on stdout; the CLI acknowledges the events it has shown.
+    func testFailuresGoToStderrAndQuietIsQuiet() async throws {
+        let r = try ferry(["get", server.url("/absent.bin"), "-o", work + "/absent.bin", "--wait"])
+        XCTAssertEqual(r.status, 1)
+        XCTAssertTrue(r.stderr.contains("404"), "the failure on stderr: \(r.stderr)")
+        XCTAssertFalse(r.stdout.contains("404"), "not on stdout: \(r.stdout)")
+        XCTAssertFalse(r.stdout.contains("failed"), r.stdout)
+
+        serve("/q.bin", size: 20_000)
+        let q = try ferry(["get", "-q", server.url("/q.bin"), "-o", work + "/q.bin", "--wait"])
+        XCTAssertEqual(q.status, 0, q.stderr)
+        XCTAssertEqual(q.stdout, "", "quiet")
+        XCTAssertTrue(exists(work + "/q.bin"))
+        let pending = try await cliSessionPending()
+        XCTAssertEqual(pending.count, 0, "shown events are acknowledged: \(pending.map(\.kind))")
+    }
+
+    /// The README's synopsis: global options before the subcommand.
+    func testGlobalOptionsBeforeTheSubcommand() async throws {
+        serve("/g.bin", size: 5_000)
+        let r = try ferry(["--session", "org.example.Script", "get", server.url("/g.bin"), "-o", work + "/g.bin", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let ls = try ferry(["ls", "--json", "--session", "org.example.Script"])
+        let rows = decode([TransferRow].self, ls.stdout) ?? []
+        XCTAssertEqual(rows.map(\.session), ["org.example.Script"])
+        let other = try ferry(["ls", "--json", "--session", "org.ferry.cli"])
+        XCTAssertEqual(decode([TransferRow].self, other.stdout)?.count, 0, "--session filters")
+    }
+
+    /// `-i FILE` with a SHA-256 per line and `-i -` from stdin; a wrong sum fails that file.
+    func testInputListWithChecksums() async throws {
+        let a = serve("/list/a.bin", size: 10_000, seed: 1)
+        serve("/list/b.bin", size: 10_000, seed: 2)
+        let list = """
+            # two files
+            \(server.url("/list/a.bin")) \(TestData.sha256Hex(a))
+
+            \(String(repeating: "0", count: 64))  \(server.url("/list/b.bin"))
+            """
+        try list.write(toFile: work + "/urls.txt", atomically: true, encoding: .utf8)
+        let r = try ferry(["get", "-i", work + "/urls.txt", "-d", work + "/out", "--wait"])
+        XCTAssertEqual(r.status, 1, "one checksum is wrong: \(r.stderr)")
+        assertFile(work + "/out/a.bin", equals: a)
+        XCTAssertFalse(exists(work + "/out/b.bin"), "an unverified file never gets its final name")
+        XCTAssertTrue(r.stderr.contains("b.bin"), r.stderr)
+        XCTAssertEqual(r.stdout.split(separator: "\n").filter { UInt64($0) != nil }.count, 2, "two ids: \(r.stdout)")
+
+        let c = serve("/list/c.bin", size: 4_000, seed: 3)
+        let piped = try runTool("/bin/sh", ["-c", "printf '%s\\n' \"$1\" | \"$2\" get -i - -d \"$3\" --wait", "sh",
+                                           server.url("/list/c.bin"), ferryPath, work + "/stdin"], environment: environment())
+        XCTAssertEqual(piped.status, 0, piped.stderr)
+        assertFile(work + "/stdin/c.bin", equals: c)
+
+        try "\(TestData.sha256Hex(c))  c.bin\n".write(toFile: work + "/SHA256SUMS", atomically: true, encoding: .utf8)
+        let sums = try ferry(["get", server.url("/list/c.bin"), "--sha256-file", work + "/SHA256SUMS", "-o", work + "/c2.bin", "--json"])
+        XCTAssertEqual(sums.status, 0, sums.stderr)
+        let rows = decode([TransferRow].self, sums.stdout)
+        XCTAssertEqual(rows?.count, 1)
+        let missing = try ferry(["get", server.url("/list/a.bin"), "--sha256-file", work + "/SHA256SUMS"])
+        XCTAssertEqual(missing.status, 64, "no sum for a.bin: \(missing.stderr)")
+    }
+
+    /// Options reach the service: limit-rate, priority, description, start-after, paused.
+    func testGetOptionsReachTheService() async throws {
+        serve("/opt.bin", size: 1000)
+        let r = try ferry(["get", server.url("/opt.bin"), "-o", work + "/opt.bin", "--limit-rate", "100k", "--priority", "high",
+                           "--description", "nightly build", "--start-after", "+1h", "-x", "2", "--json"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertFalse(r.stdout.contains("\\/"), "no escaped slashes: \(r.stdout)")
+        guard let row = decode([TransferRow].self, r.stdout)?.first else { return }
+        XCTAssertEqual(row.speed_limit, 100 * 1024)
+        XCTAssertEqual(row.priority, 1)
+        XCTAssertEqual(row.description, "nightly build")
+        XCTAssertEqual(row.url, server.url("/opt.bin"))
+        let info = try await client.transfer(id: row.id).info()
+        XCTAssertEqual(info.state, "waiting", "start-after keeps it waiting")
+        XCTAssertEqual(info.waitingReason, "start-after")
+
+        let usage = try ferry(["get", server.url("/opt.bin"), "--priority", "urgent"])
+        XCTAssertEqual(usage.status, 64, usage.stderr)
+        let usage2 = try ferry(["get", server.url("/opt.bin"), "-x", "17"])
+        XCTAssertEqual(usage2.status, 64, usage2.stderr)
+    }
+
+    /// `ls --state`, `wait --json`, `sessions`, `config`.
+    func testListingsAndSettings() async throws {
+        serve("/s1.bin", size: 2000)
+        let s = try await session("org.example.Other")
+        let done = try await s.download(server.url("/s1.bin"), options: ["destination": .string(work + "/s1.bin")])
+        try await finish(done)
+        let held = try await s.download(server.url("/s1.bin"), options: ["destination": .string(work + "/s1b.bin"), "start": .boolean(false)])
+
+        let paused = try ferry(["ls", "--json", "--state", "paused"])
+        XCTAssertEqual(decode([TransferRow].self, paused.stdout)?.map(\.id), [held.id])
+        let table = try ferry(["ls", "--state", "completed,paused"])
+        XCTAssertTrue(table.stdout.contains("s1.bin") && table.stdout.contains("s1b.bin"), table.stdout)
+        XCTAssertEqual(try ferry(["ls", "--state", "sleeping"]).status, 64)
+
+        let w = try ferry(["wait", "\(done.id)", "--json"])
+        XCTAssertEqual(w.status, 0, w.stderr)
+        XCTAssertEqual(decode([TransferRow].self, w.stdout)?.first?.state, "completed")
+
+        struct SessionRow: Decodable {
+            var identifier: String
+            var path: String
+            var active_transfers: UInt32
+            var transfers: Int
+            struct Configuration: Decodable { var persistent: Bool?; var retries: UInt32? }
+            var configuration: Configuration
+        }
+        let sessions = try ferry(["sessions", "--json"])
+        XCTAssertEqual(sessions.status, 0, sessions.stderr)
+        let rows = decode([SessionRow].self, sessions.stdout) ?? []
+        XCTAssertEqual(rows.first { $0.identifier == "org.example.Other" }?.transfers, 2)
+        let show = try ferry(["sessions", "show", "org.example.Other"])
+        XCTAssertTrue(show.stdout.contains("Pending events:   1"), show.stdout)
+        XCTAssertEqual(try ferry(["sessions", "close", "org.example.Other", "--cancel"]).status, 0)
+        let after = try ferry(["sessions", "--json"])
+        XCTAssertNil(decode([SessionRow].self, after.stdout)?.first { $0.identifier == "org.example.Other" })
+
+        XCTAssertEqual(try ferry(["config", "set", "max-concurrent", "3"]).status, 0)
+        XCTAssertEqual(try ferry(["config", "set", "speed-limit", "2M"]).status, 0)
+        XCTAssertEqual(try ferry(["config", "set", "notifications", "off"]).status, 0)
+        XCTAssertEqual(try ferry(["config", "set", "max-concurrent", "zero"]).status, 64)
+        let max = try await managerProperty("MaxConcurrentTransfers")?.uint32
+        XCTAssertEqual(max, 3)
+        struct Manager: Decodable { var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String }
+        let cfg = decode(Manager.self, try ferry(["config", "get", "--json"]).stdout)
+        XCTAssertEqual(cfg?.speed_limit, 2 * 1024 * 1024)
+        XCTAssertEqual(cfg?.notifications, false)
+        XCTAssertEqual(try ferry(["config", "get", "max-concurrent"]).stdout, "3\n")
+    }
+
+    /// Piped progress starts from the real state: a finished transfer is one final line at once.
+    func testPipedWatchOfAFinishedTransfer() async throws {
+        serve("/fin.bin", size: 3000)
+        let s = try await session()
+        let t = try await s.download(server.url("/fin.bin"), options: ["destination": .string(work + "/fin.bin")])
+        try await finish(t)
+        let r = try ferry(["watch", "\(t.id)", "--until-done"], timeout: 10)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "\(t.id) completed \(work!)/fin.bin\n")
+    }
+
+    /// `watch` follows transfers made after it started, skips paused ones, and
+    /// keeps going until interrupted; `events --json` prints JSON lines.
+    func testWatchAndEventsFollowNewTransfers() async throws {
+        let s = try await session()
+        serve("/held.bin", size: 1000)
+        let held = try await s.download(server.url("/held.bin"), options: ["destination": .string(work + "/held.bin"), "start": .boolean(false)])
+        // A transfer that runs all along: both commands show it at once, which
+        // tells the test they have subscribed and read the state.
+        serve("/slow.bin", size: 2_000_000)
+        server.set(.slow(bytesPerSecond: 64 * 1024), on: "/slow.bin")
+        let slow = try await s.download(server.url("/slow.bin"), options: ["destination": .string(work + "/slow.bin")])
+        let watch = try ChildProcess(executable: ferryPath, arguments: ["watch"], environment: environment())
+        let events = try ChildProcess(executable: ferryPath, arguments: ["events", "--json"], environment: environment())
+        defer {
+            watch.kill(SIGKILL)
+            events.kill(SIGKILL)
+        }
+        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"id\":\(slow.id)") }
+        serve("/late.bin", size: 50_000)
+        let late = try await s.download(server.url("/late.bin"), options: ["destination": .string(work + "/late.bin")])
+        try await finish(late)
+        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(late.id) completed") }
+        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"event\":\"completed\"") }
+        XCTAssertTrue(watch.isRunning, "watch goes on until Ctrl-C")
+        XCTAssertFalse(watch.stdout.contains("\(held.id) "), "a paused transfer is not followed: \(watch.stdout)")
+        watch.kill(SIGINT)
+        XCTAssertNotNil(watch.waitForExit(timeout: 5))
+        struct Line: Decodable { var event: String; var id: UInt64; var time: UInt64; var state: String? }
+        let lines = events.stdout.split(separator: "\n").compactMap { decode(Line.self, String($0)) }
+        XCTAssertTrue(lines.contains { $0.event == "added" && $0.id == late.id }, events.stdout)
+        XCTAssertTrue(lines.contains { $0.event == "completed" && $0.id == late.id && $0.state == "completed" }, events.stdout)
+        XCTAssertFalse(events.stdout.contains("\\/"))
+    }
+
+    /// In an 80-column terminal the display fits: no line wider than 80, a total line, the final state.
+    func testProgressInAnEightyColumnTerminal() async throws {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        let long = "/a-rather-long-file-name-that-would-not-fit-in-a-narrow-terminal-at-all-\(String(repeating: "x", count: 40)).bin"
+        serve(long, size: 300_000)
+        serve("/second.bin", size: 200_000)
+        server.set(.slow(bytesPerSecond: 600 * 1024), on: long)
+        let command = "stty cols 80 rows 24; exec \"$0\" get \"$1\" \"$2\" -d \"$3\" --wait"
+        let r = try runTool(script, ["-qfec", "sh -c '\(command)' \(ferryPath!) \(server.url(long)) \(server.url("/second.bin")) \(work!)/tty", "/dev/null"],
+                            environment: environment(), timeout: 30)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        // Split what the terminal showed into rows: at newlines and carriage returns; drop escapes.
+        let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        let rows = plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }
+        XCTAssertFalse(rows.isEmpty, r.stdout.debugDescription)
+        for row in rows { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
+        XCTAssertTrue(rows.contains { $0.hasPrefix("Total:") }, "a total line: \(rows)")
+        XCTAssertTrue(rows.last { $0.hasPrefix("Total:") }?.contains("2 completed") ?? false, rows.suffix(4).joined(separator: "\n"))
+    }
+
+    /// A resized terminal (SIGWINCH) gets frames that fit the new width.
+    func testProgressRedrawsForTheNewWidthAfterAResize() async throws {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        serve("/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin", size: 900_000)
+        server.set(.slow(bytesPerSecond: 400 * 1024), on: "/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin")
+        let typescript = work + "/typescript"
+        // The shell waits until the display is up (in the typescript), narrows the
+        // terminal (the kernel sends SIGWINCH), marks the spot, and waits for ferry.
+        let inner = """
+            stty cols 100 rows 20; "$0" get "$1" -d "$2" --wait & p=$!
+            n=0; until grep -q "ET[A]" "$3" || [ $n -gt 400 ]; do sleep 0.02; n=$((n+1)); done
+            stty cols 50; echo RESIZED; wait $p
+            """
+        let r = try runTool(script, ["-qfec", "sh -c '\(inner)' \(ferryPath!) \(server.url("/resize/a-long-enough-name-to-be-cut-when-the-terminal-narrows.bin")) \(work!)/rs \(typescript)",
+                                    typescript], environment: environment(), timeout: 30)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        let text = (try? String(contentsOfFile: typescript, encoding: .utf8)) ?? ""
+        // (The typescript's header quotes the command: the mark is the echoed line.)
+        guard let mark = text.range(of: "RESIZED\r\n", options: .backwards) else { return XCTFail("no resize mark: \(text.debugDescription)") }
+        let before = text[..<mark.lowerBound].replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        XCTAssertTrue(before.components(separatedBy: CharacterSet(charactersIn: "\r\n")).contains { $0.count > 50 },
+                      "wide lines before the resize")
+        let after = String(text[mark.upperBound...]).replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        let rows = after.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty && !$0.hasPrefix("Script done") }
+        XCTAssertTrue(rows.contains { $0.contains("done") }, "frames after the resize: \(rows)")
+        for row in rows { XCTAssertLessThanOrEqual(row.count, 50, "too wide after the resize: \(row)") }
+    }
+
+    /// `put`/`post`: argument errors are usage errors; a well-formed call reaches the service.
+    func testUploadCommands() async throws {
+        FileManager.default.createFile(atPath: work + "/up.txt", contents: Data("hello".utf8))
+        XCTAssertEqual(try ferry(["put", work + "/up.txt"]).status, 64)
+        XCTAssertEqual(try ferry(["post", server.url("/form"), "-F", "name=value"]).status, 64, "no file field")
+        XCTAssertEqual(try ferry(["post", server.url("/form"), "-F", "a=@x", "-F", "b=@y"]).status, 64, "two file fields")
+        let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
+        XCTAssertEqual(missing.status, 2)
+        XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
+
+        for args in [["put", work + "/up.txt", server.url("/up")], ["-T", work + "/up.txt", server.url("/up")],
+                     ["post", server.url("/form"), "-F", "file=@" + work + "/up.txt"]] {
+            let r = try ferry(args)
+            if r.status == 0 {
+                let id = UInt64(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+                let kind = try await client.transfer(id: id).info().kind
+                XCTAssertEqual(kind, "upload", "\(args)")
+            } else {
+                // Until ferryd implements uploads: its answer, relayed.
+                XCTAssertEqual(r.status, 2, "\(args): \(r.stderr)")
+                XCTAssertTrue(r.stderr.contains("NotSupported"), "\(args): \(r.stderr)")
+            }
+        }
+    }
+
+    /// Shell completion: transfer ids come from the service; -d completes folders, -o files.
+    func testCompletionOffersTransferIDsAndPaths() async throws {
+        serve("/cmp.bin", size: 100)
+        let s = try await session()
+        let a = try await s.download(server.url("/cmp.bin"), options: ["destination": .string(work + "/a"), "start": .boolean(false)])
+        let b = try await s.download(server.url("/cmp.bin"), options: ["destination": .string(work + "/b"), "start": .boolean(false)])
+        let r = try ferry(["---completion", "show", "--", "positional@0"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(Set(r.stdout.split(separator: "\n").map(String.init)), ["\(a.id)", "\(b.id)"])
+        let script = try ferry(["--generate-completion-script", "bash"]).stdout
+        XCTAssertTrue(script.contains("'-d'|'--directory')\n        __ferry_add_completions -d"), "folders for -d")
+        XCTAssertTrue(script.contains("'-o'|'--output')\n        __ferry_add_completions -f"), "files for -o")
+    }
+
+    /// Every example in the README's `ferry` section runs as written (with the
+    /// test server standing in for example.org), one after another, under `sh -e`.
+    func testReadmeExamplesRun() async throws {
+        var dir = URL(fileURLWithPath: #filePath)
+        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("README.md").path) {
+            dir.deleteLastPathComponent()
+        }
+        let readme = try String(contentsOf: dir.appendingPathComponent("README.md"), encoding: .utf8)
+        guard let section = readme.range(of: "## The `ferry` command"),
+              let open = readme.range(of: "```sh\n", range: section.upperBound..<readme.endIndex),
+              let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex) else {
+            return XCTFail("no sh example block in the README's ferry section")
+        }
+        let block = String(readme[open.upperBound..<close.lowerBound])
+        for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }
+        let script = block.replacingOccurrences(of: "https://example.org", with: server.url(""))
+        let bin = (ferryPath as NSString).deletingLastPathComponent
+        var env = environment()
+        env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
+        let r = try runTool("/bin/sh", ["-ec", script], environment: env, timeout: 60)
+        XCTAssertEqual(r.status, 0, "the README's examples: \(r.stderr)\n\(r.stdout)")
+        XCTAssertTrue(exists(home + "/isos/a.iso") && exists(home + "/more/b.iso") && exists(home + "/x.tar.gz"))
+        let json = try String(contentsOfFile: home + "/x.json", encoding: .utf8)
+        XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")
+    }
+
+    /// `ferry get` with many URLs makes every transfer before any of them starts
+    /// (so none can end the batch early), and its batch ends in one AllFinished.
+    func testGetCreatesAllTransfersBeforeAnyStarts() async throws {
+        let urls = (0..<40).map { i -> String in
+            serve("/batch/\(i).bin", size: 3000, seed: UInt64(i + 10))
+            return server.url("/batch/\(i).bin")
+        }
+        let mark = signals.mark
+        let r = try ferry(["get"] + urls + ["-d", work + "/batch", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        try await signals.wait("the manager's AllFinished") { s in
+            s.dropFirst(mark).contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }
+        }
+        let seen = Array(signals.all.dropFirst(mark))
+        let added = seen.indices.filter { seen[$0].member == "InterfacesAdded" && seen[$0].args.first?.string?.contains("/transfer/") == true }
+        XCTAssertEqual(added.count, 40)
+        let firstRunning = seen.firstIndex { $0.member == "PropertiesChanged" && $0.changed["State"]?.string == "running" }
+        XCTAssertNotNil(firstRunning)
+        XCTAssertLessThan(added.last ?? .max, firstRunning ?? -1, "every transfer exists before the first one runs")
+        XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count, 1, "one batch")
+    }
+
+    func waitUntilAsync(timeout: TimeInterval, _ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            if Date() > deadline { throw TimedOut(description: "condition not met in \(timeout) s") }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+    }
+}

@@ -1,0 +1,308 @@
+import FerryClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// FerryClient's URLSession-style API against the real ferryd on a private bus.
+/// (This file imports FerryClient only: `FerrySession` here is the library's.)
+final class FerryClientTests: FerryTestCase {
+    /// Records delegate calls in order.
+    final class Recorder: FerrySessionDelegate, @unchecked Sendable {
+        private let lock = NSLock()
+        private(set) var lines: [String] = []
+        private var waiters: [(String, CheckedContinuation<Void, Never>)] = []
+
+        func add(_ s: String) {
+            lock.lock()
+            lines.append(s)
+            let ready = waiters.filter { w in lines.contains { $0.hasPrefix(w.0) } }
+            waiters.removeAll { w in lines.contains { $0.hasPrefix(w.0) } }
+            lock.unlock()
+            for w in ready { w.1.resume() }
+        }
+
+        var recorded: [String] { lock.withLock { lines } }
+
+        /// Waits (bounded) until a line starting with `prefix` was recorded.
+        func wait(for prefix: String, timeout: TimeInterval = 20) async throws {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    await withCheckedContinuation { c in
+                        self.lock.lock()
+                        if self.lines.contains(where: { $0.hasPrefix(prefix) }) {
+                            self.lock.unlock()
+                            c.resume()
+                        } else {
+                            self.waiters.append((prefix, c))
+                            self.lock.unlock()
+                        }
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(nanoseconds: UInt64(timeout * 1e9))
+                    throw TimedOut(description: "no delegate call '\(prefix)' in \(timeout) s; got \(self.recorded)")
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+
+        func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didFinishDownloadingTo location: URL) {
+            add("finished \(downloadTask.id) \(location.path)")
+        }
+
+        func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?) {
+            add("completed \(task.id) \(error.map { "\($0)" } ?? "ok")")
+        }
+
+        func ferrySessionDidFinishEvents(_ session: FerrySession) { add("idle") }
+
+        func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didWriteData bytesWritten: Int64,
+                          totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+            add("progress \(downloadTask.id) \(totalBytesWritten)/\(totalBytesExpectedToWrite)")
+        }
+    }
+
+    func configuration(_ identifier: String = "org.example.ClientTests") -> FerrySession.Configuration {
+        var c = FerrySession.Configuration.background(identifier: identifier)
+        c.busAddress = bus.address
+        return c
+    }
+
+    func pendingCount(_ identifier: String) async throws -> Int {
+        try await client.openSession(identifier).pendingEvents().count
+    }
+
+    /// A download through the delegate and through `task.value`/`task.events`;
+    /// the delivered event is acknowledged.
+    func testDownloadDeliversToDelegateAndTask() async throws {
+        let body = serve("/c/one.bin", size: 100_000)
+        let recorder = Recorder()
+        let session = FerrySession(configuration: configuration(), delegate: recorder)
+        defer { session.detach() }
+        var options = DownloadOptions()
+        options.sha256 = TestData.sha256Hex(body)
+        options.description = "one"
+        let task = try await session.download(from: URL(string: server.url("/c/one.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/one.bin"), options: options)
+        var sawProgress = false
+        var sawFinished: URL?
+        for try await event in task.events {
+            switch event {
+            case .progress(_, let total, let expected):
+                sawProgress = true
+                XCTAssertEqual(expected, Int64(body.count))
+                XCTAssertLessThanOrEqual(total, expected)
+            case .finished(let location): sawFinished = location
+            default: break
+            }
+        }
+        XCTAssertTrue(sawProgress)
+        XCTAssertEqual(sawFinished?.path, work + "/one.bin")
+        let result = try await task.value
+        XCTAssertEqual(result.location?.path, work + "/one.bin")
+        assertFile(work + "/one.bin", equals: body)
+        try await recorder.wait(for: "idle")
+        let lines = recorder.recorded.filter { !$0.hasPrefix("progress") }
+        XCTAssertEqual(lines, ["finished \(task.id) \(work!)/one.bin", "completed \(task.id) ok", "idle"])
+        let snapshot = try await task.snapshot()
+        XCTAssertEqual(snapshot.state, .completed)
+        XCTAssertEqual(snapshot.description, "one")
+        XCTAssertEqual(snapshot.sha256, TestData.sha256Hex(body))
+        let pending = try await pendingCount("org.example.ClientTests")
+        XCTAssertEqual(pending, 0, "delivered events are acknowledged")
+    }
+
+    /// Refusals and failures are typed `FerryError`s, the HTTP status included.
+    func testErrorsAreTyped() async throws {
+        let session = FerrySession(configuration: configuration())
+        defer { session.detach() }
+        do {
+            _ = try await session.download(from: URL(string: "ftp://example.com/x")!)
+            XCTFail("ftp accepted")
+        } catch let e as FerryError {
+            guard case .unsupportedScheme = e else { return XCTFail("\(e)") }
+        }
+        let task = try await session.download(from: URL(string: server.url("/c/missing"))!, to: URL(fileURLWithPath: work + "/missing"))
+        do {
+            _ = try await task.value
+            XCTFail("a 404 succeeded")
+        } catch let e as FerryError {
+            XCTAssertEqual(e.httpStatus, 404, "\(e)")
+        }
+        let stopped = try await session.download(from: URL(string: server.url("/c/missing"))!, to: URL(fileURLWithPath: work + "/m2"),
+                                                 options: { var o = DownloadOptions(); o.startsSuspended = true; return o }())
+        let state = try await stopped.state
+        XCTAssertEqual(state, .paused)
+        do {
+            try await stopped.remove()
+            XCTFail("removing a paused task")
+        } catch let e as FerryError {
+            guard case .invalidState = e else { return XCTFail("\(e)") }
+        }
+    }
+
+    /// The come-back flow: queue, leave; the download ends while the app is away;
+    /// the app comes back and its delegate gets the event, once.
+    func testEventsKeptWhileAwayAreReplayedOnce() async throws {
+        serve("/c/away.bin", size: 200_000)
+        server.set(.slow(bytesPerSecond: 1024 * 1024), on: "/c/away.bin")
+        let first = FerrySession(configuration: configuration("org.example.Away"))
+        let task = try await first.download(from: URL(string: server.url("/c/away.bin"))!, to: URL(fileURLWithPath: work + "/away.bin"))
+        let id = task.id
+        first.detach()
+        try await signals.completed("/org/ferry/Ferry1/transfer/\(id)")
+
+        let recorder = Recorder()
+        let again = FerrySession(configuration: configuration("org.example.Away"), delegate: recorder)
+        defer { again.detach() }
+        try await again.attach()
+        XCTAssertEqual(recorder.recorded, ["finished \(id) \(work!)/away.bin", "completed \(id) ok", "idle"])
+        let pending = try await pendingCount("org.example.Away")
+        XCTAssertEqual(pending, 0)
+        let tasks = try await again.allTasks()
+        XCTAssertEqual(tasks.map(\.id), [id])
+        let value = try await tasks[0].value
+        XCTAssertEqual(value.location?.path, work + "/away.bin")
+
+        let third = Recorder()
+        let once = FerrySession(configuration: configuration("org.example.Away"), delegate: third)
+        defer { once.detach() }
+        try await once.attach()
+        XCTAssertEqual(third.recorded, [], "acknowledged events are not delivered again")
+    }
+
+    /// A running download survives a restart of ferryd; the session attaches
+    /// again by itself and its delegate hears the end.
+    func testReattachesWhenTheServiceRestarts() async throws {
+        let body = serve("/c/restart.bin", size: 400_000)
+        server.set(.slow(bytesPerSecond: 256 * 1024), on: "/c/restart.bin")
+        let recorder = Recorder()
+        let session = FerrySession(configuration: configuration("org.example.Restart"), delegate: recorder)
+        defer { session.detach() }
+        let task = try await session.download(from: URL(string: server.url("/c/restart.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/restart.bin"))
+        try await recorder.wait(for: "progress \(task.id)")
+        try await stopFerryd()
+        server.set(.slow(bytesPerSecond: 4 * 1024 * 1024), on: "/c/restart.bin")
+        try await startFerryd()
+        try await recorder.wait(for: "completed \(task.id)", timeout: 30)
+        XCTAssertTrue(recorder.recorded.contains("completed \(task.id) ok"), "\(recorder.recorded)")
+        assertFile(work + "/restart.bin", equals: body)
+        let value = try await task.value
+        XCTAssertEqual(value.location?.path, work + "/restart.bin")
+    }
+
+    /// Ferry wakes the app (ActivateAction on its application id) once its client
+    /// has left; the wake-up helper opens the session and the delegate gets the event.
+    func testWakeUpOpensTheSessionForTheDelegate() async throws {
+        serve("/c/wake.bin", size: 64 * 1024)
+        server.set(.slow(bytesPerSecond: 256 * 1024), on: "/c/wake.bin")
+        let recorder = Recorder()
+        let wake = FerryWakeUp(applicationID: "org.example.Wakeful", busAddress: bus.address, delegate: recorder) { c in
+            c.busAddress = self.bus.address
+        }
+        try await wake.start()
+        defer { wake.stop() }
+
+        var c = configuration("org.example.Wakeful.background")
+        c.applicationID = "org.example.Wakeful"
+        let app = FerrySession(configuration: c)
+        let task = try await app.download(from: URL(string: server.url("/c/wake.bin"))!, to: URL(fileURLWithPath: work + "/wake.bin"))
+        app.detach()
+
+        try await recorder.wait(for: "completed \(task.id)", timeout: 30)
+        XCTAssertEqual(recorder.recorded.filter { !$0.hasPrefix("progress") && $0 != "idle" },
+                       ["finished \(task.id) \(work!)/wake.bin", "completed \(task.id) ok"])
+        XCTAssertEqual(wake.sessions.map(\.configuration.identifier), ["org.example.Wakeful.background"])
+        // The helper acknowledges after its delegate returned: wait (bounded) for it.
+        var pending = try await pendingCount("org.example.Wakeful.background")
+        let deadline = Date().addingTimeInterval(10)
+        while pending != 0, Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+            pending = try await pendingCount("org.example.Wakeful.background")
+        }
+        XCTAssertEqual(pending, 0, "the delivered event was acknowledged")
+    }
+
+    /// Examples/QueueAndCollect: queues, is killed, comes back and collects.
+    func testExampleQueuesIsKilledAndCollects() async throws {
+        guard let example = Binaries.locate("ferry-queue-and-collect", variable: "FERRY_EXAMPLE_PATH") else {
+            return XCTFail("the example ferry-queue-and-collect was not built beside ferry")
+        }
+        let a = serve("/ex/a.bin", size: 150_000, seed: 4)
+        let b = serve("/ex/b.bin", size: 150_000, seed: 5)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/ex/a.bin")
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/ex/b.bin")
+        let env = environment(["FERRY_EXAMPLE_ADDRESS": bus.address])
+        try FileManager.default.createDirectory(atPath: work + "/ex", withIntermediateDirectories: true)
+        let queue = try ChildProcess(executable: example, arguments: ["queue", work + "/ex", server.url("/ex/a.bin"), server.url("/ex/b.bin")],
+                                     environment: env)
+        let deadline = Date().addingTimeInterval(15)
+        while queue.stdout.components(separatedBy: "queued ").count < 3 {
+            if Date() > deadline || !queue.isRunning { return XCTFail("the example did not queue: \(queue.log)") }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        queue.kill(SIGKILL)
+        _ = queue.waitForExit(timeout: 5)
+        let ids = queue.stdout.split(separator: "\n").compactMap { $0.hasPrefix("queued ") ? UInt64($0.dropFirst(7)) : nil }
+        XCTAssertEqual(ids.count, 2)
+        for id in ids { try await signals.completed("/org/ferry/Ferry1/transfer/\(id)") }
+
+        let collect = try runTool(example, ["collect"], environment: env, timeout: 30)
+        XCTAssertEqual(collect.status, 0, collect.stderr)
+        let lines = collect.stdout.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("completed") }.sorted(), ids.map { "completed \($0) ok" }.sorted(), collect.stdout)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("finished") }.count, 2, collect.stdout)
+        assertFile(work + "/ex/a.bin", equals: a)
+        assertFile(work + "/ex/b.bin", equals: b)
+        let again = try runTool(example, ["collect"], environment: env, timeout: 30)
+        XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
+    }
+
+    /// pause() hands back resume data; resumeDownload(with:) continues from it to
+    /// the same, complete file; the paused task can be pointed at a new URL.
+    func testPauseResumeDataAndSetURL() async throws {
+        let body = serve("/c/resumable.bin", size: 600_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/c/resumable.bin")
+        let session = FerrySession(configuration: configuration("org.example.Resume"))
+        defer { session.detach() }
+        let task = try await session.download(from: URL(string: server.url("/c/resumable.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/resumable.bin"))
+        for try await event in task.events {
+            if case .progress(_, let total, _) = event, total > 0 { break }
+        }
+        let data = try await task.pause()
+        XCTAssertFalse(data.isEmpty, "the server has ranges and an ETag: resumable")
+        let paused = try await task.snapshot()
+        XCTAssertEqual(paused.state, .paused)
+        XCTAssertTrue(paused.isResumable)
+        server.set(.slow(bytesPerSecond: 8 * 1024 * 1024), on: "/c/resumable.bin")
+        let again = try await session.resumeDownload(with: data)
+        let done = try await again.value
+        XCTAssertEqual(done.location?.path, work + "/resumable.bin")
+        assertFile(work + "/resumable.bin", equals: body)
+        do {
+            _ = try await session.resumeDownload(with: Data("not resume data".utf8))
+            XCTFail("garbage resume data accepted")
+        } catch let e as FerryError {
+            guard case .invalidResumeData = e else { return XCTFail("\(e)") }
+        }
+
+        serve("/c/moved.bin", size: 50_000, seed: 9)
+        var options = DownloadOptions()
+        options.startsSuspended = true
+        let held = try await session.download(from: URL(string: server.url("/c/gone.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/moved.bin"), options: options)
+        try await held.setURL(URL(string: server.url("/c/moved.bin"))!)
+        let url = try await held.url
+        XCTAssertEqual(url?.absoluteString, server.url("/c/moved.bin"))
+        try await held.resume()
+        let moved = try await held.value
+        XCTAssertEqual(moved.location?.path, work + "/moved.bin")
+    }
+}

@@ -55,15 +55,26 @@ def run(ctx, suite):
     ferryd.wait_answering(conn)
     conn.add_match(h.match_rule("Progress"))
     concurrent = _set_highest(conn, want)
-    session, per_host = _open_session_highest(conn, "org.ferry.bench.running", want)
-    running = min(want, concurrent, per_host)
+    running = min(want, concurrent)
+    # The per-host limit is per session: spread the transfers over as many sessions as
+    # it takes when ferryd caps it below the count.
+    sessions = []
+    left = running
+    while left > 0:
+        session, per_host = _open_session_highest(conn, f"org.ferry.bench.running.{len(sessions)}", left)
+        sessions.append((session, per_host))
+        left -= per_host
     if running < want:
-        suite.note(f"ferryd accepts at most {concurrent} concurrent transfers and "
-                   f"{per_host} per host: {running} run at once, not {want}")
+        suite.note(f"ferryd accepts at most {concurrent} concurrent transfers: {running} run at once, not {want}")
+    if len(sessions) > 1:
+        suite.note(f"max-connections-per-host is capped at {sessions[0][1]}: {len(sessions)} sessions share the transfers")
 
-    for i in range(running):
-        opts = h.download_options(destination=f"{dest}/r{i:03d}.bin")
-        conn.call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [ctx.url(f"crawl/{name}"), opts])
+    i = 0
+    for session, per_host in sessions:
+        for _ in range(per_host):
+            opts = h.download_options(destination=f"{dest}/r{i:03d}.bin")
+            conn.call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [ctx.url(f"crawl/{name}"), opts])
+            i += 1
 
     def active():
         return h.get_property(conn, MANAGER_PATH, MANAGER, "ActiveTransfers")

@@ -39,7 +39,10 @@ def run(ctx, suite):
     conn = ctx.connect(on_signal=counter)
     ferryd.wait_answering(conn)
     conn.add_match(h.match_rule("Completed"))
-    session = h.open_session(conn, "org.ferry.bench.segments")
+    # A transfer's connections count against the session's per-host limit (default 6):
+    # allow the 8 that aria2c -x8 gets.
+    session = h.open_session(conn, "org.ferry.bench.segments",
+                             {"max-connections-per-host": wire.Variant("u", 16)})
 
     def ferry(url, connections):
         out = os.path.join(out_dir, "ferry.bin")

@@ -256,6 +256,29 @@ def warm_page_cache(path):
                 pass
 
 
+def fdatasync_cost(directory, count=100, size=100 * KIB):
+    """Median seconds to write `size` bytes to a new file and fdatasync it, in `directory`.
+
+    Context for the batch figures: Ferry (one fdatasync per finished file) and aria2c
+    (about three fsyncs per file, for its control files) pay this per file; curl does
+    not. On a disk shared with busy neighbours it moves a lot from run to run."""
+    os.makedirs(directory, exist_ok=True)
+    data = os.urandom(size)
+    times = []
+    for i in range(count):
+        path = os.path.join(directory, f"sync-{i}.bin")
+        t0 = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        times.append(time.perf_counter() - t0)
+        os.unlink(path)
+    return median(times)
+
+
 def empty_dir(path):
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)

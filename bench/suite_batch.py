@@ -67,6 +67,9 @@ def run(ctx, suite):
     dest_root = os.path.join(h.OUT_DIR, "batch-dest")
     h.warm_page_cache(src_dir)
 
+    sync_cost = h.fdatasync_cost(os.path.join(dest_root, "sync-probe"))
+    suite.note(f"this disk: write + fdatasync of a 100 KiB file takes {sync_cost * 1000:.2f} ms (median of 100)")
+
     ferryd = h.Ferryd(ctx, "batch").start()
     counter = h.SignalCounter()
     conn = ctx.connect(on_signal=counter)
@@ -142,7 +145,7 @@ def run(ctx, suite):
     h.empty_dir(dest_root)
 
     by = {t: [r for r in results if r["tool"] == t] for t in TOOLS}
-    suite.data = {"files": count, "file_bytes": 100 * h.KIB, "runs": results,
+    suite.data = {"files": count, "file_bytes": 100 * h.KIB, "runs": results, "fdatasync_100KiB_s": sync_cost,
                   "median_wall": {t: h.median([r["wall"] for r in by[t]]) for t in TOOLS},
                   "median_cpu": {t: h.median([r["cpu"] for r in by[t]]) for t in TOOLS}}
 
@@ -161,6 +164,7 @@ def run(ctx, suite):
     suite.row("ferryd CPU in the bus run / curl CPU", h.fmt_s(cpu_d),
               f"curl {h.fmt_s(suite.data['median_cpu']['curl'])}",
               h.median([x["cpu_daemon"] / max(y["cpu"], 1e-3) for x, y in zip(by["bus"], by["curl"])]), "", None)
+    suite.row("disk context: write + fdatasync of 100 KiB", h.fmt_s(sync_cost), "", None, "", None)
     for tool in ("bus", "get"):
         counts = [r["all_finished"] for r in by[tool]]
         suite.row(f"manager AllFinished per batch ({tool})", " ".join(map(str, counts)), "", None,

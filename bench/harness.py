@@ -380,11 +380,12 @@ def start_bus(children, tmp):
   <limit name="max_replies_per_connection">50000</limit>
 </busconfig>
 """)
-    proc = children.start("dbus-daemon", [
-        "dbus-daemon", f"--config-file={conf_path}", "--print-address=1", "--nofork"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "dbus-daemon.log"), "wb"),
-        text=True)
+    with open(os.path.join(tmp, "dbus-daemon.log"), "wb") as errors:
+        proc = children.start("dbus-daemon", [
+            "dbus-daemon", f"--config-file={conf_path}", "--print-address=1", "--nofork"],
+            stdout=subprocess.PIPE, stderr=errors, text=True)
     address = proc.stdout.readline().strip()
+    proc.stdout.close()
     if not address:
         raise BenchError("dbus-daemon printed no address")
     return address, proc

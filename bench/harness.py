@@ -112,6 +112,11 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
+def memory_breakdown_mib(pid):
+    """RSS split into anonymous (heap, stacks), file-backed (code, mapped files) and shared memory."""
+    return {k: proc_status_kib(pid, k) / KIB for k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM")}
+
+
 def proc_status_kib(pid, key):
     """A `kB` line of /proc/PID/status (VmRSS, VmHWM), in KiB."""
     with open(f"/proc/{pid}/status") as f:
@@ -132,6 +137,7 @@ class ContextSwitches:
         self.pid = pid
         self.first = {}
         self.last = {}
+        self.names = {}
         self.sample()
         self.first = dict(self.last)
 
@@ -147,11 +153,22 @@ class ContextSwitches:
         for tid in os.listdir(f"/proc/{self.pid}/task"):
             try:
                 self.last[tid] = self._read(tid)
+                if tid not in self.names:
+                    with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
+                        self.names[tid] = f.read().strip()
             except (FileNotFoundError, ProcessLookupError):
                 pass
 
     def total(self):
         return sum(v - self.first.get(tid, 0) for tid, v in self.last.items())
+
+    def by_thread_name(self):
+        """Switches per thread name (where the wakeups come from), busiest first."""
+        out = {}
+        for tid, v in self.last.items():
+            name = self.names.get(tid, "?")
+            out[name] = out.get(name, 0) + v - self.first.get(tid, 0)
+        return dict(sorted(((k, v) for k, v in out.items() if v), key=lambda kv: -kv[1]))
 
     def threads_seen(self):
         return len(self.last)

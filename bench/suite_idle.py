@@ -28,7 +28,7 @@ def _measure(ferryd, window, quiet=1.0):
     while time.monotonic() < end:
         time.sleep(0.25)
         cs.sample()
-    return cs.total() / (time.monotonic() - t0), cs.threads_seen()
+    return cs.total() / (time.monotonic() - t0), cs.threads_seen(), cs.by_thread_name()
 
 
 def _small_batch(ctx, conn, counter):
@@ -67,8 +67,12 @@ def run(ctx, suite):
     ferryd.stop()
     conn.close()
 
-    suite.data = {"window_s": window, **{k: {"wakeups_per_s": v, "threads": n} for k, (v, n) in results.items()}}
-    for what, (rate, threads) in results.items():
+    suite.data = {"window_s": window, **{k: {"wakeups_per_s": v, "threads": n, "switches_by_thread": by}
+                                         for k, (v, n, by) in results.items()}}
+    for what, (rate, threads, by) in results.items():
+        if by:
+            suite.note(f"{what}: context switches by thread name over {window:g} s: "
+                       + ", ".join(f"{k} {v}" for k, v in by.items()))
         informational = what.startswith("idle-exit")
         suite.row(f"idle ferryd wakeups/s, {what}", f"{rate:.2f} ({threads} threads)", "", None,
                   "0" if not informational else "(timer by design)",

@@ -29,6 +29,7 @@ def run(ctx, suite):
     ferryd.wait_answering(conn)
     time.sleep(SETTLE_S)
     rss_empty = ferryd.rss_mib()
+    mem = {"empty": h.memory_breakdown_mib(ferryd.pid)}
     session = h.open_session(conn, "org.ferry.bench.queued")
     dest = h.OUT_DIR  # never written: the transfers stay paused
     opts = h.download_options(destination=dest, start=False)
@@ -45,6 +46,7 @@ def run(ctx, suite):
     t_all = time.perf_counter() - t_all
     time.sleep(SETTLE_S)
     rss_created = ferryd.rss_mib()
+    mem["created"] = h.memory_breakdown_mib(ferryd.pid)
     suite.note(f"{count} paused transfers created in {t_all:.1f} s; RSS {rss_empty:.1f} -> {rss_created:.1f} MiB")
 
     ls_times, json_times = [], []
@@ -72,6 +74,7 @@ def run(ctx, suite):
             raise BenchError(f"after a restart ferryd lists {len(paths)} transfers, not {count}")
         time.sleep(SETTLE_S)
         rss_restarted.append(ferryd.rss_mib())
+        mem["restarted"] = h.memory_breakdown_mib(ferryd.pid)
         h.log(f"queued: restart answered after {restart_times[-1]:.3f} s, RSS {rss_restarted[-1]:.1f} MiB")
     conn.close()
     ferryd.stop()
@@ -83,7 +86,9 @@ def run(ctx, suite):
                                          "mean": sum(latencies) / len(latencies)},
                   "create_all_s": t_all, "ls_s": ls_times, "ls_json_s": json_times,
                   "get_managed_objects_s": gmo, "get_managed_objects_bytes": gmo_bytes,
-                  "restart_to_answering_s": restart_times}
+                  "restart_to_answering_s": restart_times, "memory_mib": mem}
+    for when, m in mem.items():
+        suite.note(f"memory {when}: " + ", ".join(f"{k} {v:.1f}" for k, v in m.items()) + " MiB")
     rss_r = max(rss_restarted)
     suite.row("ferryd RSS at start, nothing queued", f"{rss_empty:.1f} MiB", "", None, "", None)
     suite.row(f"ferryd RSS with {count} queued", f"{rss_created:.1f} MiB", "", None,

@@ -429,6 +429,10 @@ class Context:
         self.address, self.bus_proc, self.port = address, bus_proc, port
         self.env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
         self._daemons = 0
+        # Kept running however long a suite is idle: --no-idle-exit, or a day-long
+        # idle timeout should a later ferryd drop that flag.
+        help_text = subprocess.run([self.ferryd_exe, "--help"], capture_output=True, text=True).stdout
+        self.stay_up = ["--no-idle-exit"] if "--no-idle-exit" in help_text else ["--idle-timeout", "86400"]
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}/{path}"
@@ -457,8 +461,9 @@ class Context:
 class Ferryd:
     """One ferryd on the private bus, with its own state directory (so suites do not meet)."""
 
-    def __init__(self, ctx, name, extra_args=("--no-idle-exit",), state_dir=None):
-        self.ctx, self.name, self.extra_args = ctx, name, list(extra_args)
+    def __init__(self, ctx, name, extra_args=None, state_dir=None):
+        self.ctx, self.name = ctx, name
+        self.extra_args = ctx.stay_up if extra_args is None else list(extra_args)
         self.state_dir = state_dir or ctx.new_state_dir()
         self.log_path = os.path.join(ctx.tmp, f"ferryd-{name}.log")
         self.proc = None

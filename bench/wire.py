@@ -230,9 +230,10 @@ def _connect_address(address):
 class Connection:
     """A bus connection. Replies are kept by serial; signals go to `on_signal`."""
 
-    def __init__(self, address, on_signal=None):
+    def __init__(self, address, on_signal=None, on_call=None):
         self.sock = _connect_address(address)
         self.on_signal = on_signal
+        self.on_call = on_call  # a test double of a service handles calls here
         self.replies = {}
         self.inbox = bytearray()
         self.serial = 0
@@ -330,13 +331,30 @@ class Connection:
         elif msg.type == SIGNAL:
             if self.on_signal:
                 self.on_signal(msg)
-        elif msg.type == CALL and not msg.flags & NO_REPLY_EXPECTED:
-            # Nobody calls us on purpose; answer so the caller does not hang.
-            _, data = self._build(ERROR, NO_REPLY_EXPECTED,
-                                  [(F_ERROR, "s", "org.freedesktop.DBus.Error.UnknownMethod"),
-                                   (F_REPLY_SERIAL, "u", msg.serial),
-                                   (F_DEST, "s", msg.fields.get(F_SENDER))], "s", ["no methods here"])
-            self._send(data)
+        elif msg.type == CALL:
+            if self.on_call:
+                self.on_call(msg)
+            elif not msg.flags & NO_REPLY_EXPECTED:
+                # Nobody calls us on purpose; answer so the caller does not hang.
+                self.send_error(msg, "org.freedesktop.DBus.Error.UnknownMethod", "no methods here")
+
+    def send_reply(self, call, sig="", args=()):
+        """Answers a received method call (used by test doubles of a service)."""
+        _, data = self._build(RETURN, NO_REPLY_EXPECTED,
+                              [(F_REPLY_SERIAL, "u", call.serial), (F_DEST, "s", call.fields.get(F_SENDER))],
+                              sig, args)
+        self._send(data)
+
+    def send_error(self, call, name, message):
+        _, data = self._build(ERROR, NO_REPLY_EXPECTED,
+                              [(F_ERROR, "s", name), (F_REPLY_SERIAL, "u", call.serial),
+                               (F_DEST, "s", call.fields.get(F_SENDER))], "s", [message])
+        self._send(data)
+
+    def emit_signal(self, path, iface, member, sig="", args=()):
+        _, data = self._build(SIGNAL, NO_REPLY_EXPECTED,
+                              [(F_PATH, "o", path), (F_INTERFACE, "s", iface), (F_MEMBER, "s", member)], sig, args)
+        self._send(data)
 
     def pump(self, timeout):
         """Waits up to `timeout` s for data, then handles every complete message."""

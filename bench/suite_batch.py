@@ -1,0 +1,171 @@
+"""batch (issue 7): 1,000 files of 100 KiB from nginx, four ways, alternating.
+
+- bus: one client sends every `Download` at once (pipelined, not waiting for replies)
+  and listens to `Completed` only; wall = first call sent to last `Completed` received.
+- get: `ferry get -d DIR --wait URL…` (or `-i FILE` when the CLI has it).
+- curl: `curl --parallel --parallel-max 6 --remote-name-all --output-dir DIR URL…`.
+- aria2c: `aria2c -j6 -i FILE -d DIR`.
+
+Also ferryd's CPU over each Ferry run, and the manager's `AllFinished` signals per
+batch (counted until 2 s after the last one).
+"""
+
+import filecmp
+import os
+import time
+
+import harness as h
+from harness import BUS_NAME, SESSION, BenchError
+
+TOOLS = ("bus", "get", "curl", "aria2c")
+TARGET_CURL = 1.25   # Ferry wall <= 1.25 x curl --parallel-max 6
+TARGET_ARIA2 = 1.0   # and faster than aria2c -j6
+
+
+def _cli_takes_input_file(ctx):
+    out = os.popen(f"'{ctx.ferry_exe}' get --help 2>&1").read()
+    return "--input-file" in out or "\n  -i," in out or " -i <" in out
+
+
+def _check_files(dest, src_dir, names, compare):
+    for n in names:
+        p = os.path.join(dest, n)
+        if not os.path.exists(p):
+            return f"{n} missing (found {len(os.listdir(dest))} files)"
+        if os.path.getsize(p) != os.path.getsize(os.path.join(src_dir, n)):
+            return f"{n} has the wrong size"
+        if compare and not filecmp.cmp(p, os.path.join(src_dir, n), shallow=False):
+            return f"{n} differs from the source"
+    return None
+
+
+def _settle_all_finished(conn, counter, quiet=2.0, first_within=15.0):
+    """AllFinished signals of the batch just run: waits for the first, then for `quiet` s without another."""
+    deadline = time.monotonic() + first_within
+    while not counter.all_finished and time.monotonic() < deadline:
+        conn.pump(0.1)
+    last = time.monotonic()
+    seen = len(counter.all_finished)
+    while time.monotonic() - last < quiet:
+        conn.pump(0.1)
+        if len(counter.all_finished) != seen:
+            seen, last = len(counter.all_finished), time.monotonic()
+    return seen
+
+
+def run(ctx, suite):
+    count = 200 if ctx.quick else 1000
+    runs = 2 if ctx.quick else ctx.args.runs
+    warmup = 0 if ctx.quick else ctx.args.warmup
+    dirname, all_names = h.ensure_small_files(1000, 100 * h.KIB)
+    names = all_names[:count]
+    src_dir = os.path.join(h.OUT_DIR, dirname)
+    urls = [ctx.url(f"{dirname}/{n}") for n in names]
+    url_file = os.path.join(ctx.tmp, "batch-urls.txt")
+    with open(url_file, "w") as f:
+        f.write("\n".join(urls) + "\n")
+    dest_root = os.path.join(h.OUT_DIR, "batch-dest")
+    h.warm_page_cache(src_dir)
+
+    sync_cost = h.fdatasync_cost(os.path.join(dest_root, "sync-probe"))
+    suite.note(f"this disk: write + fdatasync of a 100 KiB file takes {sync_cost * 1000:.2f} ms (median of 100)")
+
+    ferryd = h.Ferryd(ctx, "batch").start()
+    counter = h.SignalCounter()
+    conn = ctx.connect(on_signal=counter)
+    ferryd.wait_answering(conn)
+    conn.add_match(h.match_rule("Completed"))
+    conn.add_match(h.match_rule("AllFinished", h.MANAGER))
+    session = h.open_session(conn, "org.ferry.bench.batch")
+    input_file = _cli_takes_input_file(ctx)
+    suite.note(f"{count} files of 100 KiB, {runs} rounds (+{warmup} warm-up), "
+               f"ferry get takes the URLs {'with -i FILE' if input_file else 'as arguments'}")
+
+    def run_bus(dest):
+        counter.reset()
+        opts = h.download_options(destination=dest)
+        c0 = ferryd.cpu()
+        t0 = time.perf_counter()
+        serials = [conn.send_call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [u, opts]) for u in urls]
+        sent = time.perf_counter() - t0
+        paths = [conn.wait_reply(s, 120).check()[0] for s in serials]
+        replied = time.perf_counter() - t0
+        conn.wait_until(lambda: all(p in counter.completed for p in paths), 600, "every Completed")
+        wall = max(counter.completed[p][0] for p in paths) - t0
+        cpu = ferryd.cpu() - c0
+        failed = [(p, counter.completed[p][1]) for p in paths if counter.completed[p][1]]
+        if failed:
+            raise BenchError(f"{len(failed)} bus transfers failed, e.g. {failed[0]}")
+        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": 0.0, "sent": sent, "replied": replied}
+
+    def run_get(dest):
+        counter.reset()
+        argv = ["get", "-d", dest, "--wait"] + (["-i", url_file] if input_file else urls)
+        c0 = ferryd.cpu()
+        _, wall, user, sys_, _ = ctx.ferry(*argv)
+        return {"wall": wall, "cpu_daemon": ferryd.cpu() - c0, "cpu_client": user + sys_}
+
+    def run_peer(argv):
+        code, wall, user, sys_ = h.timed_run(argv)
+        if code != 0:
+            raise BenchError(f"{argv[0]} exited {code}")
+        return {"wall": wall, "cpu_client": user + sys_, "cpu_daemon": 0.0}
+
+    runners = {
+        "bus": run_bus,
+        "get": run_get,
+        "curl": lambda d: run_peer(["curl", "-s", "-f", "--parallel", "--parallel-max", "6",
+                                    "--output-dir", d, "--remote-name-all", *urls]),
+        "aria2c": lambda d: run_peer(["aria2c", "-j6", "-i", url_file, "-d", d, "-q",
+                                      "--console-log-level=error", "--summary-interval=0"]),
+    }
+
+    results = []
+    compared = set()
+    for i in range(1 - warmup, runs + 1):
+        for tool in TOOLS:
+            dest = os.path.join(dest_root, tool)
+            h.empty_dir(dest)
+            os.sync()  # the last run's dirty pages are not this run's cost
+            r = runners[tool](dest)
+            problem = _check_files(dest, src_dir, names, tool not in compared)
+            if problem:
+                raise BenchError(f"{tool} run {i}: {problem}")
+            compared.add(tool)
+            if tool in ("bus", "get"):
+                r["all_finished"] = _settle_all_finished(conn, counter)
+                h.remove_all_transfers(conn)
+            r.update(tool=tool, run=i, cpu=r["cpu_client"] + r["cpu_daemon"])
+            h.log(f"batch {'run ' + str(i) if i >= 1 else 'warm-up'} {tool}: {r['wall']:.3f} s wall, "
+                  f"cpu {r['cpu']:.3f} s" + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
+            if i >= 1:
+                results.append(r)
+    conn.close()
+    ferryd.stop()
+    h.empty_dir(dest_root)
+
+    by = {t: [r for r in results if r["tool"] == t] for t in TOOLS}
+    suite.data = {"files": count, "file_bytes": 100 * h.KIB, "runs": results, "fdatasync_100KiB_s": sync_cost,
+                  "median_wall": {t: h.median([r["wall"] for r in by[t]]) for t in TOOLS},
+                  "median_cpu": {t: h.median([r["cpu"] for r in by[t]]) for t in TOOLS}}
+
+    def paired(a, b, key="wall"):
+        return h.median([x[key] / max(y[key], 1e-3) for x, y in zip(by[a], by[b])])
+
+    med = suite.data["median_wall"]
+    for ferry_tool, label in (("bus", "bus client, all Downloads at once"), ("get", "ferry get -d DIR --wait")):
+        for peer, target in (("curl", TARGET_CURL), ("aria2c", TARGET_ARIA2)):
+            ratio = paired(ferry_tool, peer)
+            met = ratio <= target if peer == "curl" else ratio < target
+            suite.row(f"{count} x 100 KiB wall: {label} / {peer}", h.fmt_s(med[ferry_tool]),
+                      f"{peer} {h.fmt_s(med[peer])}", ratio,
+                      f"<= {target}" if peer == "curl" else f"< {target}", met)
+    cpu_d = h.median([r["cpu_daemon"] for r in by["bus"]])
+    suite.row("ferryd CPU in the bus run / curl CPU", h.fmt_s(cpu_d),
+              f"curl {h.fmt_s(suite.data['median_cpu']['curl'])}",
+              h.median([x["cpu_daemon"] / max(y["cpu"], 1e-3) for x, y in zip(by["bus"], by["curl"])]), "", None)
+    suite.row("disk context: write + fdatasync of 100 KiB", h.fmt_s(sync_cost), "", None, "", None)
+    for tool in ("bus", "get"):
+        counts = [r["all_finished"] for r in by[tool]]
+        suite.row(f"manager AllFinished per batch ({tool})", " ".join(map(str, counts)), "", None,
+                  "1 each", all(c == 1 for c in counts))

@@ -5,7 +5,7 @@ import Foundation
 /// Turns a libcurl result into a transfer failure a person can act on. Messages name
 /// the host and port, never a header value or the URL's query or user info.
 enum CurlFailure {
-    static func error(for code: CURLcode, in transfer: CurlTransfer) -> FerryError {
+    static func error(for code: CURLcode, in transfer: CurlFailureContext) -> FerryError {
         let host = transfer.hostDescription
         let detail = transfer.curlErrorDetail
         let seconds = secondsText(transfer.request.requestTimeout)
@@ -60,7 +60,7 @@ enum CurlFailure {
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             return .tls("A secure connection to \(host) could not be made: \(why)")
         case CURLE_WRITE_ERROR:
-            return .disk("Could not write \(transfer.file.path)")
+            return .disk("Could not write \(transfer.writtenPath)")
         case CURLE_OUT_OF_MEMORY:
             return .network("Out of memory while downloading from \(host)")
         default:

@@ -79,7 +79,7 @@ final class CurlTransfer {
 
     var bytesOnDisk: Int64 { startOffset + bodyBytes }
 
-    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop) {
+    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop, cookies: CookieJars) {
         guard let easy = curl_easy_init() else { return nil }
         self.request = request
         self.attempt = attempt
@@ -93,6 +93,7 @@ final class CurlTransfer {
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         configure(easy)
+        if setupError == CURLE_OK { setupError = cookies.attach(easy, to: request.cookieJar) }
     }
 
     deinit {

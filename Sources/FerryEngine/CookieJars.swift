@@ -34,11 +34,15 @@ final class CookieJars {
         }
         var rc = ferry_easy_setopt_share(easy, share)
         guard rc == CURLE_OK else { return rc }
-        if case .file(let path) = jar {
+        switch jar {
+        case .file(let path):
             Self.createPrivately(path)
             // Read only once: a later read would put back values that newer answers replaced.
             if first { rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, path) }
             if rc == CURLE_OK { rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEJAR, path) }
+        case .memory:
+            // An empty file name reads nothing but turns the cookie engine on for this handle.
+            rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, "")
         }
         return rc
     }

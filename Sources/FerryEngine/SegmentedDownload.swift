@@ -503,13 +503,16 @@ final class SegmentedDownload: EngineAttempt {
 
     private func finish(_ outcome: EngineOutcome) {
         guard !completed else { return }
-        let map = currentMap()
+        // What busy connections wrote stays on disk: it belongs in the final map.
+        if !single {
+            for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
+        }
         for connection in connections { connection.release(from: loop) }
         connections.removeAll()
         completed = true
         file?.close()
-        if let map, responded { reportMap(map, force: true) }
         reportProgress()
+        if let map = currentMap(), responded { reportMap(map, force: true) }
         loop.attemptEnded(self, outcome)
     }
 

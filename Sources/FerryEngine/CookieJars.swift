@@ -66,10 +66,14 @@ final class CookieJars {
         discarded.removeAll { curl_share_cleanup($0) == CURLSHE_OK }
     }
 
-    /// Creates a missing jar file with mode 0600, so that curl (which keeps the mode
-    /// of the file it rewrites) never writes cookies readable by others.
+    /// Creates a missing jar file, and narrows an existing one, to mode 0600, so that
+    /// curl (which keeps the mode of the file it rewrites) never writes cookies
+    /// readable by others. A symbolic link is not followed.
     private static func createPrivately(_ path: String) {
-        let fd = path.withCString { open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-        if fd >= 0 { close(fd) }
+        let fd = path.withCString { open($0, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600) }
+        guard fd >= 0 else { return }
+        var st = stat()
+        if fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_mode & 0o077 != 0 { _ = fchmod(fd, 0o600) }
+        close(fd)
     }
 }

@@ -33,6 +33,16 @@ final class CookieTests: EngineTestCase {
         XCTAssertEqual(cookieHeader("/data"), "session=s3cr3t-value")
     }
 
+    func testExistingJarFileIsNarrowedToItsOwner() throws {
+        let path = directory.appendingPathComponent("old.cookies").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(), attributes: [.posixPermissions: 0o644]))
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        XCTAssertTrue((try String(contentsOfFile: path, encoding: .utf8)).contains("s3cr3t-value"), "the jar was written")
+    }
+
     func testJarsAreSeparate() throws {
         XCTAssertEqual(run(cookieRequest(1, "/login", jar: .memory(1))), .succeeded(bytesOnDisk: 1, sha256: nil))
 

@@ -64,11 +64,14 @@ final class RangeConnection: PacedHandle {
 
     /// Creates and configures the easy handle; returns the first setup failure.
     func makeHandle(request: EngineRequest, url: String, validator: String?, receiveBuffer: Int,
-                    cookies: CookieJars) -> CURLcode {
+                    cookies: CookieJars, separateConnection: Bool) -> CURLcode {
         guard let easy = curl_easy_init() else { return CURLE_OUT_OF_MEMORY }
         self.easy = easy
         var setup = EasyHandleSetup(easy: easy)
         setup.common(request, url: url, receiveBuffer: receiveBuffer)
+        // Over HTTP/2 libcurl would multiplex every range on one connection, and a
+        // server's per-connection limit would hold them all: ranges get their own.
+        if separateConnection { setup.long(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
         if let requestedEnd {
             setup.string(CURLOPT_RANGE, "\(start)-\(requestedEnd - 1)")
         } else if start > 0 {

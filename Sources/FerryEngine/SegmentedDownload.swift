@@ -105,7 +105,8 @@ final class SegmentedDownload: EngineAttempt {
     private func launch(_ connection: RangeConnection, url: String) {
         let perConnection = pacer.limit > 0 ? Int(clamping: pacer.limit / 4 / UInt64(maxConnections)) : CurlTransfer.bufferSize
         let rc = connection.makeHandle(request: request, url: url, validator: validator,
-                                       receiveBuffer: perConnection, cookies: loop.cookies)
+                                       receiveBuffer: perConnection, cookies: loop.cookies,
+                                       separateConnection: maxConnections > 1)
         connections.append(connection)
         guard rc == CURLE_OK, let easy = connection.easy else {
             let why = String(cString: curl_easy_strerror(rc))

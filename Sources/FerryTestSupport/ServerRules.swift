@@ -40,6 +40,8 @@ public enum ServerBehaviour: Sendable {
     case ignoreIfRange
     /// Like `dropAfter`, for the next `times` answers to range requests only.
     case dropRangeAfter(bytes: Int, times: Int = 1)
+    /// Answer the next `count` range requests with `status` (a server limiting connections).
+    case failRangeRequests(Int, status: Int)
     /// Adds `Set-Cookie: value` to every answer (repeatable: one header each).
     case setCookie(String)
     /// Accept PUT and POST bodies (recorded in `RecordedRequest.upload`) and answer
@@ -63,6 +65,7 @@ struct PathRules {
     var ignoreIfRange = false
     var rangeDrop: (bytes: Int, remaining: Int)?
     var cookies: [String] = []
+    var rangeFailures: (remaining: Int, status: Int)?
     var uploads: (status: Int, body: [UInt8]?)?
 
     mutating func apply(_ behaviour: ServerBehaviour) {
@@ -80,6 +83,7 @@ struct PathRules {
         case .ignoreIfRange: ignoreIfRange = true
         case .dropRangeAfter(let bytes, let times): rangeDrop = (max(0, bytes), times)
         case .setCookie(let value): cookies.append(value)
+        case .failRangeRequests(let count, let code): rangeFailures = (count, code)
         case .acceptUploads(let status, let body): uploads = (status, body)
         }
     }

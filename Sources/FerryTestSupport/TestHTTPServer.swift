@@ -176,6 +176,10 @@ public final class TestHTTPServer: @unchecked Sendable {
             rule.failFirst = (fail.remaining - 1, fail.status)
             return .text(fail.status, "HTTP \(fail.status)\n", extraHeaders: retryHeaders)
         }
+        if let fail = rule.rangeFailures, fail.remaining > 0, head.headers.first(name: "Range") != nil {
+            rule.rangeFailures = (fail.remaining - 1, fail.status)
+            return .text(fail.status, "HTTP \(fail.status)\n", extraHeaders: retryHeaders)
+        }
         if let code = rule.status {
             return .text(code, "HTTP \(code)\n", extraHeaders: retryHeaders)
         }

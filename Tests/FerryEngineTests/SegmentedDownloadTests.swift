@@ -9,9 +9,9 @@ final class SegmentedDownloadTests: EngineTestCase {
     private let size = 8 << 20
 
     private func segmented(_ id: TransferID, _ path: String, connections: Int, part: String? = nil,
-                           segments: SegmentMap? = nil, ifRange: String? = nil, speedLimit: UInt64 = 0,
-                           sha: Bool = true) -> EngineRequest {
-        var r = request(id, path, part: part, ifRange: ifRange, speedLimit: speedLimit, sha: sha)
+                           segments: SegmentMap? = nil, ifRange: String? = nil, offset: Int64 = 0,
+                           speedLimit: UInt64 = 0, sha: Bool = true) -> EngineRequest {
+        var r = request(id, path, part: part, offset: offset, ifRange: ifRange, speedLimit: speedLimit, sha: sha)
         r.connections = connections
         r.segments = segments
         return r
@@ -224,6 +224,50 @@ final class SegmentedDownloadTests: EngineTestCase {
 
         XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)))
         assertFile(part, holds: new)
+    }
+
+    func testOffsetResumeSplitsTheRest() throws {
+        let body = TestData.bytes(count: size, seed: 97)
+        server.add(path: "/f", body: body, etag: "\"v1\"")
+        server.set(.slow(bytesPerSecond: 4_000_000), on: "/f")
+        let part = partPath("f.part")
+        try write(Array(body[..<(1 << 20)]) + [9, 9, 9], to: part) // a prefix, and junk after it
+
+        let outcome = run(segmented(1, "/f", connections: 4, part: part, ifRange: "\"v1\"", offset: 1 << 20), timeout: 60)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(part, holds: body)
+        let first = try XCTUnwrap(server.requests(for: "/f").first)
+        XCTAssertEqual(first.header("Range"), "bytes=\(1 << 20)-")
+        XCTAssertEqual(first.header("If-Range"), "\"v1\"")
+        XCTAssertEqual(responses(1).first?.startOffset, 1 << 20)
+        XCTAssertEqual(responses(1).first?.connections, 4)
+        XCTAssertGreaterThan(server.requests(for: "/f").count, 2)
+    }
+
+    func testBusyServerGetsFewerConnections() throws {
+        let body = TestData.bytes(count: size, seed: 98)
+        server.add(path: "/f", body: body)
+        server.set(.slow(bytesPerSecond: 4_000_000), on: "/f")
+        server.set(.failRangeRequests(2, status: 503), on: "/f")
+
+        let outcome = run(segmented(1, "/f", connections: 4), timeout: 60)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(partPath("1.part"), holds: body)
+        XCTAssertGreaterThanOrEqual(rangeRequests("/f").count, 3, "two refused, the rest fetched by the connections left")
+    }
+
+    func testCompleteMapFinishesWithoutFetching() throws {
+        let body = TestData.bytes(count: 2 << 20, seed: 99)
+        server.add(path: "/f", body: body)
+        let part = partPath("f.part")
+        try write(body, to: part)
+        let map = try XCTUnwrap(SegmentMap(total: Int64(body.count), done: [0..<Int64(body.count)]))
+
+        XCTAssertEqual(run(segmented(1, "/f", connections: 4, part: part, segments: map, ifRange: "\"v1\"")),
+                       .succeeded(bytesOnDisk: Int64(body.count), sha256: TestData.sha256Hex(body)))
+        XCTAssertTrue(server.requests(for: "/f").isEmpty)
     }
 
     func testSpeedLimitAppliesToAllConnectionsTogether() throws {

@@ -15,6 +15,8 @@ enum EngineCommand {
     /// A background file job of an `EngineAttempt` (flush, hash) finished.
     case attemptFileJob(TransferID, attempt: UInt64, Result<String?, PartFileError>)
     case discardCookies(EngineCookieJar)
+    /// A background job hashed a segmented download's prefix up to `upTo`.
+    case attemptHashed(TransferID, attempt: UInt64, epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
     case shutdown
 }
 

@@ -129,6 +129,9 @@ final class EngineLoop {
             owner.fileJobDone(result)
         case .discardCookies(let jar):
             cookies.discard(jar)
+        case .attemptHashed(let id, let attempt, let epoch, let upTo, let result):
+            guard let owner = otherAttempts[id] as? SegmentedDownload, owner.attempt == attempt else { return }
+            owner.prefixHashed(epoch: epoch, upTo: upTo, result)
         case .prefixHashed(let id, let attempt, let result):
             guard let transfer = transfers[id], transfer.attempt == attempt, transfer.phase == .hashingPrefix else { return }
             switch result {
@@ -337,6 +340,10 @@ extension EngineLoop {
             needingService.removeAll()
             for attempt in due where otherAttempts[attempt.id] === attempt { attempt.service() }
         }
+    }
+
+    func postHashResult(_ id: TransferID, attempt: UInt64, epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
+        inbox.post(.attemptHashed(id, attempt: attempt, epoch: epoch, upTo: upTo, result))
     }
 
     /// Lets an attempt's background job report back on the engine thread.

@@ -51,6 +51,16 @@ final class SegmentedDownload: EngineAttempt {
     private var restarts = 0
     private var flushing = false
     private var completed = false
+    /// SHA-256 of the file's first `hashedUpTo` bytes (when asked for), advanced in the
+    /// background as the contiguous prefix grows, so little is left at the end.
+    private var hasher: SHA256?
+    private var hashedUpTo: Int64 = 0
+    private var hashing = false
+    /// Bumped when the file starts over: an older hash job's result is void.
+    private var hashEpoch = 0
+    private var completeAfterHash = false
+    /// Prefix bytes worth a background hash job.
+    private static let hashStep: Int64 = 8 << 20
 
     init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
         self.request = request
@@ -59,6 +69,7 @@ final class SegmentedDownload: EngineAttempt {
         self.pacer = Pacer(limit: request.speedLimit)
         self.maxConnections = min(max(request.connections, 1), Self.maximumConnections)
         self.rangeURL = request.url
+        if request.computeSHA256 { hasher = SHA256() }
     }
 
     deinit {
@@ -180,6 +191,7 @@ final class SegmentedDownload: EngineAttempt {
                 connection.start = 0
                 connection.position = 0
                 if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
+                restartHash()
             }
             total = head.contentLength ?? -1
         }
@@ -241,6 +253,7 @@ final class SegmentedDownload: EngineAttempt {
         let changed = validator != nil && Self.strongValidator(head) != validator
         cancelAll(except: connection)
         if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
+        restartHash()
         single = true
         singleReason = changed ? "the file changed on the server; it started over on one connection"
             : "the server ignored a range request; it started over on one connection"
@@ -408,6 +421,7 @@ final class SegmentedDownload: EngineAttempt {
             validator = nil
             unreportedBytes = 0
             if let error = file?.truncate(to: 0) { return finish(.failed(.disk(error.message), bytesOnDisk: 0)) }
+            restartHash()
             return startFirst(from: 0)
         }
         if let map = done, !single {
@@ -451,6 +465,10 @@ final class SegmentedDownload: EngineAttempt {
     /// Every byte is on disk: trim, flush, hash (if asked) off the engine thread.
     private func complete() {
         guard let file else { return }
+        if hashing {
+            completeAfterHash = true // the running hash job's result is needed first
+            return
+        }
         flushing = true
         if let map = currentMap() { reportMap(map) }
         reportProgress()
@@ -460,14 +478,14 @@ final class SegmentedDownload: EngineAttempt {
             return finish(.failed(.disk(error.message), bytesOnDisk: bytesForOutcome()))
         }
         let (fd, path, isRegular) = (file.handOver(), file.path, file.isRegular)
-        let (id, attempt, length, hash) = (self.id, self.attempt, total, request.computeSHA256)
+        let (id, attempt, length, hasher, hashedUpTo) = (self.id, self.attempt, total, self.hasher, self.hashedUpTo)
         let loop = self.loop
         loop.fileJobs.async {
             var result: Result<String?, PartFileError>
             if let error = PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular) {
                 result = .failure(error)
-            } else if hash {
-                result = PartFile.hashPrefix(path: path, length: length).map { hasher in
+            } else if let hasher {
+                result = PartFile.hashRange(path: path, from: hashedUpTo, to: length, continuing: hasher).map { hasher in
                     hasher.finalize().map { String(format: "%02x", $0) }.joined() as String?
                 }
             } else {
@@ -523,6 +541,55 @@ final class SegmentedDownload: EngineAttempt {
         return connections.first.map { $0.accepted ? $0.position : 0 } ?? 0
     }
 
+    // MARK: - Hashing the prefix
+
+    private func restartHash() {
+        guard hasher != nil else { return }
+        hasher = SHA256()
+        hashedUpTo = 0
+        hashEpoch += 1
+    }
+
+    /// Hands the contiguous prefix not hashed yet to a background job, in steps.
+    private func hashPrefixIfDue() {
+        guard let hasher, !hashing, !flushing, let file else { return }
+        let frontier: Int64
+        if let map = currentMap() {
+            frontier = map.contiguousPrefix
+        } else if single, let first = connections.first, first.accepted {
+            frontier = first.position
+        } else {
+            return
+        }
+        guard frontier - hashedUpTo >= Self.hashStep else { return }
+        hashing = true
+        let (id, attempt, epoch, path, from, loop) = (self.id, self.attempt, hashEpoch, file.path, hashedUpTo, self.loop)
+        loop.fileJobs.async {
+            let result = PartFile.hashRange(path: path, from: from, to: frontier, continuing: hasher)
+            loop.postHashResult(id, attempt: attempt, epoch: epoch, upTo: frontier, result)
+        }
+    }
+
+    /// A background hash job is back (on the engine thread).
+    func prefixHashed(epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
+        hashing = false
+        if epoch == hashEpoch, hasher != nil {
+            switch result {
+            case .success(let advanced):
+                hasher = advanced
+                hashedUpTo = upTo
+            case .failure:
+                restartHash() // the final job hashes everything instead
+            }
+        }
+        if completeAfterHash && !completed {
+            completeAfterHash = false
+            complete()
+        } else {
+            hashPrefixIfDue()
+        }
+    }
+
     // MARK: - Reporting
 
     /// The ranges on disk now, busy connections included; nil when not segmented.
@@ -562,5 +629,6 @@ final class SegmentedDownload: EngineAttempt {
             onDisk = connections.first?.position ?? total
         }
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))
+        hashPrefixIfDue()
     }
 }

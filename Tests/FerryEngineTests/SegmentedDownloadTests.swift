@@ -55,6 +55,16 @@ final class SegmentedDownloadTests: EngineTestCase {
         assertSegmentedEvents(1)
     }
 
+    func testDigestOfALargerFileIsRight() throws {
+        // Large enough for the prefix to be hashed in steps while the rest still comes.
+        let body = TestData.bytes(count: 48 << 20, seed: 100)
+        server.add(path: "/large", body: body)
+        server.set(.slow(bytesPerSecond: 12_000_000), on: "/large")
+
+        XCTAssertEqual(run(segmented(1, "/large", connections: 4), timeout: 60),
+                       .succeeded(bytesOnDisk: Int64(body.count), sha256: TestData.sha256Hex(body)))
+    }
+
     func testSmallFileUsesOneRequest() throws {
         let body = TestData.bytes(count: 300_000, seed: 81)
         server.add(path: "/small", body: body)

@@ -176,6 +176,29 @@ final class SegmentedDownloadTests: EngineTestCase {
         XCTAssertTrue(rangeRequests("/f").dropFirst().contains { asked($0)?.contains(resumedAt) ?? false })
     }
 
+    func testRangesThatKeepFailingFailTheAttemptWithAMapToContinueFrom() throws {
+        let body = TestData.bytes(count: size, seed: 101)
+        server.add(path: "/f", body: body)
+        server.set(.slow(bytesPerSecond: 2_000_000), on: "/f")
+        server.set(.dropRangeAfter(bytes: 0, times: 1000), on: "/f") // every range connection drops at once
+        let part = partPath("f.part")
+
+        let outcome = run(segmented(1, "/f", connections: 4, part: part, sha: false), timeout: 60)
+
+        guard case .failed(.network(let message), let prefix)? = outcome else {
+            return XCTFail("expected a network failure, got \(String(describing: outcome))")
+        }
+        XCTAssertTrue(message.contains("127.0.0.1:\(server.port)"), message)
+        let map = try XCTUnwrap(log.events(for: 1).compactMap(\.segments).last)
+        XCTAssertEqual(prefix, map.contiguousPrefix)
+        XCTAssertFalse(map.isComplete)
+
+        server.clearBehaviours(on: "/f")
+        XCTAssertEqual(run(segmented(2, "/f", connections: 4, part: part, segments: map, ifRange: "\"v1\""), timeout: 60),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(part, holds: body)
+    }
+
     func testStopThenContinueFromTheSegmentMapFetchesNothingTwice() throws {
         let body = TestData.bytes(count: size, seed: 91)
         server.add(path: "/f", body: body, etag: "\"v1\"")

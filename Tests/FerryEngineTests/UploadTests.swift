@@ -174,6 +174,22 @@ final class UploadTests: EngineTestCase {
         XCTAssertFalse(server.uploads(for: "/up").contains { $0.byteCount == original.count }, "no whole body arrived")
     }
 
+    func testStopMidUploadReportsBytesSent() throws {
+        let bytes = TestData.bytes(count: 4 << 20, seed: 80)
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(try sourceFile(bytes))
+        engine.start(uploadRequest(1, "/up", source, speedLimit: 1 << 20))
+        XCTAssertTrue(log.wait(timeout: 20) { $0.contains { $0.progress != nil } }, "sending started")
+
+        engine.stop(1)
+
+        guard case .stopped(let sent)? = log.outcome(of: 1, timeout: 20) else { return XCTFail("not stopped") }
+        XCTAssertGreaterThan(sent, 0)
+        XCTAssertLessThan(sent, Int64(bytes.count))
+        XCTAssertEqual(log.events(for: 1).compactMap(\.progress).last?.totalOnDisk, sent)
+        XCTAssertFalse(server.uploads(for: "/up").contains { $0.byteCount == bytes.count })
+    }
+
     func testResponseIsSavedToItsDestination() throws {
         let answer = TestData.bytes(count: 200_000, seed: 78)
         server.set(.acceptUploads(status: 200, body: answer), on: "/up")

@@ -61,6 +61,9 @@ final class SegmentedDownload: EngineAttempt {
     private var completeAfterHash = false
     /// Prefix bytes worth a background hash job.
     private static let hashStep: Int64 = 8 << 20
+    /// Starts disk write-out while the download goes on, so the final fdatasync is short.
+    private var writeback: PartFileWriteback?
+    private var writtenSinceWriteback: Int64 = 0
 
     init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
         self.request = request
@@ -86,6 +89,7 @@ final class SegmentedDownload: EngineAttempt {
         }
         file = opened
         validator = request.ifRange
+        if opened.isRegular { writeback = PartFileWriteback(fd: opened.fd, from: 0) }
         // Continue from a map only with its validator and a part file that holds its ranges.
         if let map = request.segments, validator != nil, opened.initialSize >= (map.done.last?.upperBound ?? 0) {
             done = map
@@ -347,6 +351,11 @@ final class SegmentedDownload: EngineAttempt {
         }
         connection.position += Int64(n)
         unreportedBytes += Int64(n)
+        writtenSinceWriteback += Int64(n)
+        if writtenSinceWriteback >= PartFileWriteback.step, let writeback {
+            writtenSinceWriteback = 0
+            writeback.requestAll()
+        }
         failuresInARow = 0
         if now >= nextProgressAt {
             nextProgressAt = now + CurlTransfer.progressInterval

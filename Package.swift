@@ -97,7 +97,9 @@ let package = Package(
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "FerryEngineTests", dependencies: ["FerryEngine", "FerryCore", "FerryTestSupport"]),
+        .testTarget(name: "FerryEngineTests", dependencies: [
+            "FerryEngine", "FerryCore", "FerryTestSupport", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),

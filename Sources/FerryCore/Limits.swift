@@ -3,6 +3,9 @@
 /// call time with `LimitExceeded`, before anything is stored or sent. Sizes are in
 /// bytes of UTF-8.
 public enum Limits {
+    /// `MaxConcurrentTransfers` and a session's `max-connections-per-host` (each a
+    /// libcurl connection and a file descriptor).
+    public static let concurrentTransfers: ClosedRange<UInt32> = 1...256
     /// A URL (`Download`, `Upload`, `SetUrl`, the resume data's, a proxy's).
     public static let urlBytes = 64 * 1024
     /// A file path: PATH_MAX.

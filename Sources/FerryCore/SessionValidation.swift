@@ -2,7 +2,7 @@ import Foundation
 
 /// The rules for `OpenSession`'s identifier and configuration keys.
 enum SessionValidation {
-    static let maxConnectionsPerHost: ClosedRange<UInt32> = 1...64
+    static let maxConnectionsPerHost: ClosedRange<UInt32> = Limits.concurrentTransfers
     static let proxySchemes: Set<String> = ["http", "https", "socks5", "socks5h"]
 
     /// 1-255 characters of `[A-Za-z0-9._-]`.
@@ -35,7 +35,7 @@ enum SessionValidation {
         }
         if let headers = update.headers { try HeaderFields.validate(headers) }
         if let n = update.maxConnectionsPerHost, !maxConnectionsPerHost.contains(n) {
-            throw FerryError.invalidArgument("max-connections-per-host is \(n); it must be between 1 and 64")
+            throw FerryError.invalidArgument("max-connections-per-host is \(n); it must be between \(maxConnectionsPerHost.lowerBound) and \(maxConnectionsPerHost.upperBound)")
         }
         if let t = update.requestTimeout { try validateTimeout(t, key: "request-timeout") }
         if let t = update.resourceTimeout { try validateTimeout(t, key: "resource-timeout") }

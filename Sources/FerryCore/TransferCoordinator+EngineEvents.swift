@@ -16,6 +16,7 @@ extension TransferCoordinator {
             case .response(let id, let response): handleResponse(id, response)
             case .progress(let id, let written, let total, let expected): handleProgress(id, written, total, expected)
             case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
+            case .segments: break // issue 8: persist the map with the validator (not wired yet)
             }
         }
     }

@@ -136,12 +136,12 @@ extension TransferCoordinator {
                                notificationsEnabled: notificationsEnabled)
     }
 
-    /// How many transfers may run at once, 1-64; raising it starts queued ones at once,
+    /// How many transfers may run at once, 1-256; raising it starts queued ones at once,
     /// lowering it lets running ones finish.
     public func setMaxConcurrentTransfers(_ n: UInt32) throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard (1...64).contains(n) else {
-            throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between 1 and 64")
+        guard Limits.concurrentTransfers.contains(n) else {
+            throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between \(Limits.concurrentTransfers.lowerBound) and \(Limits.concurrentTransfers.upperBound)")
         }
         mutate {
             maxConcurrentTransfers = n

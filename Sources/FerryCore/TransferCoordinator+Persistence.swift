@@ -141,7 +141,7 @@ extension TransferCoordinator {
         for s in sessions.values { s.publishedActive = activeCount(s.id) }
 
         if let settings = contents.settings {
-            maxConcurrentTransfers = (1...64).contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
+            maxConcurrentTransfers = Limits.concurrentTransfers.contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
             globalSpeedLimit = settings.speedLimit
             notificationsEnabled = settings.notificationsEnabled
         }

@@ -26,6 +26,19 @@ public struct EngineRequest: Sendable, Equatable {
     public var proxy: String?
     /// Hash the whole file (including an existing prefix when resuming).
     public var computeSHA256: Bool
+    /// Parallel range connections for one download (1-16). With more than one, and a
+    /// server that sends a length, `Accept-Ranges: bytes` and a strong validator, the
+    /// engine fetches ranges at once into `partPath`; otherwise it uses one connection
+    /// and says why in `EngineResponse.singleConnectionReason`.
+    public var connections: Int = 1
+    /// The ranges already in `partPath` (from `EngineEvent.segments` of an earlier
+    /// attempt), fetched under the validator in `ifRange`: only the missing ranges are
+    /// requested. Takes the place of `offset`. Without `ifRange` the engine starts over.
+    public var segments: SegmentMap? = nil
+    /// Makes this an upload of the given file (`partPath` is then unused).
+    public var upload: EngineUpload? = nil
+    /// Where cookies come from and go to; nil = no cookies at all.
+    public var cookieJar: EngineCookieJar? = nil
 
     public init(id: TransferID, url: String, headers: [(name: String, value: String)] = [],
                 partPath: String, offset: Int64 = 0, ifRange: String? = nil,
@@ -41,6 +54,8 @@ public struct EngineRequest: Sendable, Equatable {
             && a.headers.map { $0.value } == b.headers.map { $0.value } && a.partPath == b.partPath
             && a.offset == b.offset && a.ifRange == b.ifRange && a.speedLimit == b.speedLimit
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
+            && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
+            && a.cookieJar == b.cookieJar
     }
 }
 
@@ -71,6 +86,16 @@ public struct EngineResponse: Sendable, Equatable {
     /// delta-seconds or converted from an HTTP date); nil when not sent. The core waits
     /// at least this long before retrying a 408, 429 or 5xx.
     public var retryAfter: Double?
+    /// Connections this attempt uses (more than one: a segmented download).
+    public var connections: Int = 1
+    /// Why a download asked to use several connections uses one (no length, no
+    /// `Accept-Ranges: bytes`, no strong validator, the file changed on the server...);
+    /// nil otherwise. For the log and `Attempts`.
+    public var singleConnectionReason: String? = nil
+    /// An upload's answer: the first 64 KiB of the response body when the upload has no
+    /// `responseDestination`. An upload's `.response` comes once the answer is complete
+    /// (after its progress events), except for a failure status (sent at once).
+    public var body: [UInt8]? = nil
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,
                 startOffset: Int64 = 0, contentDisposition: String? = nil, acceptsRanges: Bool = false,
@@ -94,6 +119,9 @@ public enum EngineOutcome: Sendable, Equatable {
     case failed(FerryError, bytesOnDisk: Int64)
     /// `stop(id)` was called; the part file is closed and keeps `bytesOnDisk`.
     case stopped(bytesOnDisk: Int64)
+    // For a segmented download `bytesOnDisk` is the contiguous prefix from byte 0 (what
+    // an offset resume may keep); the `.segments` event just before has every range.
+    // For an upload it is the bytes sent.
 }
 
 /// Sent by the engine, in order per transfer, on the engine's thread. The receiver
@@ -107,6 +135,12 @@ public enum EngineEvent: Sendable, Equatable {
     case progress(TransferID, bytesWritten: Int64, totalOnDisk: Int64, expected: Int64)
     /// Always the last event of an attempt.
     case completed(TransferID, EngineOutcome)
+    /// A segmented download's map of the ranges on disk: after its `.response`, with
+    /// its progress events, and just before its `.completed`. The core persists the
+    /// latest one (with the validator) and passes it back in `EngineRequest.segments`.
+    /// A later `.response` with `startOffset` 0 (the file changed on the server: the
+    /// engine started over on one connection) makes earlier maps void.
+    case segments(TransferID, SegmentMap)
 }
 
 /// The transfer engine: libcurl in production, a fake in unit tests.
@@ -118,6 +152,13 @@ public protocol TransferEngine: AnyObject, Sendable {
     /// Stops the attempt; a `.completed(id, .stopped)` follows (unless it already completed).
     func stop(_ id: TransferID)
     func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64)
+    /// Forgets the cookies of an in-memory jar (an ephemeral session closed).
+    func discardCookies(_ jar: EngineCookieJar)
     /// Stops everything and the engine thread; no events after this returns.
     func shutdown()
+}
+
+extension TransferEngine {
+    /// Engines without cookies have nothing to forget.
+    public func discardCookies(_ jar: EngineCookieJar) {}
 }

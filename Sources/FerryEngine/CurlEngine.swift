@@ -68,6 +68,11 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
         inbox.post(.setSpeedLimit(id, bytesPerSecond))
     }
 
+    /// Forgets an in-memory cookie jar's cookies (a file jar's file stays).
+    public func discardCookies(_ jar: EngineCookieJar) {
+        inbox.post(.discardCookies(jar))
+    }
+
     /// Stops every attempt silently (no `.completed` events; part files are closed and
     /// kept) and ends the engine thread. No events are delivered after this returns.
     /// Called from the event handler itself, it returns at once and the thread ends

@@ -5,7 +5,7 @@ import Foundation
 /// Turns a libcurl result into a transfer failure a person can act on. Messages name
 /// the host and port, never a header value or the URL's query or user info.
 enum CurlFailure {
-    static func error(for code: CURLcode, in transfer: CurlTransfer) -> FerryError {
+    static func error(for code: CURLcode, in transfer: CurlFailureContext) -> FerryError {
         let host = transfer.hostDescription
         let detail = transfer.curlErrorDetail
         let seconds = secondsText(transfer.request.requestTimeout)
@@ -74,7 +74,7 @@ enum CurlFailure {
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             return .tls("A secure connection to \(host) could not be made: \(why)")
         case CURLE_WRITE_ERROR:
-            return .disk("Could not write \(transfer.file.path)")
+            return .disk("Could not write \(transfer.writtenPath)")
         case CURLE_OUT_OF_MEMORY:
             return .network("Out of memory while downloading from \(host)")
         default:
@@ -85,7 +85,7 @@ enum CurlFailure {
 
     /// "host:port" of the proxy the request went through (the session's `proxy`, else
     /// the environment's for the URL's scheme), without credentials; nil without one.
-    static func proxyDescription(_ transfer: CurlTransfer) -> String? {
+    static func proxyDescription(_ transfer: CurlFailureContext) -> String? {
         var proxy = transfer.request.proxy
         let environment = ProcessInfo.processInfo.environment
         // With no_proxy set the environment's proxy may not apply to this host: name none.

@@ -86,7 +86,8 @@ final class CurlTransfer {
 
     var bytesOnDisk: Int64 { startOffset + bodyBytes }
 
-    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop, redirectsLeft: Int = 10) {
+    init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop, cookies: CookieJars,
+          redirectsLeft: Int = 10) {
         guard let easy = curl_easy_init() else { return nil }
         self.redirectsLeft = redirectsLeft
         self.request = request
@@ -101,6 +102,7 @@ final class CurlTransfer {
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         configure(easy)
+        if setupError == CURLE_OK { setupError = cookies.attach(easy, to: request.cookieJar) }
     }
 
     deinit {

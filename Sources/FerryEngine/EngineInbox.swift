@@ -12,6 +12,11 @@ enum EngineCommand {
     case prefixHashed(TransferID, attempt: UInt64, Result<SHA256, PartFileError>)
     /// A background job ran fdatasync + close on a finished attempt's part file.
     case flushed(TransferID, attempt: UInt64, PartFileError?)
+    /// A background file job of an `EngineAttempt` (flush, hash) finished.
+    case attemptFileJob(TransferID, attempt: UInt64, Result<String?, PartFileError>)
+    case discardCookies(EngineCookieJar)
+    /// A background job hashed a segmented download's prefix up to `upTo`.
+    case attemptHashed(TransferID, attempt: UInt64, epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
     case shutdown
 }
 

@@ -11,15 +11,23 @@ final class EngineLoop {
     /// Idle wait; curl_multi_poll returns sooner for curl's own timers and on wakeup.
     private static let pollTimeoutMs: Int32 = 60_000
 
-    private let multi: UnsafeMutableRawPointer
-    private let inbox: EngineInbox
+    fileprivate let multi: UnsafeMutableRawPointer
+    fileprivate let inbox: EngineInbox
     private let logger: Logger
     private var transfers: [TransferID: CurlTransfer] = [:]
-    /// Transfers paused by their speed limit, to resume when their pace allows.
-    private var throttledTransfers: [TransferID: CurlTransfer] = [:]
-    private var attempts: UInt64 = 0
+    /// Uploads and segmented downloads (single-connection downloads are in `transfers`).
+    private var otherAttempts: [TransferID: EngineAttempt] = [:]
+    /// Attempts whose callbacks asked for work outside libcurl's callbacks.
+    fileprivate var needingService: [EngineAttempt] = []
+    /// The owner of each easy handle of `otherAttempts`.
+    private var handleOwners: [UnsafeMutableRawPointer: EngineAttempt] = [:]
+    /// Handles paused by their speed limit, to resume when their pace allows.
+    private var throttledTransfers: [ObjectIdentifier: PacedHandle] = [:]
+    fileprivate var attempts: UInt64 = 0
+    /// One curl share per cookie jar.
+    let cookies = CookieJars()
     /// fdatasync and prefix hashing: slow disk work kept off the engine thread.
-    private let fileJobs = DispatchQueue(label: "org.ferry.engine.files", qos: .utility, attributes: .concurrent)
+    let fileJobs = DispatchQueue(label: "org.ferry.engine.files", qos: .utility, attributes: .concurrent)
 
     init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, logger: Logger) {
         self.multi = multi
@@ -37,6 +45,7 @@ final class EngineLoop {
             }
             curl_multi_perform(multi, &running)
             collectFinished()
+            serviceAttempts()
             let timeout = min(resumeThrottledTransfers(), reportStalledProgress())
             curl_multi_poll(multi, nil, 0, timeout, &ready)
         }
@@ -44,8 +53,11 @@ final class EngineLoop {
             transfer.releaseHandle(from: multi)
             if transfer.phase != .flushing { transfer.file.close() }
         }
+        for attempt in otherAttempts.values { attempt.abandon() }
         transfers.removeAll()
+        otherAttempts.removeAll()
         throttledTransfers.removeAll()
+        cookies.cleanUp() // after every handle: shares in use cannot be freed
         curl_multi_cleanup(multi)
     }
 
@@ -59,12 +71,22 @@ final class EngineLoop {
                 timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
             }
         }
+        for attempt in otherAttempts.values {
+            if let due = attempt.reportProgressIfDue(now: now) {
+                timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
+            }
+        }
         return timeout
     }
 
     /// Called from a write callback that paused its transfer for the speed limit.
-    func throttled(_ transfer: CurlTransfer) {
-        throttledTransfers[transfer.id] = transfer
+    func throttled(_ handle: PacedHandle) {
+        throttledTransfers[ObjectIdentifier(handle)] = handle
+    }
+
+    /// Forgets a handle that is going away.
+    func unthrottle(_ handle: PacedHandle) {
+        throttledTransfers[ObjectIdentifier(handle)] = nil
     }
 
     /// Unpauses the throttled transfers whose time has come; returns how long the
@@ -72,8 +94,8 @@ final class EngineLoop {
     private func resumeThrottledTransfers() -> Int32 {
         guard !throttledTransfers.isEmpty else { return Self.pollTimeoutMs }
         let now = monotonicNanoseconds()
-        for (id, transfer) in throttledTransfers where transfer.speedLimit == 0 || transfer.paceAllowsAt <= now {
-            throttledTransfers[id] = nil
+        for (key, transfer) in throttledTransfers where transfer.speedLimit == 0 || transfer.paceAllowsAt <= now {
+            throttledTransfers[key] = nil
             transfer.resumeAfterThrottle() // may deliver a chunk and throttle again
         }
         var timeout = Self.pollTimeoutMs
@@ -96,10 +118,20 @@ final class EngineLoop {
         case .start(let request):
             start(request)
         case .stop(let id):
+            if let attempt = otherAttempts[id] { return attempt.stop() }
             guard let transfer = transfers[id], transfer.phase != .flushing else { return }
             finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))
         case .setSpeedLimit(let id, let bytesPerSecond):
+            otherAttempts[id]?.setSpeedLimit(bytesPerSecond)
             transfers[id]?.setSpeedLimit(bytesPerSecond) // a lifted limit takes effect in resumeThrottledTransfers
+        case .attemptFileJob(let id, let attempt, let result):
+            guard let owner = otherAttempts[id], owner.attempt == attempt else { return }
+            owner.fileJobDone(result)
+        case .discardCookies(let jar):
+            cookies.discard(jar)
+        case .attemptHashed(let id, let attempt, let epoch, let upTo, let result):
+            guard let owner = otherAttempts[id] as? SegmentedDownload, owner.attempt == attempt else { return }
+            owner.prefixHashed(epoch: epoch, upTo: upTo, result)
         case .prefixHashed(let id, let attempt, let result):
             guard let transfer = transfers[id], transfer.attempt == attempt, transfer.phase == .hashingPrefix else { return }
             switch result {
@@ -122,8 +154,12 @@ final class EngineLoop {
     }
 
     private func start(_ request: EngineRequest) {
-        guard transfers[request.id] == nil else {
+        guard transfers[request.id] == nil, otherAttempts[request.id] == nil else {
             logger.warning("start ignored: transfer \(request.id) already has a running attempt")
+            return
+        }
+        if let kind = startOtherAttempt(request) {
+            logger.debug("transfer \(request.id): attempt \(attempts) starts (\(kind))")
             return
         }
         let file: PartFile
@@ -144,7 +180,7 @@ final class EngineLoop {
             return
         }
         attempts += 1
-        guard let transfer = CurlTransfer(request: request, attempt: attempts, file: file, resume: resume, loop: self) else {
+        guard let transfer = CurlTransfer(request: request, attempt: attempts, file: file, resume: resume, loop: self, cookies: cookies) else {
             file.close()
             emit(.completed(request.id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: resume ? request.offset : 0)))
             return
@@ -186,6 +222,10 @@ final class EngineLoop {
         var left: Int32 = 0
         while let message = curl_multi_info_read(multi, &left) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            if let owner = handleOwners[easy] {
+                owner.handleDone(easy, code: ferry_msg_result(message))
+                continue
+            }
             var context: UnsafeMutableRawPointer?
             guard ferry_easy_getinfo_ptr(easy, CURLINFO_PRIVATE, &context) == CURLE_OK, let context else { continue }
             let transfer = Unmanaged<CurlTransfer>.fromOpaque(context).takeUnretainedValue()
@@ -240,13 +280,13 @@ final class EngineLoop {
                                        bytesOnDisk: old.bytesOnDisk))
         }
         guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: old.sentRange,
-                                      loop: self, redirectsLeft: left), next.setupError == CURLE_OK else {
+                                      loop: self, cookies: cookies, redirectsLeft: left), next.setupError == CURLE_OK else {
             return finish(old, .failed(.network("Could not set up the redirected download (libcurl)"), bytesOnDisk: old.bytesOnDisk))
         }
         logger.debug("transfer \(old.id): redirect to another origin, followed without the caller's headers")
         next.hasher = old.hasher
         transfers[old.id] = next
-        throttledTransfers[old.id] = nil
+        unthrottle(old)
         add(next)
     }
 
@@ -261,9 +301,83 @@ final class EngineLoop {
 
     private func complete(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
         transfers[transfer.id] = nil
-        throttledTransfers[transfer.id] = nil
+        unthrottle(transfer)
         transfer.reportProgress()
         emit(.completed(transfer.id, outcome))
         logger.debug("transfer \(transfer.id): attempt \(transfer.attempt) completed: \(outcome)")
+    }
+}
+
+// MARK: - Uploads and segmented downloads
+
+extension EngineLoop {
+    /// Starts an upload or a segmented download; nil for a single-connection download.
+    fileprivate func startOtherAttempt(_ request: EngineRequest) -> String? {
+        let attempt: EngineAttempt
+        let kind: String
+        if let upload = request.upload {
+            attempts += 1
+            attempt = UploadAttempt(request: request, source: upload, attempt: attempts, loop: self)
+            kind = "upload"
+        } else if request.connections > 1 || (request.segments.map { !$0.done.isEmpty } ?? false),
+                  !PartFile.existsAsOtherThanRegularFile(request.partPath) {
+            attempts += 1
+            attempt = SegmentedDownload(request: request, attempt: attempts, loop: self)
+            kind = "up to \(min(max(request.connections, 1), SegmentedDownload.maximumConnections)) connections"
+        } else {
+            return nil
+        }
+        otherAttempts[request.id] = attempt
+        attempt.begin()
+        return kind
+    }
+
+    /// Adds one of an attempt's easy handles to the multi.
+    func add(_ easy: UnsafeMutableRawPointer, owner: EngineAttempt) -> CURLMcode {
+        let rc = curl_multi_add_handle(multi, easy)
+        if rc == CURLM_OK { handleOwners[easy] = owner }
+        return rc
+    }
+
+    /// Takes a handle out of the multi (if it is in); the owner then cleans it up.
+    func remove(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
+        if handleOwners.removeValue(forKey: easy) != nil {
+            curl_multi_remove_handle(multi, easy)
+        }
+        if let paced = owner as? PacedHandle { unthrottle(paced) }
+    }
+
+    /// An upload or segmented download ended: the last events go out.
+    func attemptEnded(_ attempt: EngineAttempt, _ outcome: EngineOutcome) {
+        guard otherAttempts[attempt.id] === attempt else { return }
+        otherAttempts[attempt.id] = nil
+        emit(.completed(attempt.id, outcome))
+        logger.debug("transfer \(attempt.id): attempt \(attempt.attempt) completed: \(outcome)")
+    }
+
+    func log(_ id: TransferID, _ message: String) {
+        logger.info("transfer \(id): \(message)")
+    }
+
+    /// Asks for `attempt.service()` once the current curl call has returned.
+    func requestService(_ attempt: EngineAttempt) {
+        if !needingService.contains(where: { $0 === attempt }) { needingService.append(attempt) }
+    }
+
+    fileprivate func serviceAttempts() {
+        while !needingService.isEmpty {
+            let due = needingService
+            needingService.removeAll()
+            for attempt in due where otherAttempts[attempt.id] === attempt { attempt.service() }
+        }
+    }
+
+    func postHashResult(_ id: TransferID, attempt: UInt64, epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
+        inbox.post(.attemptHashed(id, attempt: attempt, epoch: epoch, upTo: upTo, result))
+    }
+
+    /// Lets an attempt's background job report back on the engine thread.
+    func postFileJobResult(_ id: TransferID, attempt: UInt64, _ result: Result<String?, PartFileError>) {
+        inbox.post(.attemptFileJob(id, attempt: attempt, result))
     }
 }

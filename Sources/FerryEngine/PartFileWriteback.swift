@@ -34,6 +34,12 @@ final class PartFileWriteback {
     /// Where the next request is due.
     var nextRequestAt: Int64 { requested + Self.step }
 
+    /// Starts write-out of every dirty page of the file (ranges written out of order).
+    func requestAll() {
+        let fd = self.fd
+        Self.queue.async { _ = ferry_start_writeback(fd, 0, 0) }
+    }
+
     /// Starts write-out of [previous end, `end`).
     func request(upTo end: Int64) {
         guard end > requested else { return }

@@ -17,10 +17,14 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         var cut: ResponsePlan.Cut
         var bytesPerSecond: Int?
         var keepAlive: Bool
+        var requestIndex: Int
     }
 
     private let server: TestHTTPServer
     private var requestHead: HTTPRequestHead?
+    /// The current request's index in the server's record.
+    private var requestIndex = -1
+    private var upload: UploadReceiver?
     private var stream: BodyStream?
     private var pacing: Scheduled<Void>?
     /// After a stall nothing more is sent on this connection.
@@ -34,13 +38,18 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             requestHead = head
-            server.record(head)
-        case .body:
-            break
+            requestIndex = server.record(head)
+            upload = head.method == .PUT || head.method == .POST
+                ? UploadReceiver(contentType: head.headers.first(name: "Content-Type")) : nil
+        case .body(let buffer):
+            upload?.consume(buffer)
         case .end:
             guard let head = requestHead, !stalled else { return }
             requestHead = nil
-            var plan = server.plan(for: head)
+            let received = upload?.finish()
+            upload = nil
+            if let received { server.recordUpload(requestIndex, received) }
+            var plan = server.plan(for: head, upload: received)
             if head.method == .HEAD { plan.sendsBody = false }
             respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
         }
@@ -57,7 +66,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         stream = BodyStream(remaining: plan.body, cutAfter: plan.cutAfter, cut: plan.cut,
-                            bytesPerSecond: plan.bytesPerSecond, keepAlive: keepAlive)
+                            bytesPerSecond: plan.bytesPerSecond, keepAlive: keepAlive, requestIndex: requestIndex)
         pump(context: context)
     }
 
@@ -96,6 +105,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         let written: EventLoopFuture<Void>?
         if n > 0, let slice = s.remaining.readSlice(length: n) {
             s.sent += n
+            server.countSent(s.requestIndex, n)
             written = context.write(wrapOutboundOut(.body(.byteBuffer(slice))))
         } else {
             written = nil

@@ -6,12 +6,22 @@ public struct RecordedRequest: Sendable {
     /// The path without the query ("/file.bin").
     public var path: String
     public var headers: [(name: String, value: String)]
+    /// Body bytes the server handed to the connection for this request's answer.
+    public var bodyBytesSent = 0
+    /// The request's body, for PUT and POST (once it has arrived in full).
+    public var upload: ReceivedUpload?
 
     public init(method: String, uri: String, headers: [(name: String, value: String)]) {
         self.method = method
         self.uri = uri
         self.path = String(uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
         self.headers = headers
+    }
+
+    /// Every value of a header, by case-insensitive name.
+    public func headerValues(_ name: String) -> [String] {
+        let wanted = name.lowercased()
+        return headers.filter { $0.name.lowercased() == wanted }.map(\.value)
     }
 
     /// The first value of a header, by case-insensitive name.

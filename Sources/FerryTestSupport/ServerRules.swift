@@ -31,6 +31,22 @@ public enum ServerBehaviour: Sendable {
     case shiftRanges(by: Int)
     /// Adds `Retry-After: value` to the error answers of `status` and `failFirst`.
     case retryAfter(String)
+    /// After `requests` requests for the path, serve `body` with `etag` instead (the
+    /// file changes on the server mid-download).
+    case replaceAfter(requests: Int, body: [UInt8], etag: String)
+    /// Advertise `Accept-Ranges: bytes` but answer every request with the whole file.
+    case ignoreRanges
+    /// Serve ranges even when `If-Range` no longer matches (a buggy server).
+    case ignoreIfRange
+    /// Like `dropAfter`, for the next `times` answers to range requests only.
+    case dropRangeAfter(bytes: Int, times: Int = 1)
+    /// Answer the next `count` range requests with `status` (a server limiting connections).
+    case failRangeRequests(Int, status: Int)
+    /// Adds `Set-Cookie: value` to every answer (repeatable: one header each).
+    case setCookie(String)
+    /// Accept PUT and POST bodies (recorded in `RecordedRequest.upload`) and answer
+    /// `status` with `body` (default: "received N bytes, sha256 HEX").
+    case acceptUploads(status: Int = 201, body: [UInt8]? = nil)
 }
 
 /// The behaviours in force for one path.
@@ -43,6 +59,14 @@ struct PathRules {
     var failFirst: (remaining: Int, status: Int)?
     var rangeShift = 0
     var retryAfter: String?
+    var replacement: (afterRequests: Int, body: [UInt8], etag: String)?
+    var requestsSeen = 0
+    var ignoreRanges = false
+    var ignoreIfRange = false
+    var rangeDrop: (bytes: Int, remaining: Int)?
+    var cookies: [String] = []
+    var rangeFailures: (remaining: Int, status: Int)?
+    var uploads: (status: Int, body: [UInt8]?)?
 
     mutating func apply(_ behaviour: ServerBehaviour) {
         switch behaviour {
@@ -54,6 +78,13 @@ struct PathRules {
         case .failFirst(let count, let code): failFirst = (count, code)
         case .shiftRanges(let by): rangeShift = by
         case .retryAfter(let value): retryAfter = value
+        case .replaceAfter(let n, let body, let etag): replacement = (n, body, etag)
+        case .ignoreRanges: ignoreRanges = true
+        case .ignoreIfRange: ignoreIfRange = true
+        case .dropRangeAfter(let bytes, let times): rangeDrop = (max(0, bytes), times)
+        case .setCookie(let value): cookies.append(value)
+        case .failRangeRequests(let count, let code): rangeFailures = (count, code)
+        case .acceptUploads(let status, let body): uploads = (status, body)
         }
     }
 }

@@ -122,25 +122,62 @@ public final class TestHTTPServer: @unchecked Sendable {
 
     // MARK: - For the connection handler
 
-    func record(_ head: HTTPRequestHead) {
+    /// Records a request; returns its index for `countSent` and `recordUpload`.
+    func record(_ head: HTTPRequestHead) -> Int {
         let request = RecordedRequest(method: head.method.rawValue, uri: head.uri,
                                       headers: head.headers.map { (name: $0.name, value: $0.value) })
         lock.lock()
+        defer { lock.unlock() }
         recorded.append(request)
+        return recorded.count - 1
+    }
+
+    /// Counts body bytes handed to the connection for request `index`.
+    func countSent(_ index: Int, _ bytes: Int) {
+        lock.lock()
+        if recorded.indices.contains(index) { recorded[index].bodyBytesSent += bytes }
         lock.unlock()
     }
 
+    func recordUpload(_ index: Int, _ upload: ReceivedUpload) {
+        lock.lock()
+        if recorded.indices.contains(index) { recorded[index].upload = upload }
+        lock.unlock()
+    }
+
+    /// The bodies received (PUT and POST) for a path, oldest first.
+    public func uploads(for path: String) -> [ReceivedUpload] {
+        requests(for: path).compactMap(\.upload)
+    }
+
     /// Decides the response to one request, consuming one-shot behaviours.
-    func plan(for head: HTTPRequestHead) -> ResponsePlan {
+    func plan(for head: HTTPRequestHead, upload: ReceivedUpload? = nil) -> ResponsePlan {
         let path = RecordedRequest(method: "", uri: head.uri, headers: []).path
         lock.lock()
         defer { lock.unlock() }
         var rule = rules[path] ?? PathRules()
         defer { if rules[path] != nil { rules[path] = rule } }
+        rule.requestsSeen += 1
+        if let replacement = rule.replacement, rule.requestsSeen > replacement.afterRequests, let old = resources[path] {
+            resources[path] = ServedResource(body: ByteBuffer(bytes: replacement.body), etag: replacement.etag,
+                                             lastModified: old.lastModified, contentDisposition: old.contentDisposition,
+                                             supportsRanges: old.supportsRanges)
+            rule.replacement = nil
+        }
+        var plan = basePlan(for: head, path: path, rule: &rule, upload: upload)
+        for cookie in rule.cookies { plan.headers.add(name: "Set-Cookie", value: cookie) }
+        return plan
+    }
+
+    private func basePlan(for head: HTTPRequestHead, path: String, rule: inout PathRules, upload: ReceivedUpload?) -> ResponsePlan {
 
         let retryHeaders = rule.retryAfter.map { [("Retry-After", $0)] } ?? []
         if let fail = rule.failFirst, fail.remaining > 0 {
             rule.failFirst = (fail.remaining - 1, fail.status)
+            return .text(fail.status, "HTTP \(fail.status)\n", extraHeaders: retryHeaders)
+        }
+        if let fail = rule.rangeFailures, fail.remaining > 0, head.headers.first(name: "Range") != nil {
+            rule.rangeFailures = (fail.remaining - 1, fail.status)
             return .text(fail.status, "HTTP \(fail.status)\n", extraHeaders: retryHeaders)
         }
         if let code = rule.status {
@@ -148,6 +185,13 @@ public final class TestHTTPServer: @unchecked Sendable {
         }
         if let redirect = rule.redirect {
             return .text(redirect.status, "Moved to \(redirect.location)\n", extraHeaders: [("Location", redirect.location)])
+        }
+        if let accepted = rule.uploads, head.method == .PUT || head.method == .POST {
+            let text = "received \(upload?.byteCount ?? 0) bytes, sha256 \(upload?.sha256 ?? "")\n"
+            let body = accepted.body.map { ByteBuffer(bytes: $0) } ?? ByteBuffer(string: text)
+            var plan = ResponsePlan.text(accepted.status, "")
+            plan.body = body
+            return plan
         }
         guard let resource = resources[path] else {
             return .text(404, "not found\n")
@@ -166,8 +210,8 @@ public final class TestHTTPServer: @unchecked Sendable {
 
         var status = HTTPResponseStatus.ok
         var body = resource.body
-        if resource.supportsRanges, let rangeHeader = head.headers.first(name: "Range"),
-           Self.validatorMatches(head.headers.first(name: "If-Range"), resource),
+        if resource.supportsRanges, !rule.ignoreRanges, let rangeHeader = head.headers.first(name: "Range"),
+           rule.ignoreIfRange || Self.validatorMatches(head.headers.first(name: "If-Range"), resource),
            let range = ByteRangeRequest(rangeHeader, size: size) {
             switch range {
             case .unsatisfiable:
@@ -187,7 +231,11 @@ public final class TestHTTPServer: @unchecked Sendable {
         plan.sendsBody = head.method != .HEAD
         if plan.sendsBody {
             plan.bytesPerSecond = rule.bytesPerSecond
-            if let drop = rule.drop, drop.remaining > 0 {
+            if status == .partialContent, let drop = rule.rangeDrop, drop.remaining > 0 {
+                rule.rangeDrop = (drop.bytes, drop.remaining - 1)
+                plan.cutAfter = drop.bytes
+                plan.cut = .drop
+            } else if let drop = rule.drop, drop.remaining > 0 {
                 rule.drop = (drop.bytes, drop.remaining - 1)
                 plan.cutAfter = drop.bytes
                 plan.cut = .drop

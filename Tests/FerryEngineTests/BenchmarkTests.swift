@@ -6,7 +6,8 @@ import XCTest
 
 /// CurlEngine against `curl -o`, both fetching one large file from a local nginx.
 /// Opt-in (it writes a GiB): FERRY_ENGINE_BENCH=1 swift test -c release --filter BenchmarkTests
-/// FERRY_ENGINE_BENCH_MIB sets the size (default 1024).
+/// FERRY_ENGINE_BENCH_MIB sets the size (default 1024); FERRY_ENGINE_BENCH_CONNECTIONS the
+/// engine's connections (default 1).
 final class BenchmarkTests: XCTestCase {
     private struct Sample {
         var wall: Double
@@ -19,6 +20,7 @@ final class BenchmarkTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx"),
               FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") else { throw XCTSkip("needs nginx and curl") }
         let mib = Int(env["FERRY_ENGINE_BENCH_MIB"] ?? "") ?? 1024
+        let connections = Int(env["FERRY_ENGINE_BENCH_CONNECTIONS"] ?? "") ?? 1
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-bench-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("www"), withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -64,7 +66,9 @@ final class BenchmarkTests: XCTestCase {
             // CurlEngine (includes its fdatasync)
             unlink(out)
             let s0 = Self.cpu(RUSAGE_SELF.rawValue), t1 = Date()
-            engine.start(EngineRequest(id: TransferID(round + 1), url: url, partPath: out))
+            var request = EngineRequest(id: TransferID(round + 1), url: url, partPath: out)
+            request.connections = connections
+            engine.start(request)
             XCTAssertEqual(done.wait(timeout: .now() + 600), .success)
             let engineSample = Sample(wall: Date().timeIntervalSince(t1), cpu: Self.cpu(RUSAGE_SELF.rawValue) - s0)
             XCTAssertEqual(outcomes.outcome(of: TransferID(round + 1), timeout: 0),
@@ -77,8 +81,8 @@ final class BenchmarkTests: XCTestCase {
         func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
         let cw = median(curlSamples.map(\.wall)), cc = median(curlSamples.map(\.cpu))
         let ew = median(engineSamples.map(\.wall)), ec = median(engineSamples.map(\.cpu))
-        print(String(format: "BENCH %d MiB  curl: wall %.3f s cpu %.3f s | engine: wall %.3f s cpu %.3f s | ratio wall %.3f cpu %.3f",
-                     mib, cw, cc, ew, ec, ew / cw, ec / cc))
+        print(String(format: "BENCH %d MiB, %d connection(s)  curl: wall %.3f s cpu %.3f s | engine: wall %.3f s cpu %.3f s | ratio wall %.3f cpu %.3f",
+                     mib, connections, cw, cc, ew, ec, ew / cw, ec / cc))
     }
 
     private static func cpu(_ who: Int32) -> Double {

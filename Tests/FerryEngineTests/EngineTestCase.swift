@@ -69,8 +69,13 @@ final class EventLog: @unchecked Sendable {
 extension EngineEvent {
     var transferID: TransferID {
         switch self {
-        case .response(let id, _), .progress(let id, _, _, _), .completed(let id, _): return id
+        case .response(let id, _), .progress(let id, _, _, _), .completed(let id, _), .segments(let id, _): return id
         }
+    }
+
+    var segments: SegmentMap? {
+        if case .segments(_, let map) = self { return map }
+        return nil
     }
 
     var response: EngineResponse? {

@@ -1,0 +1,643 @@
+import CCurl
+import Crypto
+import FerryCore
+import Foundation
+
+/// A download over up to `connections` range requests at once into one part file
+/// (`pwrite` at each range's offset), validated: every range request carries
+/// `If-Range`, and every 206 must match the range asked for, the length and the
+/// validator. An answer that does not match makes the whole file start over from 0
+/// on one connection within the attempt: never a file stitched from two versions.
+///
+/// A fresh download starts with one plain request; once its answer shows a length,
+/// `Accept-Ranges: bytes` and a strong validator, the rest of the file is split among
+/// more connections. A download continued from a `SegmentMap` requests only the
+/// missing ranges. Engine thread only; callbacks change state and ask for `service()`
+/// for anything that adds or removes handles.
+final class SegmentedDownload: EngineAttempt {
+    static let maximumConnections = 16
+    /// No range is split below this.
+    static let minimumRange: Int64 = 1 << 20
+    /// Connection failures in a row (without a byte in between) before the attempt fails.
+    static let failuresAllowed = 3
+
+    let request: EngineRequest
+    let attempt: UInt64
+    var id: TransferID { request.id }
+    private unowned let loop: EngineLoop
+    let pacer: Pacer
+
+    private var file: PartFile?
+    private var connections: [RangeConnection] = []
+    private var maxConnections: Int
+    /// The ranges on disk from connections that have ended (busy ones add their own);
+    /// nil while the length is unknown and when the attempt runs on one connection.
+    private var done: SegmentMap?
+    private var total: Int64 = -1
+    /// Sent as `If-Range` with every range request.
+    private var validator: String?
+    /// Range requests go here (the first answer's URL, after redirects).
+    private var rangeURL: String
+    /// One connection for the whole file: not allowed, or started over.
+    private var single = false
+    private var singleReason: String?
+    private var responded = false
+    private var unreportedBytes: Int64 = 0
+    private var nextProgressAt: UInt64 = 0
+    private var lastReportedMap: SegmentMap?
+    private var failuresInARow = 0
+    private var pendingFailure: FerryError?
+    private var pendingRestart: String?
+    private var restarts = 0
+    private var flushing = false
+    private var completed = false
+    /// SHA-256 of the file's first `hashedUpTo` bytes (when asked for), advanced in the
+    /// background as the contiguous prefix grows, so little is left at the end.
+    private var hasher: SHA256?
+    private var hashedUpTo: Int64 = 0
+    private var hashing = false
+    /// Bumped when the file starts over: an older hash job's result is void.
+    private var hashEpoch = 0
+    private var completeAfterHash = false
+    /// Prefix bytes worth a background hash job.
+    private static let hashStep: Int64 = 8 << 20
+    /// Starts disk write-out while the download goes on, so the final fdatasync is short.
+    private var writeback: PartFileWriteback?
+    private var writtenSinceWriteback: Int64 = 0
+
+    init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
+        self.request = request
+        self.attempt = attempt
+        self.loop = loop
+        self.pacer = Pacer(limit: request.speedLimit)
+        self.maxConnections = min(max(request.connections, 1), Self.maximumConnections)
+        self.rangeURL = request.url
+        if request.computeSHA256 { hasher = SHA256() }
+    }
+
+    deinit {
+        for connection in connections { connection.release(from: loop) }
+    }
+
+    // MARK: - Start
+
+    func begin() {
+        let opened: PartFile
+        switch PartFile.open(request.partPath) {
+        case .success(let file): opened = file
+        case .failure(let error): return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+        }
+        file = opened
+        validator = request.ifRange
+        if opened.isRegular { writeback = PartFileWriteback(fd: opened.fd, from: 0) }
+        // Continue from a map only with its validator and a part file that holds its ranges.
+        if let map = request.segments, validator != nil, opened.initialSize >= (map.done.last?.upperBound ?? 0) {
+            done = map
+            total = map.total
+            if map.isComplete { return alreadyComplete() }
+            return service()
+        }
+        var from: Int64 = 0
+        if request.offset > 0, validator != nil, opened.initialSize >= request.offset {
+            from = request.offset
+        } else if request.segments != nil || request.offset > 0 {
+            // No validator, or a part file shorter than claimed: nothing on disk can be trusted.
+            validator = nil
+        }
+        if from == 0, let error = opened.truncate(to: 0) {
+            return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+        }
+        startFirst(from: from)
+    }
+
+    /// The first request of a fresh download: the whole file (or the rest after `from`).
+    private func startFirst(from: Int64) {
+        let connection = RangeConnection(download: self, start: from, end: Int64.max, requestedEnd: nil,
+                                         sentIfRange: from > 0 && validator != nil, isFirst: true)
+        launch(connection, url: request.url)
+    }
+
+    private func launch(_ connection: RangeConnection, url: String) {
+        let perConnection = pacer.limit > 0 ? Int(clamping: pacer.limit / 4 / UInt64(maxConnections)) : CurlTransfer.bufferSize
+        let rc = connection.makeHandle(request: request, url: url, validator: validator,
+                                       receiveBuffer: perConnection, cookies: loop.cookies,
+                                       separateConnection: maxConnections > 1)
+        connections.append(connection)
+        guard rc == CURLE_OK, let easy = connection.easy else {
+            let why = String(cString: curl_easy_strerror(rc))
+            pendingFailure = .network("Could not set up the download: \(why)")
+            return loop.requestService(self)
+        }
+        let added = loop.add(easy, owner: self)
+        if added != CURLM_OK {
+            pendingFailure = .network("Could not start the download: \(String(cString: curl_multi_strerror(added)))")
+            loop.requestService(self)
+        }
+        if nextProgressAt == 0 { nextProgressAt = monotonicNanoseconds() + CurlTransfer.progressInterval }
+    }
+
+    // MARK: - Answers (in libcurl's header callback: no handle changes here)
+
+    /// Judges a connection's final response head. Returns false to end the connection.
+    func accept(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
+        let status = head.status
+        if status >= 300 && !(status == 416 && connection.isFirst && connection.start > 0) {
+            if connection.requestedEnd != nil && [408, 429, 503].contains(status) && connections.count > 1 {
+                // Busy: fewer connections, and its range goes back to the pool.
+                connection.refused = true
+                maxConnections = max(1, connections.count - 1)
+                return false
+            }
+            if connection.requestedEnd != nil && status == 416 {
+                return restart(because: "the file changed on the server (a range it had is gone)", connection)
+            }
+            emitResponse(head, connection: connection, startOffset: connection.start)
+            if status >= 400 {
+                fail(.http(status: status, head.statusDescription), connection)
+            } else {
+                fail(.network("The server answered \(head.statusDescription) instead of sending the file"), connection)
+            }
+            return false
+        }
+        if connection.isFirst { return acceptFirst(connection, head) }
+        if status == 206 { return acceptRange(connection, head) }
+        return adoptWholeFile(connection, head)
+    }
+
+    private func acceptFirst(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
+        guard let file else { return false }
+        if head.status == 416 {
+            // "bytes */TOTAL" with TOTAL == our offset: the part file is already complete.
+            guard let range = head.contentRange.flatMap(ContentRange.init), range.first == nil,
+                  range.total == connection.start else {
+                emitResponse(head, connection: connection, startOffset: connection.start)
+                fail(.http(status: 416, head.statusDescription), connection)
+                return false
+            }
+            total = connection.start
+            done = SegmentMap(total: total, done: [0..<total])
+            connection.end = total
+            connection.reachedEnd = true
+            if let error = file.truncate(to: total) { fail(.disk(error.message), connection); return false }
+            emitResponse(head, connection: connection, startOffset: total, acceptsRanges: true)
+            return false
+        }
+        if head.status == 206 {
+            guard connection.start > 0, let text = head.contentRange, let range = ContentRange(text),
+                  range.first == connection.start, validatorMatches(head) else {
+                return restart(because: "the server sent a range that does not match the one asked for", connection)
+            }
+            total = range.total ?? -1
+            if let error = file.truncate(to: connection.start) { fail(.disk(error.message), connection); return false }
+        } else {
+            if connection.start > 0 {
+                // Range ignored, or the validator no longer matches: the whole file comes.
+                connection.start = 0
+                connection.position = 0
+                if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
+                restartHash()
+            }
+            total = head.contentLength ?? -1
+        }
+        let strong = Self.strongValidator(head)
+        var reason: String?
+        if single {
+            reason = singleReason
+        } else if total < 0 {
+            reason = "the server did not send the file's length"
+        } else if !(head.acceptsByteRanges || head.status == 206) {
+            reason = "the server does not accept range requests (no Accept-Ranges: bytes)"
+        } else if strong == nil {
+            reason = "the server sent no strong validator (ETag or Last-Modified) to check ranges against"
+        }
+        rangeURL = EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url)
+        if reason == nil {
+            validator = strong
+            var map = SegmentMap(total: total)
+            map.insert(0..<connection.start)
+            done = map
+            connection.end = total
+            let left = total - connection.start
+            let parts = max(1, min(Int64(maxConnections), left / Self.minimumRange))
+            if parts > 1 { connection.end = connection.start + left / parts }
+            singleReason = nil
+            loop.requestService(self) // the other connections start outside this callback
+        } else {
+            single = true
+            singleReason = maxConnections > 1 || request.segments != nil ? reason : nil
+            done = nil
+            connection.end = total >= 0 ? total : Int64.max
+        }
+        connection.accepted = true
+        emitResponse(head, connection: connection, startOffset: connection.start,
+                     acceptsRanges: head.acceptsByteRanges || head.status == 206)
+        return true
+    }
+
+    private func acceptRange(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
+        guard let text = head.contentRange, let range = ContentRange(text), range.first == connection.start,
+              let last = range.last, last + 1 == connection.requestedEnd, range.total == total else {
+            return restart(because: "the server sent a range that does not match the one asked for (\(head.contentRange ?? "no Content-Range"))", connection)
+        }
+        guard validatorMatches(head) else {
+            return restart(because: "the file changed on the server (its validator is now \(head.etag ?? head.lastModified ?? "missing"))", connection)
+        }
+        connection.accepted = true
+        if !responded {
+            emitResponse(head, connection: connection, startOffset: currentMap()?.bytesDone ?? 0, acceptsRanges: true)
+        }
+        return true
+    }
+
+    /// A 200 to a range request: the server ignored the range, or the file changed
+    /// (If-Range did not match). The answer is the whole file: it becomes the only
+    /// connection, from byte 0.
+    private func adoptWholeFile(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
+        guard let file else { return false }
+        let changed = validator != nil && Self.strongValidator(head) != validator
+        cancelAll(except: connection)
+        if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
+        restartHash()
+        single = true
+        singleReason = changed ? "the file changed on the server; it started over on one connection"
+            : "the server ignored a range request; it started over on one connection"
+        done = nil
+        total = head.contentLength ?? -1
+        unreportedBytes = 0
+        connection.start = 0
+        connection.position = 0
+        connection.end = total >= 0 ? total : Int64.max
+        connection.accepted = true
+        emitResponse(head, connection: connection, startOffset: 0, acceptsRanges: head.acceptsByteRanges)
+        return true
+    }
+
+    /// A 206 that does not fit: everything stops and the file starts over on one
+    /// connection (once: a server whose answers never fit fails the attempt).
+    private func restart(because reason: String, _ connection: RangeConnection) -> Bool {
+        guard restarts == 0 else {
+            fail(.network("The server's answers do not fit together: \(reason)"), connection)
+            return false
+        }
+        restarts += 1
+        cancelAll(except: nil)
+        pendingRestart = reason
+        loop.requestService(self)
+        return false
+    }
+
+    func refusedRedirect(_ connection: RangeConnection, scheme: String) -> Bool {
+        fail(.network("Redirected to a \(scheme): URL; only http and https are allowed"), connection)
+        return false
+    }
+
+    private func fail(_ error: FerryError, _ connection: RangeConnection) {
+        connection.failure = error
+        if pendingFailure == nil { pendingFailure = error }
+        loop.requestService(self)
+    }
+
+    private func cancelAll(except keep: RangeConnection?) {
+        for connection in connections where connection !== keep { connection.cancelled = true }
+        loop.requestService(self)
+    }
+
+    private func validatorMatches(_ head: ResponseHead) -> Bool {
+        guard let validator else { return true }
+        if validator.hasPrefix("\"") || validator.hasPrefix("W/") {
+            return head.etag.map { $0 == validator } ?? true
+        }
+        return head.lastModified.map { $0 == validator } ?? (head.etag == nil)
+    }
+
+    /// A strong ETag, else a Last-Modified date.
+    private static func strongValidator(_ head: ResponseHead) -> String? {
+        if let etag = head.etag, !etag.hasPrefix("W/"), !etag.isEmpty { return etag }
+        return head.lastModified
+    }
+
+    private func emitResponse(_ head: ResponseHead, connection: RangeConnection, startOffset: Int64, acceptsRanges: Bool = false) {
+        responded = true
+        var response = EngineResponse(
+            status: head.status, etag: head.etag, lastModified: head.lastModified, expectedTotal: total,
+            startOffset: startOffset, contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
+            effectiveURL: EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url), retryAfter: head.retryAfter)
+        response.connections = head.status >= 300 || single ? 1 : maxConnections
+        response.singleConnectionReason = singleReason
+        loop.emit(.response(id, response))
+        if let map = currentMap(), head.status < 300 { reportMap(map) }
+    }
+
+    // MARK: - Body (the hot path)
+
+    @inline(__always)
+    func write(_ connection: RangeConnection, _ data: UnsafeRawPointer, _ count: Int) -> Int {
+        guard connection.accepted, !connection.cancelled, connection.failure == nil, let file else { return 0 }
+        let room = connection.end - connection.position
+        if room <= 0 {
+            connection.reachedEnd = true
+            return 0
+        }
+        let now = monotonicNanoseconds()
+        let n = Int(min(Int64(count), room))
+        if !pacer.admit(n, now: now) {
+            connection.isThrottled = true
+            loop.throttled(connection)
+            return Int(CURL_WRITEFUNC_PAUSE)
+        }
+        if let error = file.write(data, n, at: connection.position) {
+            fail(.disk(error.message), connection)
+            return 0
+        }
+        connection.position += Int64(n)
+        unreportedBytes += Int64(n)
+        writtenSinceWriteback += Int64(n)
+        if writtenSinceWriteback >= PartFileWriteback.step, let writeback {
+            writtenSinceWriteback = 0
+            writeback.requestAll()
+        }
+        failuresInARow = 0
+        if now >= nextProgressAt {
+            nextProgressAt = now + CurlTransfer.progressInterval
+            reportProgress()
+        }
+        if connection.position >= connection.end, connection.end != connection.requestedEnd || n < count {
+            // Its range was split (or the answer runs on): this connection is done.
+            connection.reachedEnd = true
+            return 0
+        }
+        return count
+    }
+
+    // MARK: - Connections ending
+
+    func handleDone(_ easy: UnsafeMutableRawPointer, code: CURLcode) {
+        guard let index = connections.firstIndex(where: { $0.easy == easy }) else { return }
+        let connection = connections[index]
+        let finishedRange = connection.reachedEnd
+            || (code == CURLE_OK && connection.accepted && connection.failure == nil
+                && (connection.position == connection.end || (connection.end == Int64.max && single)))
+        var error: FerryError?
+        if !finishedRange && !connection.cancelled && !connection.refused {
+            if let failure = connection.failure {
+                error = failure
+            } else if code != CURLE_OK {
+                let context = HandleFailureContext(
+                    easy: easy, request: request, url: rangeURL, errorBuffer: connection.errorBuffer,
+                    expectedTotal: total, bytesOnDisk: connection.position, lastLocation: connection.reader.lastLocation,
+                    writtenPath: request.partPath)
+                error = CurlFailure.error(for: code, in: context)
+            } else if !connection.accepted {
+                error = .network("\(EasyHandleSetup.hostDescription(rangeURL)) ended the response before its headers were complete")
+            } else {
+                error = .network("\(EasyHandleSetup.hostDescription(rangeURL)) sent \(connection.position - connection.start) of \(connection.end - connection.start) bytes of a range")
+            }
+        }
+        if single, connection.accepted, finishedRange, connection.end == Int64.max {
+            total = connection.position // the length was unknown: the connection's end is the file's
+        }
+        if !connection.cancelled { done?.insert(connection.start..<connection.position) }
+        connection.release(from: loop)
+        connections.remove(at: index)
+        if let error {
+            if single || done == nil || connection.failure != nil {
+                // One connection for the whole file, or a failure no other connection can mend.
+                if pendingFailure == nil { pendingFailure = error }
+            } else {
+                failuresInARow += 1
+                if failuresInARow >= Self.failuresAllowed { pendingFailure = error }
+            }
+        }
+        service()
+    }
+
+    /// Adds and removes handles as callbacks asked; finishes the attempt when it is over.
+    func service() {
+        guard !completed, !flushing else { return }
+        for connection in connections where connection.cancelled { connection.release(from: loop) }
+        connections.removeAll { $0.cancelled }
+        if let error = pendingFailure {
+            return finish(.failed(error, bytesOnDisk: bytesForOutcome()))
+        }
+        if let reason = pendingRestart {
+            pendingRestart = nil
+            loop.log(id, "starting over on one connection: \(reason)")
+            for connection in connections { connection.release(from: loop) }
+            connections.removeAll()
+            single = true
+            singleReason = reason
+            done = nil
+            validator = nil
+            unreportedBytes = 0
+            if let error = file?.truncate(to: 0) { return finish(.failed(.disk(error.message), bytesOnDisk: 0)) }
+            restartHash()
+            return startFirst(from: 0)
+        }
+        if let map = done, !single {
+            let planner = RangePlanner(minimum: Self.minimumRange)
+            while connections.count < maxConnections, connections.allSatisfy({ $0.accepted || !$0.isFirst }) {
+                let claims = connections.map { RangePlanner.Claim(start: $0.start, position: $0.position, end: $0.end) }
+                guard let next = planner.next(done: map, claims: claims, idle: maxConnections - connections.count) else { break }
+                let range: Range<Int64>
+                switch next {
+                case .unclaimed(let hole):
+                    range = hole
+                case .steal(let victim, let at):
+                    range = at..<min(connections[victim].end, map.total)
+                    connections[victim].end = at
+                }
+                launch(RangeConnection(download: self, start: range.lowerBound, end: range.upperBound,
+                                       requestedEnd: range.upperBound, sentIfRange: true, isFirst: false), url: rangeURL)
+                if pendingFailure != nil { return service() }
+            }
+            if connections.isEmpty, let current = currentMap(), current.isComplete { return complete() }
+            if connections.isEmpty {
+                return finish(.failed(.network("No connection is left to fetch the rest of the file"), bytesOnDisk: bytesForOutcome()))
+            }
+        } else if connections.isEmpty {
+            if single, total >= 0 { return complete() }
+        }
+    }
+
+    // MARK: - The end
+
+    private func alreadyComplete() {
+        var response = EngineResponse(status: 206, etag: validator.flatMap { $0.hasPrefix("\"") ? $0 : nil },
+                                      lastModified: validator.flatMap { $0.hasPrefix("\"") ? nil : $0 },
+                                      expectedTotal: total, startOffset: total, acceptsRanges: true, effectiveURL: request.url)
+        response.connections = 0
+        responded = true
+        loop.emit(.response(id, response))
+        complete()
+    }
+
+    /// Every byte is on disk: trim, flush, hash (if asked) off the engine thread.
+    private func complete() {
+        guard let file else { return }
+        if hashing {
+            completeAfterHash = true // the running hash job's result is needed first
+            return
+        }
+        flushing = true
+        if let map = currentMap() { reportMap(map) }
+        reportProgress()
+        if file.isRegular, ftruncate(file.fd, off_t(total)) != 0 {
+            let error = PartFileError(code: errno, action: "truncating", path: file.path)
+            flushing = false
+            return finish(.failed(.disk(error.message), bytesOnDisk: bytesForOutcome()))
+        }
+        let (fd, path, isRegular) = (file.handOver(), file.path, file.isRegular)
+        let (id, attempt, length, hasher, hashedUpTo) = (self.id, self.attempt, total, self.hasher, self.hashedUpTo)
+        let loop = self.loop
+        loop.fileJobs.async {
+            var result: Result<String?, PartFileError>
+            if let error = PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular) {
+                result = .failure(error)
+            } else if let hasher {
+                result = PartFile.hashRange(path: path, from: hashedUpTo, to: length, continuing: hasher).map { hasher in
+                    hasher.finalize().map { String(format: "%02x", $0) }.joined() as String?
+                }
+            } else {
+                result = .success(nil)
+            }
+            loop.postFileJobResult(id, attempt: attempt, result)
+        }
+    }
+
+    func fileJobDone(_ result: Result<String?, PartFileError>) {
+        guard flushing else { return }
+        flushing = false
+        switch result {
+        case .success(let digest): finish(.succeeded(bytesOnDisk: total, sha256: digest))
+        case .failure(let error): finish(.failed(.disk(error.message), bytesOnDisk: total))
+        }
+    }
+
+    func stop() {
+        guard !flushing else { return }
+        finish(.stopped(bytesOnDisk: bytesForOutcome()))
+    }
+
+    func setSpeedLimit(_ bytesPerSecond: UInt64) {
+        pacer.setLimit(bytesPerSecond)
+    }
+
+    func abandon() {
+        completed = true
+        for connection in connections { connection.release(from: loop) }
+        connections.removeAll()
+        file?.close()
+    }
+
+    private func finish(_ outcome: EngineOutcome) {
+        guard !completed else { return }
+        // What busy connections wrote stays on disk: it belongs in the final map.
+        if !single {
+            for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
+        }
+        for connection in connections { connection.release(from: loop) }
+        connections.removeAll()
+        completed = true
+        file?.close()
+        reportProgress()
+        if let map = currentMap(), responded { reportMap(map, force: true) }
+        loop.attemptEnded(self, outcome)
+    }
+
+    /// What an offset resume may keep: the contiguous prefix (see `EngineOutcome`).
+    private func bytesForOutcome() -> Int64 {
+        if let map = currentMap() { return map.contiguousPrefix }
+        return connections.first.map { $0.accepted ? $0.position : 0 } ?? 0
+    }
+
+    // MARK: - Hashing the prefix
+
+    private func restartHash() {
+        guard hasher != nil else { return }
+        hasher = SHA256()
+        hashedUpTo = 0
+        hashEpoch += 1
+    }
+
+    /// Hands the contiguous prefix not hashed yet to a background job, in steps.
+    private func hashPrefixIfDue() {
+        guard let hasher, !hashing, !flushing, let file else { return }
+        let frontier: Int64
+        if let map = currentMap() {
+            frontier = map.contiguousPrefix
+        } else if single, let first = connections.first, first.accepted {
+            frontier = first.position
+        } else {
+            return
+        }
+        guard frontier - hashedUpTo >= Self.hashStep else { return }
+        hashing = true
+        let (id, attempt, epoch, path, from, loop) = (self.id, self.attempt, hashEpoch, file.path, hashedUpTo, self.loop)
+        loop.fileJobs.async {
+            let result = PartFile.hashRange(path: path, from: from, to: frontier, continuing: hasher)
+            loop.postHashResult(id, attempt: attempt, epoch: epoch, upTo: frontier, result)
+        }
+    }
+
+    /// A background hash job is back (on the engine thread).
+    func prefixHashed(epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
+        hashing = false
+        if epoch == hashEpoch, hasher != nil {
+            switch result {
+            case .success(let advanced):
+                hasher = advanced
+                hashedUpTo = upTo
+            case .failure:
+                restartHash() // the final job hashes everything instead
+            }
+        }
+        if completeAfterHash && !completed {
+            completeAfterHash = false
+            complete()
+        } else {
+            hashPrefixIfDue()
+        }
+    }
+
+    // MARK: - Reporting
+
+    /// The ranges on disk now, busy connections included; nil when not segmented.
+    private func currentMap() -> SegmentMap? {
+        guard var map = done, !single else { return nil }
+        for connection in connections where !connection.cancelled && connection.position > connection.start {
+            map.insert(connection.start..<connection.position)
+        }
+        return map
+    }
+
+    private func reportMap(_ map: SegmentMap, force: Bool = false) {
+        guard force || map != lastReportedMap else { return }
+        lastReportedMap = map
+        loop.emit(.segments(id, map))
+    }
+
+    func reportProgressIfDue(now: UInt64) -> UInt64? {
+        guard unreportedBytes > 0, responded else { return nil }
+        if now >= nextProgressAt {
+            nextProgressAt = now + CurlTransfer.progressInterval
+            reportProgress()
+            return nil
+        }
+        return nextProgressAt
+    }
+
+    private func reportProgress() {
+        guard unreportedBytes > 0, responded else { return }
+        let written = unreportedBytes
+        unreportedBytes = 0
+        let onDisk: Int64
+        if let map = currentMap() {
+            reportMap(map)
+            onDisk = map.bytesDone
+        } else {
+            onDisk = connections.first?.position ?? total
+        }
+        loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))
+        hashPrefixIfDue()
+    }
+}

@@ -1,0 +1,386 @@
+import CCurl
+import FerryCore
+import Foundation
+
+/// One attempt of an upload: the file streamed from the caller's descriptor by
+/// libcurl's read callback (PUT or POST raw body, or one part of a multipart/form-data
+/// body), the answer kept in memory (first 64 KiB) or saved to `responseDestination`.
+///
+/// Ownership: `EngineLoop.attempts` holds the only strong reference; the easy handle
+/// and the mime part carry this object unretained, which is safe because `release()`
+/// cleans the handle up (freeing the mime) before the loop drops the object.
+final class UploadAttempt: EngineAttempt, PacedHandle {
+    /// Bytes of the answer kept when there is no response destination.
+    static let keptResponseBytes = 64 * 1024
+    /// libcurl's send buffer: fewer read callbacks than its 64 KiB default.
+    static let uploadBufferSize = 512 * 1024
+
+    let request: EngineRequest
+    let source: EngineUpload
+    let attempt: UInt64
+    var id: TransferID { request.id }
+    private unowned let loop: EngineLoop
+
+    private var easy: UnsafeMutableRawPointer?
+    private var mime: OpaquePointer?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    /// Our own duplicate of the caller's descriptor, for this attempt.
+    private var fd: Int32 = -1
+    /// Where the answer goes when saved to a file.
+    private var responseFD: Int32 = -1
+
+    /// Next byte of the file to hand to libcurl (a rewind moves it back).
+    private var position: Int64 = 0
+    private var unreportedBytes: Int64 = 0
+    private var nextProgressAt: UInt64 = 0
+    private let pacer: Pacer
+    private var reader = ResponseHeadReader()
+    private var finalHead: ResponseHead?
+    private var keptBody: [UInt8] = []
+    private var failure: FerryError?
+    private var completed = false
+
+    var speedLimit: UInt64 { pacer.limit }
+    var paceAllowsAt: UInt64 { pacer.allowsAt }
+    private var isThrottled = false
+
+    init(request: EngineRequest, source: EngineUpload, attempt: UInt64, loop: EngineLoop) {
+        self.request = request
+        self.source = source
+        self.attempt = attempt
+        self.loop = loop
+        self.pacer = Pacer(limit: request.speedLimit)
+        self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+    }
+
+    deinit {
+        releaseHandle()
+        closeFiles()
+        errorBuffer.deallocate()
+    }
+
+    // MARK: - Life
+
+    func begin() {
+        if let problem = sourceChange() {
+            return finish(.failed(problem, bytesOnDisk: 0))
+        }
+        fd = fcntl(source.fd, F_DUPFD_CLOEXEC, 0)
+        guard fd >= 0 else {
+            return finish(.failed(.fileNotFound("The file to upload cannot be read (\(String(cString: strerror(errno))))"), bytesOnDisk: 0))
+        }
+        if let destination = source.responseDestination {
+            responseFD = destination.withCString {
+                Glibc.open($0, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+            }
+            guard responseFD >= 0 else {
+                let error = PartFileError(code: errno, action: "opening", path: destination)
+                return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+            }
+        }
+        guard let easy = curl_easy_init() else {
+            return finish(.failed(.network("Could not set up the upload (libcurl)"), bytesOnDisk: 0))
+        }
+        self.easy = easy
+        let setupError = configure(easy)
+        guard setupError == CURLE_OK else {
+            let why = String(cString: curl_easy_strerror(setupError))
+            return finish(.failed(.network("Could not set up the upload: \(why)"), bytesOnDisk: 0))
+        }
+        nextProgressAt = monotonicNanoseconds() + CurlTransfer.progressInterval
+        let rc = loop.add(easy, owner: self)
+        guard rc == CURLM_OK else {
+            let why = String(cString: curl_multi_strerror(rc))
+            return finish(.failed(.network("Could not start the upload: \(why)"), bytesOnDisk: 0))
+        }
+    }
+
+    private func configure(_ easy: UnsafeMutableRawPointer) -> CURLcode {
+        var setup = EasyHandleSetup(easy: easy)
+        setup.common(request, url: request.url, receiveBuffer: 64 * 1024)
+        // No "Expect: 100-continue": servers that do not answer it cost a second per attempt.
+        setup.addHeader("Expect:")
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        setup.long(CURLOPT_UPLOAD_BUFFERSIZE, Self.uploadBufferSize)
+        switch source.body {
+        case .raw:
+            setup.addHeader("Content-Type: \(source.contentType ?? "application/octet-stream")")
+            if source.method.uppercased() == "POST" {
+                setup.long(CURLOPT_POST, 1)
+                setup.check(ferry_easy_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(source.size)))
+            } else {
+                setup.long(CURLOPT_UPLOAD, 1)
+                setup.check(ferry_easy_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.size)))
+                if source.method.uppercased() != "PUT" { setup.string(CURLOPT_CUSTOMREQUEST, source.method) }
+            }
+            setup.check(ferry_easy_setopt_read_cb(easy, uploadRead))
+            setup.pointer(CURLOPT_READDATA, me)
+            setup.check(ferry_easy_setopt_seek_cb(easy, uploadSeek))
+            setup.pointer(CURLOPT_SEEKDATA, me)
+        case .multipart(let field, let fields):
+            guard let mime = curl_mime_init(easy) else { return CURLE_OUT_OF_MEMORY }
+            self.mime = mime
+            for form in fields {
+                let part = curl_mime_addpart(mime)
+                setup.check(curl_mime_name(part, form.name))
+                setup.check(curl_mime_data(part, form.value, -1 /* CURL_ZERO_TERMINATED */))
+            }
+            let part = curl_mime_addpart(mime)
+            setup.check(curl_mime_name(part, field))
+            setup.check(curl_mime_filename(part, source.fileName))
+            setup.check(curl_mime_type(part, source.contentType ?? "application/octet-stream"))
+            setup.check(curl_mime_data_cb(part, curl_off_t(source.size), uploadRead, uploadSeek, nil, me))
+            setup.check(ferry_easy_setopt_ptr(easy, CURLOPT_MIMEPOST, UnsafeMutableRawPointer(mime)))
+        }
+        setup.installHeaders()
+        headerList = setup.headerList
+        setup.check(loop.cookies.attach(easy, to: request.cookieJar))
+        setup.pointer(CURLOPT_PRIVATE, me)
+        setup.pointer(CURLOPT_WRITEDATA, me)
+        setup.pointer(CURLOPT_HEADERDATA, me)
+        setup.check(ferry_easy_setopt_write_cb(easy, uploadResponseBody))
+        setup.check(ferry_easy_setopt_header_cb(easy, uploadHeaderLine))
+        setup.pointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
+        return setup.error
+    }
+
+    func handleDone(_ easy: UnsafeMutableRawPointer, code: CURLcode) {
+        let error: FerryError?
+        if let failure {
+            error = failure
+        } else if code != CURLE_OK {
+            let context = HandleFailureContext(easy: easy, request: request, url: request.url, errorBuffer: errorBuffer,
+                                               expectedTotal: source.size, bytesOnDisk: position, lastLocation: reader.lastLocation,
+                                               writtenPath: source.responseDestination ?? source.fileName)
+            error = CurlFailure.error(for: code, in: context)
+        } else if finalHead == nil {
+            error = .network("\(EasyHandleSetup.hostDescription(request.url)) ended the response before its headers were complete")
+        } else if position != source.size {
+            error = .network("Only \(position) of \(source.size) bytes of the file were sent")
+        } else {
+            error = sourceChange()
+        }
+        if let error { return finish(.failed(error, bytesOnDisk: position)) }
+        if responseFD >= 0 {
+            let rc = Glibc.close(responseFD)
+            responseFD = -1
+            if rc != 0 && errno != EINTR, let path = source.responseDestination {
+                return finish(.failed(.disk(PartFileError(code: errno, action: "closing", path: path).message), bytesOnDisk: position))
+            }
+        }
+        emitResponse(final: true)
+        finish(.succeeded(bytesOnDisk: position, sha256: nil))
+    }
+
+    func stop() {
+        finish(.stopped(bytesOnDisk: position))
+    }
+
+    func setSpeedLimit(_ bytesPerSecond: UInt64) {
+        pacer.setLimit(bytesPerSecond)
+    }
+
+    func abandon() {
+        completed = true
+        releaseHandle()
+        closeFiles()
+    }
+
+    func fileJobDone(_ result: Result<String?, PartFileError>) {}
+
+    func service() {}
+
+    func resumeAfterThrottle() {
+        guard let easy, isThrottled else { return }
+        isThrottled = false
+        _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
+    }
+
+    private func finish(_ outcome: EngineOutcome) {
+        guard !completed else { return }
+        completed = true
+        releaseHandle()
+        closeFiles()
+        reportProgress()
+        loop.attemptEnded(self, outcome)
+    }
+
+    private func releaseHandle() {
+        guard let easy else { return }
+        loop.remove(easy, owner: self)
+        curl_easy_cleanup(easy) // frees the mime too
+        self.easy = nil
+        mime = nil
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+    }
+
+    private func closeFiles() {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        if responseFD >= 0 { Glibc.close(responseFD); responseFD = -1 }
+    }
+
+    // MARK: - The file
+
+    /// Why the file is no longer the one the upload was asked for, or nil.
+    private func sourceChange() -> FerryError? {
+        var st = stat()
+        guard fstat(fd >= 0 ? fd : source.fd, &st) == 0 else {
+            return .fileNotFound("The file to upload cannot be read any more (\(String(cString: strerror(errno))))")
+        }
+        let size = Int64(st.st_size)
+        if size != source.size {
+            return .fileNotFound("\(source.fileName) changed while waiting to be uploaded: it is now \(size) bytes, not \(source.size); nothing more was sent")
+        }
+        if EngineUpload.nanoseconds(st.st_mtim) != source.modificationTime {
+            return .fileNotFound("\(source.fileName) was modified after the upload was queued; nothing more was sent")
+        }
+        return nil
+    }
+
+    /// Fills libcurl's buffer from the file. Returns the byte count, 0 at the end,
+    /// or CURL_READFUNC_PAUSE / CURL_READFUNC_ABORT.
+    func readBody(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
+        guard failure == nil else { return Int(CURL_READFUNC_ABORT) }
+        let left = source.size - position
+        if left <= 0 { return 0 }
+        let want = Int(min(Int64(max), left))
+        let now = monotonicNanoseconds()
+        if !pacer.admit(want, now: now) {
+            isThrottled = true
+            loop.throttled(self)
+            return Int(CURL_READFUNC_PAUSE)
+        }
+        var n: Int
+        repeat { n = pread(fd, buffer, want, off_t(position)) } while n < 0 && errno == EINTR
+        if n < 0 {
+            failure = .fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(errno)))")
+            return Int(CURL_READFUNC_ABORT)
+        }
+        // Checked after reading: bytes read from a file that changed are never handed on.
+        if n == 0 || sourceChange() != nil {
+            failure = sourceChange() ?? .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
+            return Int(CURL_READFUNC_ABORT)
+        }
+        position += Int64(n)
+        unreportedBytes += Int64(n)
+        if now >= nextProgressAt {
+            nextProgressAt = now + CurlTransfer.progressInterval
+            reportProgress()
+        }
+        return n
+    }
+
+    /// libcurl rewinds to resend the body (after a redirect or an auth challenge).
+    func seek(to offset: Int64) -> Int32 {
+        guard offset >= 0, offset <= source.size else { return 1 /* CURL_SEEKFUNC_FAIL */ }
+        position = offset
+        return 0 // CURL_SEEKFUNC_OK
+    }
+
+    func reportProgressIfDue(now: UInt64) -> UInt64? {
+        guard unreportedBytes > 0 else { return nil }
+        if now >= nextProgressAt {
+            nextProgressAt = now + CurlTransfer.progressInterval
+            reportProgress()
+            return nil
+        }
+        return nextProgressAt
+    }
+
+    private func reportProgress() {
+        guard unreportedBytes > 0 else { return }
+        let sent = unreportedBytes
+        unreportedBytes = 0
+        loop.emit(.progress(id, bytesWritten: sent, totalOnDisk: position, expected: source.size))
+    }
+
+    // MARK: - The answer
+
+    func receiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if finalHead != nil { return true } // trailers
+        switch reader.take(bytes) {
+        case .more:
+            return true
+        case .refusedRedirect(let scheme):
+            finalHead = reader.head
+            emitResponse(final: false)
+            failure = .network("Redirected to a \(scheme): URL; only http and https are allowed")
+            return false
+        case .final:
+            finalHead = reader.head
+            let status = reader.head.status
+            if status >= 400 {
+                emitResponse(final: false)
+                failure = .http(status: status, reader.head.statusDescription)
+                return false
+            }
+            if status >= 300 {
+                emitResponse(final: false)
+                failure = .network("The server answered \(reader.head.statusDescription) to the upload")
+                return false
+            }
+            return true
+        }
+    }
+
+    func receiveResponseBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
+        guard finalHead != nil, failure == nil else { return 0 }
+        if responseFD >= 0 {
+            var p = data
+            var left = count
+            while left > 0 {
+                let n = Glibc.write(responseFD, p, left)
+                if n > 0 { p += n; left -= n; continue }
+                if n < 0 && errno == EINTR { continue }
+                let path = source.responseDestination ?? ""
+                failure = .disk(PartFileError(code: n < 0 ? errno : ENOSPC, action: "writing", path: path).message)
+                return 0
+            }
+        } else if keptBody.count < Self.keptResponseBytes {
+            let take = min(count, Self.keptResponseBytes - keptBody.count)
+            keptBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: take))
+        }
+        return count
+    }
+
+    private func emitResponse(final: Bool) {
+        let head = finalHead ?? reader.head
+        var response = EngineResponse(
+            status: head.status, etag: head.etag, lastModified: head.lastModified, expectedTotal: source.size,
+            startOffset: 0, contentDisposition: head.contentDisposition, acceptsRanges: false,
+            effectiveURL: EasyHandleSetup.effectiveURL(easy, fallback: request.url), retryAfter: head.retryAfter)
+        if final && source.responseDestination == nil { response.body = keptBody }
+        loop.emit(.response(id, response))
+    }
+}
+
+// libcurl's C callbacks; the context pointer is the UploadAttempt (see its ownership note).
+
+private func uploadRead(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                        _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let buffer, let context else { return Int(CURL_READFUNC_ABORT) }
+    return Unmanaged<UploadAttempt>.fromOpaque(context).takeUnretainedValue().readBody(into: buffer, max: size &* count)
+}
+
+private func uploadSeek(_ context: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
+    guard let context, origin == SEEK_SET else { return 2 /* CURL_SEEKFUNC_CANTSEEK */ }
+    return Unmanaged<UploadAttempt>.fromOpaque(context).takeUnretainedValue().seek(to: Int64(offset))
+}
+
+private func uploadHeaderLine(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                              _ context: UnsafeMutableRawPointer?) -> Int {
+    let total = size &* count
+    guard let data, let context else { return 0 }
+    let upload = Unmanaged<UploadAttempt>.fromOpaque(context).takeUnretainedValue()
+    return upload.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: total)) ? total : 0
+}
+
+private func uploadResponseBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                                _ context: UnsafeMutableRawPointer?) -> Int {
+    let total = size &* count
+    guard let data, let context, total > 0 else { return total }
+    return Unmanaged<UploadAttempt>.fromOpaque(context).takeUnretainedValue().receiveResponseBody(UnsafeRawPointer(data), total)
+}

@@ -1,0 +1,156 @@
+import FerryCore
+import FerryEngine
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// Cookie jars: what a server sets comes back on later requests with the same jar,
+/// never with another jar or without one.
+final class CookieTests: EngineTestCase {
+    private func cookieRequest(_ id: TransferID, _ path: String, jar: EngineCookieJar?) -> EngineRequest {
+        var r = request(id, path)
+        r.cookieJar = jar
+        return r
+    }
+
+    private func cookieHeader(_ path: String) -> String? {
+        server.requests(for: path).last?.header("Cookie")
+    }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        server.add(path: "/login", body: [1])
+        server.set(.setCookie("session=s3cr3t-value; Path=/"), on: "/login")
+        server.add(path: "/data", body: [2])
+    }
+
+    func testCookieSetByOneAnswerIsSentOnTheNext() throws {
+        let jar = EngineCookieJar.memory(1)
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: jar)), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertNil(server.requests(for: "/login").last?.header("Cookie"))
+
+        XCTAssertEqual(run(cookieRequest(2, "/data", jar: jar)), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertEqual(cookieHeader("/data"), "session=s3cr3t-value")
+    }
+
+    func testExistingJarFileIsNarrowedToItsOwner() throws {
+        let path = directory.appendingPathComponent("old.cookies").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(), attributes: [.posixPermissions: 0o644]))
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        XCTAssertTrue((try String(contentsOfFile: path, encoding: .utf8)).contains("s3cr3t-value"), "the jar was written")
+    }
+
+    func testJarsAreSeparate() throws {
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .memory(1))), .succeeded(bytesOnDisk: 1, sha256: nil))
+
+        XCTAssertEqual(run(cookieRequest(2, "/data", jar: .memory(2))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertNil(cookieHeader("/data"), "another session's jar")
+        XCTAssertEqual(run(cookieRequest(3, "/data", jar: nil)), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertNil(cookieHeader("/data"), "cookies off")
+        let otherFile = directory.appendingPathComponent("other.cookies").path
+        XCTAssertEqual(run(cookieRequest(4, "/data", jar: .file(otherFile))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertNil(cookieHeader("/data"), "another session's file")
+    }
+
+    func testDiscardedMemoryJarForgetsItsCookies() throws {
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .memory(7))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        engine.discardCookies(.memory(7))
+        XCTAssertEqual(run(cookieRequest(2, "/data", jar: .memory(7))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertNil(cookieHeader("/data"))
+    }
+
+    func testFileJarIsPrivateAndOutlivesTheEngine() throws {
+        let path = directory.appendingPathComponent("session.cookies").path
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600, "readable by its owner only")
+
+        // As after a restart of the daemon: a new engine reads the jar.
+        engine.shutdown()
+        engine = CurlEngine()
+        engine.setEventHandler { [log] event in log!.append(event) }
+        XCTAssertEqual(run(cookieRequest(2, "/data", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertEqual(cookieHeader("/data"), "session=s3cr3t-value")
+    }
+
+    func testUploadsAndRangeConnectionsUseTheJar() throws {
+        let jar = EngineCookieJar.memory(3)
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: jar)), .succeeded(bytesOnDisk: 1, sha256: nil))
+
+        let body = TestData.bytes(count: 4 << 20, seed: 95)
+        server.add(path: "/big", body: body)
+        server.set(.slow(bytesPerSecond: 8_000_000), on: "/big")
+        var segmented = cookieRequest(2, "/big", jar: jar)
+        segmented.connections = 4
+        XCTAssertEqual(run(segmented, timeout: 60), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        let bigRequests = server.requests(for: "/big")
+        XCTAssertGreaterThan(bigRequests.count, 1)
+        XCTAssertTrue(bigRequests.allSatisfy { $0.header("Cookie") == "session=s3cr3t-value" })
+
+        server.set(.acceptUploads(), on: "/up")
+        let file = directory.appendingPathComponent("up.bin").path
+        try write([1, 2, 3], to: file)
+        let source = try EngineUpload.open(path: file)
+        defer { source.closeSource() }
+        var upload = cookieRequest(3, "/up", jar: jar)
+        upload.upload = source
+        XCTAssertEqual(run(upload), .succeeded(bytesOnDisk: 3, sha256: nil))
+        XCTAssertEqual(cookieHeader("/up"), "session=s3cr3t-value")
+    }
+}
+
+import Logging
+
+/// Every log line of an engine, at the most verbose level.
+private final class CapturedLog: LogHandler, @unchecked Sendable {
+    // @unchecked Sendable: `lines` is guarded by `lock`; the rest is set before use.
+    private let lock = NSLock()
+    private var lines: [String] = []
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
+             file: String, function: String, line: UInt) {
+        lock.lock()
+        lines.append("\(message) \(metadata ?? [:]) \(self.metadata)")
+        lock.unlock()
+    }
+
+    var all: [String] {
+        lock.lock(); defer { lock.unlock() }
+        return lines
+    }
+}
+
+final class CookieLogTests: EngineTestCase {
+    func testCookieValuesNeverReachTheLog() throws {
+        let captured = CapturedLog()
+        engine.shutdown()
+        engine = CurlEngine(logger: Logger(label: "test") { _ in captured })
+        engine.setEventHandler { [log] event in log!.append(event) }
+        server.add(path: "/login", body: [1])
+        server.set(.setCookie("session=s3cr3t-value; Path=/"), on: "/login")
+        server.add(path: "/data", body: TestData.bytes(count: 3 << 20, seed: 96))
+        server.set(.status(500), on: "/fail")
+
+        for (id, path) in [(1, "/login"), (2, "/data"), (3, "/fail")] as [(TransferID, String)] {
+            var r = request(id, path)
+            r.cookieJar = .memory(1)
+            r.connections = id == 2 ? 4 : 1
+            _ = run(r)
+        }
+
+        XCTAssertEqual(server.requests(for: "/fail").last?.header("Cookie"), "session=s3cr3t-value")
+        XCTAssertFalse(captured.all.isEmpty, "the engine logged something")
+        XCTAssertFalse(captured.all.contains { $0.contains("s3cr3t") }, "\(captured.all)")
+    }
+}

@@ -1,0 +1,219 @@
+import FerryCore
+import FerryEngine
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// Uploads: PUT and POST multipart streamed from a descriptor, checked byte for byte
+/// by the server's SHA-256 of what it received.
+final class UploadTests: EngineTestCase {
+    private var sources: [EngineUpload] = []
+
+    override func tearDown() {
+        for source in sources { source.closeSource() }
+        sources = []
+        super.tearDown()
+    }
+
+    private func sourceFile(_ bytes: [UInt8], name: String = "photo.jpg") throws -> String {
+        let path = directory.appendingPathComponent(name).path
+        try write(bytes, to: path)
+        return path
+    }
+
+    private func open(_ path: String, method: String = "PUT", body: EngineUpload.Body = .raw,
+                      contentType: String? = nil, responseDestination: String? = nil) throws -> EngineUpload {
+        let source = try EngineUpload.open(path: path, method: method, body: body, contentType: contentType,
+                                           responseDestination: responseDestination)
+        sources.append(source)
+        return source
+    }
+
+    private func uploadRequest(_ id: TransferID, _ path: String, _ source: EngineUpload, speedLimit: UInt64 = 0) -> EngineRequest {
+        var r = EngineRequest(id: id, url: server.url(path), partPath: "", speedLimit: speedLimit, requestTimeout: 30)
+        r.upload = source
+        return r
+    }
+
+    func testPutArrivesByteExact() throws {
+        let bytes = TestData.bytes(count: 3_000_123, seed: 70)
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(try sourceFile(bytes), contentType: "image/jpeg")
+
+        let outcome = run(uploadRequest(1, "/up", source))
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+        let received = try XCTUnwrap(server.requests(for: "/up").last)
+        XCTAssertEqual(received.method, "PUT")
+        XCTAssertEqual(received.header("Content-Type"), "image/jpeg")
+        XCTAssertEqual(received.upload?.byteCount, bytes.count)
+        XCTAssertEqual(received.upload?.sha256, TestData.sha256Hex(bytes))
+        let response = try XCTUnwrap(responses(1).first)
+        XCTAssertEqual(response.status, 201)
+        XCTAssertEqual(response.body.map { String(decoding: $0, as: UTF8.self) },
+                       "received \(bytes.count) bytes, sha256 \(TestData.sha256Hex(bytes))\n")
+        assertWellFormedEvents(1)
+    }
+
+    func testPostMultipartArrivesByteExactWithItsFields() throws {
+        let bytes = TestData.bytes(count: 1_500_000, seed: 71)
+        server.set(.acceptUploads(status: 200), on: "/form")
+        let body = EngineUpload.Body.multipart(field: "upload", fields: [.init(name: "title", value: "Holiday 2026")])
+        let source = try open(try sourceFile(bytes, name: "beach.png"), method: "POST", body: body, contentType: "image/png")
+
+        XCTAssertEqual(run(uploadRequest(1, "/form", source)), .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+
+        let received = try XCTUnwrap(server.requests(for: "/form").last)
+        XCTAssertEqual(received.method, "POST")
+        XCTAssertTrue(received.header("Content-Type")?.hasPrefix("multipart/form-data; boundary=") ?? false)
+        let upload = try XCTUnwrap(received.upload)
+        XCTAssertEqual(upload.parts.map(\.name), ["title", "upload"])
+        XCTAssertEqual(upload.part("title")?.value, "Holiday 2026")
+        let file = try XCTUnwrap(upload.part("upload"))
+        XCTAssertEqual(file.fileName, "beach.png")
+        XCTAssertEqual(file.contentType, "image/png")
+        XCTAssertEqual(file.byteCount, bytes.count)
+        XCTAssertEqual(file.sha256, TestData.sha256Hex(bytes))
+    }
+
+    func testRawPostSendsTheFileAsTheBody() throws {
+        let bytes = TestData.bytes(count: 200_000, seed: 72)
+        server.set(.acceptUploads(), on: "/raw")
+        let source = try open(try sourceFile(bytes), method: "POST")
+
+        XCTAssertEqual(run(uploadRequest(1, "/raw", source)), .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+        let received = try XCTUnwrap(server.requests(for: "/raw").last)
+        XCTAssertEqual(received.method, "POST")
+        XCTAssertEqual(received.header("Content-Type"), "application/octet-stream")
+        XCTAssertEqual(received.upload?.sha256, TestData.sha256Hex(bytes))
+    }
+
+    func testProgressCountsBytesSent() throws {
+        let bytes = TestData.bytes(count: 2 << 20, seed: 73)
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(try sourceFile(bytes))
+
+        // 2 MiB at 1 MiB/s: about two seconds of progress events.
+        XCTAssertEqual(run(uploadRequest(1, "/up", source, speedLimit: 1 << 20), timeout: 60),
+                       .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+
+        let events = log.events(for: 1)
+        let progress = events.compactMap(\.progress)
+        XCTAssertGreaterThanOrEqual(progress.count, 3, "progress while sending")
+        XCTAssertEqual(progress.map(\.bytesWritten).reduce(0, +), Int64(bytes.count))
+        XCTAssertEqual(progress.last?.totalOnDisk, Int64(bytes.count))
+        XCTAssertTrue(progress.allSatisfy { $0.expected == Int64(bytes.count) })
+        XCTAssertEqual(zip(progress, progress.dropFirst()).filter { $0.totalOnDisk >= $1.totalOnDisk }.count, 0, "counts grow")
+        // The answer comes after the body: the response event follows the progress.
+        let responseIndex = try XCTUnwrap(events.firstIndex { $0.response != nil })
+        XCTAssertGreaterThan(responseIndex, try XCTUnwrap(events.lastIndex { $0.progress != nil }))
+        XCTAssertEqual(server.uploads(for: "/up").last?.sha256, TestData.sha256Hex(bytes))
+    }
+
+    func testServerErrorThenRetryFromTheStart() throws {
+        let bytes = TestData.bytes(count: 1_000_000, seed: 74)
+        server.set(.acceptUploads(), on: "/up")
+        server.set(.failFirst(1, status: 500), on: "/up")
+        let source = try open(try sourceFile(bytes))
+
+        let first = run(uploadRequest(1, "/up", source))
+        guard case .failed(.http(let status, _), _)? = first else {
+            return XCTFail("expected an HTTP failure, got \(String(describing: first))")
+        }
+        XCTAssertEqual(status, 500)
+        XCTAssertEqual(responses(1).first?.status, 500)
+
+        // The same descriptor serves the retry, from byte 0.
+        XCTAssertEqual(run(uploadRequest(2, "/up", source)), .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+        let uploads = server.uploads(for: "/up")
+        XCTAssertEqual(uploads.count, 2)
+        XCTAssertEqual(uploads.last?.byteCount, bytes.count)
+        XCTAssertEqual(uploads.last?.sha256, TestData.sha256Hex(bytes))
+    }
+
+    func testFileChangedAfterOpeningIsRefused() throws {
+        let path = try sourceFile(TestData.bytes(count: 100_000, seed: 75))
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(path)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([1, 2, 3]))
+        try handle.close()
+
+        let outcome = run(uploadRequest(1, "/up", source))
+
+        guard case .failed(.fileNotFound(let message), _)? = outcome else {
+            return XCTFail("expected the changed file to be refused, got \(String(describing: outcome))")
+        }
+        XCTAssertTrue(message.contains("changed") && message.contains("100003"), message)
+        XCTAssertTrue(server.requests(for: "/up").isEmpty, "nothing was sent")
+    }
+
+    func testFileModifiedWhileSendingStopsTheUpload() throws {
+        let original = TestData.bytes(count: 4 << 20, seed: 76)
+        let path = try sourceFile(original)
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(path)
+        engine.start(uploadRequest(1, "/up", source, speedLimit: 1 << 20))
+        XCTAssertTrue(log.wait(timeout: 20) { $0.contains { $0.progress != nil } }, "sending started")
+
+        // Same size, other bytes, a later modification time.
+        let fd = Glibc.open(path, O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        var ts = [timespec(tv_sec: time(nil) + 5, tv_nsec: 0), timespec(tv_sec: time(nil) + 5, tv_nsec: 0)]
+        _ = TestData.bytes(count: 4096, seed: 77).withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, 3 << 20) }
+        XCTAssertEqual(futimens(fd, &ts), 0)
+        close(fd)
+
+        let outcome = log.outcome(of: 1, timeout: 30)
+        guard case .failed(.fileNotFound(let message), let sent)? = outcome else {
+            return XCTFail("expected the modified file to stop the upload, got \(String(describing: outcome))")
+        }
+        XCTAssertTrue(message.contains("modified"), message)
+        XCTAssertLessThan(sent, Int64(original.count))
+        XCTAssertFalse(server.uploads(for: "/up").contains { $0.byteCount == original.count }, "no whole body arrived")
+    }
+
+    func testStopMidUploadReportsBytesSent() throws {
+        let bytes = TestData.bytes(count: 4 << 20, seed: 80)
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(try sourceFile(bytes))
+        engine.start(uploadRequest(1, "/up", source, speedLimit: 1 << 20))
+        XCTAssertTrue(log.wait(timeout: 20) { $0.contains { $0.progress != nil } }, "sending started")
+
+        engine.stop(1)
+
+        guard case .stopped(let sent)? = log.outcome(of: 1, timeout: 20) else { return XCTFail("not stopped") }
+        XCTAssertGreaterThan(sent, 0)
+        XCTAssertLessThan(sent, Int64(bytes.count))
+        XCTAssertEqual(log.events(for: 1).compactMap(\.progress).last?.totalOnDisk, sent)
+        XCTAssertFalse(server.uploads(for: "/up").contains { $0.byteCount == bytes.count })
+    }
+
+    func testResponseIsSavedToItsDestination() throws {
+        let answer = TestData.bytes(count: 200_000, seed: 78)
+        server.set(.acceptUploads(status: 200, body: answer), on: "/up")
+        let destination = directory.appendingPathComponent("answer.json").path
+        let source = try open(try sourceFile([1, 2, 3, 4]), responseDestination: destination)
+
+        XCTAssertEqual(run(uploadRequest(1, "/up", source)), .succeeded(bytesOnDisk: 4, sha256: nil))
+        XCTAssertEqual(contents(destination), answer)
+        XCTAssertNil(responses(1).first?.body, "saved, not kept in memory")
+    }
+
+    func testResponseKeptInMemoryIsCappedAt64KiB() throws {
+        let answer = TestData.bytes(count: 200_000, seed: 79)
+        server.set(.acceptUploads(status: 200, body: answer), on: "/up")
+        let source = try open(try sourceFile([5, 6, 7]))
+
+        XCTAssertEqual(run(uploadRequest(1, "/up", source)), .succeeded(bytesOnDisk: 3, sha256: nil))
+        XCTAssertEqual(responses(1).first?.body, Array(answer[..<(64 * 1024)]))
+    }
+
+    func testMissingFileIsFileNotFound() {
+        XCTAssertThrowsError(try EngineUpload.open(path: directory.appendingPathComponent("nope").path)) { error in
+            guard case FerryError.fileNotFound(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("no file"), message)
+        }
+    }
+}

@@ -2,7 +2,11 @@
 ///
 /// Byte arrays (`ay`) have their own case so that they are marshalled in one go;
 /// `array(element: "y", …)` is accepted when sending too.
-public indirect enum DBusValue: Hashable, Sendable {
+///
+/// Only `variant` is boxed (`indirect`): the other cases hold their payload inline (or
+/// in an array's own storage), so a value costs no allocation of its own — a daemon
+/// keeps tens of thousands of them as exported properties.
+public enum DBusValue: Hashable, Sendable {
     case byte(UInt8)
     case boolean(Bool)
     case int16(Int16)
@@ -35,7 +39,7 @@ public indirect enum DBusValue: Hashable, Sendable {
     case dictionary(key: String, value: String, [DictEntry])
     /// `(…)`; at least one field.
     case structure([DBusValue])
-    case variant(DBusValue)
+    indirect case variant(DBusValue)
 
     public struct DictEntry: Hashable, Sendable {
         public var key: DBusValue

@@ -69,12 +69,16 @@ public final class ExportedObject: @unchecked Sendable {
 
     /// All properties of an interface, as `GetAll` returns them.
     func allProperties(_ interface: InterfaceSpec) -> DBusValue {
-        var d: [String: DBusValue] = [:]
-        guard let i = interfaces.firstIndex(where: { $0.name == interface.name }) else { return .vardict(d) }
-        for (j, p) in interface.properties.enumerated() {
-            if let v = slots[i][j] { d[p.name] = v }
+        // Sorted by name once per spec, straight from the slots: no dictionary to build
+        // and sort per object (GetManagedObjects answers for every transfer at once).
+        var entries: [DBusValue.DictEntry] = []
+        if let i = interfaces.firstIndex(where: { $0.name == interface.name }) {
+            entries.reserveCapacity(interface.properties.count)
+            for j in interface.propertyOrder {
+                if let v = slots[i][j] { entries.append(DBusValue.DictEntry(.string(interface.properties[j].name), .variant(v))) }
+            }
         }
-        return .vardict(d)
+        return .dictionary(key: "s", value: "v", entries)
     }
 
     /// `a{sa{sv}}`: every interface with its properties.

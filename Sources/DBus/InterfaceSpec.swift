@@ -76,13 +76,22 @@ public struct SignalSpec: Sendable, Equatable {
 public struct InterfaceSpec: Sendable {
     public var name: String
     public var methods: [MethodSpec]
-    public var properties: [PropertySpec]
+    public var properties: [PropertySpec] {
+        didSet { propertyOrder = Self.order(properties) }
+    }
     public var signals: [SignalSpec]
+    /// Indices of `properties` sorted by name: GetAll and GetManagedObjects list them
+    /// in this order without sorting per object.
+    private(set) var propertyOrder: [Int]
     public init(name: String, methods: [MethodSpec] = [], properties: [PropertySpec] = [], signals: [SignalSpec] = []) {
         self.name = name
         self.methods = methods
         self.properties = properties
         self.signals = signals
+        propertyOrder = Self.order(properties)
+    }
+    private static func order(_ properties: [PropertySpec]) -> [Int] {
+        properties.indices.sorted { properties[$0].name < properties[$1].name }
     }
     func method(_ name: String) -> MethodSpec? { methods.first { $0.name == name } }
     func property(_ name: String) -> PropertySpec? { properties.first { $0.name == name } }

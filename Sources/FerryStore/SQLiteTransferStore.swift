@@ -103,36 +103,43 @@ public final class SQLiteTransferStore: TransferStore {
 
     // MARK: - Rows
 
+    /// Runs a statement compiled once per connection (GRDB's statement cache): the
+    /// same few statements run for every change, and parsing them each time cost more
+    /// than running them.
+    private static func run(_ db: Database, sql: String, arguments: StatementArguments = StatementArguments()) throws {
+        try db.cachedStatement(sql: sql).execute(arguments: arguments)
+    }
+
     private static func apply(_ operation: StoreOperation, _ db: Database) throws {
         switch operation {
         case .saveSession(let s):
-            try db.execute(sql: """
+            try Self.run(db, sql: """
                 INSERT OR REPLACE INTO sessions (id, identifier, configuration, closing, owner) VALUES (?, ?, ?, ?, ?)
                 """, arguments: [s.id.stored, s.identifier, try JSONColumn.encode(SessionConfigurationRecord(s.configuration)),
                                  s.isClosing, s.owner])
         case .deleteSession(let id):
-            try db.execute(sql: "DELETE FROM sessions WHERE id = ?", arguments: [id.stored])
-            try db.execute(sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
-            try db.execute(sql: "DELETE FROM events WHERE session_id = ?", arguments: [id.stored])
+            try Self.run(db, sql: "DELETE FROM sessions WHERE id = ?", arguments: [id.stored])
+            try Self.run(db, sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
+            try Self.run(db, sql: "DELETE FROM events WHERE session_id = ?", arguments: [id.stored])
         case .saveTransfer(let t):
             try saveTransfer(t, db)
         case .deleteTransfer(let id):
-            try db.execute(sql: "DELETE FROM transfers WHERE id = ?", arguments: [id.stored])
+            try Self.run(db, sql: "DELETE FROM transfers WHERE id = ?", arguments: [id.stored])
         case .appendEvent(let session, let e):
-            try db.execute(sql: """
+            try Self.run(db, sql: """
                 INSERT OR REPLACE INTO events
                     (serial, session_id, transfer_id, kind, location, error_name, error_message, http_status, bytes, sha256)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [e.serial.stored, session.stored, e.transfer.stored, e.kind.rawValue, e.location,
                                  e.errorName, e.errorMessage, e.httpStatus.map { Int64($0) }, e.bytes, e.sha256])
         case .acknowledgeEvents(let session, let serial):
-            try db.execute(sql: "DELETE FROM events WHERE session_id = ? AND serial <= ?",
+            try Self.run(db, sql: "DELETE FROM events WHERE session_id = ? AND serial <= ?",
                            arguments: [session.stored, Int64(clamping: serial)])
         case .setCounters(let c):
             // max(): an id handed out is never handed out again, whatever the caller says.
             for (name, value) in [("next_session_id", c.nextSessionID), ("next_transfer_id", c.nextTransferID),
                                   ("next_serial", c.nextSerial)] {
-                try db.execute(sql: """
+                try Self.run(db, sql: """
                     INSERT INTO counters (name, value) VALUES (?, ?)
                     ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)
                     """, arguments: [name, value.stored])
@@ -141,14 +148,14 @@ public final class SQLiteTransferStore: TransferStore {
             for (name, value) in [("max_concurrent_transfers", Int64(s.maxConcurrentTransfers)),
                                   ("speed_limit", s.speedLimit.stored),
                                   ("notifications_enabled", Int64(s.notificationsEnabled ? 1 : 0))] {
-                try db.execute(sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", arguments: [name, value])
+                try Self.run(db, sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", arguments: [name, value])
             }
         }
     }
 
     private static func saveTransfer(_ t: StoredTransfer, _ db: Database) throws {
         let s = t.snapshot
-        try db.execute(sql: """
+        try Self.run(db, sql: """
             INSERT OR REPLACE INTO transfers (
                 id, session_id, kind, url, description, options, destination, directory, server_may_name,
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,

@@ -32,7 +32,7 @@ extension TransferCoordinator {
     /// (with the advanced counter) before anything else happens: once `Download`
     /// answers, the transfer survives a crash. Then takes its id.
     /// - Throws: `StoreError`; then nothing has changed.
-    private func persistNew(_ t: TransferRecord) throws {
+    func persistNew(_ t: TransferRecord) throws {
         var next = counters
         next.nextTransferID = t.id + 1
         if isPersistent(t.session) {

@@ -23,6 +23,13 @@ extension TransferCoordinator {
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
         guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        if t.isUpload {
+            handleUploadResponse(t, r)
+            return
+        }
+        if let reason = r.singleConnectionReason {
+            logger.info("transfer \(t.id): one connection instead of \(t.options.connections): \(reason)")
+        }
         if r.isFailure {
             // The attempt fails next; keep the validators of the bytes on disk.
             t.retryAfter = r.retryAfter
@@ -92,6 +99,7 @@ extension TransferCoordinator {
     }
 
     private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {
+        attemptEndedReleasingSource(id)
         guard let t = transfers[id] else {
             // A removed transfer's attempt ended: clean up what it may have left.
             for path in detachedStops.removeValue(forKey: id) ?? [] { FileSystemChecks.removeIfPresent(path, fileManager: fileManager) }
@@ -107,14 +115,18 @@ extension TransferCoordinator {
             if t.state == .cancelled {
                 if !t.partFileHandedOver { deletePartFiles(t) }
             } else {
-                t.snapshot.bytesTransferred = outcome.bytesOnDisk
+                // An upload keeps nothing: its next attempt sends the file from byte 0.
+                t.snapshot.bytesTransferred = t.isUpload ? 0 : outcome.bytesOnDisk
                 stageTransfer(t)
             }
+            releaseUploadSource(t)
             return
         case .current:
             break
         }
         switch outcome {
+        case .succeeded(let bytes, _) where t.isUpload:
+            finishUpload(t, bytesSent: bytes)
         case .succeeded(let bytes, let sha256):
             finishSucceeded(t, bytesOnDisk: bytes, engineSHA256: sha256)
         case .failed(let error, let bytes):

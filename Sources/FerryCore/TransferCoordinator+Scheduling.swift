@@ -36,14 +36,21 @@ extension TransferCoordinator {
     private func prepareAttempt(_ t: TransferRecord) {
         let now = environment.now()
         var offset: Int64 = 0
-        if t.snapshot.resumable, t.validator != nil,
-           let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager), size > 0 {
-            offset = size
+        let kind: TransferLife.Attempt.Kind
+        if t.isUpload {
+            kind = .upload // always from byte 0
+            t.enginePartPath = nil
+        } else {
+            if t.snapshot.resumable, t.validator != nil,
+               let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager), size > 0 {
+                offset = size
+            }
+            kind = t.options.connections > 1 ? .segmented(connections: t.options.connections) : .download
+            t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset
-        t.enginePartPath = t.partPath
         t.snapshot.attempts += 1
-        t.life.start(TransferLife.Attempt(kind: .download, number: t.snapshot.attempts, offset: offset))
+        t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
@@ -57,12 +64,14 @@ extension TransferCoordinator {
 
     func request(for t: TransferRecord) -> EngineRequest {
         let config = sessions[t.session]?.configuration ?? SessionConfiguration()
-        return EngineRequest(id: t.id, url: t.snapshot.url,
-                             headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers),
-                             partPath: t.partPath, offset: t.attemptOffset,
-                             ifRange: t.attemptOffset > 0 ? t.validator : nil,
-                             speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
-                             proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
+        var request = EngineRequest(id: t.id, url: t.snapshot.url,
+                                    headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers),
+                                    partPath: t.partPath, offset: t.attemptOffset,
+                                    ifRange: t.attemptOffset > 0 ? t.validator : nil,
+                                    speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
+                                    proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
+        request.upload = engineUpload(t)
+        return request
     }
 
     /// Recomputes each running transfer's share of the limits; tells the engine about

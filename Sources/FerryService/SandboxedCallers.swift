@@ -73,6 +73,23 @@ extension FerryBusService {
         if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
     }
 
+    /// The `source-fd` option (`h`); nil when absent. A value of another type is refused
+    /// and any descriptor in it closed.
+    func sourceDescriptor(_ value: DBusValue?) throws -> Int32? {
+        guard let value else { return nil }
+        guard case .unixFD(let fd) = value.unwrapped else {
+            DBusValue.closeUnixFDs(in: [value])
+            throw FerryError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+        }
+        return fd
+    }
+
+    /// A sandboxed caller's `response-destination` goes inside its area.
+    func confineResponseDestination(_ inv: MethodInvocation, _ path: String?) throws {
+        guard let app = inv.sandboxAppID, let path else { return }
+        if let refusal = SandboxArea(appID: app).refusal(path, role: "response-destination") { throw refusal }
+    }
+
     /// An upload's source outside the caller's area is refused the same way whether or
     /// not it exists, so the answer tells nothing about files it may not see.
     func confineUpload(_ inv: MethodInvocation, file: String) throws {

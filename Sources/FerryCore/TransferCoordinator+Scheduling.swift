@@ -41,11 +41,19 @@ extension TransferCoordinator {
             kind = .upload // always from byte 0
             t.enginePartPath = nil
         } else {
-            if t.snapshot.resumable, t.validator != nil,
-               let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager), size > 0 {
+            let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+            if t.segments != nil && (t.validator == nil || size == 0) { t.segments = nil }
+            if let map = t.segments {
+                // The engine asks for the missing ranges only.
+                offset = map.bytesDone
+                logger.debug("transfer \(t.id): continuing \(map.done.count) ranges (\(map.bytesDone) of \(map.total) bytes on disk)")
+            } else if t.snapshot.resumable, t.validator != nil, size > 0, t.options.connections <= 1 {
                 offset = size
             }
-            kind = t.options.connections > 1 ? .segmented(connections: t.options.connections) : .download
+            // (A download with several connections and no range map starts over: its
+            // part file may have holes, so its size says nothing.)
+            let connections = connectionCount(t)
+            kind = connections > 1 ? .segmented(connections: UInt32(connections)) : .download
             t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset
@@ -71,7 +79,24 @@ extension TransferCoordinator {
                                     speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
                                     proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
         request.upload = engineUpload(t)
+        if !t.isUpload {
+            request.connections = connectionCount(t)
+            if let map = t.segments, let validator = t.validator {
+                request.segments = map
+                request.ifRange = validator
+                request.offset = 0
+            }
+        }
+        request.cookieJar = cookieJar(for: t.session)
         return request
+    }
+
+    /// A download's connections: its `connections` option, at most the session's
+    /// `max-connections-per-host` (one transfer never opens more than the host limit).
+    /// The transfer counts once against `MaxConcurrentTransfers`.
+    func connectionCount(_ t: TransferRecord) -> Int {
+        let perHost = Int(sessions[t.session]?.configuration.maxConnectionsPerHost ?? 6)
+        return max(1, min(Int(t.options.connections), perHost))
     }
 
     /// Recomputes each running transfer's share of the limits; tells the engine about

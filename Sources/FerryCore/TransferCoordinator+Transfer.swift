@@ -157,6 +157,7 @@ extension TransferCoordinator {
     }
 
     func deletePartFiles(_ t: TransferRecord) {
+        t.segments = nil
         for path in partPaths(t) where !FileSystemChecks.removeIfPresent(path, fileManager: fileManager) {
             logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
         }
@@ -168,6 +169,8 @@ extension TransferCoordinator {
         let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
                               etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
-        return data.encoded()
+        var withRanges = data
+        withRanges.segments = t.segments?.encoded
+        return withRanges.encoded()
     }
 }

@@ -34,7 +34,7 @@ final class ValidationTests: XCTestCase {
             ("timeout inf", { $0.requestTimeout = .infinity }, { $0.isInvalidArgument }),
             ("timeout nan", { $0.requestTimeout = .nan }, { $0.isInvalidArgument }),
             ("conn 0", { $0.maxConnectionsPerHost = 0 }, { $0.isInvalidArgument }),
-            ("conn 65", { $0.maxConnectionsPerHost = 65 }, { $0.isInvalidArgument }),
+            ("conn 257", { $0.maxConnectionsPerHost = 257 }, { $0.isInvalidArgument }),
         ]
         for (name, configure, matches) in cases {
             XCTAssertFerryError(try h.openSession("com.example.A", configure), matches, name)
@@ -53,7 +53,7 @@ final class ValidationTests: XCTestCase {
     func testReattachValidatesAndChangesNothingOnRefusal() throws {
         let h = CoreHarness()
         let id = try h.openSession("a") { $0.maxConnectionsPerHost = 3 }
-        XCTAssertFerryError(try h.openSession("a") { $0.maxConnectionsPerHost = 99; $0.speedLimit = 5 }, { $0.isInvalidArgument })
+        XCTAssertFerryError(try h.openSession("a") { $0.maxConnectionsPerHost = 999; $0.speedLimit = 5 }, { $0.isInvalidArgument })
         XCTAssertEqual(h.sync { $0.session(id)?.configuration.maxConnectionsPerHost }, 3)
         XCTAssertEqual(h.sync { $0.session(id)?.configuration.speedLimit }, 0)
         let again = try h.sync { try $0.openSession(identifier: "a", configuration: { var u = SessionConfigurationUpdate(); u.speedLimit = 9; return u }()) }
@@ -132,7 +132,7 @@ final class ValidationTests: XCTestCase {
         let t = try h.download(s)
         XCTAssertFerryError(try h.sync { try $0.setPriority(t, 5) }, { $0.isInvalidArgument })
         XCTAssertFerryError(try h.sync { try $0.setMaxConcurrentTransfers(0) }, { $0.isInvalidArgument })
-        XCTAssertFerryError(try h.sync { try $0.setMaxConcurrentTransfers(65) }, { $0.isInvalidArgument })
+        XCTAssertFerryError(try h.sync { try $0.setMaxConcurrentTransfers(257) }, { $0.isInvalidArgument })
         XCTAssertFerryError(try h.sync { try $0.pause(42) }, { $0.isNoSuchTransfer })
         XCTAssertFerryError(try h.sync { try $0.transferIDs(session: 42) }, { $0.isNoSuchSession })
         XCTAssertFerryError(try h.sync { try $0.pendingEvents(session: 42) }, { $0.isNoSuchSession })

@@ -195,4 +195,36 @@ final class UploadTests: FerryTestCase {
         XCTAssertEqual(events.map(\.kind), ["finished"], "one completion event")
         XCTAssertEqual(signals.signals(path: t.path, member: "Completed").count, 1)
     }
+
+    /// `source-fd` in place of a path: the bytes come from the descriptor, and ferryd
+    /// closes its copy once the upload is over (its descriptor count comes back).
+    func testSourceDescriptorUploadsAndIsClosedAfterwards() async throws {
+        let (file, body) = try makeFile("fd.bin", size: 100_000)
+        server.set(.acceptUploads(), on: "/fd")
+        let s = try await session()
+        guard let pid = ferryd?.pid else { return XCTFail("ferryd is not running") }
+        func targets() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []).compactMap {
+                try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")
+            }
+        }
+        func descriptors() -> Int { targets().filter { $0.hasPrefix("/") }.count }
+        let before = descriptors()
+        let fd = open(file, O_RDONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        let r = try await call(s.path, FerryClient.sessionInterface, "Upload",
+                               [.string(server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(fd)])])
+        let t = client.transfer(id: UInt64(r.first?.string?.split(separator: "/").last ?? "") ?? 0)
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, "")
+        XCTAssertEqual(server.uploads(for: "/fd").first?.sha256, TestData.sha256Hex(Data(body)))
+        XCTAssertEqual(descriptors(), before, "the received descriptor was closed: \(targets())")
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a path and source-fd") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+                                [.string(self.server.url("/fd")), .string(file), .vardict(["source-fd": .unixFD(fd)])])
+        }
+        XCTAssertEqual(descriptors(), before, "a refused descriptor was closed")
+    }
 }

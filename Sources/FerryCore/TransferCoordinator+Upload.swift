@@ -23,7 +23,13 @@ extension TransferCoordinator {
                        sourceFD: Int32? = nil) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
         var source: EngineUpload?
-        defer { if let source { source.closeSource() } else if let sourceFD { close(sourceFD) } }
+        var handedOver = false
+        defer {
+            // Refused: the opened file, or the caller's descriptor, is closed here.
+            if !handedOver {
+                if let source { source.closeSource() } else if let sourceFD { close(sourceFD) }
+            }
+        }
         _ = try openSessionRecord(session)
         let requestURL = try RequestURL.validate(url)
         try Self.validate(options)
@@ -58,11 +64,16 @@ extension TransferCoordinator {
                                    directory: "", serverMayName: false)
             t.upload = spec
             t.uploadSource = opened
-            try persistNew(t)
+            do {
+                try persistNew(t)
+            } catch {
+                t.uploadSource = nil
+                throw error
+            }
             add(t)
+            handedOver = true
             return id
         }
-        source = nil // the transfer has it now
         return id
     }
 

@@ -98,4 +98,32 @@ final class SegmentedDownloadTests: FerryTestCase {
         XCTAssertLessThanOrEqual(refetched, servedBeforeKill - Int(kept),
                                  "served \(bytesServed("/kill.bin")) for \(body.count); \(servedBeforeKill) before the kill, \(kept) kept")
     }
+
+    /// Pause hands out the range map in the resume data; ResumeDownload continues every
+    /// range (validated) instead of starting over.
+    func testPauseAndResumeDownloadCarryTheRanges() async throws {
+        let body = serve("/pr.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/pr.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/pr.bin"), options: ["destination": .string(work + "/pr.bin"), "connections": .uint32(4)])
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 3) {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        let data = try await t.pause()
+        XCTAssertFalse(data.isEmpty, "a segmented download can be resumed")
+        try await waitForState(t, "paused")
+        let requestsBefore = server.requests(for: "/pr.bin").count
+        server.clearBehaviours(on: "/pr.bin")
+        let next = try await s.resumeDownload(data)
+        let info = try await finish(next, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/pr.bin", equals: body)
+        let after = server.requests(for: "/pr.bin").dropFirst(requestsBefore)
+        XCTAssertFalse(after.isEmpty)
+        XCTAssertTrue(after.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"v1\"" },
+                      "only validated ranges after the pause: \(after.map { $0.header("Range") ?? "whole" })")
+        let afterBytes = after.reduce(0) { $0 + $1.bodyBytesSent }
+        XCTAssertLessThan(afterBytes, body.count - Self.size / 4, "the ranges on disk were not fetched again")
+    }
 }

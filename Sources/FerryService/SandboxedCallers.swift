@@ -61,7 +61,7 @@ extension FerryBusService {
     func destinationDescriptor(_ value: DBusValue?) throws -> DestinationDescriptor? {
         guard let value else { return nil }
         guard case .unixFD(let fd) = value.unwrapped else {
-            DBusValue.closeUnixFDs(in: [value])
+            // The invocation closes any descriptor in it when it answers (once).
             throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return DestinationDescriptor(fd: fd)
@@ -74,11 +74,11 @@ extension FerryBusService {
     }
 
     /// The `source-fd` option (`h`); nil when absent. A value of another type is refused
-    /// and any descriptor in it closed.
+    /// (any descriptor in it is closed by the invocation when it answers: closing it here
+    /// too could close a descriptor opened meanwhile under the same number).
     func sourceDescriptor(_ value: DBusValue?) throws -> Int32? {
         guard let value else { return nil }
         guard case .unixFD(let fd) = value.unwrapped else {
-            DBusValue.closeUnixFDs(in: [value])
             throw FerryError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return fd

@@ -31,6 +31,8 @@ public struct SessionConfiguration: Sendable, Equatable {
     /// nil = from the environment.
     public var proxy: String? = nil
     public var applicationID: String = ""
+    /// Keep the cookies servers set and send them back (a jar per session).
+    public var cookies: Bool = true
     public init() {}
 }
 
@@ -48,6 +50,7 @@ public struct SessionConfigurationUpdate: Sendable, Equatable {
     public var retries: UInt32?
     public var proxy: String?
     public var applicationID: String?
+    public var cookies: Bool?
     public init() {}
 }
 
@@ -70,6 +73,46 @@ public struct DownloadOptions: Sendable, Hashable {
     public var overwrite: Bool = false
     public var start: Bool = true
     public init() {}
+}
+
+/// `Upload` options, typed (the service checks keys and D-Bus types; the core checks
+/// meaning).
+public struct UploadOptions: Sendable, Hashable {
+    /// `PUT` or `POST`.
+    public var method: String = "PUT"
+    public var headers: [String: String] = [:]
+    public var description: String = ""
+    public var contentType: String?
+    /// POST as `multipart/form-data` with the file under this field name.
+    public var formField: String?
+    /// Plain `name=value` parts sent before the file's (the `form-values` addition).
+    public var formValues: [String: String] = [:]
+    public var start: Bool = true
+    /// Where the server's answer is saved; nil = its first 64 KiB in `Response`.
+    public var responseDestination: String?
+    public init() {}
+}
+
+/// What an upload keeps to run each attempt, and to run again after a restart.
+public struct UploadSpec: Sendable, Hashable {
+    public var method: String
+    public var contentType: String?
+    public var formField: String?
+    public var formValues: [String: String]
+    public var responseDestination: String?
+    /// The source's size and modification time (ns) when `Upload` was called: a file
+    /// that differs later fails the upload rather than sending something else.
+    public var size: Int64
+    public var modificationTime: Int64
+    /// The caller passed `source-fd`: the descriptor lives in memory only.
+    public var fromDescriptor: Bool
+
+    public init(method: String, contentType: String?, formField: String?, formValues: [String: String],
+                responseDestination: String?, size: Int64, modificationTime: Int64, fromDescriptor: Bool) {
+        self.method = method; self.contentType = contentType; self.formField = formField
+        self.formValues = formValues; self.responseDestination = responseDestination; self.size = size
+        self.modificationTime = modificationTime; self.fromDescriptor = fromDescriptor
+    }
 }
 
 /// Everything a Transfer object shows as properties.
@@ -101,6 +144,8 @@ public struct TransferSnapshot: Sendable, Hashable {
     public var completed: UInt64
     public var priority: Int32
     public var speedLimit: UInt64
+    /// An upload's answer: the first 64 KiB of the response body (empty otherwise).
+    public var response: [UInt8] = []
 
     public init(id: TransferID, session: SessionID, kind: TransferKind = .download, url: String,
                 description: String = "", destination: String = "", state: TransferState = .queued,

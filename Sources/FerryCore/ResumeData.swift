@@ -22,6 +22,9 @@ public struct ResumeData: Codable, Equatable, Sendable {
     public var session: String
     /// When the original transfer was created (µs since the epoch).
     public var created: UInt64
+    /// A segmented download's ranges on disk (`SegmentMap.encoded`), fetched under the
+    /// validator; nil for a plain download (its bytes are the part file's prefix).
+    public var segments: String?
 
     public init(url: String, destination: String, partPath: String, offset: Int64, etag: String?,
                 lastModified: String?, expected: Int64, session: String, created: UInt64) {

@@ -99,6 +99,7 @@ extension SessionConfiguration {
         if let v = update.retries { retries = v }
         if let v = update.proxy { proxy = v.isEmpty ? nil : v }
         if let v = update.applicationID { applicationID = v }
+        if let v = update.cookies { cookies = v }
         return self != before
     }
 }

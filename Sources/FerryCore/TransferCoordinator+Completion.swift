@@ -124,6 +124,7 @@ extension TransferCoordinator {
     /// Counts the outcome into the batches and sends AllFinished where nothing is
     /// queued, waiting or running any more; a closing session may go now.
     func reachedFinalState(_ t: TransferRecord) {
+        releaseUploadSource(t)
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)

@@ -12,6 +12,7 @@ extension TransferCoordinator {
         if let deadline = resourceDeadline(t), deadline <= environment.now() {
             return resourceTimeoutError(t)
         }
+        if t.isUpload { return uploadSourceRefusal(t) }
         let expected = t.snapshot.bytesExpected
         guard expected > 0 else { return nil }
         let onDisk = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0

@@ -32,7 +32,7 @@ extension TransferCoordinator {
     /// (with the advanced counter) before anything else happens: once `Download`
     /// answers, the transfer survives a crash. Then takes its id.
     /// - Throws: `StoreError`; then nothing has changed.
-    private func persistNew(_ t: TransferRecord) throws {
+    func persistNew(_ t: TransferRecord) throws {
         var next = counters
         next.nextTransferID = t.id + 1
         if isPersistent(t.session) {
@@ -60,6 +60,13 @@ extension TransferCoordinator {
         if let wanted = options.destination,
            !wanted.hasPrefix("/") || FileSystemChecks.normalize(wanted) != data.destination {
             throw FerryError.invalidDestination("destination '\(wanted)' differs from the resume data's '\(data.destination)'; leave the option out")
+        }
+        var segments: SegmentMap?
+        if let text = data.segments {
+            guard let map = SegmentMap(encoded: text), map.total == data.expected else {
+                throw FerryError.invalidResumeData("the resume data's range map is damaged; start the download again")
+            }
+            segments = map
         }
         let partSize = FileSystemChecks.fileSize(data.partPath, fileManager: fileManager)
         if data.offset > 0 {
@@ -91,6 +98,7 @@ extension TransferCoordinator {
                                    directory: directory, serverMayName: false)
             t.etag = data.etag
             t.lastModified = data.lastModified
+            t.segments = segments
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)

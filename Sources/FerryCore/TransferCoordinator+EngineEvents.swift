@@ -16,19 +16,32 @@ extension TransferCoordinator {
             case .response(let id, let response): handleResponse(id, response)
             case .progress(let id, let written, let total, let expected): handleProgress(id, written, total, expected)
             case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
-            case .segments: break // issue 8: persist the map with the validator (not wired yet)
+            case .segments(let id, let map): handleSegments(id, map)
             }
         }
     }
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
         guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        if t.isUpload {
+            handleUploadResponse(t, r)
+            return
+        }
+        if let reason = r.singleConnectionReason {
+            logger.info("transfer \(t.id): one connection instead of \(t.options.connections): \(reason)")
+        }
         if r.isFailure {
             // The attempt fails next; keep the validators of the bytes on disk.
             t.retryAfter = r.retryAfter
             t.failedResponseStatus = r.status
             t.snapshot.httpStatus = UInt32(clamping: r.status)
             return
+        }
+        if r.startOffset == 0 && t.segments != nil {
+            // The file changed on the server (or ranges stopped): the engine started over
+            // on one connection, and the ranges on disk are void.
+            t.segments = nil
+            stageTransfer(t)
         }
         t.etag = r.etag
         t.lastModified = r.lastModified
@@ -92,6 +105,7 @@ extension TransferCoordinator {
     }
 
     private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {
+        attemptEndedReleasingSource(id)
         guard let t = transfers[id] else {
             // A removed transfer's attempt ended: clean up what it may have left.
             for path in detachedStops.removeValue(forKey: id) ?? [] { FileSystemChecks.removeIfPresent(path, fileManager: fileManager) }
@@ -107,15 +121,20 @@ extension TransferCoordinator {
             if t.state == .cancelled {
                 if !t.partFileHandedOver { deletePartFiles(t) }
             } else {
-                t.snapshot.bytesTransferred = outcome.bytesOnDisk
+                // An upload keeps nothing: its next attempt sends the file from byte 0.
+                t.snapshot.bytesTransferred = t.isUpload ? 0 : outcome.bytesOnDisk
                 stageTransfer(t)
             }
+            releaseUploadSource(t)
             return
         case .current:
             break
         }
         switch outcome {
+        case .succeeded(let bytes, _) where t.isUpload:
+            finishUpload(t, bytesSent: bytes)
         case .succeeded(let bytes, let sha256):
+            t.segments = nil
             finishSucceeded(t, bytesOnDisk: bytes, engineSHA256: sha256)
         case .failed(let error, let bytes):
             t.snapshot.bytesTransferred = bytes
@@ -127,6 +146,16 @@ extension TransferCoordinator {
             settle(t)
             publishChanged(t)
         }
+    }
+
+    /// A segmented download's ranges on disk: kept with the validator, and stored at
+    /// most once a second (what a crash may lose is fetched again).
+    private func handleSegments(_ id: TransferID, _ map: SegmentMap) {
+        guard let t = transfers[id], !t.isUpload, t.state == .running || t.stopInFlight else { return }
+        t.segments = map
+        let now = environment.now()
+        let interval = UInt64(min(max(environment.checkpointInterval, 0), 1) * 1_000_000)
+        if now >= t.lastCheckpoint &+ interval || now < t.lastCheckpoint { stageTransfer(t) }
     }
 
     /// After a Content-Disposition rename the engine may have created the `.part` under

@@ -169,7 +169,11 @@ extension TransferCoordinator {
         t.enginePartPath = t.partPath
         // A running transfer's attempt died with the old daemon: its life is queued again
         // (not a client action, so not announced, and its retries and resource clock go on).
-        if !t.state.isFinal {
+        if t.isUpload {
+            // An upload that was under way starts over from byte 0.
+            if !t.state.isFinal { t.snapshot.bytesTransferred = 0 }
+            t.enginePartPath = nil
+        } else if !t.state.isFinal {
             // The file's real size wins over the last checkpoint.
             t.snapshot.bytesTransferred = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
         }

@@ -36,14 +36,29 @@ extension TransferCoordinator {
     private func prepareAttempt(_ t: TransferRecord) {
         let now = environment.now()
         var offset: Int64 = 0
-        if t.snapshot.resumable, t.validator != nil,
-           let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager), size > 0 {
-            offset = size
+        let kind: TransferLife.Attempt.Kind
+        if t.isUpload {
+            kind = .upload // always from byte 0
+            t.enginePartPath = nil
+        } else {
+            let size = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+            if t.segments != nil && (t.validator == nil || size == 0) { t.segments = nil }
+            if let map = t.segments {
+                // The engine asks for the missing ranges only.
+                offset = map.bytesDone
+                logger.debug("transfer \(t.id): continuing \(map.done.count) ranges (\(map.bytesDone) of \(map.total) bytes on disk)")
+            } else if t.snapshot.resumable, t.validator != nil, size > 0, t.options.connections <= 1 {
+                offset = size
+            }
+            // (A download with several connections and no range map starts over: its
+            // part file may have holes, so its size says nothing.)
+            let connections = connectionCount(t)
+            kind = connections > 1 ? .segmented(connections: UInt32(connections)) : .download
+            t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset
-        t.enginePartPath = t.partPath
         t.snapshot.attempts += 1
-        t.life.start(TransferLife.Attempt(kind: .download, number: t.snapshot.attempts, offset: offset))
+        t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
@@ -57,12 +72,31 @@ extension TransferCoordinator {
 
     func request(for t: TransferRecord) -> EngineRequest {
         let config = sessions[t.session]?.configuration ?? SessionConfiguration()
-        return EngineRequest(id: t.id, url: t.snapshot.url,
-                             headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers),
-                             partPath: t.partPath, offset: t.attemptOffset,
-                             ifRange: t.attemptOffset > 0 ? t.validator : nil,
-                             speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
-                             proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
+        var request = EngineRequest(id: t.id, url: t.snapshot.url,
+                                    headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers),
+                                    partPath: t.partPath, offset: t.attemptOffset,
+                                    ifRange: t.attemptOffset > 0 ? t.validator : nil,
+                                    speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
+                                    proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
+        request.upload = engineUpload(t)
+        if !t.isUpload {
+            request.connections = connectionCount(t)
+            if let map = t.segments, let validator = t.validator {
+                request.segments = map
+                request.ifRange = validator
+                request.offset = 0
+            }
+        }
+        request.cookieJar = cookieJar(for: t.session)
+        return request
+    }
+
+    /// A download's connections: its `connections` option, at most the session's
+    /// `max-connections-per-host` (one transfer never opens more than the host limit).
+    /// The transfer counts once against `MaxConcurrentTransfers`.
+    func connectionCount(_ t: TransferRecord) -> Int {
+        let perHost = Int(sessions[t.session]?.configuration.maxConnectionsPerHost ?? 6)
+        return max(1, min(Int(t.options.connections), perHost))
     }
 
     /// Recomputes each running transfer's share of the limits; tells the engine about

@@ -51,6 +51,7 @@ extension TransferCoordinator {
         guard index.unfinishedCount(session: s.id) == 0 else { return }
         for t in index.ids(session: s.id).compactMap({ transfers[$0] }) { forget(t) }
         if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
+        discardCookies(of: s)
         sessions[s.id] = nil
         emit(.sessionRemoved(s.id))
     }

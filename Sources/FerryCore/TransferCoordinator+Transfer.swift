@@ -141,6 +141,7 @@ extension TransferCoordinator {
             leftovers = partPaths(t)
         }
         if t.stopInFlight { detachedStops[t.id] = leftovers }
+        releaseUploadSource(t, forgetting: true)
         unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
@@ -149,23 +150,27 @@ extension TransferCoordinator {
 
     /// The `.part` file, and where the engine may still be writing if that differs.
     func partPaths(_ t: TransferRecord) -> [String] {
+        if t.isUpload { return [] } // its destination is the source file: never deleted
         var paths = [t.partPath]
         if let enginePath = t.enginePartPath, enginePath != t.partPath { paths.append(enginePath) }
         return paths
     }
 
     func deletePartFiles(_ t: TransferRecord) {
+        t.segments = nil
         for path in partPaths(t) where !FileSystemChecks.removeIfPresent(path, fileManager: fileManager) {
             logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
         }
     }
 
     func resumeData(for t: TransferRecord) -> [UInt8] {
-        guard t.snapshot.resumable, t.validator != nil else { return [] }
+        guard !t.isUpload, t.snapshot.resumable, t.validator != nil else { return [] }
         let offset = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
         let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
                               etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
-        return data.encoded()
+        var withRanges = data
+        withRanges.segments = t.segments?.encoded
+        return withRanges.encoded()
     }
 }

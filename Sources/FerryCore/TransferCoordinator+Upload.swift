@@ -1,22 +1,241 @@
 import Foundation
 
+extension SegmentMap: Hashable {
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(total)
+        for range in done { hasher.combine(range.lowerBound); hasher.combine(range.upperBound) }
+    }
+}
+
 extension TransferCoordinator {
-    /// Checks an `Upload` call's session, URL and source file. Uploads are not run
-    /// by this version; this lets a client learn about a bad argument (a
-    /// missing file: `FileNotFound`) rather than only that uploads are missing.
-    public func checkUpload(session: SessionID, url: String, file: String) throws {
+    /// Form fields (`form-values`) an upload may carry, and their sizes.
+    static let maxFormValues = 64
+
+    /// Queues an upload of `file` (an absolute path) or, with `sourceFD`, of the file
+    /// behind that descriptor (`file` must then be ""). The file is opened now: a
+    /// missing or unreadable one is refused at once. With `sourceFD` the core owns the
+    /// descriptor from this call on (it is closed when refused, or when the transfer no
+    /// longer needs it).
+    /// - Throws: `.noSuchSession`, `.invalidState` (session closing), `.invalidUrl`,
+    ///   `.unsupportedScheme`, `.invalidArgument` (options, a relative path),
+    ///   `.fileNotFound`, `.invalidDestination` (`response-destination`).
+    public func upload(session: SessionID, url: String, file: String, options: UploadOptions,
+                       sourceFD: Int32? = nil) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
-        _ = try sessionRecord(session)
-        _ = try RequestURL.validate(url)
-        guard file.hasPrefix("/") else {
-            throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
+        var source: EngineUpload?
+        var handedOver = false
+        defer {
+            // Refused: the opened file, or the caller's descriptor, is closed here.
+            if !handedOver {
+                if let source { source.closeSource() } else if let sourceFD { close(sourceFD) }
+            }
         }
+        _ = try openSessionRecord(session)
+        let requestURL = try RequestURL.validate(url)
+        try Self.validate(options)
+        let responseDestination = try options.responseDestination.map(validateResponseDestination)
+        if let sourceFD {
+            guard file.isEmpty else {
+                throw FerryError.invalidArgument("give either a file path or 'source-fd', not both (the file argument must be \"\" with source-fd)")
+            }
+            source = try Self.describeSource(fd: sourceFD)
+        } else {
+            guard file.hasPrefix("/") else {
+                throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
+            }
+            source = try EngineUpload.open(path: FileSystemChecks.normalize(file))
+        }
+        guard let opened = source else { throw FerryError.fileNotFound("the file to upload cannot be opened") }
+        let spec = UploadSpec(method: options.method, contentType: options.contentType, formField: options.formField,
+                              formValues: options.formValues, responseDestination: responseDestination,
+                              size: opened.size, modificationTime: opened.modificationTime,
+                              fromDescriptor: sourceFD != nil)
+        var common = DownloadOptions()
+        common.headers = options.headers
+        common.description = options.description
+        common.start = options.start
+        let id = try mutate {
+            let id = nextTransferID
+            let snapshot = TransferSnapshot(id: id, session: session, kind: .upload, url: url,
+                                            description: options.description,
+                                            destination: sourceFD == nil ? FileSystemChecks.normalize(file) : "",
+                                            state: .queued, bytesExpected: opened.size, created: environment.now())
+            let t = TransferRecord(snapshot: snapshot, life: initialLife(common), options: common, host: requestURL.host,
+                                   directory: "", serverMayName: false)
+            t.upload = spec
+            t.uploadSource = opened
+            do {
+                try persistNew(t)
+            } catch {
+                t.uploadSource = nil
+                throw error
+            }
+            add(t)
+            handedOver = true
+            return id
+        }
+        return id
+    }
+
+    /// The rules for upload options.
+    static func validate(_ options: UploadOptions) throws {
+        guard options.method == "PUT" || options.method == "POST" else {
+            throw FerryError.invalidArgument("option 'method' must be PUT or POST, not '\(options.method)'")
+        }
+        if options.formField != nil && options.method != "POST" {
+            throw FerryError.invalidArgument("option 'form-field' needs method POST (a multipart/form-data body)")
+        }
+        if !options.formValues.isEmpty && options.formField == nil {
+            throw FerryError.invalidArgument("option 'form-values' needs 'form-field' (they are parts of a multipart/form-data body)")
+        }
+        try Limits.check(options.description, max: Limits.descriptionBytes, what: "the description")
+        try HeaderFields.validate(options.headers)
+        guard options.formValues.count <= maxFormValues else {
+            throw FerryError.limitExceeded("\(options.formValues.count) form values; at most \(maxFormValues) are accepted")
+        }
+        for (name, value) in options.formValues {
+            try checkFormText(name, max: 256, what: "a form-values name")
+            try checkFormText(value, max: Limits.headerValueBytes, what: "the form value '\(name)'", allowEmpty: true)
+            guard !name.contains("\"") else {
+                throw FerryError.invalidArgument("a form-values name may not contain '\"'")
+            }
+        }
+        if let field = options.formField {
+            try checkFormText(field, max: 256, what: "option 'form-field'")
+            guard !field.contains("\"") else { throw FerryError.invalidArgument("option 'form-field' may not contain '\"'") }
+        }
+        if let type = options.contentType { try checkFormText(type, max: Limits.headerValueBytes, what: "option 'content-type'") }
+    }
+
+    private static func checkFormText(_ text: String, max: Int, what: String, allowEmpty: Bool = false) throws {
+        guard allowEmpty || !text.isEmpty else { throw FerryError.invalidArgument("\(what) is empty") }
+        try Limits.check(text, max: max, what: what)
+        guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw FerryError.invalidArgument("\(what) contains a line break or another control character")
+        }
+    }
+
+    /// `response-destination`: an absolute file path in a writable directory (not a
+    /// directory itself); returns it normalised.
+    private func validateResponseDestination(_ path: String) throws -> String {
+        try Limits.checkPath(path, what: "the response-destination")
+        guard path.hasPrefix("/") else {
+            throw FerryError.invalidDestination("response-destination must be an absolute path, not '\(path)'")
+        }
+        let normalized = FileSystemChecks.normalize(path)
         var isDirectory: ObjCBool = false
-        guard fileManager.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
-            throw FerryError.fileNotFound("there is no file at \(file) to upload")
+        if fileManager.fileExists(atPath: normalized, isDirectory: &isDirectory), isDirectory.boolValue {
+            throw FerryError.invalidDestination("response-destination '\(normalized)' is a directory; give a file path")
         }
-        guard fileManager.isReadableFile(atPath: file) else {
-            throw FerryError.fileNotFound("\(file) cannot be read (permission denied)")
+        try FileSystemChecks.requireWritableDirectory(FileSystemChecks.directoryName(normalized),
+                                                      role: "response-destination's directory", fileManager: fileManager)
+        return normalized
+    }
+
+    /// A `source-fd`: an open, readable regular file.
+    private static func describeSource(fd: Int32) throws -> EngineUpload {
+        var st = stat()
+        guard fd >= 0, fstat(fd, &st) == 0 else { throw FerryError.invalidArgument("source-fd is not an open file descriptor") }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw FerryError.invalidArgument("source-fd must be a regular file") }
+        let mode = fcntl(fd, F_GETFL)
+        guard mode >= 0, mode & O_ACCMODE != O_WRONLY else { throw FerryError.invalidArgument("source-fd is not open for reading") }
+        return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: EngineUpload.nanoseconds(st.st_mtim))
+    }
+
+    // MARK: - Attempts
+
+    /// Before an upload's attempt: its source is open and is the file the client
+    /// asked for (reopened from its path after a restart); else why it cannot go.
+    func uploadSourceRefusal(_ t: TransferRecord) -> FerryError? {
+        guard let spec = t.upload else { return nil }
+        if t.uploadSource == nil {
+            if spec.fromDescriptor {
+                return .fileNotFound("its source-fd was lost when ferryd restarted; start the upload again with a new descriptor")
+            }
+            do {
+                t.uploadSource = try EngineUpload.open(path: t.destination)
+            } catch let error as FerryError {
+                return error
+            } catch {
+                return .fileNotFound("\(t.destination) cannot be opened: \(error)")
+            }
         }
+        guard let source = t.uploadSource else { return nil }
+        var st = stat()
+        guard fstat(source.fd, &st) == 0 else { return .fileNotFound("the file to upload cannot be read any more") }
+        if Int64(st.st_size) != spec.size || EngineUpload.nanoseconds(st.st_mtim) != spec.modificationTime {
+            let what = t.destination.isEmpty ? "the file behind source-fd" : t.destination
+            return .fileNotFound("\(what) changed after the upload was queued (it was \(spec.size) bytes, now \(st.st_size), "
+                + "or it was modified); nothing of the new contents was sent. Start a new upload to send it")
+        }
+        return nil
+    }
+
+    /// The engine's description of an upload's body.
+    func engineUpload(_ t: TransferRecord) -> EngineUpload? {
+        guard let spec = t.upload, let source = t.uploadSource else { return nil }
+        let body: EngineUpload.Body = spec.formField.map { field in
+            .multipart(field: field, fields: spec.formValues.sorted { $0.key < $1.key }
+                .map { EngineUpload.FormField(name: $0.key, value: $0.value) })
+        } ?? .raw
+        let name = t.destination.isEmpty ? "file" : FileSystemChecks.baseName(t.destination)
+        return EngineUpload(fd: source.fd, size: spec.size, modificationTime: spec.modificationTime, method: spec.method,
+                            body: body, fileName: name.isEmpty ? "file" : name, contentType: spec.contentType,
+                            responseDestination: spec.responseDestination)
+    }
+
+    /// An upload's answer is in: the status and the first bytes of the body.
+    func handleUploadResponse(_ t: TransferRecord, _ r: EngineResponse) {
+        t.snapshot.httpStatus = UInt32(clamping: r.status)
+        if r.isFailure {
+            t.retryAfter = r.retryAfter
+            t.failedResponseStatus = r.status
+        }
+        if let body = r.body { t.snapshot.response = Array(body.prefix(64 * 1024)) }
+        publishChanged(t)
+    }
+
+    /// The server took the whole file and answered with success.
+    func finishUpload(_ t: TransferRecord, bytesSent: Int64) {
+        t.snapshot.bytesTransferred = bytesSent
+        t.snapshot.bytesExpected = t.upload?.size ?? bytesSent
+        sendFinalUploadProgress(t)
+        t.snapshot.completed = environment.now()
+        t.life.complete()
+        settle(t)
+        let location = t.upload?.responseDestination
+        let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: location,
+                                              httpStatus: t.snapshot.httpStatus, bytes: bytesSent), session: t.session)
+        publishChanged(t)
+        emitCompleted(t, serial: serial, error: nil)
+        reachedFinalState(t)
+    }
+
+    private func sendFinalUploadProgress(_ t: TransferRecord) {
+        let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
+        if let last = t.lastProgress, last.total == total, last.expected == expected { return }
+        let written = total - (t.lastProgress?.total ?? 0)
+        t.lastProgress = (total, expected)
+        emitProgress(t, bytesWritten: max(written, 0))
+    }
+
+    /// Closes an upload's source once nothing can use it again: completed, cancelled or
+    /// forgotten. A failed upload keeps a descriptor it cannot reopen (it may be resumed).
+    /// An attempt still stopping may be about to use the descriptor: it closes at its end.
+    func releaseUploadSource(_ t: TransferRecord, forgetting: Bool = false) {
+        guard let source = t.uploadSource else { return }
+        if !forgetting && t.state == .failed && t.upload?.fromDescriptor == true { return }
+        if !forgetting && !t.state.isFinal { return }
+        t.uploadSource = nil
+        if t.stopInFlight {
+            detachedUploadSources[t.id] = source
+        } else {
+            source.closeSource()
+        }
+    }
+
+    /// An attempt ended: a source kept for it can close now.
+    func attemptEndedReleasingSource(_ id: TransferID) {
+        detachedUploadSources.removeValue(forKey: id)?.closeSource()
     }
 }

@@ -61,6 +61,9 @@ public final class TransferCoordinator {
     /// Removed transfers whose engine attempt has not reported its end yet, with the
     /// files to delete when it does (a cancelled transfer's `.part`).
     var detachedStops: [TransferID: [String]] = [:]
+    /// Sources of removed uploads whose attempt has not reported its end yet (the
+    /// engine may still be duplicating the descriptor): closed when it does.
+    var detachedUploadSources: [TransferID: EngineUpload] = [:]
 
     var isStarted = false
     var isShutDown = false

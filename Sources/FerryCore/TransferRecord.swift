@@ -61,6 +61,14 @@ final class TransferRecord {
     var finishingPath: String?
     /// Where a `destination-fd` download goes (memory only; closed with the record).
     var destinationFD: DestinationDescriptor?
+    /// An upload's settings (nil for a download).
+    var upload: UploadSpec?
+    /// An upload's open source file (memory only: reopened from its path after a
+    /// restart; a `source-fd` one cannot be). Closed when the transfer no longer needs it.
+    var uploadSource: EngineUpload?
+    /// A segmented download's ranges on disk, fetched under `validator` (nil: none, or
+    /// a plain download whose bytes are the `.part` file's prefix).
+    var segments: SegmentMap?
 
     init(snapshot: TransferSnapshot, life: TransferLife, options: DownloadOptions, host: String, directory: String,
          serverMayName: Bool) {
@@ -76,7 +84,9 @@ final class TransferRecord {
     var notBefore: UInt64 { life.notBefore }
     var isWaitingForNetwork: Bool { life.isWaitingForNetwork }
     var destination: String { snapshot.destination }
-    var partPath: String { snapshot.destination + ".part" }
+    /// An upload has none ("": its destination is the source, never to be touched).
+    var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
+    var isUpload: Bool { snapshot.kind == .upload }
     /// The `If-Range` validator: the ETag, else Last-Modified.
     var validator: String? { etag ?? lastModified }
 
@@ -102,7 +112,7 @@ final class TransferRecord {
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
-                              finishingPath: finishingPath)
+                              finishingPath: finishingPath, upload: upload, segments: segments)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -117,6 +127,8 @@ final class TransferRecord {
         retriesUsed = stored.retriesUsed
         resourceStarted = stored.resourceStarted
         finishingPath = stored.finishingPath
+        upload = stored.upload
+        segments = stored.segments
         enginePartPath = stored.partPath
         persistedDigest = stored.hashValue
     }

@@ -78,10 +78,16 @@ public struct StoredTransfer: Sendable, Hashable {
     /// that finds the file there (and no `.part`) completes the transfer instead of
     /// downloading it again.
     public var finishingPath: String?
+    /// An upload's settings (nil for a download).
+    public var upload: UploadSpec?
+    /// A segmented download's ranges on disk (under `etag`/`lastModified`).
+    public var segments: SegmentMap?
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
-                retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil) {
+                retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil,
+                upload: UploadSpec? = nil, segments: SegmentMap? = nil) {
+        self.upload = upload; self.segments = segments
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
         self.lastModified = lastModified; self.notBefore = notBefore; self.retriesUsed = retriesUsed

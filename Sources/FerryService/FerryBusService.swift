@@ -127,8 +127,6 @@ public final class FerryBusService: @unchecked Sendable {
         case let e as BusError: return e
         // The state database could not be written (full disk, quota, permissions).
         case let e as StoreError: return BusError(name: FerryError.disk("").name, message: e.message)
-        case is UploadsNotSupported:
-            return BusError(name: "org.freedesktop.DBus.Error.NotSupported", message: "uploads are not supported by this version of ferryd yet")
         default: return BusError(name: StandardErrors.failed, message: "\(error)")
         }
     }

@@ -1,5 +1,6 @@
 import DBus
 import FerryCore
+import Foundation
 
 /// The three Ferry interfaces, as the contract gives them. Handlers are thin: they
 /// unpack arguments, run the core on its queue, and reply.
@@ -82,12 +83,28 @@ extension FerryBusService {
                 MethodSpec("Upload", in: [ArgSpec("url", "s"), ArgSpec("file", "s"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
-                        try OptionParsing.checkUpload(try OptionParsing.vardict(inv.arguments[2]))
-                        try Limits.checkPath(inv.arguments[1].string ?? "", what: "the file to upload")
-                        try self.checkTransferLimit(core, session: session)
-                        try self.confineUpload(inv, file: inv.arguments[1].string ?? "")
-                        try core.checkUpload(session: session, url: inv.arguments[0].string ?? "", file: inv.arguments[1].string ?? "")
-                        throw UploadsNotSupported()
+                        var dict = try OptionParsing.vardict(inv.arguments[2])
+                        let sourceFD = try self.sourceDescriptor(dict.removeValue(forKey: "source-fd"))
+                        // The core owns the fd from here (it closes it on refusal); the
+                        // invocation must not close it.
+                        if let sourceFD { inv.keepUnixFD(sourceFD) }
+                        var handedOver = false
+                        do {
+                            let options = try OptionParsing.upload(dict)
+                            let file = inv.arguments[1].string ?? ""
+                            if sourceFD == nil { try Limits.checkPath(file, what: "the file to upload") }
+                            try self.checkTransferLimit(core, session: session)
+                            if sourceFD == nil { try self.confineUpload(inv, file: file) }
+                            try self.confineResponseDestination(inv, options.responseDestination)
+                            handedOver = true
+                            let id = try core.upload(session: session, url: inv.arguments[0].string ?? "", file: file,
+                                                     options: options, sourceFD: sourceFD)
+                            return [.objectPath(FerryBusNames.transferPath(id))]
+                        } catch {
+                            // Refused before the core took the descriptor.
+                            if let sourceFD, !handedOver { close(sourceFD) }
+                            throw error
+                        }
                     }
                 },
                 MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
@@ -167,6 +184,7 @@ extension FerryBusService {
                 PropertySpec("Attempts", "u"),
                 PropertySpec("Resumable", "b"),
                 PropertySpec("Sha256", "s"),
+                PropertySpec("Response", "ay"),
                 PropertySpec("Created", "t"),
                 PropertySpec("Started", "t"),
                 PropertySpec("Completed", "t"),
@@ -187,5 +205,3 @@ extension FerryBusService {
     }
 }
 
-/// `Upload` is in the contract; the upload engine is not built yet.
-struct UploadsNotSupported: Error {}

@@ -19,7 +19,7 @@ enum OptionParsing {
 
     static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
                                     "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
-                                    "application-id"]
+                                    "application-id", "cookies"]
 
     static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
         var u = SessionConfigurationUpdate()
@@ -37,6 +37,7 @@ enum OptionParsing {
             case "retries": u.retries = try typed(key, value, "u") { $0.uint32 }
             case "proxy": u.proxy = try typed(key, value, "s") { $0.string }
             case "application-id": u.applicationID = try typed(key, value, "s") { $0.string }
+            case "cookies": u.cookies = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, configurationKeys)
             }
         }
@@ -59,6 +60,7 @@ enum OptionParsing {
             "retries": .uint32(c.retries),
             "proxy": .string(c.proxy.map(Redaction.urlWithoutCredentials) ?? ""),
             "application-id": .string(c.applicationID),
+            "cookies": .boolean(c.cookies),
         ])
     }
 
@@ -85,28 +87,26 @@ enum OptionParsing {
         return o
     }
 
-    static let uploadKeys = ["method", "headers", "description", "content-type", "form-field", "start"]
+    static let uploadKeys = ["method", "headers", "description", "content-type", "form-field", "form-values", "start",
+                             "response-destination", "source-fd"]
 
-    /// Checks upload options (keys and types) even though uploads are not run yet.
-    static func checkUpload(_ dict: [String: DBusValue]) throws {
+    /// Upload options (`source-fd` is taken out by the caller first).
+    static func upload(_ dict: [String: DBusValue]) throws -> UploadOptions {
+        var o = UploadOptions()
         for (key, value) in dict {
             switch key {
-            case "method":
-                let m = try typed(key, value, "s") { $0.string }
-                guard m == "PUT" || m == "POST" else { throw FerryError.invalidArgument("option 'method' must be PUT or POST, not '\(m)'") }
-            case "headers": try Limits.checkHeaders(try typed(key, value, "a{ss}") { $0.stringDict })
-            case "description":
-                try Limits.check(try typed(key, value, "s") { $0.string }, max: Limits.descriptionBytes, what: "the description")
-            case "content-type", "form-field":
-                let text = try typed(key, value, "s") { $0.string }
-                try Limits.check(text, max: Limits.headerValueBytes, what: "option '\(key)'")
-                guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
-                    throw FerryError.invalidArgument("option '\(key)' contains a line break or another control character")
-                }
-            case "start": _ = try typed(key, value, "b") { $0.bool }
+            case "method": o.method = try typed(key, value, "s") { $0.string }
+            case "headers": o.headers = try typed(key, value, "a{ss}") { $0.stringDict }
+            case "description": o.description = try typed(key, value, "s") { $0.string }
+            case "content-type": o.contentType = try typed(key, value, "s") { $0.string }
+            case "form-field": o.formField = try typed(key, value, "s") { $0.string }
+            case "form-values": o.formValues = try typed(key, value, "a{ss}") { $0.stringDict }
+            case "start": o.start = try typed(key, value, "b") { $0.bool }
+            case "response-destination": o.responseDestination = try typed(key, value, "s") { $0.string }
             default: throw unknown(key, uploadKeys)
             }
         }
+        return o
     }
 
     /// The bus form of the caller's `a{sv}` argument, each value taken out of its one

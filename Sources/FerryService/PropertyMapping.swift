@@ -22,6 +22,7 @@ enum PropertyMapping {
             "Attempts": .uint32(t.attempts),
             "Resumable": .boolean(t.resumable),
             "Sha256": .string(t.sha256),
+            "Response": .bytes(t.response),
             "Created": .uint64(t.created),
             "Started": .uint64(t.started),
             "Completed": .uint64(t.completed),

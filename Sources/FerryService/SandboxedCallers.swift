@@ -61,7 +61,7 @@ extension FerryBusService {
     func destinationDescriptor(_ value: DBusValue?) throws -> DestinationDescriptor? {
         guard let value else { return nil }
         guard case .unixFD(let fd) = value.unwrapped else {
-            DBusValue.closeUnixFDs(in: [value])
+            // The invocation closes any descriptor in it when it answers (once).
             throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return DestinationDescriptor(fd: fd)
@@ -71,6 +71,23 @@ extension FerryBusService {
     func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
         guard let app = inv.sandboxAppID, let data = try? ResumeData.decode(resumeData) else { return }
         if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
+    }
+
+    /// The `source-fd` option (`h`); nil when absent. A value of another type is refused
+    /// (any descriptor in it is closed by the invocation when it answers: closing it here
+    /// too could close a descriptor opened meanwhile under the same number).
+    func sourceDescriptor(_ value: DBusValue?) throws -> Int32? {
+        guard let value else { return nil }
+        guard case .unixFD(let fd) = value.unwrapped else {
+            throw FerryError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+        }
+        return fd
+    }
+
+    /// A sandboxed caller's `response-destination` goes inside its area.
+    func confineResponseDestination(_ inv: MethodInvocation, _ path: String?) throws {
+        guard let app = inv.sandboxAppID, let path else { return }
+        if let refusal = SandboxArea(appID: app).refusal(path, role: "response-destination") { throw refusal }
     }
 
     /// An upload's source outside the caller's area is refused the same way whether or

@@ -160,8 +160,9 @@ public final class SQLiteTransferStore: TransferStore {
                 id, session_id, kind, url, description, options, destination, directory, server_may_name,
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
                 attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
-                created, started, completed, resource_started, priority, speed_limit, finishing_path)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                created, started, completed, resource_started, priority, speed_limit, finishing_path,
+                upload, segments, response)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
                 try JSONColumn.encode(DownloadOptionsRecord(t.options)), s.destination, t.directory, t.serverMayName,
@@ -169,7 +170,8 @@ public final class SQLiteTransferStore: TransferStore {
                 s.waitingReason, t.notBefore.stored, Int64(s.attempts), Int64(t.retriesUsed), s.errorName,
                 s.errorMessage, Int64(s.httpStatus), s.resumable, s.sha256, s.created.stored, s.started.stored,
                 s.completed.stored, t.resourceStarted.stored, Int64(s.priority), s.speedLimit.stored,
-                t.finishingPath,
+                t.finishingPath, try t.upload.map { try JSONColumn.encode(UploadSpecRecord($0)) },
+                t.segments?.encoded, s.response.isEmpty ? nil : Data(s.response),
             ])
     }
 
@@ -204,14 +206,21 @@ public final class SQLiteTransferStore: TransferStore {
             started: UInt64(stored: try row.value("started")), completed: UInt64(stored: try row.value("completed")),
             priority: Int32(clamping: try row.value("priority") as Int64),
             speedLimit: UInt64(stored: try row.value("speed_limit")))
+        var withResponse = snapshot
+        if let response = row["response"] as Data? { withResponse.response = [UInt8](response) }
+        let upload = try (row["upload"] as String?).map {
+            try JSONColumn.decode(UploadSpecRecord.self, $0, what: "upload settings of transfer \(id)").spec
+        }
+        // A map that does not parse is dropped: the download then continues from its prefix.
+        let segments = (row["segments"] as String?).flatMap { SegmentMap(encoded: $0) }
         return StoredTransfer(
-            snapshot: snapshot, options: options.options, directory: try row.value("directory"),
+            snapshot: withResponse, options: options.options, directory: try row.value("directory"),
             serverMayName: try row.value("server_may_name"), partPath: try row.value("part_path"),
             etag: try row.value("etag"), lastModified: try row.value("last_modified"),
             notBefore: UInt64(stored: try row.value("not_before")),
             retriesUsed: UInt32(clamping: try row.value("retries_used") as Int64),
             resourceStarted: UInt64(stored: try row.value("resource_started")),
-            finishingPath: try row.value("finishing_path"))
+            finishingPath: try row.value("finishing_path"), upload: upload, segments: segments)
     }
 
     private static func event(_ row: Row) throws -> PendingEvent {

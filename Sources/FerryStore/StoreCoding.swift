@@ -22,8 +22,10 @@ struct SessionConfigurationRecord: Codable {
     var retries: UInt32?
     var proxy: String?
     var applicationID: String?
+    var cookies: Bool?
 
     init(_ c: SessionConfiguration) {
+        cookies = c.cookies
         persistent = c.persistent; directory = c.directory; headers = c.headers
         maxConnectionsPerHost = c.maxConnectionsPerHost; requestTimeout = c.requestTimeout
         resourceTimeout = c.resourceTimeout; allowMetered = c.allowMetered; notify = c.notify
@@ -44,6 +46,7 @@ struct SessionConfigurationRecord: Codable {
         if let v = retries { c.retries = v }
         c.proxy = proxy
         if let v = applicationID { c.applicationID = v }
+        if let v = cookies { c.cookies = v }
         return c
     }
 }
@@ -80,6 +83,30 @@ struct DownloadOptionsRecord: Codable {
         if let v = overwrite { o.overwrite = v }
         if let v = start { o.start = v }
         return o
+    }
+}
+
+/// An upload's settings as stored (JSON).
+struct UploadSpecRecord: Codable {
+    var method: String
+    var contentType: String?
+    var formField: String?
+    var formValues: [String: String]?
+    var responseDestination: String?
+    var size: Int64
+    var modificationTime: Int64
+    var fromDescriptor: Bool?
+
+    init(_ u: UploadSpec) {
+        method = u.method; contentType = u.contentType; formField = u.formField; formValues = u.formValues
+        responseDestination = u.responseDestination; size = u.size; modificationTime = u.modificationTime
+        fromDescriptor = u.fromDescriptor
+    }
+
+    var spec: UploadSpec {
+        UploadSpec(method: method, contentType: contentType, formField: formField, formValues: formValues ?? [:],
+                   responseDestination: responseDestination, size: size, modificationTime: modificationTime,
+                   fromDescriptor: fromDescriptor ?? false)
     }
 }
 

@@ -83,9 +83,18 @@ enum StoreSchema {
         migrator.registerMigration("3-session-owner") { db in
             try db.execute(sql: "ALTER TABLE sessions ADD COLUMN owner TEXT")
         }
+        // Uploads (their settings as JSON, see UploadSpecRecord, and the server's answer)
+        // and the range map of a segmented download ("TOTAL:a-b,c-d", see SegmentMap).
+        migrator.registerMigration("4-uploads-segments") { db in
+            try db.execute(sql: """
+                ALTER TABLE transfers ADD COLUMN upload TEXT;
+                ALTER TABLE transfers ADD COLUMN segments TEXT;
+                ALTER TABLE transfers ADD COLUMN response BLOB;
+                """)
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "3-session-owner"
+    static let latest = "4-uploads-segments"
 }

@@ -18,6 +18,7 @@ final class RoundTripTests: XCTestCase {
         c.retries = 9
         c.proxy = "socks5h://127.0.0.1:9050"
         c.applicationID = "com.example.Podcasts"
+        c.cookies = false
         return StoredSession(id: 42, identifier: "com.example.Podcasts", configuration: c, isClosing: true)
     }
 
@@ -83,6 +84,25 @@ final class RoundTripTests: XCTestCase {
         XCTAssertEqual(contents.events, [42: [finished, failed], 43: [cancelled]])
         XCTAssertEqual(contents.counters, counters)
         XCTAssertEqual(contents.settings, settings)
+    }
+
+    /// An upload's settings and answer, and a segmented download's range map.
+    func testUploadSettingsResponseAndRangeMapRoundTrip() throws {
+        let dir = TemporaryDirectory()
+        var upload = fullTransfer()
+        upload.snapshot.kind = .upload
+        upload.snapshot.response = Array(0...255) + Array("done".utf8)
+        upload.upload = UploadSpec(method: "POST", contentType: "image/jpeg", formField: "picture",
+                                   formValues: ["title": "holiday", "empty": ""], responseDestination: "/home/u/answer.json",
+                                   size: 5_000_000_000, modificationTime: 1_700_000_000_123_456_789, fromDescriptor: true)
+        var segmented = fullTransfer()
+        segmented.snapshot.id = 8
+        segmented.segments = SegmentMap(total: 10_000_000, done: [0..<1_000_000, 4_000_000..<4_500_000])
+        let store = try SQLiteTransferStore(path: dir.database)
+        try store.write([.saveTransfer(upload), .saveTransfer(segmented)])
+        let loaded = try SQLiteTransferStore(path: dir.database).load().transfers
+        XCTAssertEqual(loaded, [upload, segmented])
+        XCTAssertEqual(loaded.last?.segments?.missing, [1_000_000..<4_000_000, 4_500_000..<10_000_000])
     }
 
     func testEveryStateAndKindRoundTrips() throws {

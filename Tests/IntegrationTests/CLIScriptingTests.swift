@@ -312,15 +312,10 @@ final class CLIScriptingTests: FerryTestCase {
         for args in [["put", work + "/up.txt", server.url("/up")], ["-T", work + "/up.txt", server.url("/up")],
                      ["post", server.url("/form"), "-F", "file=@" + work + "/up.txt"]] {
             let r = try ferry(args)
-            if r.status == 0 {
-                let id = UInt64(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-                let kind = try await client.transfer(id: id).info().kind
-                XCTAssertEqual(kind, "upload", "\(args)")
-            } else {
-                // Until ferryd implements uploads: its answer, relayed.
-                XCTAssertEqual(r.status, 2, "\(args): \(r.stderr)")
-                XCTAssertTrue(r.stderr.contains("NotSupported"), "\(args): \(r.stderr)")
-            }
+            XCTAssertEqual(r.status, 0, "\(args): \(r.stderr)")
+            let id = UInt64(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            let kind = try await client.transfer(id: id).info().kind
+            XCTAssertEqual(kind, "upload", "\(args)")
         }
     }
 

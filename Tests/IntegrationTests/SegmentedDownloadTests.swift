@@ -1,0 +1,129 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// `connections` > 1 through the real ferryd: several ranges at once, checked against
+/// the validator, carried across a SIGKILL by the stored range map.
+final class SegmentedDownloadTests: FerryTestCase {
+    static let size = 8 * 1024 * 1024
+
+    /// Body bytes the server sent for `path`, over every request.
+    func bytesServed(_ path: String) -> Int {
+        server.requests(for: path).reduce(0) { $0 + $1.bodyBytesSent }
+    }
+
+    func rangeRequests(_ path: String) -> Int {
+        server.requests(for: path).filter { $0.header("Range") != nil }.count
+    }
+
+    func testRangesInParallelMakeTheRightFile() async throws {
+        let body = serve("/par.bin", size: Self.size)
+        // Slices of 200 KiB every 100 ms: a connection cut when its range is split
+        // may have had one slice in flight, far less than a range (1 MiB at least).
+        server.set(.slow(bytesPerSecond: 2 * 1024 * 1024), on: "/par.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/par.bin"), options: ["destination": .string(work + "/par.bin"), "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/par.bin", equals: body)
+        XCTAssertGreaterThanOrEqual(rangeRequests("/par.bin"), 2, "several ranges were asked for")
+        XCTAssertTrue(server.requests(for: "/par.bin").filter { $0.header("Range") != nil }.allSatisfy { $0.header("If-Range") == "\"v1\"" },
+                      "every range request carries If-Range")
+        let slack = (rangeRequests("/par.bin") - 1) * 200 * 1024
+        XCTAssertLessThanOrEqual(bytesServed("/par.bin"), body.count + slack, "no range fetched twice")
+    }
+
+    func testETagChangingMidDownloadGivesTheNewFileWhole() async throws {
+        serve("/chg.bin", size: Self.size, seed: 1, etag: "\"v1\"")
+        let newBody = TestData.bytes(count: Self.size, seed: 2)
+        server.set(.slow(bytesPerSecond: 2 * 1024 * 1024), on: "/chg.bin")
+        server.set(.replaceAfter(requests: 2, body: newBody, etag: "\"v2\""), on: "/chg.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/chg.bin"), options: ["destination": .string(work + "/chg.bin"), "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/chg.bin", equals: newBody)
+        XCTAssertTrue(ferryd?.log.contains("one connection instead of 4") ?? false, "the log says why")
+    }
+
+    func testServerIgnoringRangesFallsBackToOneConnection() async throws {
+        let body = serve("/ign.bin", size: 3 * 1024 * 1024)
+        server.set(.ignoreRanges, on: "/ign.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/ign.bin"), options: ["destination": .string(work + "/ign.bin"), "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/ign.bin", equals: body)
+        XCTAssertTrue(ferryd?.log.contains("one connection instead of 4") ?? false, "the log says why")
+    }
+
+    func testSIGKILLDuringSegmentedDownloadResumesEveryRange() async throws {
+        let body = serve("/kill.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/kill.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/kill.bin"), options: ["destination": .string(work + "/kill.bin"), "connections": .uint32(4)])
+        // Past a stored range map (stored at most once a second) and well before the end.
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 2) {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertGreaterThanOrEqual(rangeRequests("/kill.bin"), 2)
+        guard let p = ferryd else { return XCTFail("ferryd is not running") }
+        p.kill(SIGKILL)
+        XCTAssertNotNil(p.waitForExit(timeout: 10))
+        let servedBeforeKill = bytesServed("/kill.bin")
+        let requestsBeforeKill = server.requests(for: "/kill.bin").count
+        let wait = Date().addingTimeInterval(5)
+        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < wait {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        try await startFerryd()
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/kill.bin", equals: body)
+        // The restarted ferryd logs the ranges it continues (its ResumedAtOffset may go
+        // out before it owns the bus name, so the log is the reliable witness).
+        let log = ferryd?.log ?? ""
+        let kept = log.range(of: #"continuing \d+ ranges \((\d+) of"#, options: .regularExpression).flatMap { match in
+            Int64(log[match].split(separator: "(")[1].split(separator: " ")[0])
+        } ?? 0
+        XCTAssertGreaterThan(kept, 0, "the ranges on disk were kept across the kill")
+        let after = server.requests(for: "/kill.bin").dropFirst(requestsBeforeKill)
+        XCTAssertTrue(after.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"v1\"" },
+                      "after the restart only validated ranges were asked for")
+        // Fetched twice: at most what was sent before the kill but not in the stored map.
+        let refetched = bytesServed("/kill.bin") - body.count
+        XCTAssertLessThanOrEqual(refetched, servedBeforeKill - Int(kept),
+                                 "served \(bytesServed("/kill.bin")) for \(body.count); \(servedBeforeKill) before the kill, \(kept) kept")
+    }
+
+    /// Pause hands out the range map in the resume data; ResumeDownload continues every
+    /// range (validated) instead of starting over.
+    func testPauseAndResumeDownloadCarryTheRanges() async throws {
+        let body = serve("/pr.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/pr.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/pr.bin"), options: ["destination": .string(work + "/pr.bin"), "connections": .uint32(4)])
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 3) {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        let data = try await t.pause()
+        XCTAssertFalse(data.isEmpty, "a segmented download can be resumed")
+        try await waitForState(t, "paused")
+        let requestsBefore = server.requests(for: "/pr.bin").count
+        server.clearBehaviours(on: "/pr.bin")
+        let next = try await s.resumeDownload(data)
+        let info = try await finish(next, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/pr.bin", equals: body)
+        let after = server.requests(for: "/pr.bin").dropFirst(requestsBefore)
+        XCTAssertFalse(after.isEmpty)
+        XCTAssertTrue(after.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"v1\"" },
+                      "only validated ranges after the pause: \(after.map { $0.header("Range") ?? "whole" })")
+        let afterBytes = after.reduce(0) { $0 + $1.bodyBytesSent }
+        XCTAssertLessThan(afterBytes, body.count - Self.size / 4, "the ranges on disk were not fetched again")
+    }
+}

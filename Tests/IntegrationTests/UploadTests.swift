@@ -1,0 +1,234 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// `Session.Upload` through the real ferryd: the bytes the server receives, progress,
+/// the answer, retries, pause and a SIGKILL in the middle.
+final class UploadTests: FerryTestCase {
+    /// Writes a deterministic file of `size` bytes into the work directory.
+    func makeFile(_ name: String, size: Int, seed: UInt64 = 7) throws -> (path: String, body: [UInt8]) {
+        let body = TestData.bytes(count: size, seed: seed)
+        let path = work + "/" + name
+        try Data(body).write(to: URL(fileURLWithPath: path))
+        return (path, body)
+    }
+
+    func response(_ t: FerryTransfer) async throws -> [UInt8] {
+        let r = try await call(t.path, StandardNames.properties, "Get", [.string(FerryClient.transferInterface), .string("Response")])
+        return r.first?.bytes ?? []
+    }
+
+    func testPutArrivesByteExactWithProgressAndResponse() async throws {
+        let (file, body) = try makeFile("up.bin", size: 3 * 1024 * 1024 + 17)
+        server.set(.acceptUploads(), on: "/put")
+        let s = try await session()
+        let t = try await s.upload(server.url("/put"), file: file, options: ["description": .string("a put")])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.kind, "upload")
+        XCTAssertEqual(info.destination, file)
+        XCTAssertEqual(info.httpStatus, 201)
+        XCTAssertEqual(info.bytesTransferred, Int64(body.count))
+        XCTAssertEqual(info.bytesExpected, Int64(body.count))
+        let received = server.uploads(for: "/put")
+        XCTAssertEqual(received.count, 1)
+        XCTAssertEqual(received.first?.byteCount, body.count)
+        XCTAssertEqual(received.first?.sha256, TestData.sha256Hex(Data(body)))
+        XCTAssertEqual(server.requests(for: "/put").first?.method, "PUT")
+        let answer = String(decoding: try await response(t), as: UTF8.self)
+        XCTAssertTrue(answer.contains(TestData.sha256Hex(Data(body))), answer)
+        let progress = signals.signals(path: t.path, member: "Progress")
+        XCTAssertFalse(progress.isEmpty)
+        XCTAssertEqual(progress.last?.args[1].int64, Int64(body.count))
+        XCTAssertEqual(progress.last?.args[2].int64, Int64(body.count))
+        // The source file is untouched.
+        assertFile(file, equals: body)
+        let events = try await s.pendingEvents()
+        XCTAssertEqual(events.filter { $0.transferPath == t.path }.map(\.kind), ["finished"])
+    }
+
+    func testUploadRateCountsWhileRunning() async throws {
+        let (file, _) = try makeFile("rate.bin", size: 2 * 1024 * 1024)
+        server.set(.acceptUploads(), on: "/rate")
+        // Slow enough to act on while it runs: the session's speed limit paces the sending.
+        let s = try await session("com.example.Up", ["speed-limit": .uint64(512 * 1024)])
+        let t = try await s.upload(server.url("/rate"), file: file)
+        let deadline = Date().addingTimeInterval(15)
+        var rate: UInt64 = 0, downloadRate: UInt64 = 0
+        while Date() < deadline, rate == 0 {
+            let m = try await client.managerProperties()
+            rate = m["UploadRate"]?.uint64 ?? 0
+            downloadRate = m["DownloadRate"]?.uint64 ?? 0
+            if try await t.info().isFinal { break }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        XCTAssertGreaterThan(rate, 0, "UploadRate while an upload runs")
+        XCTAssertEqual(downloadRate, 0, "an upload is not a download")
+        try await t.cancel()
+    }
+
+    func testPostMultipartWithFieldsAndResponseDestination() async throws {
+        let (file, body) = try makeFile("photo.jpg", size: 300_000)
+        server.set(.acceptUploads(status: 200, body: Array("thanks".utf8)), on: "/form")
+        let s = try await session()
+        let answerPath = work + "/answer.txt"
+        let t = try await s.upload(server.url("/form"), file: file, options: [
+            "method": .string("POST"), "form-field": .string("picture"), "content-type": .string("image/jpeg"),
+            "form-values": .stringDict(["title": "holiday"]), "response-destination": .string(answerPath),
+        ])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        let received = try XCTUnwrap(server.uploads(for: "/form").first)
+        let part = try XCTUnwrap(received.part("picture"))
+        XCTAssertEqual(part.fileName, "photo.jpg")
+        XCTAssertEqual(part.contentType, "image/jpeg")
+        XCTAssertEqual(part.sha256, TestData.sha256Hex(Data(body)))
+        XCTAssertEqual(received.part("title")?.value, "holiday")
+        XCTAssertEqual(try String(contentsOfFile: answerPath, encoding: .utf8), "thanks")
+        let stored = try await response(t)
+        XCTAssertEqual(stored, [], "with response-destination the answer is in the file, not the property")
+        let events = try await s.pendingEvents()
+        XCTAssertEqual(events.first { $0.transferPath == t.path }?.details["location"]?.string, answerPath)
+    }
+
+    func testServerErrorIsRetriedFromZeroThenFailsWithHttpOn4xx() async throws {
+        let (file, body) = try makeFile("retry.bin", size: 200_000)
+        server.set(.acceptUploads(), on: "/flaky")
+        server.set(.failFirst(1, status: 500), on: "/flaky")
+        let s = try await session()
+        let t = try await s.upload(server.url("/flaky"), file: file)
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.attempts, 2)
+        XCTAssertEqual(server.uploads(for: "/flaky").last?.sha256, TestData.sha256Hex(Data(body)))
+
+        server.set(.status(403), on: "/forbidden")
+        let denied = try await s.upload(server.url("/forbidden"), file: file)
+        let failed = try await finish(denied)
+        XCTAssertEqual(failed.state, "failed")
+        XCTAssertEqual(failed.errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertEqual(failed.httpStatus, 403)
+        XCTAssertEqual(failed.attempts, 1, "a 4xx is not retried")
+    }
+
+    func testMissingFileAndBadOptionsAreRefused() async throws {
+        let s = try await session()
+        await assertBusError("org.ferry.Ferry1.Error.FileNotFound", "missing file") {
+            _ = try await s.upload(self.server.url("/x"), file: self.work + "/absent.bin")
+        }
+        let (file, _) = try makeFile("ok.bin", size: 10)
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "relative path") {
+            _ = try await s.upload(self.server.url("/x"), file: "ok.bin")
+        }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "form-field with PUT") {
+            _ = try await s.upload(self.server.url("/x"), file: file, options: ["form-field": .string("f")])
+        }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidDestination", "relative response-destination") {
+            _ = try await s.upload(self.server.url("/x"), file: file, options: ["response-destination": .string("a.txt")])
+        }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidDestination", "response-destination in a missing directory") {
+            _ = try await s.upload(self.server.url("/x"), file: file, options: ["response-destination": .string(self.work + "/no/a.txt")])
+        }
+        let transfers = try await s.listTransfers()
+        XCTAssertEqual(transfers.count, 0)
+        XCTAssertEqual(server.requests.count, 0)
+    }
+
+    func testFileChangedAfterTheCallFailsWithoutSendingIt() async throws {
+        let (file, _) = try makeFile("changing.bin", size: 50_000)
+        server.set(.acceptUploads(), on: "/chg")
+        let s = try await session()
+        let t = try await s.upload(server.url("/chg"), file: file, options: ["start": .boolean(false)])
+        // The file grows after Upload answered.
+        let handle = try XCTUnwrap(FileHandle(forWritingAtPath: file))
+        handle.seekToEndOfFile()
+        handle.write(Data("more".utf8))
+        try handle.close()
+        try await t.resume()
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.FileNotFound")
+        XCTAssertTrue(info.errorMessage.contains("changed"), info.errorMessage)
+        XCTAssertEqual(server.uploads(for: "/chg").count, 0, "nothing of the changed file was sent")
+    }
+
+    func testPauseGivesNoResumeDataAndResumeSendsFromZero() async throws {
+        let (file, body) = try makeFile("pause.bin", size: 1024 * 1024)
+        server.set(.acceptUploads(), on: "/pause")
+        // Slow enough to act on while it runs: the session's speed limit paces the sending.
+        let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
+        let t = try await s.upload(server.url("/pause"), file: file)
+        try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
+        let resumeData = try await t.pause()
+        XCTAssertEqual(resumeData, [], "an upload cannot continue in the middle")
+        try await waitForState(t, "paused")
+        try await t.resume()
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(server.uploads(for: "/pause").last?.byteCount, body.count)
+        XCTAssertEqual(server.uploads(for: "/pause").last?.sha256, TestData.sha256Hex(Data(body)))
+    }
+
+    func testSIGKILLDuringUploadRestartsItAndReportsOnce() async throws {
+        let (file, body) = try makeFile("kill.bin", size: 1024 * 1024)
+        server.set(.acceptUploads(), on: "/kill")
+        // Slow enough to act on while it runs: the session's speed limit paces the sending.
+        let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
+        let t = try await s.upload(server.url("/kill"), file: file)
+        try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
+        guard let p = ferryd else { return XCTFail("ferryd is not running") }
+        p.kill(SIGKILL)
+        XCTAssertNotNil(p.waitForExit(timeout: 10))
+        let deadline = Date().addingTimeInterval(5)
+        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        try await startFerryd()
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.kind, "upload")
+        let complete = server.uploads(for: "/kill").filter { $0.byteCount == body.count }
+        XCTAssertEqual(complete.last?.sha256, TestData.sha256Hex(Data(body)))
+        let events = try await s.pendingEvents().filter { $0.transferPath == t.path }
+        XCTAssertEqual(events.map(\.kind), ["finished"], "one completion event")
+        XCTAssertEqual(signals.signals(path: t.path, member: "Completed").count, 1)
+    }
+
+    /// `source-fd` in place of a path: the bytes come from the descriptor, and ferryd
+    /// closes its copy once the upload is over (its descriptor count comes back).
+    func testSourceDescriptorUploadsAndIsClosedAfterwards() async throws {
+        let (file, body) = try makeFile("fd.bin", size: 100_000)
+        server.set(.acceptUploads(), on: "/fd")
+        let s = try await session()
+        guard let pid = ferryd?.pid else { return XCTFail("ferryd is not running") }
+        func targets() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []).compactMap {
+                try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")
+            }
+        }
+        // Descriptors of the uploaded file only (others, like curl's sockets, come and go).
+        func descriptors() -> Int { targets().filter { $0 == file }.count }
+        let before = descriptors()
+        XCTAssertEqual(before, 0)
+        let fd = open(file, O_RDONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        let r = try await call(s.path, FerryClient.sessionInterface, "Upload",
+                               [.string(server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(fd), "start": .boolean(false)])])
+        let t = client.transfer(id: UInt64(r.first?.string?.split(separator: "/").last ?? "") ?? 0)
+        XCTAssertEqual(descriptors(), 1, "ferryd holds the descriptor while the upload is to come: \(targets())")
+        try await t.resume()
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, "")
+        XCTAssertEqual(server.uploads(for: "/fd").first?.sha256, TestData.sha256Hex(Data(body)))
+        XCTAssertEqual(descriptors(), before, "the received descriptor was closed: \(targets())")
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a path and source-fd") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+                                [.string(self.server.url("/fd")), .string(file), .vardict(["source-fd": .unixFD(fd)])])
+        }
+        XCTAssertEqual(descriptors(), before, "a refused descriptor was closed: \(targets())")
+    }
+}

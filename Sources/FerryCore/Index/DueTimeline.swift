@@ -26,8 +26,6 @@ struct DueTimeline {
 
     private var heap = Heap<Entry>()
 
-    var isEmpty: Bool { heap.isEmpty }
-    var count: Int { heap.count }
     /// The earliest moment anything is due.
     var nextDue: UInt64? { heap.min?.due }
 
@@ -40,10 +38,5 @@ struct DueTimeline {
         var due: [Entry] = []
         while let head = heap.min, head.due <= now { due.append(heap.removeMin()) }
         return due
-    }
-
-    /// Drops entries whose transfer is gone (bounded growth under churn).
-    mutating func removeAll(where stale: (Entry) -> Bool) {
-        heap = Heap(heap.unordered.filter { !stale($0) })
     }
 }

@@ -34,11 +34,6 @@ struct TransferQueue {
     private var members: [TransferID: Membership] = [:]
     private var nextGeneration: UInt64 = 0
 
-    /// Transfers in the queue.
-    var count: Int { members.count }
-
-    func contains(_ id: TransferID) -> Bool { members[id] != nil }
-
     /// Adds (or re-adds, with a new key or priority) a transfer.
     mutating func insert(_ id: TransferID, key: HostKey, priority: Int32) {
         remove(id)

@@ -29,8 +29,11 @@ let package = Package(
         // Our libdbus binding; knows nothing of Ferry.
         .target(name: "DBus", dependencies: ["CDBus"]),
 
+        // The bus API's names (bus name, paths, interfaces, error names), declared once.
+        .target(name: "FerryInterface"),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
+            "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "HeapModule", package: "swift-collections"),
@@ -49,7 +52,7 @@ let package = Package(
         ]),
         // D-Bus adapters: org.ferry.Ferry1 objects over the core.
         .target(name: "FerryService", dependencies: [
-            "DBus", "FerryCore",
+            "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Desktop integration: the batch notification through libnotify on its own GLib thread.
@@ -59,14 +62,14 @@ let package = Package(
         ]),
         // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor.
         .target(name: "FerrySystem", dependencies: [
-            "DBus", "FerryCore",
+            "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // A typed view of the bus API in bus terms (object paths, DBusValue options),
         // for tests and tools that speak D-Bus.
-        .target(name: "FerryBusClient", dependencies: ["DBus"]),
+        .target(name: "FerryBusClient", dependencies: ["DBus", "FerryInterface"]),
         // The Swift client library: URLSession's background API over the bus; no D-Bus types in its API.
-        .target(name: "FerryClient", dependencies: ["FerryBusClient", "DBus"]),
+        .target(name: "FerryClient", dependencies: ["FerryBusClient", "DBus", "FerryInterface"]),
         .executableTarget(name: "ferryd", dependencies: [
             "FerryService", "FerryEngine", "FerryCore", "FerryStore", "FerryDesktop", "FerrySystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -75,7 +78,7 @@ let package = Package(
         // Examples/: a command-line app on FerryClient that queues, is killed, and collects (run by the tests).
         .executableTarget(name: "ferry-queue-and-collect", dependencies: ["FerryClient"], path: "Examples/QueueAndCollect"),
         .executableTarget(name: "ferry", dependencies: [
-            "FerryClient", "FerryBusClient",
+            "FerryClient", "FerryBusClient", "FerryInterface",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -91,7 +94,7 @@ let package = Package(
         ]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
-        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
             "FerryStore", "FerryCore",
             .product(name: "GRDB", package: "GRDB.swift"),

@@ -1,15 +1,16 @@
 import DBus
+import FerryInterface
 import Foundation
 
 /// A typed client for Ferry's bus API (`org.ferry.Ferry1`). Every call is async
 /// and throws `BusError`, carrying the service's `org.ferry.Ferry1.Error.*` name.
 public final class FerryClient: Sendable {
-    public static let busName = "org.ferry.Ferry1"
-    public static let managerPath = "/org/ferry/Ferry1"
-    public static let managerInterface = "org.ferry.Ferry1.Manager"
-    public static let sessionInterface = "org.ferry.Ferry1.Session"
-    public static let transferInterface = "org.ferry.Ferry1.Transfer"
-    public static let transferPathPrefix = "/org/ferry/Ferry1/transfer/"
+    public static let busName = FerryInterface.busName
+    public static let managerPath = FerryInterface.managerPath
+    public static let managerInterface = FerryInterface.managerInterface
+    public static let sessionInterface = FerryInterface.sessionInterface
+    public static let transferInterface = FerryInterface.transferInterface
+    public static let transferPathPrefix = FerryInterface.transferPathPrefix
 
     public let bus: BusConnection
 

@@ -1,4 +1,5 @@
 internal import DBus
+internal import FerryInterface
 
 /// What went wrong, as Ferry's contract names it: the refusals of a method call
 /// (nothing changed) and the failures of a transfer. Every case carries the
@@ -19,6 +20,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case noSuchSession(String)
     case noSuchTransfer(String)
     case limitExceeded(String)
+    /// A sandboxed caller asked for something outside its sandbox.
+    case accessDenied(String)
 
     // A transfer failed.
     case network(String)
@@ -42,7 +45,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .invalidArgument(let m), .invalidURL(let m), .unsupportedScheme(let m), .invalidDestination(let m),
              .fileNotFound(let m), .invalidState(let m), .invalidResumeData(let m), .noSuchSession(let m),
-             .noSuchTransfer(let m), .limitExceeded(let m), .network(let m), .timeout(let m), .tls(let m),
+             .noSuchTransfer(let m), .limitExceeded(let m), .accessDenied(let m), .network(let m), .timeout(let m), .tls(let m),
              .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m),
              .serviceUnavailable(let m):
             return m
@@ -59,30 +62,28 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { message }
 
-    static let prefix = "org.ferry.Ferry1.Error."
-
     /// The error a bus error name stands for.
     init(name: String, message: String, httpStatus: Int = 0) {
-        let short = name.hasPrefix(Self.prefix) ? String(name.dropFirst(Self.prefix.count)) : ""
-        switch short {
-        case "InvalidArgument": self = .invalidArgument(message)
-        case "InvalidUrl": self = .invalidURL(message)
-        case "UnsupportedScheme": self = .unsupportedScheme(message)
-        case "InvalidDestination": self = .invalidDestination(message)
-        case "FileNotFound": self = .fileNotFound(message)
-        case "InvalidState": self = .invalidState(message)
-        case "InvalidResumeData": self = .invalidResumeData(message)
-        case "NoSuchSession": self = .noSuchSession(message)
-        case "NoSuchTransfer": self = .noSuchTransfer(message)
-        case "LimitExceeded": self = .limitExceeded(message)
-        case "Network": self = .network(message)
-        case "Timeout": self = .timeout(message)
-        case "Http": self = .http(status: httpStatus, message: message)
-        case "Tls": self = .tls(message)
-        case "TooManyRedirects": self = .tooManyRedirects(message)
-        case "Disk": self = .disk(message)
-        case "ChecksumMismatch": self = .checksumMismatch(message)
-        case "Cancelled": self = .cancelled(message)
+        switch FerryInterface.ErrorName(fullName: name) {
+        case .invalidArgument: self = .invalidArgument(message)
+        case .invalidUrl: self = .invalidURL(message)
+        case .unsupportedScheme: self = .unsupportedScheme(message)
+        case .invalidDestination: self = .invalidDestination(message)
+        case .fileNotFound: self = .fileNotFound(message)
+        case .invalidState: self = .invalidState(message)
+        case .invalidResumeData: self = .invalidResumeData(message)
+        case .noSuchSession: self = .noSuchSession(message)
+        case .noSuchTransfer: self = .noSuchTransfer(message)
+        case .limitExceeded: self = .limitExceeded(message)
+        case .accessDenied: self = .accessDenied(message)
+        case .network: self = .network(message)
+        case .timeout: self = .timeout(message)
+        case .http: self = .http(status: httpStatus, message: message)
+        case .tls: self = .tls(message)
+        case .tooManyRedirects: self = .tooManyRedirects(message)
+        case .disk: self = .disk(message)
+        case .checksumMismatch: self = .checksumMismatch(message)
+        case .cancelled: self = .cancelled(message)
         default:
             switch name {
             case StandardErrors.serviceUnknown, StandardErrors.nameHasNoOwner, StandardErrors.noReply,

@@ -1,4 +1,5 @@
 import Foundation
+internal import FerryInterface
 internal import DBus
 internal import FerryBusClient
 
@@ -106,7 +107,7 @@ final class SessionCore: @unchecked Sendable {
                 self?.receive(.removed(path: path))
             }
         })
-        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: "/org/ferry/Ferry1/session",
+        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: FerryInterface.managerPath + "/session",
                                                       interface: FerryClient.sessionInterface, member: "AllFinished")) { [weak self] m in
             guard let path = m.path else { return }
             self?.receive(.allFinished(path: path))
@@ -145,7 +146,7 @@ final class SessionCore: @unchecked Sendable {
                 let d = e.details
                 let errorName = d["error-name"]?.string ?? ""
                 deliver(path: e.transferPath, serial: e.serial, state: e.kind == "finished" ? "completed" : e.kind,
-                        errorName: errorName.isEmpty && e.kind == "cancelled" ? FerryError.prefix + "Cancelled" : errorName,
+                        errorName: errorName.isEmpty && e.kind == "cancelled" ? FerryInterface.ErrorName.cancelled.fullName : errorName,
                         errorMessage: d["error-message"]?.string ?? "", httpStatus: Int(d["http-status"]?.uint32 ?? 0),
                         location: d["location"]?.string ?? "")
                 delivered += 1
@@ -277,7 +278,7 @@ final class SessionCore: @unchecked Sendable {
         if state == "completed" && errorName.isEmpty {
             return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location)))
         }
-        let name = errorName.isEmpty ? FerryError.prefix + (state == "cancelled" ? "Cancelled" : "Network") : errorName
+        let name = errorName.isEmpty ? (state == "cancelled" ? FerryInterface.ErrorName.cancelled : .network).fullName : errorName
         return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))
     }
 

@@ -1,3 +1,4 @@
+import FerryInterface
 /// Every error Ferry reports, typed. Each becomes a named D-Bus error
 /// (`org.ferry.Ferry1.Error.<Name>`) at the bus boundary, once.
 public enum FerryError: Error, Equatable, Sendable {
@@ -25,32 +26,35 @@ public enum FerryError: Error, Equatable, Sendable {
     case checksumMismatch(String)
     case cancelled(String)
 
-    public static let prefix = "org.ferry.Ferry1.Error."
+    public static let prefix = FerryInterface.errorPrefix
 
-    /// The short name, e.g. `InvalidArgument`.
-    public var shortName: String {
+    /// Its name in the contract (declared in `FerryInterface`).
+    public var errorName: FerryInterface.ErrorName {
         switch self {
-        case .invalidArgument: return "InvalidArgument"
-        case .invalidUrl: return "InvalidUrl"
-        case .unsupportedScheme: return "UnsupportedScheme"
-        case .invalidDestination: return "InvalidDestination"
-        case .fileNotFound: return "FileNotFound"
-        case .invalidState: return "InvalidState"
-        case .invalidResumeData: return "InvalidResumeData"
-        case .noSuchSession: return "NoSuchSession"
-        case .noSuchTransfer: return "NoSuchTransfer"
-        case .limitExceeded: return "LimitExceeded"
-        case .accessDenied: return "AccessDenied"
-        case .network: return "Network"
-        case .timeout: return "Timeout"
-        case .http: return "Http"
-        case .tls: return "Tls"
-        case .tooManyRedirects: return "TooManyRedirects"
-        case .disk: return "Disk"
-        case .checksumMismatch: return "ChecksumMismatch"
-        case .cancelled: return "Cancelled"
+        case .invalidArgument: return .invalidArgument
+        case .invalidUrl: return .invalidUrl
+        case .unsupportedScheme: return .unsupportedScheme
+        case .invalidDestination: return .invalidDestination
+        case .fileNotFound: return .fileNotFound
+        case .invalidState: return .invalidState
+        case .invalidResumeData: return .invalidResumeData
+        case .noSuchSession: return .noSuchSession
+        case .noSuchTransfer: return .noSuchTransfer
+        case .limitExceeded: return .limitExceeded
+        case .accessDenied: return .accessDenied
+        case .network: return .network
+        case .timeout: return .timeout
+        case .http: return .http
+        case .tls: return .tls
+        case .tooManyRedirects: return .tooManyRedirects
+        case .disk: return .disk
+        case .checksumMismatch: return .checksumMismatch
+        case .cancelled: return .cancelled
         }
     }
+
+    /// The short name, e.g. `InvalidArgument`.
+    public var shortName: String { errorName.rawValue }
 
     /// The full D-Bus error name.
     public var name: String { FerryError.prefix + shortName }

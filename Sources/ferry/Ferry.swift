@@ -1,4 +1,5 @@
 import ArgumentParser
+import FerryInterface
 import DBus
 import FerryBusClient
 import Foundation
@@ -135,7 +136,7 @@ func describe(_ e: BusError) -> (message: String, code: Int32) {
     case StandardErrors.unknownObject:
         return ("no such object: \(e.message)", 2)
     default:
-        let short = e.name.hasPrefix("org.ferry.Ferry1.Error.") ? String(e.name.dropFirst("org.ferry.Ferry1.Error.".count)) : e.name
+        let short = FerryInterface.ErrorName(fullName: e.name)?.rawValue ?? e.name
         return ("\(e.message) (\(short))", 2)
     }
 }

@@ -94,9 +94,11 @@ let package = Package(
         ]),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
-        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface"]),
+        // The one fake engine the core's unit tests (and the store's and desktop's) share.
+        .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryCoreTestSupport"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
-            "FerryStore", "FerryCore",
+            "FerryStore", "FerryCore", "FerryCoreTestSupport",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -106,7 +108,7 @@ let package = Package(
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
-        .testTarget(name: "DesktopTests", dependencies: ["FerryService", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

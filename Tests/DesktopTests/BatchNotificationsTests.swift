@@ -3,6 +3,7 @@ import FerryCore
 import FerryService
 import FerryTestSupport
 import Foundation
+import FerryCoreTestSupport
 import XCTest
 
 /// The service's side of the notification, in process, with a fake notifier and an
@@ -27,7 +28,7 @@ final class BatchNotificationsTests: XCTestCase {
     }
 
     func testOnePostPerBatchAndRetryResumesTheFailedOnes() async throws {
-        let engine = InstantEngine()
+        let engine = FakeEngine(.instant)
         let core = TransferCoordinator(engine: engine, environment: CoreEnvironment(defaultDownloadDirectory: { [directory] in directory! }))
         let notifier = FakeNotifier()
         let service = FerryBusService(bus: connection, core: core, version: "test", defaultDirectory: directory, notifier: notifier)
@@ -76,44 +77,3 @@ final class FakeNotifier: Notifier, @unchecked Sendable {
     func click(batch: UInt64, _ key: String) { lock.withLock { handler }?(batch, key, "") }
 }
 
-/// An engine that finishes every request at once: 1000 bytes, or a 404 for the URLs
-/// in `failing`.
-final class InstantEngine: TransferEngine, @unchecked Sendable {
-    // Everything under `lock`.
-    private let lock = NSLock()
-    private var handler: (@Sendable (EngineEvent) -> Void)?
-    private var _failing: Set<String> = []
-    private var _requests: [String] = []
-
-    var failing: Set<String> {
-        get { lock.withLock { _failing } }
-        set { lock.withLock { _failing = newValue } }
-    }
-    var requests: [String] { lock.withLock { _requests } }
-
-    func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) { lock.withLock { self.handler = handler } }
-
-    func start(_ request: EngineRequest) {
-        let (handler, fails): ((@Sendable (EngineEvent) -> Void)?, Bool) = lock.withLock {
-            _requests.append(request.url)
-            return (self.handler, _failing.contains(request.url))
-        }
-        DispatchQueue.global().async {
-            if fails {
-                handler?(.completed(request.id, .failed(.http(status: 404, "HTTP 404 Not Found"), bytesOnDisk: 0)))
-                return
-            }
-            FileManager.default.createFile(atPath: request.partPath, contents: Data(repeating: 7, count: 1000))
-            handler?(.response(request.id, EngineResponse(status: 200, expectedTotal: 1000, effectiveURL: request.url)))
-            handler?(.completed(request.id, .succeeded(bytesOnDisk: 1000, sha256: nil)))
-        }
-    }
-
-    func stop(_ id: TransferID) {
-        let handler = lock.withLock { self.handler }
-        DispatchQueue.global().async { handler?(.completed(id, .stopped(bytesOnDisk: 0))) }
-    }
-
-    func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64) {}
-    func shutdown() {}
-}

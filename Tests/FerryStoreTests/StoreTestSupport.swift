@@ -1,5 +1,6 @@
 import FerryCore
 import Foundation
+import FerryCoreTestSupport
 import Logging
 import XCTest
 
@@ -53,43 +54,11 @@ final class LogCapture: @unchecked Sendable {
     }
 }
 
-/// The engine's part played by the test: records requests, sends events on demand.
-final class ScriptedEngine: TransferEngine, @unchecked Sendable {
-    // Guarded by `lock`: the core calls in on its queue, the test reads on its own.
-    private let lock = NSLock()
-    private var handler: (@Sendable (EngineEvent) -> Void)?
-    private var _started: [EngineRequest] = []
-
-    func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
-        lock.lock(); defer { lock.unlock() }
-        self.handler = handler
-    }
-    func start(_ request: EngineRequest) {
-        lock.lock(); defer { lock.unlock() }
-        _started.append(request)
-    }
-    func stop(_ id: TransferID) {
-        // The stop is confirmed at once, as a fast engine would.
-        emit(.completed(id, .stopped(bytesOnDisk: 0)))
-    }
-    func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64) {}
-    func shutdown() {}
-
-    var started: [EngineRequest] { lock.lock(); defer { lock.unlock() }; return _started }
-
-    func emit(_ event: EngineEvent) {
-        lock.lock()
-        let handler = self.handler
-        lock.unlock()
-        handler?(event)
-    }
-}
-
 /// A coordinator over a store, as ferryd runs it (restore, then start), with a fake
 /// engine and the wall clock.
 final class Daemon {
     let queue = DispatchQueue(label: "ferry.store.test.core")
-    let engine = ScriptedEngine()
+    let engine = FakeEngine(.scriptedConfirmingStops)
     let core: TransferCoordinator
     let downloads: String
 

@@ -90,9 +90,6 @@ extension TransferCoordinator {
         }
     }
 
-    /// The same check, by its old name: resource deadlines are on the timeline too.
-    func checkResourceDeadlines() { wakeDueTransfers() }
-
     /// Arms the one timer for the earliest due moment (real time; the decision when it
     /// fires uses the environment's clock). Nothing due: no timer, no wake-ups.
     func armTimeline() {

@@ -229,7 +229,7 @@ extension TransferCoordinator {
         }
         // Network waits from before the restart are judged against today's network.
         applyNetworkPolicy(to: index.waitingForNetwork.sorted())
-        checkResourceDeadlines()
+        wakeDueTransfers()
         for s in sessions.values.sorted(by: { $0.id < $1.id }) where s.isClosing { finishClosingIfDone(s) }
     }
 

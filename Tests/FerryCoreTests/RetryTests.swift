@@ -190,10 +190,10 @@ final class RetryTests: XCTestCase {
         let s = try h.openSession { $0.resourceTimeout = 30 }
         let t = try started(h, s)
         h.clock.advance(seconds: 29)
-        h.sync { $0.checkResourceDeadlines() }
+        h.sync { $0.wakeDueTransfers() }
         XCTAssertEqual(h.state(t), .running)
         h.clock.advance(seconds: 1)
-        h.sync { $0.checkResourceDeadlines() }
+        h.sync { $0.wakeDueTransfers() }
         XCTAssertEqual(h.state(t), .failed)
         XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Timeout")
         XCTAssertTrue(h.snapshot(t)?.errorMessage.contains("resource-timeout") ?? false)
@@ -222,7 +222,7 @@ final class RetryTests: XCTestCase {
         h.fail(u, .network("refused"))
         XCTAssertEqual(h.state(u), .waiting)
         h.clock.advance(seconds: 26)
-        h.sync { $0.checkResourceDeadlines() }
+        h.sync { $0.wakeDueTransfers() }
         XCTAssertEqual(h.state(u), .failed)
         XCTAssertEqual(h.snapshot(u)?.errorName, "org.ferry.Ferry1.Error.Timeout")
     }

@@ -68,12 +68,15 @@ final class SleepInhibitorTests: SystemTestCase {
         try await startNetworkManager()
         try await startFerryd()
         let s = try await client.openSession("com.example.Sleepy")
-        let body = serve("/x.bin", size: 50_000)
-        let info = try await finish(try await download(s, "/x.bin"))
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/x.bin", equals: body)
+        // Slow enough to be still running when the inhibitor asks for logind (a download
+        // that ends first rightly asks for nothing, and the test would prove nothing).
+        let body = serve("/x.bin", size: 50_000, bytesPerSecond: 25_000)
+        let transfer = try await download(s, "/x.bin")
         let logindLines = try await waitForLog("logind is not on the system bus")
         XCTAssertEqual(logindLines, 1)
+        let info = try await finish(transfer)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/x.bin", equals: body)
     }
 }
 

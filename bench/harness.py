@@ -477,7 +477,8 @@ class Ferryd:
         env = dict(self.ctx.env, XDG_STATE_HOME=self.state_dir)
         log_file = open(self.log_path, "ab")
         self.started = time.perf_counter()
-        self.proc = self.ctx.children.start(f"ferryd-{self.name}", [self.ctx.ferryd_exe, *self.extra_args],
+        wrap = os.environ.get("FERRY_BENCH_WRAP", "").split()  # profiling: e.g. "strace -f -c -o FILE"
+        self.proc = self.ctx.children.start(f"ferryd-{self.name}", [*wrap, self.ctx.ferryd_exe, *self.extra_args],
                                             env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL)
         log_file.close()

@@ -122,8 +122,9 @@ def run(ctx, suite):
 
     results = []
     compared = set()
+    tools = [t for t in TOOLS if t in ctx.args.batch_tools.split(",")] if ctx.args.batch_tools else TOOLS
     for i in range(1 - warmup, runs + 1):
-        for tool in TOOLS:
+        for tool in tools:
             dest = os.path.join(dest_root, tool)
             h.empty_dir(dest)
             os.sync()  # the last run's dirty pages are not this run's cost
@@ -144,6 +145,10 @@ def run(ctx, suite):
     ferryd.stop()
     h.empty_dir(dest_root)
 
+    if tuple(tools) != TOOLS:
+        suite.note("some tools only (--batch-tools): no ratios")
+        suite.data = {"files": count, "runs": results}
+        return
     by = {t: [r for r in results if r["tool"] == t] for t in TOOLS}
     suite.data = {"files": count, "file_bytes": 100 * h.KIB, "runs": results, "fdatasync_100KiB_s": sync_cost,
                   "median_wall": {t: h.median([r["wall"] for r in by[t]]) for t in TOOLS},

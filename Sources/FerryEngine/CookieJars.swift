@@ -5,60 +5,142 @@ import Foundation
 /// The engine's cookie jars: one curl share handle (CURL_LOCK_DATA_COOKIE) per jar, so
 /// every attempt with the same jar sees the cookies the others received, and attempts
 /// with different jars never see each other's. A file jar is read into its share by
-/// the first handle that uses it and written back (whole) when each handle is cleaned
-/// up. Engine thread only (the shares need no locks: one thread uses them).
+/// the first handle that uses it. It is written back by a handle of its own (never by
+/// the attempts' handles, which would rewrite the whole file each time one ends) and
+/// only when its cookies changed: `saveChanged()` compares the share's cookies with
+/// what was last written whenever a handle that used the jar has gone. Engine thread
+/// only (the shares need no locks: one thread uses them).
 ///
 /// Cookie values are never logged.
 final class CookieJars {
-    private var shares: [EngineCookieJar: UnsafeMutableRawPointer] = [:]
+    private final class Jar {
+        let share: UnsafeMutableRawPointer
+        /// File jars: an easy handle that only writes the file (CURLOPT_COOKIEJAR).
+        var writer: UnsafeMutableRawPointer?
+        /// The cookies as last written (nil: not written by this ferryd yet).
+        var written: [String]?
+        init(share: UnsafeMutableRawPointer) { self.share = share }
+    }
+
+    private var jars: [EngineCookieJar: Jar] = [:]
+    /// The jar of each attempt handle attached to one.
+    private var handleJars: [UnsafeMutableRawPointer: EngineCookieJar] = [:]
+    /// Jars whose cookies may have changed since they were last written.
+    private var unsaved: Set<EngineCookieJar> = []
     /// Jars to free once no handle uses them any more.
     private var discarded: [UnsafeMutableRawPointer] = []
 
     /// Connects `easy` to the jar's cookies (nothing for nil: no cookie engine at all).
+    /// Call `detach(easy)` before the handle is cleaned up.
     func attach(_ easy: UnsafeMutableRawPointer, to jar: EngineCookieJar?) -> CURLcode {
         guard let jar else { return CURLE_OK }
         freeDiscarded()
         var first = false
-        let share: UnsafeMutableRawPointer
-        if let existing = shares[jar] {
-            share = existing
+        let entry: Jar
+        if let existing = jars[jar] {
+            entry = existing
         } else {
             guard let created = curl_share_init() else { return CURLE_OUT_OF_MEMORY }
             guard ferry_share_setopt_long(created, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_COOKIE.rawValue)) == CURLSHE_OK else {
                 curl_share_cleanup(created)
                 return CURLE_FAILED_INIT
             }
-            shares[jar] = created
-            share = created
+            entry = Jar(share: created)
+            jars[jar] = entry
             first = true
         }
-        var rc = ferry_easy_setopt_share(easy, share)
+        var rc = ferry_easy_setopt_share(easy, entry.share)
         guard rc == CURLE_OK else { return rc }
         switch jar {
         case .file(let path):
-            Self.createPrivately(path)
             // Read only once: a later read would put back values that newer answers replaced.
-            if first { rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, path) }
-            if rc == CURLE_OK { rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEJAR, path) }
+            if first {
+                Self.createPrivately(path)
+                rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, path)
+            } else {
+                // An empty file name reads nothing but turns the cookie engine on for this handle.
+                rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, "")
+            }
         case .memory:
-            // An empty file name reads nothing but turns the cookie engine on for this handle.
             rc = ferry_easy_setopt_string(easy, CURLOPT_COOKIEFILE, "")
         }
+        if rc == CURLE_OK { handleJars[easy] = jar }
         return rc
     }
 
-    /// Forgets a jar's cookies in memory (its file, if any, stays).
+    /// The attempt handle `easy` is about to be cleaned up: its jar is checked for
+    /// changed cookies at the next `saveChanged()`.
+    func detach(_ easy: UnsafeMutableRawPointer) {
+        guard let jar = handleJars.removeValue(forKey: easy) else { return }
+        if case .file = jar { unsaved.insert(jar) }
+    }
+
+    /// Writes the file jars whose cookies changed since they were last written. Cheap
+    /// when nothing is unsaved (the common case: one set lookup).
+    func saveChanged() {
+        guard !unsaved.isEmpty else { return }
+        for jar in unsaved { save(jar) }
+        unsaved.removeAll()
+    }
+
+    private func save(_ jar: EngineCookieJar) {
+        guard case .file(let path) = jar, let entry = jars[jar] else { return }
+        if entry.writer == nil {
+            guard let writer = curl_easy_init() else { return }
+            guard ferry_easy_setopt_share(writer, entry.share) == CURLE_OK,
+                  ferry_easy_setopt_string(writer, CURLOPT_COOKIEJAR, path) == CURLE_OK else {
+                curl_easy_cleanup(writer)
+                return
+            }
+            entry.writer = writer
+        }
+        guard let writer = entry.writer else { return }
+        let cookies = Self.cookieList(writer)
+        guard cookies != entry.written else { return }
+        Self.createPrivately(path)
+        if ferry_easy_setopt_string(writer, CURLOPT_COOKIELIST, "FLUSH") == CURLE_OK { entry.written = cookies }
+    }
+
+    /// The share's cookies, one Netscape-format line each.
+    private static func cookieList(_ easy: UnsafeMutableRawPointer) -> [String] {
+        var list: UnsafeMutablePointer<curl_slist>?
+        guard ferry_easy_getinfo_slist(easy, CURLINFO_COOKIELIST, &list) == CURLE_OK else { return [] }
+        defer { curl_slist_free_all(list) }
+        var lines: [String] = []
+        var node = list
+        while let current = node {
+            if let data = current.pointee.data { lines.append(String(cString: data)) }
+            node = current.pointee.next
+        }
+        return lines
+    }
+
+    /// Saves the jar if it changed, then forgets its cookies in memory (its file, if
+    /// any, stays).
     func discard(_ jar: EngineCookieJar) {
-        guard let share = shares.removeValue(forKey: jar) else { return }
-        discarded.append(share)
+        if unsaved.remove(jar) != nil { save(jar) }
+        guard let entry = jars.removeValue(forKey: jar) else { return }
+        release(entry)
         freeDiscarded()
     }
 
-    /// Frees every share; call after every easy handle is cleaned up.
+    /// Saves what changed and frees every share; call after every easy handle is
+    /// cleaned up.
     func cleanUp() {
-        discarded.append(contentsOf: shares.values)
-        shares.removeAll()
+        saveChanged()
+        for entry in jars.values { release(entry) }
+        jars.removeAll()
         freeDiscarded()
+    }
+
+    private func release(_ entry: Jar) {
+        if let writer = entry.writer {
+            // Without a jar file name, cleaning up writes nothing (saved above when needed).
+            _ = ferry_easy_setopt_string(writer, CURLOPT_COOKIEJAR, nil)
+            curl_easy_cleanup(writer)
+            entry.writer = nil
+        }
+        discarded.append(entry.share)
     }
 
     private func freeDiscarded() {

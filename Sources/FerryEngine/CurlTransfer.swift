@@ -106,7 +106,10 @@ final class CurlTransfer {
     }
 
     deinit {
-        if let easy { curl_easy_cleanup(easy) }
+        if let easy {
+            loop.cookies.detach(easy)
+            curl_easy_cleanup(easy)
+        }
         if let headerList { curl_slist_free_all(headerList) }
         errorBuffer.deallocate()
     }
@@ -181,6 +184,7 @@ final class CurlTransfer {
             curl_multi_remove_handle(multi, easy)
             inMulti = false
         }
+        loop.cookies.detach(easy)
         curl_easy_cleanup(easy)
         self.easy = nil
         if let headerList { curl_slist_free_all(headerList) }

@@ -45,6 +45,7 @@ final class EngineLoop {
             }
             curl_multi_perform(multi, &running)
             collectFinished()
+            cookies.saveChanged()
             serviceAttempts()
             let timeout = min(resumeThrottledTransfers(), reportStalledProgress())
             curl_multi_poll(multi, nil, 0, timeout, &ready)
@@ -303,6 +304,7 @@ final class EngineLoop {
         transfers[transfer.id] = nil
         unthrottle(transfer)
         transfer.reportProgress()
+        cookies.saveChanged() // a finished attempt's cookies are on disk before it is reported
         emit(.completed(transfer.id, outcome))
         logger.debug("transfer \(transfer.id): attempt \(transfer.attempt) completed: \(outcome)")
     }
@@ -351,6 +353,7 @@ extension EngineLoop {
     func attemptEnded(_ attempt: EngineAttempt, _ outcome: EngineOutcome) {
         guard otherAttempts[attempt.id] === attempt else { return }
         otherAttempts[attempt.id] = nil
+        cookies.saveChanged()
         emit(.completed(attempt.id, outcome))
         logger.debug("transfer \(attempt.id): attempt \(attempt.attempt) completed: \(outcome)")
     }

@@ -95,6 +95,7 @@ final class RangeConnection: PacedHandle {
     func release(from loop: EngineLoop) {
         guard let easy else { return }
         loop.remove(easy, owner: self)
+        loop.cookies.detach(easy)
         curl_easy_cleanup(easy)
         self.easy = nil
         if let headerList { curl_slist_free_all(headerList) }

@@ -210,6 +210,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private func releaseHandle() {
         guard let easy else { return }
         loop.remove(easy, owner: self)
+        loop.cookies.detach(easy)
         curl_easy_cleanup(easy) // frees the mime too
         self.easy = nil
         mime = nil

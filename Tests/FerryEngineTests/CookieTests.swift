@@ -77,6 +77,32 @@ final class CookieTests: EngineTestCase {
         XCTAssertEqual(cookieHeader("/data"), "session=s3cr3t-value")
     }
 
+    /// The jar file is written when a response changed the cookies, before the attempt
+    /// is reported (so a crash right after keeps them), and left alone when nothing
+    /// changed: a batch of downloads does not rewrite it once per file.
+    func testFileJarIsWrittenWhenCookiesChangeAndOnlyThen() throws {
+        let path = directory.appendingPathComponent("batch.cookies").path
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertTrue((try String(contentsOfFile: path, encoding: .utf8)).contains("s3cr3t-value"),
+                      "written before the attempt was reported, with the engine still running")
+        var before = stat()
+        XCTAssertEqual(stat(path, &before), 0)
+
+        for id in 2...6 {
+            XCTAssertEqual(run(cookieRequest(TransferID(id), "/data", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        }
+        var after = stat()
+        XCTAssertEqual(stat(path, &after), 0)
+        XCTAssertEqual(after.st_ino, before.st_ino, "no cookie changed: the jar was not rewritten (curl replaces the file when it writes)")
+        XCTAssertEqual(cookieHeader("/data"), "session=s3cr3t-value")
+
+        server.add(path: "/again", body: [3])
+        server.set(.setCookie("theme=dark; Path=/"), on: "/again")
+        XCTAssertEqual(run(cookieRequest(7, "/again", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        XCTAssertTrue(text.contains("theme") && text.contains("s3cr3t-value"), "a new cookie is saved with the old ones")
+    }
+
     func testUploadsAndRangeConnectionsUseTheJar() throws {
         let jar = EngineCookieJar.memory(3)
         XCTAssertEqual(run(cookieRequest(1, "/login", jar: jar)), .succeeded(bytesOnDisk: 1, sha256: nil))

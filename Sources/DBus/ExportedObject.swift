@@ -17,11 +17,23 @@ public final class ExportedObject: @unchecked Sendable {
     private var slots: [[DBusValue?]]
     weak var connection: BusConnection?
 
+    /// Whether `PropertiesChanged` waits for what is already queued on the connection's
+    /// queue (see `init`).
+    let coalescesChanges: Bool
+    /// Coalescing: per interface index, the properties changed since the last signal.
+    private var unsignalled: [Int: Set<Int>] = [:]
+
     /// `initialValues`: interface name -> property name -> value.
-    public init(path: String, interfaces: [InterfaceSpec], initialValues: [String: [String: DBusValue]] = [:]) {
+    /// `coalesceChanges`: for objects whose properties change with every event of many
+    /// others (counts, totals): values are current at once (`Get` sees them), but the
+    /// `PropertiesChanged` signal goes after the work already queued on the connection's
+    /// queue, with the values then, so a burst of changes makes one signal, not one each.
+    public init(path: String, interfaces: [InterfaceSpec], initialValues: [String: [String: DBusValue]] = [:],
+                coalesceChanges: Bool = false) {
         precondition(BusNames.isValidObjectPath(path), "invalid object path \(path)")
         self.path = path
         self.interfaces = interfaces
+        self.coalescesChanges = coalesceChanges
         slots = interfaces.map { spec in
             let given = initialValues[spec.name] ?? [:]
             return spec.properties.map { given[$0.name] }
@@ -55,9 +67,32 @@ public final class ExportedObject: @unchecked Sendable {
             guard let (i, j) = slot(interface, name) else { continue }
             if slots[i][j] == value { continue }
             slots[i][j] = value
-            if p.emitsChange { changed[name] = value }
+            guard p.emitsChange else { continue }
+            if coalescesChanges {
+                let first = unsignalled.isEmpty
+                unsignalled[i, default: []].insert(j)
+                if first, let connection { connection.queue.async { self.signalUnsignalled() } }
+            } else {
+                changed[name] = value
+            }
         }
-        guard !changed.isEmpty, let connection else { return }
+        guard !changed.isEmpty else { return }
+        sendChanged(interface, changed)
+    }
+
+    /// Coalescing: one signal per interface with the current values of what changed.
+    private func signalUnsignalled() {
+        let pending = unsignalled
+        unsignalled = [:]
+        for (i, properties) in pending.sorted(by: { $0.key < $1.key }) {
+            var changed: [String: DBusValue] = [:]
+            for j in properties { if let v = slots[i][j] { changed[interfaces[i].properties[j].name] = v } }
+            if !changed.isEmpty { sendChanged(interfaces[i].name, changed) }
+        }
+    }
+
+    private func sendChanged(_ interface: String, _ changed: [String: DBusValue]) {
+        guard let connection else { return }
         do {
             let m = try BusMessage.signal(path: path, interface: StandardNames.properties, member: "PropertiesChanged")
             try m.append([.string(interface), .vardict(changed), .stringArray([])])

@@ -51,7 +51,8 @@ public final class FerryBusService: @unchecked Sendable {
             core.subscribe { [weak self] event in self?.handle(event) }
             let m = core.manager
             let manager = ExportedObject(path: FerryBusNames.managerPath, interfaces: [specs.manager],
-                                         initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)])
+                                         initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)],
+                                         coalesceChanges: true) // counts change with every transfer
             bus.export(manager)
             bus.addObjectManager(at: FerryBusNames.managerPath)
             configureBusSafety()
@@ -180,8 +181,10 @@ public final class FerryBusService: @unchecked Sendable {
 
     private func exportSession(_ session: SessionSnapshot) {
         callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
+        // Its ActiveTransfers changes with every transfer that starts or ends: signals coalesce.
         bus.export(ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
-                                  initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)]))
+                                  initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
+                                  coalesceChanges: true))
     }
 
     private func exportTransfer(_ transfer: TransferSnapshot) {

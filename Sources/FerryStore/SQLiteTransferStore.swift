@@ -17,6 +17,10 @@ public final class SQLiteTransferStore: TransferStore {
     /// The database file.
     public let path: String
     let database: DatabaseQueue
+    /// The options column of the last transfer written and read: a batch's transfers
+    /// mostly share their options, so most rows skip the JSON coder (and, read back,
+    /// share one copy of the options' strings).
+    private var optionsCache = OptionsColumnCache()
 
     /// Opens (or creates) the database at `path`, checks it (`PRAGMA quick_check`) and
     /// runs the migrations it lacks.
@@ -53,13 +57,15 @@ public final class SQLiteTransferStore: TransferStore {
     // MARK: - TransferStore
 
     public func load() throws -> StoreContents {
-        try database.read { db in
+        var cache = OptionsColumnCache()
+        defer { optionsCache = cache }
+        return try database.read { db in
             var contents = StoreContents()
             for row in try Row.fetchAll(db, sql: "SELECT * FROM sessions ORDER BY id") {
                 contents.sessions.append(try Self.session(row))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM transfers ORDER BY id") {
-                contents.transfers.append(try Self.transfer(row))
+                contents.transfers.append(try Self.transfer(row, options: &cache))
             }
             for row in try Row.fetchAll(db, sql: "SELECT * FROM events ORDER BY serial") {
                 let session = UInt64(stored: try row.value("session_id"))
@@ -96,8 +102,10 @@ public final class SQLiteTransferStore: TransferStore {
 
     public func write(_ operations: [StoreOperation]) throws {
         guard !operations.isEmpty else { return }
+        var cache = optionsCache
+        defer { optionsCache = cache }
         try database.write { db in
-            for operation in operations { try Self.apply(operation, db) }
+            for operation in operations { try Self.apply(operation, db, options: &cache) }
         }
     }
 
@@ -110,7 +118,7 @@ public final class SQLiteTransferStore: TransferStore {
         try db.cachedStatement(sql: sql).execute(arguments: arguments)
     }
 
-    private static func apply(_ operation: StoreOperation, _ db: Database) throws {
+    private static func apply(_ operation: StoreOperation, _ db: Database, options: inout OptionsColumnCache) throws {
         switch operation {
         case .saveSession(let s):
             try Self.run(db, sql: """
@@ -122,7 +130,7 @@ public final class SQLiteTransferStore: TransferStore {
             try Self.run(db, sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
             try Self.run(db, sql: "DELETE FROM events WHERE session_id = ?", arguments: [id.stored])
         case .saveTransfer(let t):
-            try saveTransfer(t, db)
+            try saveTransfer(t, db, options: &options)
         case .deleteTransfer(let id):
             try Self.run(db, sql: "DELETE FROM transfers WHERE id = ?", arguments: [id.stored])
         case .appendEvent(let session, let e):
@@ -153,7 +161,7 @@ public final class SQLiteTransferStore: TransferStore {
         }
     }
 
-    private static func saveTransfer(_ t: StoredTransfer, _ db: Database) throws {
+    private static func saveTransfer(_ t: StoredTransfer, _ db: Database, options: inout OptionsColumnCache) throws {
         let s = t.snapshot
         try Self.run(db, sql: """
             INSERT OR REPLACE INTO transfers (
@@ -165,7 +173,7 @@ public final class SQLiteTransferStore: TransferStore {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
-                try JSONColumn.encode(DownloadOptionsRecord(t.options)), s.destination, t.directory, t.serverMayName,
+                try options.encode(t.options), s.destination, t.directory, t.serverMayName,
                 t.partPath, t.etag, t.lastModified, s.bytesExpected, s.bytesTransferred, s.state.rawValue,
                 s.waitingReason, t.notBefore.stored, Int64(s.attempts), Int64(t.retriesUsed), s.errorName,
                 s.errorMessage, Int64(s.httpStatus), s.resumable, s.sha256, s.created.stored, s.started.stored,
@@ -183,7 +191,7 @@ public final class SQLiteTransferStore: TransferStore {
                              isClosing: try row.value("closing"), owner: try row.value("owner"))
     }
 
-    private static func transfer(_ row: Row) throws -> StoredTransfer {
+    private static func transfer(_ row: Row, options cache: inout OptionsColumnCache) throws -> StoredTransfer {
         let id = UInt64(stored: try row.value("id"))
         let stateName: String = try row.value("state"), kindName: String = try row.value("kind")
         guard let state = TransferState(rawValue: stateName) else {
@@ -192,8 +200,7 @@ public final class SQLiteTransferStore: TransferStore {
         guard let kind = TransferKind(rawValue: kindName) else {
             throw StoreError("transfer \(id) has an unknown kind '\(kindName)'")
         }
-        let options = try JSONColumn.decode(DownloadOptionsRecord.self, try row.value("options"),
-                                            what: "options of transfer \(id)")
+        let options = try cache.decode(try row.value("options"), transfer: id)
         let snapshot = TransferSnapshot(
             id: id, session: UInt64(stored: try row.value("session_id")), kind: kind, url: try row.value("url"),
             description: try row.value("description"), destination: try row.value("destination"), state: state,
@@ -214,7 +221,7 @@ public final class SQLiteTransferStore: TransferStore {
         // A map that does not parse is dropped: the download then continues from its prefix.
         let segments = (row["segments"] as String?).flatMap { SegmentMap(encoded: $0) }
         return StoredTransfer(
-            snapshot: withResponse, options: options.options, directory: try row.value("directory"),
+            snapshot: withResponse, options: options, directory: try row.value("directory"),
             serverMayName: try row.value("server_may_name"), partPath: try row.value("part_path"),
             etag: try row.value("etag"), lastModified: try row.value("last_modified"),
             notBefore: UInt64(stored: try row.value("not_before")),
@@ -243,5 +250,25 @@ extension Row {
     /// row makes the database unreadable, and it is moved aside.
     func value<T: DatabaseValueConvertible>(_ column: String) throws -> T {
         try decode(forColumn: column)
+    }
+}
+
+/// The last options encoded and decoded, with their JSON text.
+struct OptionsColumnCache {
+    private var encoded: (options: DownloadOptions, text: String)?
+    private var decoded: (text: String, options: DownloadOptions)?
+
+    mutating func encode(_ options: DownloadOptions) throws -> String {
+        if let encoded, encoded.options == options { return encoded.text }
+        let text = try JSONColumn.encode(DownloadOptionsRecord(options))
+        encoded = (options, text)
+        return text
+    }
+
+    mutating func decode(_ text: String, transfer id: UInt64) throws -> DownloadOptions {
+        if let decoded, decoded.text == text { return decoded.options }
+        let options = try JSONColumn.decode(DownloadOptionsRecord.self, text, what: "options of transfer \(id)").options
+        decoded = (text, options)
+        return options
     }
 }

@@ -130,6 +130,34 @@ final class PropertiesTests: BusTestCase {
         XCTAssertEqual(changes.queued.count, 0)
     }
 
+    /// A coalescing object: a burst of changes made while the connection is busy gives
+    /// one signal with the latest values, and `Get` sees each value at once.
+    func testCoalescingObjectSignalsABurstOnce() async throws {
+        let interface = "org.ferry.Test.Counts1"
+        let spec = InterfaceSpec(name: interface, properties: [PropertySpec("Active", "u"), PropertySpec("Queued", "u")])
+        let object = ExportedObject(path: "/counts", interfaces: [spec],
+                                    initialValues: [interface: ["Active": .uint32(0), "Queued": .uint32(0)]],
+                                    coalesceChanges: true)
+        server.export(object)
+        let changes = try await collect(MatchRule(path: "/counts", interface: StandardNames.properties, member: "PropertiesChanged"))
+        let server = self.server!
+        let seenInBurst = Mailbox<DBusValue?>()
+        server.perform {
+            for n in 1...50 { object.setProperties(interface, ["Active": .uint32(UInt32(n % 7)), "Queued": .uint32(UInt32(100 - n))]) }
+            seenInBurst.put(object.property(interface, "Queued"))
+        }
+        let seen = try await seenInBurst.next(timeout: 5, "the value read in the burst")
+        XCTAssertEqual(seen, .uint32(50))
+        let burst = try await changes.next(timeout: 5, "PropertiesChanged after the burst")
+        XCTAssertEqual(try burst.arguments()[1], .vardict(["Active": .uint32(1), "Queued": .uint32(50)]))
+
+        // The next change is signalled by itself, with only what changed.
+        server.perform { object.setProperties(interface, ["Queued": .uint32(49)]) }
+        let next = try await changes.next(timeout: 5, "PropertiesChanged for Queued=49")
+        XCTAssertEqual(try next.arguments()[1], .vardict(["Queued": .uint32(49)]))
+        XCTAssertEqual(changes.queued.count, 0, "one signal per burst")
+    }
+
     /// Before export, values can be set freely and nothing is sent.
     func testSetPropertiesBeforeExport() async throws {
         let spec = InterfaceSpec(name: "org.ferry.Test.Late1", properties: [PropertySpec("State", "s")])

@@ -119,6 +119,24 @@ final class RoundTripTests: XCTestCase {
         XCTAssertEqual(try store.load().transfers, expected)
     }
 
+    /// Options are coded once per run of equal options: transfers whose options differ,
+    /// alternate or repeat each come back with their own, written and read again.
+    func testAlternatingOptionsComeBackPerTransfer() throws {
+        let dir = TemporaryDirectory()
+        let store = try SQLiteTransferStore(path: dir.database)
+        var expected: [StoredTransfer] = []
+        for i in 1...6 {
+            var t = fullTransfer()
+            t.snapshot.id = UInt64(i)
+            if i % 3 == 0 { t.options.destination = "/elsewhere/\(i)" }
+            if i == 4 { t.options.headers = [:] }
+            expected.append(t)
+        }
+        for t in expected { try store.write([.saveTransfer(t)]) }
+        XCTAssertEqual(try store.load().transfers, expected)
+        XCTAssertEqual(try SQLiteTransferStore(path: dir.database).load().transfers, expected, "read by a fresh connection")
+    }
+
     func testOperationsApplyInOrderAndDeletesCascade() throws {
         let dir = TemporaryDirectory()
         let store = try SQLiteTransferStore(path: dir.database)

@@ -36,12 +36,9 @@ public final class DestinationDescriptor {
 
     /// ferryd's private folder for the partial files of descriptor downloads (0700).
     static func workDirectory() throws -> String {
-        let environment = ProcessInfo.processInfo.environment
-        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? SandboxArea.home + "/.local/state"
-        let directory = state + "/ferry/fd-downloads"
+        let directory = StateDirectories.descriptorDownloads
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try StateDirectories.make(directory)
         } catch {
             throw FerryError.invalidDestination("cannot make ferryd's folder for descriptor downloads '\(directory)': \(error.localizedDescription)")
         }

@@ -10,7 +10,7 @@ extension TransferCoordinator {
     func finishingRefusal(_ t: TransferRecord) -> FerryError? {
         if let problem = PlainFileCheck.problem(t.partPath) { return .disk(problem) }
         let descriptorDownload = t.destinationFD != nil
-            || FileSystemChecks.directoryName(t.destination) == (try? DestinationDescriptor.workDirectory())
+            || FileSystemChecks.directoryName(t.destination) == StateDirectories.descriptorDownloads
         if let owner = sessions[t.session]?.owner, !descriptorDownload {
             let area = SandboxArea(appID: owner)
             if !area.contains(t.destination) || !area.contains(t.partPath) {

@@ -29,13 +29,10 @@ extension TransferCoordinator {
 
     /// ferryd's folder of cookie jars (0700), nil when it cannot be made.
     static func cookieDirectory(create: Bool = true) -> String? {
-        let environment = ProcessInfo.processInfo.environment
-        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? SandboxArea.home + "/.local/state"
-        let directory = state + "/ferry/cookies"
+        let directory = StateDirectories.cookies
         guard create else { return directory }
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try StateDirectories.make(directory)
         } catch {
             return nil
         }

@@ -41,6 +41,8 @@ final class Follower {
     private(set) var order: [String] = []
     /// Transfers whose `Completed` signal came, or that were final when following began.
     private var completedSeen: Set<String> = []
+    /// Followed transfers that have not ended (kept per event: no scan of all).
+    private var running: Set<String> = []
     let options: Options
 
     init(options: Options) {
@@ -54,7 +56,13 @@ final class Follower {
         return i.isFinal && completedSeen.contains(i.path)
     }
 
-    var allEnded: Bool { order.allSatisfy { infos[$0].map(hasEnded) ?? true } }
+    var allEnded: Bool { running.isEmpty }
+
+    /// Stores the transfer's new state and whether it still runs.
+    private func update(_ i: TransferInfo) {
+        infos[i.path] = i
+        if hasEnded(i) { running.remove(i.path) } else { running.insert(i.path) }
+    }
 
     var followed: [TransferInfo] { order.compactMap { infos[$0] } }
 
@@ -63,8 +71,8 @@ final class Follower {
     func run(_ initial: [TransferInfo], monitor: TransferMonitor, sink: FollowSink) async throws -> [TransferInfo] {
         for i in initial {
             if infos[i.path] == nil { order.append(i.path) }
-            infos[i.path] = i
             if i.isFinal { completedSeen.insert(i.path) }
+            update(i)
         }
         sink.start(followed)
         if options.untilDone && allEnded {
@@ -89,14 +97,14 @@ final class Follower {
             guard options.followNew, infos[path] == nil else { return nil }
             let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
             guard options.accept(i), options.includePaused || i.state != "paused" else { return nil }
-            infos[path] = i
+            update(i)
             order.append(path)
             return .added(i)
         case .progress(let path, let written, let total, let expected):
             guard var i = infos[path] else { return nil }
             i.bytesTransferred = total
             if expected >= 0 || i.bytesExpected < 0 { i.bytesExpected = expected }
-            infos[path] = i
+            update(i)
             return .progress(i, bytesWritten: written)
         case .propertiesChanged(let path, let changed):
             guard var i = infos[path] else { return nil }
@@ -116,18 +124,18 @@ final class Follower {
             }
             // A transfer that moves again (resumed) waits for a new Completed.
             if !i.isFinal { completedSeen.remove(path) }
-            infos[path] = i
+            update(i)
             return old != i.state ? .state(i, from: old) : nil
         case .resumedAtOffset(let path, let offset, let expected):
             guard var i = infos[path] else { return nil }
             i.bytesTransferred = offset
             if expected >= 0 { i.bytesExpected = expected }
-            infos[path] = i
+            update(i)
             return .resumed(i, offset: offset)
         case .finished(let path, let location):
             guard var i = infos[path] else { return nil }
             i.destination = location
-            infos[path] = i
+            update(i)
             return .finished(i, location: location)
         case .completed(let path, let serial, let errorName, let errorMessage):
             guard var i = infos[path] else { return nil }
@@ -138,10 +146,11 @@ final class Follower {
                 i.state = errorName.isEmpty ? "completed" : (errorName.hasSuffix(".Cancelled") ? "cancelled" : "failed")
             }
             completedSeen.insert(path)
-            infos[path] = i
+            update(i)
             return .completed(i, serial: serial)
         case .removed(let path):
             guard let i = infos.removeValue(forKey: path) else { return nil }
+            running.remove(path)
             order.removeAll { $0 == path }
             return .removed(i)
         case .serviceVanished:

@@ -1,0 +1,30 @@
+import Foundation
+
+/// ferryd's own folders under `$XDG_STATE_HOME/ferry` (cookie jars, partial files of
+/// descriptor downloads). Their paths are worked out once — the environment of a
+/// running daemon does not change — and a folder is made (0700) when needed; after
+/// that, checking that it is still there is one mkdir(2) call, not a walk through
+/// FileManager for every transfer.
+enum StateDirectories {
+    static let root: String = {
+        let environment = ProcessInfo.processInfo.environment
+        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? SandboxArea.home + "/.local/state"
+        return (state.hasSuffix("/") ? state : state + "/") + "ferry"
+    }()
+
+    static let cookies = root + "/cookies"
+    static let descriptorDownloads = root + "/fd-downloads"
+
+    /// Makes `path` (and what is missing above it) if it is not there.
+    /// - Throws: FileManager's error when it cannot be made, or when something other
+    ///   than a folder has the name.
+    static func make(_ path: String) throws {
+        if mkdir(path, 0o700) == 0 { return }
+        if errno == EEXIST {
+            var st = stat()
+            if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { return }
+        }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+    }
+}

@@ -34,9 +34,12 @@ public enum DBusValue: Hashable, Sendable {
     /// `ay`
     case bytes([UInt8])
     /// `a` + element signature, e.g. `array(element: "s", [.string("x")])` is `as`.
-    case array(element: String, [DBusValue])
+    /// Boxed, like `dictionary`: their payloads (a signature or two beside the
+    /// elements) would otherwise make every value 48 bytes instead of 24, and a
+    /// daemon keeps tens of thousands of property values.
+    indirect case array(element: String, [DBusValue])
     /// `a{KV}`; entries keep their order.
-    case dictionary(key: String, value: String, [DictEntry])
+    indirect case dictionary(key: String, value: String, [DictEntry])
     /// `(…)`; at least one field.
     case structure([DBusValue])
     indirect case variant(DBusValue)

@@ -125,11 +125,15 @@ public final class ExportedObject: @unchecked Sendable {
 extension BusConnection {
     /// Serves `object` from now on. Objects are exported in call order, so export
     /// them before `requestName` to be complete when clients can see the name.
-    public func export(_ object: ExportedObject) {
+    /// `announce`: whether an object manager above it sends `InterfacesAdded`; pass
+    /// false for objects exported before the name is requested (nobody can be
+    /// listening yet, and a daemon restoring ten thousand objects would otherwise
+    /// queue ten thousand signals nobody receives).
+    public func export(_ object: ExportedObject, announce: Bool = true) {
         queue.async { [self] in
             object.connection = self
             objects[object.path] = object
-            if let manager = managerPath(for: object.path) {
+            if announce, let manager = managerPath(for: object.path) {
                 do {
                     try emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
                                           arguments: [.objectPath(object.path), object.interfacesAndProperties()])

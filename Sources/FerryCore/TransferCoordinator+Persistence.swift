@@ -97,6 +97,13 @@ extension TransferCoordinator {
 
     // MARK: - Restoring
 
+    /// The copy of `string` already in `strings`, else `string` (then kept there).
+    private func interned(_ string: String, in strings: inout Set<String>) -> String {
+        if let existing = strings.firstIndex(of: string).map({ strings[$0] }) { return existing }
+        strings.insert(string)
+        return string
+    }
+
     /// Carries on from the store: the same sessions, transfers (same ids, so the same
     /// object paths) and pending events, and counters that never hand out an id again.
     /// Transfers that were running are queued again and continue from their `.part`
@@ -116,13 +123,18 @@ extension TransferCoordinator {
             restoredSessions[s.id] = s
         }
         var restoredTransfers: [TransferID: TransferRecord] = [:]
+        var strings: Set<String> = []
         var orphans: [TransferID] = []
         for stored in contents.transfers {
             guard restoredSessions[stored.snapshot.session] != nil else {
                 orphans.append(stored.snapshot.id)
                 continue
             }
-            restoredTransfers[stored.snapshot.id] = restoredTransfer(stored)
+            let t = restoredTransfer(stored)
+            // Many transfers share a folder and a host: one copy of each string.
+            t.directory = interned(t.directory, in: &strings)
+            t.host = interned(t.host, in: &strings)
+            restoredTransfers[stored.snapshot.id] = t
         }
         sessions = restoredSessions
         transfers = restoredTransfers
@@ -166,7 +178,7 @@ extension TransferCoordinator {
                 logger.warning("could not move partial file", metadata: ["transfer": "\(t.id)", "error": "\(error)"])
             }
         }
-        t.enginePartPath = t.partPath
+        t.enginePartPath = nil // the bytes are at the current `.part` name (nil says so without a copy)
         // A running transfer's attempt died with the old daemon: its life is queued again
         // (not a client action, so not announced, and its retries and resource clock go on).
         if t.isUpload {

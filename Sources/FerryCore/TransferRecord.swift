@@ -24,27 +24,12 @@ final class TransferRecord {
     /// Its state with the data each state carries; changed only through its inputs
     /// (the coordinator applies the result with `settle`).
     var life: TransferLife
-    /// The `.part` path the engine was given for the current or last attempt (it differs
-    /// from `partPath` after a Content-Disposition rename when the engine had not
-    /// created the file yet).
-    var enginePartPath: String?
-    /// Offset the current attempt asked for.
-    var attemptOffset: Int64 = 0
-    var rate = RateEstimator()
-    /// (total, expected) of the last transferProgress, nil when none this attempt.
-    var lastProgress: (total: Int64, expected: Int64)?
-    /// Speed limit the engine has for the running attempt.
-    var appliedSpeedLimit: UInt64 = 0
 
     // Retries and the resource timeout.
     /// Retries made since a client last started or resumed the transfer.
     var retriesUsed: UInt32 = 0
     /// When the session's resource-timeout started counting (µs; 0 = at the next start).
     var resourceStarted: UInt64 = 0
-    /// `Retry-After` of the current attempt's failing response, in seconds.
-    var retryAfter: Double?
-    /// Status of the current attempt's failing response, when the engine reported one.
-    var failedResponseStatus: Int?
     /// The resource deadline last put on the coordinator's timeline (µs; 0 = none).
     var deadlineOnTimeline: UInt64 = 0
     /// What the coordinator's index last recorded of this transfer.
@@ -57,18 +42,89 @@ final class TransferRecord {
     var persistedDigest: Int?
     /// When the offset was last checkpointed (µs).
     var lastCheckpoint: UInt64 = 0
+
+    /// What only transfers that ran, or that are uploads, segmented or descriptor
+    /// downloads, need: in a box made on the first change, so a queued transfer (most
+    /// of ten thousand) does not carry ~300 bytes of defaults.
+    private var extrasBox: TransferExtras?
+    private var extras: TransferExtras {
+        if let box = extrasBox { return box }
+        let box = TransferExtras()
+        extrasBox = box
+        return box
+    }
+
+    /// The `.part` path the engine was given for the current or last attempt (it differs
+    /// from `partPath` after a Content-Disposition rename when the engine had not
+    /// created the file yet).
+    var enginePartPath: String? {
+        get { extrasBox?.enginePartPath }
+        set { if newValue != nil || extrasBox != nil { extras.enginePartPath = newValue } }
+    }
+    /// Offset the current attempt asked for.
+    var attemptOffset: Int64 {
+        get { extrasBox?.attemptOffset ?? 0 }
+        set { if newValue != 0 || extrasBox != nil { extras.attemptOffset = newValue } }
+    }
+    var rate: RateEstimator {
+        get { extrasBox?.rate ?? RateEstimator() }
+        _modify { yield &extras.rate }
+    }
+    /// (total, expected) of the last transferProgress, nil when none this attempt.
+    var lastProgress: (total: Int64, expected: Int64)? {
+        get { extrasBox?.lastProgress }
+        set { if newValue != nil || extrasBox != nil { extras.lastProgress = newValue } }
+    }
+    /// Speed limit the engine has for the running attempt.
+    var appliedSpeedLimit: UInt64 {
+        get { extrasBox?.appliedSpeedLimit ?? 0 }
+        set { if newValue != 0 || extrasBox != nil { extras.appliedSpeedLimit = newValue } }
+    }
+    /// `Retry-After` of the current attempt's failing response, in seconds.
+    var retryAfter: Double? {
+        get { extrasBox?.retryAfter }
+        set { if newValue != nil || extrasBox != nil { extras.retryAfter = newValue } }
+    }
+    /// Status of the current attempt's failing response, when the engine reported one.
+    var failedResponseStatus: Int? {
+        get { extrasBox?.failedResponseStatus }
+        set { if newValue != nil || extrasBox != nil { extras.failedResponseStatus = newValue } }
+    }
     /// The final path the verified `.part` is being moved to (see `StoredTransfer`).
-    var finishingPath: String?
+    var finishingPath: String? {
+        get { extrasBox?.finishingPath }
+        set { if newValue != nil || extrasBox != nil { extras.finishingPath = newValue } }
+    }
     /// Where a `destination-fd` download goes (memory only; closed with the record).
-    var destinationFD: DestinationDescriptor?
+    var destinationFD: DestinationDescriptor? {
+        get { extrasBox?.destinationFD }
+        set { if newValue != nil || extrasBox != nil { extras.destinationFD = newValue } }
+    }
     /// An upload's settings (nil for a download).
-    var upload: UploadSpec?
+    var upload: UploadSpec? {
+        get { extrasBox?.upload }
+        set { if newValue != nil || extrasBox != nil { extras.upload = newValue } }
+    }
     /// An upload's open source file (memory only: reopened from its path after a
     /// restart; a `source-fd` one cannot be). Closed when the transfer no longer needs it.
-    var uploadSource: EngineUpload?
+    var uploadSource: EngineUpload? {
+        get { extrasBox?.uploadSource }
+        set { if newValue != nil || extrasBox != nil { extras.uploadSource = newValue } }
+    }
     /// A segmented download's ranges on disk, fetched under `validator` (nil: none, or
     /// a plain download whose bytes are the `.part` file's prefix).
-    var segments: SegmentMap?
+    var segments: SegmentMap? {
+        get { extrasBox?.segments }
+        _modify {
+            if extrasBox == nil {
+                var none: SegmentMap?
+                yield &none
+                if none != nil { extras.segments = none }
+            } else {
+                yield &extras.segments
+            }
+        }
+    }
 
     init(snapshot: TransferSnapshot, life: TransferLife, options: DownloadOptions, host: String, directory: String,
          serverMayName: Bool) {
@@ -129,7 +185,8 @@ final class TransferRecord {
         finishingPath = stored.finishingPath
         upload = stored.upload
         segments = stored.segments
-        enginePartPath = stored.partPath
+        // Kept only when it differs from the usual `.part` path (one string less each).
+        if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue
     }
 
@@ -145,4 +202,20 @@ final class TransferRecord {
 
     /// Marks the current snapshot as announced.
     func markPublished() { publishedDigest = signalledDigest }
+}
+
+/// The rarely needed part of a `TransferRecord` (see `extrasBox`).
+final class TransferExtras {
+    var enginePartPath: String?
+    var attemptOffset: Int64 = 0
+    var rate = RateEstimator()
+    var lastProgress: (total: Int64, expected: Int64)?
+    var appliedSpeedLimit: UInt64 = 0
+    var retryAfter: Double?
+    var failedResponseStatus: Int?
+    var finishingPath: String?
+    var destinationFD: DestinationDescriptor?
+    var upload: UploadSpec?
+    var uploadSource: EngineUpload?
+    var segments: SegmentMap?
 }

@@ -56,11 +56,12 @@ public final class FerryBusService: @unchecked Sendable {
             bus.export(manager)
             bus.addObjectManager(at: FerryBusNames.managerPath)
             configureBusSafety()
+            // Restored objects: exported before the name is ours, so unannounced.
             for id in core.sessionIDs {
-                if let s = core.session(id) { exportSession(s) }
+                if let s = core.session(id) { exportSession(s, announce: false) }
             }
             for id in (try? core.transferIDs()) ?? [] {
-                if let t = core.transfer(id) { exportTransfer(t) }
+                if let t = core.transfer(id) { exportTransfer(t, announce: false) }
             }
         }
         let reply = try await bus.requestName(FerryBusNames.busName)
@@ -179,18 +180,19 @@ public final class FerryBusService: @unchecked Sendable {
         }
     }
 
-    private func exportSession(_ session: SessionSnapshot) {
+    private func exportSession(_ session: SessionSnapshot, announce: Bool = true) {
         callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
         // Its ActiveTransfers changes with every transfer that starts or ends: signals coalesce.
         bus.export(ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
                                   initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
-                                  coalesceChanges: true))
+                                  coalesceChanges: true), announce: announce)
     }
 
-    private func exportTransfer(_ transfer: TransferSnapshot) {
+    private func exportTransfer(_ transfer: TransferSnapshot, announce: Bool = true) {
         callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
         bus.export(ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
-                                  initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)]))
+                                  initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)]),
+                   announce: announce)
     }
 
     /// The counts and rate as properties (no change signal) and the `Progress` signal.

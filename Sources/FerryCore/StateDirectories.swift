@@ -4,13 +4,20 @@ import Foundation
 /// descriptor downloads). Their paths are worked out once — the environment of a
 /// running daemon does not change — and a folder is made (0700) when needed; after
 /// that, checking that it is still there is one mkdir(2) call, not a walk through
-/// FileManager for every transfer.
-enum StateDirectories {
-    static let root: String = {
-        let environment = ProcessInfo.processInfo.environment
-        let state = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? SandboxArea.home + "/.local/state"
-        return (state.hasSuffix("/") ? state : state + "/") + "ferry"
-    }()
+/// FileManager for every transfer. The state database lives in `root` too.
+public enum StateDirectories {
+    /// `$XDG_STATE_HOME/ferry`, else `$HOME/.local/state/ferry`. A relative
+    /// `XDG_STATE_HOME` is ignored, as the XDG base directory spec says.
+    public static func root(in environment: [String: String]) -> String {
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
+            return (state.hasSuffix("/") ? state : state + "/") + "ferry"
+        }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return home + "/.local/state/ferry"
+    }
+
+    /// `root(in:)` of this process's environment.
+    public static let root = root(in: ProcessInfo.processInfo.environment)
 
     static let cookies = root + "/cookies"
     static let descriptorDownloads = root + "/fd-downloads"

@@ -9,14 +9,10 @@ public enum StateDatabase {
     /// The database file name inside the state directory.
     public static let fileName = "ferry.sqlite"
 
-    /// `$XDG_STATE_HOME/ferry`, else `$HOME/.local/state/ferry`. A relative
-    /// `XDG_STATE_HOME` is ignored, as the XDG base directory spec says.
+    /// The state directory (`StateDirectories.root(in:)`): `$XDG_STATE_HOME/ferry`, else
+    /// `$HOME/.local/state/ferry`.
     public static func directory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-            return (state.hasSuffix("/") ? state : state + "/") + "ferry"
-        }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return home + "/.local/state/ferry"
+        StateDirectories.root(in: environment)
     }
 
     /// Opens the database in `directory`, creating the directory (mode 0700) and the

@@ -27,7 +27,7 @@ final class EngineLoop {
     /// One curl share per cookie jar.
     let cookies = CookieJars()
     /// fdatasync and prefix hashing: slow disk work kept off the engine thread.
-    let fileJobs = DispatchQueue(label: "org.ferry.engine.files", qos: .utility, attributes: .concurrent)
+    let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
     init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, logger: Logger) {
         self.multi = multi

@@ -105,7 +105,7 @@ final class ApplicationWaker: @unchecked Sendable {
     private func subscribeOnce() {
         guard !subscribed else { return }
         subscribed = true
-        Task { [self] in
+        Task.onQueue { [self] in
             do {
                 _ = try await bus.subscribe(MatchRule(sender: StandardNames.bus, path: StandardNames.busPath,
                                                       interface: StandardNames.bus, member: "NameOwnerChanged")) { [weak self] m in

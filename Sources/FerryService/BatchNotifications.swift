@@ -109,7 +109,7 @@ final class BatchNotifications: @unchecked Sendable {
     }
 
     private static func xdgOpen(_ folder: String, logger: Logger) {
-        DispatchQueue.global().async {
+        DispatchQueue(label: "org.ferry.xdg-open").async {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             p.arguments = ["xdg-open", folder]

@@ -38,8 +38,6 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
     private var known: [String: CallerIdentity] = [:]
     /// Object path -> the app id owning it; absent: owned by unconfined callers.
     private var owners: [String: String] = [:]
-    /// Reads `.flatpak-info` files (never on the bus queue).
-    private let procReaders = DispatchQueue(label: "org.ferry.callers.proc", attributes: .concurrent)
 
     init(bus: BusConnection, logger: Logger) {
         self.bus = bus
@@ -76,7 +74,9 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
                 }
                 // Off the bus queue: the file is opened in the caller's own mount
                 // namespace, which it may have built to answer slowly (a FUSE root).
-                procReaders.async { [self] in
+                // A queue of its own (serial queues stay off libdispatch's monitored
+                // worker pool), so one slow caller holds up no other.
+                DispatchQueue(label: "org.ferry.callers.proc").async { [self] in
                     let identity: CallerIdentity
                     switch FlatpakInfo.finding(forProcess: pid) {
                     case .unconfined: identity = .unconfined

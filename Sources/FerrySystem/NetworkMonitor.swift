@@ -74,7 +74,7 @@ public final class NetworkMonitor: @unchecked Sendable {
                 guard let self else { return }
                 self.queue.async { self.systemBusLost() }
             }
-            Task { await self.subscribe(bus) }
+            Task.onQueue { await self.subscribe(bus) }
         }
     }
 

@@ -105,7 +105,7 @@ public final class SleepInhibitor: @unchecked Sendable {
                 }
                 bus = b
                 subscribing = true
-                Task {
+                Task.onQueue {
                     await self.followSleep(b)
                     self.queue.async {
                         self.subscribing = false

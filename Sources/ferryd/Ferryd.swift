@@ -110,7 +110,7 @@ struct Ferryd: ParsableCommand {
             lifetime.shutDown(code: 1)
         }
 
-        Task {
+        Task.onQueue {
             do {
                 try await service.start()
                 system.followRunningTransfers()

@@ -80,7 +80,7 @@ final class IdleExit: @unchecked Sendable {
     private func leave() {
         leaving = true
         logger.info("nothing to do for \(timeout) s: releasing \(FerryBusNames.busName) and exiting")
-        Task { [self] in
+        Task.onQueue { [self] in
             do {
                 try await bus.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
                                    method: "ReleaseName", arguments: [.string(FerryBusNames.busName)], timeout: 5)

@@ -1,0 +1,34 @@
+import Dispatch
+import Foundation
+
+/// A few serial queues for slow file work (fdatasync, hashing), each job on the one
+/// with the fewest waiting.
+///
+/// Not a concurrent queue: those run on libdispatch's global worker pool, and on Linux
+/// the first such worker starts a once-a-second monitor timer that never stops — an
+/// idle ferryd would wake every second for the rest of its life. Serial queues run on
+/// threads outside that pool.
+final class FileJobQueues: @unchecked Sendable {
+    private let queues: [DispatchQueue]
+    private var waiting: [Int]
+    private let lock = NSLock()
+
+    init(label: String, width: Int = 4) {
+        queues = (0..<width).map { DispatchQueue(label: "\(label).\($0)", qos: .utility) }
+        waiting = Array(repeating: 0, count: width)
+    }
+
+    func async(_ work: @escaping @Sendable () -> Void) {
+        lock.lock()
+        var pick = 0
+        for i in 1..<waiting.count where waiting[i] < waiting[pick] { pick = i }
+        waiting[pick] += 1
+        lock.unlock()
+        queues[pick].async { [self, pick] in
+            work()
+            lock.lock()
+            waiting[pick] -= 1
+            lock.unlock()
+        }
+    }
+}

@@ -63,7 +63,7 @@ public final class BusMessage: @unchecked Sendable {
 
     /// libdbus aborts when asked to reply to a message that has no serial yet
     /// (one built here and never sent).
-    private func checkReceived() throws {
+    func checkReceived() throws {
         guard serial != 0 else { throw BusError(name: StandardErrors.failed, message: "cannot reply to a message that was never sent") }
     }
 
@@ -89,13 +89,14 @@ public final class BusMessage: @unchecked Sendable {
 
     // MARK: Arguments
 
-    /// Appends values to the body, in order. Checks every value first, so that a
-    /// bad value throws instead of tripping libdbus's assertions, and so that a body
-    /// over the protocol's size limits throws `LimitsExceeded` (`WireLimits`)
-    /// instead of getting the sender disconnected by the bus.
+    /// Appends values to the body, in order. Checks every value first
+    /// (`WireWriter`), so that a bad value throws instead of tripping libdbus's
+    /// assertions, and so that a body over the protocol's size limits throws
+    /// `LimitsExceeded` (`WireLimits`) instead of getting the sender disconnected by
+    /// the bus.
     public func append(_ values: [DBusValue]) throws {
-        try WireLimits.check(values)
-        for v in values { try Marshal.check(v) }
+        var measure = WireWriter(storing: false)
+        try measure.append(values)
         // libdbus writes a body signature over 255 characters or nested too deeply
         // without complaint, and the bus then disconnects us for the invalid message.
         let whole = signature + values.map(\.signature).joined()
@@ -112,6 +113,12 @@ public final class BusMessage: @unchecked Sendable {
     /// The body's values. File descriptors (`h`) in them are new duplicates, owned
     /// by the caller, on every call.
     public func arguments() throws -> [DBusValue] {
+        if let values = try argumentsFromBytes() { return values }
+        return try argumentsFromIterators()
+    }
+
+    /// The body's values read through libdbus's iterators (which hand out descriptors).
+    func argumentsFromIterators() throws -> [DBusValue] {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(raw, &iter) != 0 else { return [] }
         return try Marshal.readAll(&iter)

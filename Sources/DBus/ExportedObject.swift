@@ -120,6 +120,27 @@ public final class ExportedObject: @unchecked Sendable {
     func interfacesAndProperties() -> DBusValue {
         .dictionary(key: "s", value: "a{sv}", interfaces.map { .init(.string($0.name), allProperties($0)) })
     }
+
+    /// `interfacesAndProperties()` written straight from the slots, building no values
+    /// (GetManagedObjects writes ten thousand of them).
+    func writeInterfacesAndProperties(into writer: inout WireWriter) throws {
+        try writer.array(of: "{sa{sv}}") { w in
+            for (i, interface) in interfaces.enumerated() {
+                try w.dictEntry { w in
+                    try w.value(.string(interface.name))
+                    try w.array(of: "{sv}") { w in
+                        for j in interface.propertyOrder {
+                            guard let v = slots[i][j] else { continue }
+                            try w.dictEntry { w in
+                                try w.value(.string(interface.properties[j].name))
+                                try w.variant(v)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 extension BusConnection {

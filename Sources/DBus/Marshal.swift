@@ -4,61 +4,11 @@ import Glibc
 /// Moves `DBusValue`s in and out of libdbus message iterators.
 enum Marshal {
     /// How deep containers may nest, variants included (the spec's 2 × 32); receivers
-    /// refuse deeper messages, and the bus disconnects their sender.
+    /// refuse deeper messages, and the bus disconnects their sender. Checked by
+    /// `WireWriter` before anything is written.
     static let maximumDepth = 64
 
-    /// Rejects what libdbus would abort on: invalid paths and signatures, NUL in
-    /// strings, arrays whose items do not match their element type, empty structs,
-    /// variants whose type is too long or nested too deeply.
-    /// `depth`: how many containers hold `v`.
-    static func check(_ v: DBusValue, depth: Int = 0) throws {
-        guard depth <= maximumDepth else { throw BusError.invalidArgs("values nested more than \(maximumDepth) deep") }
-        switch v {
-        case .string(let s):
-            guard !s.utf8.contains(0) else { throw BusError.invalidArgs("string contains a NUL character") }
-        case .objectPath(let p):
-            guard BusNames.isValidObjectPath(p) else { throw BusError.invalidArgs("invalid object path '\(p)'") }
-        case .signature(let s):
-            guard BusNames.isValidSignature(s), s.utf8.count <= 255 else { throw BusError.invalidArgs("invalid signature '\(s)'") }
-        case .unixFD(let fd):
-            // libdbus duplicates it when appending; a closed one would fail there
-            // with nothing better than "out of memory".
-            guard fd >= 0, fcntl(fd, F_GETFD) != -1 else { throw BusError.invalidArgs("\(fd) is not an open file descriptor") }
-        case .array(let element, let items):
-            guard BusNames.isValidSingleType(element) else { throw BusError.invalidArgs("invalid array element type '\(element)'") }
-            for item in items {
-                guard item.signature == element || (element == "y" && item.signature == "y") else {
-                    throw BusError.invalidArgs("array of '\(element)' holds a '\(item.signature)'")
-                }
-                try check(item, depth: depth + 1)
-            }
-        case .dictionary(let k, let vsig, let entries):
-            guard k.utf8.count == 1, BusNames.isValidSingleType(k), !["a", "v", "(", "{"].contains(k) else {
-                throw BusError.invalidArgs("invalid dictionary key type '\(k)'")
-            }
-            guard BusNames.isValidSingleType(vsig) else { throw BusError.invalidArgs("invalid dictionary value type '\(vsig)'") }
-            for e in entries {
-                guard e.key.signature == k, e.value.signature == vsig else {
-                    throw BusError.invalidArgs("dictionary a{\(k)\(vsig)} holds a \(e.key.signature) -> \(e.value.signature) entry")
-                }
-                try check(e.key, depth: depth + 2)
-                try check(e.value, depth: depth + 2)
-            }
-        case .structure(let fields):
-            guard !fields.isEmpty else { throw BusError.invalidArgs("empty structure") }
-            for f in fields { try check(f, depth: depth + 1) }
-        case .variant(let inner):
-            try check(inner, depth: depth + 1)
-            // libdbus aborts on a variant whose signature is invalid (over 255
-            // characters, or arrays or structs nested over 32 deep).
-            guard BusNames.isValidSingleType(inner.signature) else {
-                throw BusError.invalidArgs("a variant cannot hold a value of type '\(inner.signature)'")
-            }
-        default:
-            break
-        }
-    }
-
+    /// Writes a value checked by `WireWriter`.
     static func write(_ v: DBusValue, into iter: inout DBusMessageIter) throws {
         func basic<T: BitwiseCopyable>(_ type: Int32, _ value: T) throws {
             var x = value

@@ -18,10 +18,12 @@ extension BusConnection {
             sendOnQueue(e)
         }
         func reply(_ values: [DBusValue]) {
-            guard !m.noReplyExpected, let r = try? m.makeReturn() else { return }
+            reply { try m.makeReturn(values) }
+        }
+        func reply(_ make: () throws -> BusMessage) {
+            guard !m.noReplyExpected else { return }
             do {
-                try r.append(values)
-                sendOnQueue(r)
+                sendOnQueue(try make())
             } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
                 let answer = tooLarge("the reply to \(iface ?? "").\(member) on \(path)", e)
                 fail(answer.name, answer.message)
@@ -88,8 +90,23 @@ extension BusConnection {
             let prefix = path == "/" ? "/" : path + "/"
             let managed = objects.values.filter { $0.path.hasPrefix(prefix) && $0.path != path && visible($0) }
                 .sorted { $0.path < $1.path }
-                .map { DBusValue.DictEntry(.objectPath($0.path), $0.interfacesAndProperties()) }
-            reply([.dictionary(key: "o", value: "a{sa{sv}}", managed)])
+            reply {
+                do {
+                    return try m.makeReturn(signature: "a{oa{sa{sv}}}") { body in
+                        try body.array(of: "{oa{sa{sv}}}") { objects in
+                            for o in managed {
+                                try objects.dictEntry { entry in
+                                    try entry.value(.objectPath(o.path))
+                                    try o.writeInterfacesAndProperties(into: &entry)
+                                }
+                            }
+                        }
+                    }
+                } catch is WireWriter.HoldsDescriptor {
+                    return try m.makeReturn([.dictionary(key: "o", value: "a{sa{sv}}",
+                                                         managed.map { .init(.objectPath($0.path), $0.interfacesAndProperties()) })])
+                }
+            }
             return
         }
 

@@ -27,12 +27,13 @@ enum Format {
     static func name(_ i: TransferInfo) -> String {
         // The last component, as NSString's lastPathComponent gives it (trailing slashes
         // ignored), without bridging every row of a ten-thousand-line listing.
-        if !i.destination.isEmpty {
-            let trimmed = i.destination.reversed().drop { $0 == "/" }
-            guard !trimmed.isEmpty else { return "/" }
-            return String(trimmed.prefix { $0 != "/" }.reversed())
-        }
-        return i.url
+        guard !i.destination.isEmpty else { return i.url }
+        // By bytes: "/" is one byte in UTF-8 and never part of another character.
+        let utf8 = i.destination.utf8
+        guard let last = utf8.lastIndex(where: { $0 != UInt8(ascii: "/") }) else { return "/" }
+        let end = utf8.index(after: last)
+        let start = utf8[..<end].lastIndex(of: UInt8(ascii: "/")).map { utf8.index(after: $0) } ?? utf8.startIndex
+        return String(i.destination[start..<end])
     }
 
     static func percent(_ i: TransferInfo) -> String {

@@ -1,4 +1,4 @@
-import DBus
+@testable import DBus
 import XCTest
 
 /// Values through a message in memory: no bus needed.
@@ -15,6 +15,20 @@ final class MarshalTests: XCTestCase {
         try m.append(values)
         XCTAssertEqual(m.signature, values.map(\.signature).joined(), file: file, line: line)
         XCTAssertEqual(try m.arguments(), expected ?? values, file: file, line: line)
+        // The two ways each direction goes agree: WireReader and libdbus's iterators
+        // read the same values, and WireWriter lays out the bytes libdbus wrote.
+        XCTAssertEqual(try m.argumentsFromBytes(), try m.argumentsFromIterators(), file: file, line: line)
+        var writer = WireWriter(storing: true)
+        try writer.append(values)
+        let libdbusBody = try m.withMarshalledBytes { whole in
+            let (start, length) = try WireReader.bodyRange(ofMessage: whole)
+            return Array(whole[start..<(start + length)])
+        }
+        XCTAssertEqual(writer.bytes, libdbusBody, file: file, line: line)
+        XCTAssertEqual(writer.count, libdbusBody.count, file: file, line: line)
+        var measure = WireWriter(storing: false)
+        try measure.append(values)
+        XCTAssertEqual(measure.count, libdbusBody.count, file: file, line: line)
     }
 
     func testBasicTypes() throws {
@@ -31,6 +45,21 @@ final class MarshalTests: XCTestCase {
         ]
         try assertRoundTrip(values)
         XCTAssertEqual(values.map(\.signature).joined(), "yybbnnqqiiiuxxttddddddssssooogggg")
+    }
+
+    /// Other peers may send big-endian messages (libdbus passes them on as they came).
+    func testBigEndianMessagesAreRead() throws {
+        var bytes: [UInt8] = [UInt8(ascii: "B"), 1, 0, 1, 0, 0, 0, 24, 0, 0, 0, 1, 0, 0, 0, 0]  // header, no fields
+        bytes += [0, 0, 0, 2, UInt8(ascii: "h"), UInt8(ascii: "i"), 0, 0]                        // s "hi", padding
+        bytes += [0, 0, 0, 7, 0, 0, 0, 0]                                                        // u 7, padding to 8
+        bytes += [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE]                                // x -2
+        let values = try bytes.withUnsafeBytes { try WireReader.values(ofMessage: $0, signature: "sux") }
+        XCTAssertEqual(values, [.string("hi"), .uint32(7), .int64(-2)])
+        // Cut short, it throws instead of reading past the end.
+        bytes[7] = 30
+        XCTAssertThrowsError(try bytes.withUnsafeBytes { try WireReader.values(ofMessage: $0, signature: "sux") })
+        bytes[7] = 24
+        XCTAssertThrowsError(try bytes.withUnsafeBytes { try WireReader.values(ofMessage: $0, signature: "suxs") })
     }
 
     func testNaN() throws {

@@ -52,8 +52,7 @@ struct SessionsShow: AsyncParsableCommand {
             guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)' (see `ferry sessions`)") }
             let events = try await FerrySession(client: client, path: s.path).pendingEvents()
             if json {
-                struct Shown: Codable { var session: SessionJSON; var pendingEvents: [PendingEventJSON] }
-                JSONOutput.print(Shown(session: sessionJSON(s, objects, pending: events.count), pendingEvents: events.map { e in
+                JSONOutput.print(SessionShowJSON(session: sessionJSON(s, objects, pending: events.count), pendingEvents: events.map { e in
                     PendingEventJSON(serial: e.serial, id: FerryClient.transferID(e.transferPath), kind: e.kind,
                                      location: e.details["location"]?.string, errorName: e.details["error-name"]?.string,
                                      errorMessage: e.details["error-message"]?.string, httpStatus: e.details["http-status"]?.uint32,

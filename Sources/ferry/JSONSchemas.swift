@@ -2,8 +2,10 @@ import DBus
 import FerryBusClient
 import Foundation
 
-// The `--json` schemas, one Codable type each, written with snake_case keys and
-// without `\/` escapes. desktop/man/ferry.1 documents them field by field.
+// The `--json` schemas, one Codable type each, written with snake_case keys (spelled
+// out: JSONEncoder's convertToSnakeCase converted every key of every object again,
+// a sixth of `ls --json` with 10,000 transfers) and without `\/` escapes.
+// desktop/man/ferry.1 documents them field by field.
 
 /// A transfer, as `ls`, `show`, `get`, `wait` and `watch --until-done` print it.
 struct TransferJSON: Codable, Equatable {
@@ -59,6 +61,33 @@ struct TransferJSON: Codable, Equatable {
         priority = i.priority
         speedLimit = i.speedLimit
     }
+
+    enum CodingKeys: String, CodingKey {
+        case id
+        case path
+        case session
+        case kind
+        case url
+        case description
+        case destination
+        case state
+        case waitingReason = "waiting_reason"
+        case bytesTransferred = "bytes_transferred"
+        case bytesExpected = "bytes_expected"
+        case rate
+        case expectedEnd = "expected_end"
+        case errorName = "error_name"
+        case errorMessage = "error_message"
+        case httpStatus = "http_status"
+        case attempts
+        case resumable
+        case sha256
+        case created
+        case started
+        case completed
+        case priority
+        case speedLimit = "speed_limit"
+    }
 }
 
 /// A session, as `sessions --json` prints it.
@@ -70,6 +99,26 @@ struct SessionJSON: Codable, Equatable {
     /// Present for `sessions show`.
     var pendingEvents: Int?
     var configuration: ConfigurationJSON
+
+    enum CodingKeys: String, CodingKey {
+        case identifier
+        case path
+        case activeTransfers = "active_transfers"
+        case transfers
+        case pendingEvents = "pending_events"
+        case configuration
+    }
+}
+
+/// `sessions show --json`: the session and its pending completion events.
+struct SessionShowJSON: Codable, Equatable {
+    var session: SessionJSON
+    var pendingEvents: [PendingEventJSON]
+
+    enum CodingKeys: String, CodingKey {
+        case session
+        case pendingEvents = "pending_events"
+    }
 }
 
 /// A session's configuration (`Configuration`; header values show as "(hidden)").
@@ -103,6 +152,22 @@ struct ConfigurationJSON: Codable, Equatable {
         cookies = c["cookies"]?.bool
         applicationId = c["application-id"]?.string
     }
+
+    enum CodingKeys: String, CodingKey {
+        case persistent
+        case directory
+        case headers
+        case maxConnectionsPerHost = "max_connections_per_host"
+        case requestTimeout = "request_timeout"
+        case resourceTimeout = "resource_timeout"
+        case allowMetered = "allow_metered"
+        case notify
+        case speedLimit = "speed_limit"
+        case retries
+        case proxy
+        case cookies
+        case applicationId = "application_id"
+    }
 }
 
 /// The manager's settings and counters, as `config get --json` prints them.
@@ -115,6 +180,17 @@ struct ManagerJSON: Codable, Equatable {
     var queuedTransfers: UInt32
     var downloadRate: UInt64
     var uploadRate: UInt64
+
+    enum CodingKeys: String, CodingKey {
+        case version
+        case maxConcurrent = "max_concurrent"
+        case speedLimit = "speed_limit"
+        case notifications
+        case activeTransfers = "active_transfers"
+        case queuedTransfers = "queued_transfers"
+        case downloadRate = "download_rate"
+        case uploadRate = "upload_rate"
+    }
 }
 
 /// One line of `events --json` and `watch --json` (JSON lines).
@@ -135,6 +211,23 @@ struct EventJSON: Codable, Equatable {
     var serial: UInt64?
     var errorName: String?
     var errorMessage: String?
+
+    enum CodingKeys: String, CodingKey {
+        case event
+        case id
+        case time
+        case state
+        case waitingReason = "waiting_reason"
+        case url
+        case destination
+        case bytesTransferred = "bytes_transferred"
+        case bytesExpected = "bytes_expected"
+        case offset
+        case location
+        case serial
+        case errorName = "error_name"
+        case errorMessage = "error_message"
+    }
 }
 
 /// A pending completion event, as `sessions show --json` lists it.
@@ -148,19 +241,29 @@ struct PendingEventJSON: Codable, Equatable {
     var httpStatus: UInt32?
     var bytes: Int64?
     var sha256: String?
+
+    enum CodingKeys: String, CodingKey {
+        case serial
+        case id
+        case kind
+        case location
+        case errorName = "error_name"
+        case errorMessage = "error_message"
+        case httpStatus = "http_status"
+        case bytes
+        case sha256
+    }
 }
 
 enum JSONOutput {
     static let encoder: JSONEncoder = {
         let e = JSONEncoder()
-        e.keyEncodingStrategy = .convertToSnakeCase
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return e
     }()
 
     static let prettyEncoder: JSONEncoder = {
         let e = JSONEncoder()
-        e.keyEncodingStrategy = .convertToSnakeCase
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
         return e
     }()

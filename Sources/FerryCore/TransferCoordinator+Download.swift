@@ -34,14 +34,16 @@ extension TransferCoordinator {
     /// - Throws: `StoreError`; then nothing has changed.
     func persistNew(_ t: TransferRecord) throws {
         var next = counters
-        next.nextTransferID = t.id + 1
+        next.nextTransferID = max(next.nextTransferID, t.id + 1)
         if isPersistent(t.session) {
             let stored = t.stored
             try writeNow([.saveTransfer(stored)], counters: next)
             t.persistedDigest = stored.hashValue
             t.lastCheckpoint = environment.now()
+        } else {
+            try reserveIDs(transfer: t.id)
         }
-        nextTransferID = next.nextTransferID
+        nextTransferID = t.id + 1
     }
 
     /// A new download continuing from `resumeData` (from `pause`). It takes over the

@@ -34,11 +34,13 @@ extension TransferCoordinator {
             let session = SessionRecord(id: nextSessionID, identifier: identifier, configuration: config)
             session.owner = owner
             var next = counters
-            next.nextSessionID = session.id + 1
+            next.nextSessionID = max(next.nextSessionID, session.id + 1)
             if config.persistent {
                 try writeNow([.saveSession(storedSession(session))], counters: next)
+            } else {
+                try reserveIDs(session: session.id)
             }
-            nextSessionID = next.nextSessionID
+            nextSessionID = session.id + 1
             sessions[session.id] = session
             emit(.sessionAdded(snapshot(of: session)))
             return (session.id, true)

@@ -10,7 +10,28 @@ extension TransferCoordinator {
     }
 
     var counters: StoreCounters {
-        StoreCounters(nextSessionID: nextSessionID, nextTransferID: nextTransferID, nextSerial: nextSerial)
+        StoreCounters(nextSessionID: max(nextSessionID, reservedSessionIDs),
+                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: nextSerial)
+    }
+
+    /// How many ids one store write reserves for ephemeral sessions and transfers.
+    static let idReservationBlock: UInt64 = 1024
+
+    /// Makes sure a restart never hands out `session` or `transfer` again although
+    /// nothing of theirs is stored (an ephemeral session's): the stored counters are
+    /// moved a block past them when they reach the last reservation — one write per
+    /// 1,024 ids.
+    /// - Throws: `StoreError`; then nothing has changed.
+    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil) throws {
+        let needsSession = session.map { $0 >= reservedSessionIDs } ?? false
+        let needsTransfer = transfer.map { $0 >= reservedTransferIDs } ?? false
+        guard needsSession || needsTransfer else { return }
+        var next = counters
+        if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
+        if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
+        try writeNow([], counters: next)
+        reservedSessionIDs = next.nextSessionID
+        reservedTransferIDs = next.nextTransferID
     }
 
     var settings: StoredSettings {

@@ -48,6 +48,11 @@ public final class TransferCoordinator {
     var nextSessionID: SessionID = 1
     var nextTransferID: TransferID = 1
     var nextSerial: UInt64 = 1
+    /// The stored counters already keep ids below these from being handed out again
+    /// (`reserveIDs`): ephemeral sessions and their transfers are never written, so
+    /// their ids are reserved in the store a block at a time.
+    var reservedSessionIDs: SessionID = 0
+    var reservedTransferIDs: TransferID = 0
 
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0

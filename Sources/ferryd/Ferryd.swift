@@ -84,14 +84,16 @@ struct Ferryd: ParsableCommand {
         // NetworkManager and logind (system bus); the network state is known before start().
         let system = SystemIntegration.start(core: core, logger: logger)
         // Restored before the service exports objects, so every session and transfer
-        // comes back under its old object path before the bus name is taken.
+        // comes back under its old object path before the bus name is taken. Started
+        // (restored transfers carry on) only once the name is ours: their first
+        // signals reach the bus, and a second ferryd that cannot have the name starts
+        // nothing.
         core.queue.sync {
             do {
                 try core.restore()
             } catch {
                 logger.error("could not restore the saved sessions and transfers: \(error); starting without them")
             }
-            core.start()
         }
         let notifier = DesktopNotifier(logger: Logger(label: "ferry.notify"))
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
@@ -113,6 +115,7 @@ struct Ferryd: ParsableCommand {
         Task.onQueue {
             do {
                 try await service.start()
+                core.queue.async { core.start() }
                 system.followRunningTransfers()
                 idleExit?.start()
                 // Restoring and exporting every transfer leaves freed heap behind (the

@@ -183,6 +183,36 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(try h2.sync { try $0.pendingEvents(session: s2) }.first?.serial, 3, "nor a serial (1 and 2 went to b and a)")
     }
 
+    /// Ephemeral sessions and their transfers are never stored, yet their ids are not
+    /// handed out again after a restart either (the contract: never reused).
+    func testEphemeralIdsAreNeverReusedAfterARestart() throws {
+        let h = CoreHarness()
+        let s = try h.openSession("com.example.Ephemeral") { $0.persistent = false }
+        let transfers = try (0..<3).map { _ in try h.download(s) }
+        XCTAssertEqual(try h.store.load().transfers.count, 0, "nothing of an ephemeral session is stored")
+        let h2 = h.restarted()
+        let s2 = try h2.openSession("com.example.Ephemeral") { $0.persistent = false }
+        XCTAssertGreaterThan(s2, s, "a session id is not handed out twice")
+        XCTAssertGreaterThan(try h2.download(s2), transfers.max()!, "nor a transfer id")
+        // A persistent session's write does not take the reservation back.
+        let p = try h2.openSession("com.example.Persistent")
+        let kept = try h2.download(p)
+        let h3 = h2.restarted()
+        let s3 = try h3.openSession("com.example.Ephemeral2") { $0.persistent = false }
+        XCTAssertGreaterThan(s3, max(s2, p))
+        XCTAssertGreaterThan(try h3.download(s3), kept)
+    }
+
+    /// Reserving costs one store write per block of ids, not one per transfer.
+    func testEphemeralTransfersDoNotWriteTheStoreEachTime() throws {
+        let h = CoreHarness()
+        let s = try h.openSession("com.example.Ephemeral") { $0.persistent = false }
+        _ = try h.download(s)
+        let before = try h.store.load().counters
+        for _ in 0..<100 { _ = try h.download(s) }
+        XCTAssertEqual(try h.store.load().counters, before)
+    }
+
     func testWaitingAndClosingStatesSurviveRestart() throws {
         let h = CoreHarness()
         let s = try h.openSession("com.example.Later")
@@ -335,7 +365,10 @@ final class PersistenceTests: XCTestCase {
         try h.sync { try $0.acknowledgeEvents(session: s, upTo: events.last!.serial) }
         try h.sync { try $0.cancel(b) }
         try h.sync { try $0.closeSession(s, cancelTransfers: true) }
-        XCTAssertEqual(h.store.writes, [], "not one write")
+        // Nothing but the id counters (so that its ids are never handed out again).
+        XCTAssertEqual(h.store.writes.flatMap { $0 }.filter { if case .setCounters = $0 { false } else { true } }, [],
+                       "not one write of the session, its transfers or events")
+        XCTAssertLessThanOrEqual(h.store.writes.count, 2, "a reservation for the session's id and one for its transfers' ids")
         let h2 = h.restarted()
         XCTAssertEqual(h2.sync { $0.sessionIDs }, [], "it vanished with the daemon")
     }
@@ -345,7 +378,8 @@ final class PersistenceTests: XCTestCase {
         let s = try h.openSession("com.example.Flip") { $0.persistent = false }
         let t = try h.download(s)
         h.succeed(t)
-        XCTAssertEqual(h.store.writes, [])
+        XCTAssertEqual(try h.store.load().sessions, [])
+        XCTAssertEqual(try h.store.load().transfers, [])
         _ = try h.openSession("com.example.Flip") { $0.persistent = true }
         let contents = try h.store.load()
         XCTAssertEqual(contents.sessions.map(\.id), [s])

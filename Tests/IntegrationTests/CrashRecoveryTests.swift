@@ -42,6 +42,27 @@ final class CrashRecoveryTests: FerryTestCase {
         try await startFerryd()
     }
 
+    /// After a crash, a transfer that was under way carries on when ferryd comes back
+    /// and says where on the bus: its ResumedAtOffset reaches clients, because the
+    /// restored transfers start only once ferryd owns its name again.
+    func testRestoredTransferAnnouncesWhereItResumes() async throws {
+        let path = "/restored.bin"
+        let cut = 256 * 1024
+        let body = serve(path, size: 1 << 20, etag: "\"r1\"", ranges: true)
+        server.set(.stallAfter(bytes: cut, times: 1), on: path)
+        let dest = work + "/restored.bin"
+        let t = try await session().download(server.url(path), options: ["destination": .string(dest)])
+        try await waitForFileSize(dest + ".part", atLeast: cut)
+        try await killAndRestart()
+        try await signals.wait("ResumedAtOffset from the restored transfer", timeout: 10) { s in
+            s.contains { $0.path == t.path && $0.member == "ResumedAtOffset" }
+        }
+        XCTAssertEqual(signals.signals(path: t.path, member: "ResumedAtOffset").last?.args[0].int64, Int64(cut))
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(dest, equals: body)
+    }
+
     /// Several SIGKILLs at random moments during a batch from a slow server: every
     /// file ends complete with the right SHA-256, no transfer is lost or duplicated,
     /// and each completion event is delivered exactly once. The batch includes a

@@ -1,22 +1,11 @@
 @testable import DBus
+import FerryTestSupport
 import XCTest
 
 /// WireWriter and WireReader against libdbus on random values: for each, the bytes
 /// WireWriter lays out are the body libdbus writes, and WireReader reads back what
 /// libdbus's iterators read (and what went in).
 final class WireFormatTests: XCTestCase {
-    /// A small seeded generator, so that a failure can be repeated (the seed is printed).
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     indirect enum RandomType {
         case basic(Character), bytes, variant
         case array(RandomType), dictionary(Character, RandomType), structure([RandomType])
@@ -35,7 +24,7 @@ final class WireFormatTests: XCTestCase {
 
     static let basics: [Character] = ["y", "b", "n", "q", "i", "u", "x", "t", "d", "s", "o", "g"]
 
-    func randomType(_ g: inout Generator, depth: Int) -> RandomType {
+    func randomType(_ g: inout SeededRandom, depth: Int) -> RandomType {
         let pick = depth >= 3 ? Int.random(in: 0..<4, using: &g) : Int.random(in: 0..<8, using: &g)
         switch pick {
         case 0, 1: return .basic(Self.basics.randomElement(using: &g)!)
@@ -51,7 +40,7 @@ final class WireFormatTests: XCTestCase {
         }
     }
 
-    func randomValue(_ t: RandomType, _ g: inout Generator, depth: Int) -> DBusValue {
+    func randomValue(_ t: RandomType, _ g: inout SeededRandom, depth: Int) -> DBusValue {
         switch t {
         case .basic(let c): return randomBasic(c, &g)
         case .bytes: return .bytes((0..<Int.random(in: 0...9, using: &g)).map { _ in UInt8.random(in: 0...255, using: &g) })
@@ -70,7 +59,7 @@ final class WireFormatTests: XCTestCase {
         }
     }
 
-    func randomBasic(_ c: Character, _ g: inout Generator) -> DBusValue {
+    func randomBasic(_ c: Character, _ g: inout SeededRandom) -> DBusValue {
         switch c {
         case "y": return .byte(.random(in: 0...255, using: &g))
         case "b": return .boolean(.random(using: &g))
@@ -89,7 +78,7 @@ final class WireFormatTests: XCTestCase {
 
     func testRandomValuesMatchLibdbus() throws {
         let seed = UInt64(Date().timeIntervalSince1970 * 1000) & 0xffff_ffff
-        var g = Generator(state: seed)
+        var g = SeededRandom(state: seed)
         for round in 0..<400 {
             let values = (0..<Int.random(in: 1...3, using: &g)).map { _ in randomValue(randomType(&g, depth: 0), &g, depth: 0) }
             let what = "seed \(seed), round \(round): \(values.map(\.signature))"

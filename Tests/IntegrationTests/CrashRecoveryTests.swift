@@ -71,7 +71,7 @@ final class CrashRecoveryTests: FerryTestCase {
         var seed = UInt64(Date().timeIntervalSince1970 * 1000) & 0xffff_ffff
         if let fixed = ProcessInfo.processInfo.environment["FERRY_CRASH_SEED"], let v = UInt64(fixed) { seed = v }
         print("CrashRecoveryTests seed: \(seed) (set FERRY_CRASH_SEED to repeat)")
-        var rng = SplitMix(seed: seed)
+        var rng = SeededRandom(state: seed)
 
         let size = 384 * 1024
         var bodies: [String: [UInt8]] = [:]
@@ -184,15 +184,3 @@ final class CrashRecoveryTests: FerryTestCase {
     }
 }
 
-/// A small seeded generator, so a failing run can be repeated.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -1,0 +1,17 @@
+/// A reproducible random source (splitmix64): a test that draws from it can print its
+/// seed, and a failing run can be repeated with that seed.
+public struct SeededRandom: RandomNumberGenerator {
+    public var state: UInt64
+
+    public init(state: UInt64) {
+        self.state = state
+    }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

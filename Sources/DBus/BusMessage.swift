@@ -113,7 +113,9 @@ public final class BusMessage: @unchecked Sendable {
     /// The body's values. File descriptors (`h`) in them are new duplicates, owned
     /// by the caller, on every call.
     public func arguments() throws -> [DBusValue] {
-        if let values = try argumentsFromBytes() { return values }
+        // What libdbus accepted but the reader cannot take (an `h` without
+        // descriptors) gets libdbus's own reading, and its errors.
+        if let values = try? argumentsFromBytes() { return values }
         return try argumentsFromIterators()
     }
 

@@ -104,6 +104,19 @@ struct WireWriter {
         return true
     }
 
+    /// Pads to 8, where a structure (and a message's body) starts.
+    mutating func padToStructure() {
+        pad(to: 8)
+    }
+
+    /// Overwrites the 4 bytes at `offset` (a length written before it was known).
+    mutating func setUInt32(at offset: Int, _ value: UInt32) {
+        guard storing else { return }
+        withUnsafeBytes(of: value.littleEndian) { raw in
+            for i in 0..<4 { bytes[offset + i] = raw[i] }
+        }
+    }
+
     // MARK: Primitives
 
     private mutating func pad(to alignment: Int) {
@@ -131,11 +144,7 @@ struct WireWriter {
             throw BusError(name: StandardErrors.limitsExceeded,
                            message: "an array in the message would be over \(WireLimits.maximumArrayBytes) bytes long, the most D-Bus carries")
         }
-        guard storing else { return }
-        let le = UInt32(length).littleEndian
-        withUnsafeBytes(of: le) { raw in
-            for i in 0..<4 { bytes[at + i] = raw[i] }
-        }
+        setUInt32(at: at, UInt32(length))
     }
 
     private mutating func checkGrowth() throws {

@@ -41,7 +41,7 @@ extension TransferCoordinator {
             t.persistedDigest = stored.hashValue
             t.lastCheckpoint = environment.now()
         } else {
-            try reserveIDs(transfer: t.id)
+            reserveIDs(transfer: t.id)
         }
         nextTransferID = t.id + 1
     }

@@ -38,7 +38,7 @@ extension TransferCoordinator {
             if config.persistent {
                 try writeNow([.saveSession(storedSession(session))], counters: next)
             } else {
-                try reserveIDs(session: session.id)
+                reserveIDs(session: session.id)
             }
             nextSessionID = session.id + 1
             sessions[session.id] = session

@@ -20,16 +20,23 @@ extension TransferCoordinator {
     /// Makes sure a restart never hands out `session` or `transfer` again although
     /// nothing of theirs is stored (an ephemeral session's): the stored counters are
     /// moved a block past them when they reach the last reservation — one write per
-    /// 1,024 ids.
-    /// - Throws: `StoreError`; then nothing has changed.
-    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil) throws {
+    /// 1,024 ids. Ephemeral sessions do not need the store otherwise: when it cannot
+    /// be written, this logs and the next id tries again.
+    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil) {
         let needsSession = session.map { $0 >= reservedSessionIDs } ?? false
         let needsTransfer = transfer.map { $0 >= reservedTransferIDs } ?? false
         guard needsSession || needsTransfer else { return }
         var next = counters
         if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
         if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
-        try writeNow([], counters: next)
+        do {
+            try store.write(pendingWrites + [.setCounters(next)])
+        } catch {
+            logger.warning("could not reserve ids in the store; ids of ephemeral sessions may come again after a restart",
+                           metadata: ["error": "\(error)"])
+            return
+        }
+        pendingWrites = []
         reservedSessionIDs = next.nextSessionID
         reservedTransferIDs = next.nextTransferID
     }

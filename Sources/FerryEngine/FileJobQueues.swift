@@ -14,6 +14,7 @@ final class FileJobQueues: @unchecked Sendable {
     private let lock = NSLock()
 
     init(label: String, width: Int = 4) {
+        precondition(width >= 1, "FileJobQueues needs at least one queue")
         queues = (0..<width).map { DispatchQueue(label: "\(label).\($0)", qos: .utility) }
         waiting = Array(repeating: 0, count: width)
     }

@@ -78,6 +78,7 @@ final class WireFormatTests: XCTestCase {
 
     func testRandomValuesMatchLibdbus() throws {
         let seed = UInt64(Date().timeIntervalSince1970 * 1000) & 0xffff_ffff
+        print("WireFormatTests seed: \(seed)")
         var g = SeededRandom(state: seed)
         for round in 0..<400 {
             let values = (0..<Int.random(in: 1...3, using: &g)).map { _ in randomValue(randomType(&g, depth: 0), &g, depth: 0) }

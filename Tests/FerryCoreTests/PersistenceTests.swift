@@ -203,6 +203,21 @@ final class PersistenceTests: XCTestCase {
         XCTAssertGreaterThan(try h3.download(s3), kept)
     }
 
+    /// Ephemeral sessions keep working while the store cannot be written (a full
+    /// disk): only their ids' reservation waits for it.
+    func testEphemeralSessionsWorkWhileTheStoreFails() throws {
+        let h = CoreHarness()
+        h.store.failure = StoreError("disk full")
+        let s = try h.openSession("com.example.Ephemeral") { $0.persistent = false }
+        let t = try h.download(s)
+        XCTAssertEqual(h.state(t), .running)
+        h.store.failure = nil
+        let later = try h.download(s)
+        let h2 = h.restarted()
+        let s2 = try h2.openSession("com.example.Ephemeral") { $0.persistent = false }
+        XCTAssertGreaterThan(try h2.download(s2), later, "reserved once the store could be written again")
+    }
+
     /// Reserving costs one store write per block of ids, not one per transfer.
     func testEphemeralTransfersDoNotWriteTheStoreEachTime() throws {
         let h = CoreHarness()

@@ -35,6 +35,9 @@ struct Ferryd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Seconds with nothing queued, waiting or running before a batch ends (the manager's AllFinished and the notification); 0 ends it at once.", valueName: "seconds"))
     var batchSettle: Double = 1
 
+    @Option(name: .long, help: ArgumentHelp("How long to wait for another ferryd using the same state folder to exit before giving up (exit status 1).", valueName: "seconds"))
+    var stateLockWait: Double = 10
+
     @Option(name: .long, help: ArgumentHelp("Refuse new sessions beyond this many (LimitExceeded).", valueName: "count"))
     var maxSessionsPerClient: Int = Limits.defaultSessionsPerClient
 
@@ -44,6 +47,9 @@ struct Ferryd: ParsableCommand {
     func validate() throws {
         guard idleTimeout.isFinite, idleTimeout > 0 else {
             throw ValidationError("--idle-timeout must be a positive number of seconds")
+        }
+        guard stateLockWait.isFinite, (0...3600).contains(stateLockWait) else {
+            throw ValidationError("--state-lock-wait must be between 0 and 3600 seconds")
         }
         guard batchSettle.isFinite, (0...3600).contains(batchSettle) else {
             throw ValidationError("--batch-settle must be between 0 and 3600 seconds")
@@ -79,6 +85,9 @@ struct Ferryd: ParsableCommand {
         let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
                                           batchSettleTime: batchSettle)
         let engine = CurlEngine()
+        guard StateLock.acquire(in: StateDatabase.directory(), timeout: stateLockWait, logger: logger) else {
+            throw ExitCode(1)
+        }
         let store = Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().

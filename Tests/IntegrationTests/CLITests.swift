@@ -180,7 +180,10 @@ final class CLITests: FerryTestCase {
         let wrapper = home + "/ferryd-activated.sh"
         let pidFile = home + "/activated.pid"
         let logFile = home + "/activated.log"
-        let env = environment()
+        // A state folder of its own: the test's ferryd, on the other bus, uses the
+        // usual one (and one ferryd uses a state folder at a time).
+        var env = environment()
+        env["XDG_STATE_HOME"] = home + "/activated-state"
         var script = "#!/bin/sh\n"
         for key in ["HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_DOWNLOAD_DIR"] {
             script += "export \(key)='\(env[key]!)'\n"

@@ -63,8 +63,11 @@ extension FerryClient {
 
     /// Sends the calls without waiting for each reply (pipelining), in order, at
     /// most `window` at a time (so each call's timeout runs from its own sending,
-    /// not from the first's), and returns the replies in the same order.
-    public func pipeline(_ calls: [BusMessage], window: Int = 256, timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
+    /// not from the first's), and returns the replies in the same order. The default
+    /// stays under dbus-daemon's built-in limit of 128 calls awaiting replies per
+    /// connection (a bus whose configuration does not raise it refuses the rest with
+    /// `LimitsExceeded`).
+    public func pipeline(_ calls: [BusMessage], window: Int = 100, timeout: Double = 60) async -> [Result<[DBusValue], BusError>] {
         await withCheckedContinuation { (c: CheckedContinuation<[Result<[DBusValue], BusError>], Never>) in
             guard !calls.isEmpty else { return c.resume(returning: []) }
             let collector = ReplyCollector(count: calls.count) { c.resume(returning: $0) }

@@ -381,6 +381,32 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count, 1, "one batch")
     }
 
+    /// On a bus that keeps dbus-daemon's own limit of 128 calls awaiting replies per
+    /// connection, `ferry get` of 300 URLs still gets every file (it pipelines its
+    /// calls in a window below the limit).
+    func testGetOfManyURLsWorksOnABusWithTheDefaultReplyLimit() async throws {
+        let urls = (0..<300).map { i -> String in
+            serve("/many/\(i).bin", size: 512, seed: UInt64(i + 1))
+            return server.url("/many/\(i).bin")
+        }
+        let small = try PrivateBus(maxRepliesPerConnection: 128)
+        defer { small.stop() }
+        var env = environment()
+        env["DBUS_SESSION_BUS_ADDRESS"] = small.address
+        env["XDG_STATE_HOME"] = home + "/small-bus-state"
+        let daemon = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: env)
+        defer { daemon.terminate(); _ = daemon.waitForExit(timeout: 10) }
+        let watcher = try FerryClient(address: small.address)
+        defer { watcher.close() }
+        try await Ferryd.waitForName(daemon, on: watcher.bus)
+
+        let dest = work + "/many"
+        let r = try ferry(["get"] + urls + ["-d", dest, "--wait", "-q"], timeout: 120,
+                          extraEnv: ["DBUS_SESSION_BUS_ADDRESS": small.address, "XDG_STATE_HOME": home + "/small-bus-state"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasSuffix(".part") }.count, 300)
+    }
+
     func waitUntilAsync(timeout: TimeInterval, _ condition: () -> Bool) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         while !condition() {

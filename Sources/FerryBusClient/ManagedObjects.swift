@@ -1,4 +1,5 @@
 import DBus
+import FerryInterface
 import Foundation
 
 /// A session object's properties, typed.
@@ -29,10 +30,17 @@ public struct ManagedObjects: Sendable {
 
 extension FerryClient {
     /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
-    /// every session and transfer with all its properties, in one round trip.
+    /// every session and transfer with all its properties, in one round trip. When
+    /// that is more than the bus carries in one message (`LimitExceeded`: past about
+    /// 80,000 transfers, or fewer with very long URLs), object by object instead.
     public func managedObjects() async throws -> ManagedObjects {
-        let r = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.objectManager,
+        let r: [DBusValue]
+        do {
+            r = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.objectManager,
                                    method: "GetManagedObjects", timeout: 120)
+        } catch let e as BusError where e.name == FerryInterface.ErrorName.limitExceeded.fullName {
+            return try await managedObjectsOneByOne()
+        }
         var sessions: [SessionInfo] = []
         var transfers: [TransferInfo] = []
         guard case .dictionary(_, _, let objects)? = r.first?.unwrapped else { return ManagedObjects(sessions: [], transfers: []) }
@@ -49,6 +57,41 @@ extension FerryClient {
                 default:
                     break
                 }
+            }
+        }
+        transfers.sort { $0.id < $1.id }
+        sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }
+        return ManagedObjects(sessions: sessions, transfers: transfers)
+    }
+
+    /// Every session and transfer from `ListSessions`, `ListTransfers` and a pipelined
+    /// `GetAll` each. Objects removed between the list and their `GetAll` are left out.
+    func managedObjectsOneByOne() async throws -> ManagedObjects {
+        let sessionPaths = try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string) ?? []
+        let transferPaths = try await callManager("ListTransfers").first?.arrayElements?.compactMap(\.string) ?? []
+        let calls = try sessionPaths.map {
+            try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.sessionInterface)])
+        } + transferPaths.map {
+            try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.transferInterface)])
+        }
+        let gone: Set<String> = [FerryInterface.ErrorName.noSuchSession.fullName, FerryInterface.ErrorName.noSuchTransfer.fullName,
+                                 StandardErrors.unknownObject]
+        var sessions: [SessionInfo] = []
+        var transfers: [TransferInfo] = []
+        transfers.reserveCapacity(transferPaths.count)
+        for (i, result) in (await pipeline(calls)).enumerated() {
+            let values: [DBusValue]
+            switch result {
+            case .success(let v): values = v
+            case .failure(let e) where gone.contains(e.name): continue
+            case .failure(let e): throw e
+            }
+            guard case .dictionary(_, _, let props)? = values.first else { continue }
+            if i < sessionPaths.count {
+                sessions.append(SessionInfo(path: sessionPaths[i], properties: values.first?.vardict ?? [:]))
+            } else {
+                let path = transferPaths[i - sessionPaths.count]
+                transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
             }
         }
         transfers.sort { $0.id < $1.id }

@@ -41,6 +41,15 @@ final class BusCapacityTests: FerryTestCase {
         XCTAssertEqual(listed.count, count)
         let url = try await listed.last!.info().url
         XCTAssertEqual(url.utf8.count, 65_536)
+        // And clients that read everything at once go object by object: `ferry ls`
+        // still lists every transfer.
+        let everything = try await client.managedObjects()
+        XCTAssertEqual(everything.transfers.count, count)
+        XCTAssertEqual(everything.transfers.last?.url.utf8.count, 65_536)
+        XCTAssertTrue(everything.sessions.contains { $0.identifier == "com.example.Huge" })
+        let ls = try ferry(["ls", "--session", "com.example.Huge"], timeout: 120)
+        XCTAssertEqual(ls.status, 0, ls.stderr)
+        XCTAssertEqual(ls.stdout.split(separator: "\n").count, count + 1, "a header and every transfer")
     }
 
     /// When the bus goes away, ferryd does not exit as if all were well: it logs it

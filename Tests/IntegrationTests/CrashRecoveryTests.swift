@@ -48,19 +48,14 @@ final class CrashRecoveryTests: FerryTestCase {
     /// second of the response, the validator may not be stored yet, and the file is
     /// then rightly fetched again from 0.)
     func testRestoredTransferAnnouncesWhereItResumes() async throws {
-        let path = "/restored.bin"
-        let cut = 256 * 1024
-        let body = serve(path, size: 1 << 20, etag: "\"r1\"", ranges: true)
-        server.set(.stallAfter(bytes: cut, times: 1), on: path)
         let dest = work + "/restored.bin"
-        let t = try await session().download(server.url(path), options: ["destination": .string(dest)])
-        try await waitForFileSize(dest + ".part", atLeast: cut)
+        let (t, body) = try await startStalledDownload("/restored.bin", dest: dest)
         try await stopFerryd()
         try await startFerryd()
         try await signals.wait("ResumedAtOffset from the restored transfer", timeout: 10) { s in
             s.contains { $0.path == t.path && $0.member == "ResumedAtOffset" }
         }
-        XCTAssertEqual(signals.signals(path: t.path, member: "ResumedAtOffset").last?.args[0].int64, Int64(cut))
+        XCTAssertEqual(signals.signals(path: t.path, member: "ResumedAtOffset").last?.args[0].int64, Int64(stalledCut))
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         assertFile(dest, equals: body)

@@ -12,8 +12,6 @@ import Glibc
 /// a hard link, or a FIFO) is never written through, the final file is never a link,
 /// and an overwrite never leaves a hidden copy of the old file.
 final class FileSafetyTests: FerryTestCase {
-    let size = 1 << 20
-    let cut = 256 * 1024
 
     private func isSymlink(_ path: String) -> Bool {
         var st = stat()
@@ -31,11 +29,7 @@ final class FileSafetyTests: FerryTestCase {
         let dest = work + "/swapped.bin"
         let victim = work + "/precious.txt"
         try "my precious notes\n".write(toFile: victim, atomically: false, encoding: .utf8)
-        let body = serve("/swapped.bin", size: size)
-        server.set(.stallAfter(bytes: cut, times: 1), on: "/swapped.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/swapped.bin"), options: ["destination": .string(dest)])
-        try await waitForFileSize(dest + ".part", atLeast: cut)
+        let (t, body) = try await startStalledDownload("/swapped.bin", dest: dest)
         _ = try await t.pause()
         try await waitForState(t, "paused")
 

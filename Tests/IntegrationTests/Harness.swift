@@ -271,6 +271,23 @@ class FerryTestCase: XCTestCase {
         try ChildProcess.run(path, args, environment: env, timeout: timeout)
     }
 
+    /// The file `startStalledDownload` serves, and where the server stalls it.
+    let stalledSize = 1 << 20
+    let stalledCut = 256 * 1024
+
+    /// Starts a download of `path` (`stalledSize` bytes) that the server stalls after
+    /// `stalledCut` bytes, and waits until all of them are on disk.
+    func startStalledDownload(_ path: String, dest: String, ranges: Bool = true, etag: String? = "\"v1\"",
+                              session name: String = "com.example.Test") async throws -> (FerryTransfer, [UInt8]) {
+        let body = serve(path, size: stalledSize, etag: etag, ranges: ranges)
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: path)
+        let s = try await session(name)
+        let t = try await s.download(server.url(path), options: ["destination": .string(dest)])
+        try await waitForState(t, "running")
+        try await waitForFileSize(dest + ".part", atLeast: stalledCut)
+        return (t, body)
+    }
+
     /// Waits (bounded, polling the disk) until the file at `path` holds at least `bytes`.
     func waitForFileSize(_ path: String, atLeast bytes: Int, timeout: TimeInterval = 10) async throws {
         let deadline = Date().addingTimeInterval(timeout)

@@ -5,21 +5,8 @@ import Foundation
 import XCTest
 
 final class PauseResumeTests: FerryTestCase {
-    let size = 1 << 20
-    let cut = 256 * 1024
-
-    /// Starts a download of `path` that the server stalls after `cut` bytes, and
-    /// waits until all of them are on disk.
-    func startStalledDownload(_ path: String, dest: String, ranges: Bool = true, etag: String? = "\"v1\"",
-                              session name: String = "com.example.Test") async throws -> (FerryTransfer, [UInt8]) {
-        let body = serve(path, size: size, etag: etag, ranges: ranges)
-        server.set(.stallAfter(bytes: cut, times: 1), on: path)
-        let s = try await session(name)
-        let t = try await s.download(server.url(path), options: ["destination": .string(dest)])
-        try await waitForState(t, "running")
-        try await waitForFileSize(dest + ".part", atLeast: cut)
-        return (t, body)
-    }
+    var size: Int { stalledSize }
+    var cut: Int { stalledCut }
 
     /// Bytes that arrived before the server stalled are reported: a Progress signal
     /// with them comes within a few hundred ms, and BytesTransferred shows them.

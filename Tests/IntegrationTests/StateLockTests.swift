@@ -10,13 +10,8 @@ final class StateLockTests: FerryTestCase {
     /// ferryd on another bus with the same home) waits for the first, then gives up
     /// without restoring anything: the first one's transfer goes on untouched.
     func testASecondFerrydLeavesTheStateFolderAlone() async throws {
-        let path = "/held.bin"
-        let cut = 128 * 1024
-        let body = serve(path, size: 1 << 20, etag: "\"h1\"", ranges: true)
-        server.set(.stallAfter(bytes: cut, times: 1), on: path)
         let dest = work + "/held.bin"
-        let t = try await session().download(server.url(path), options: ["destination": .string(dest)])
-        try await waitForFileSize(dest + ".part", atLeast: cut)
+        let (t, body) = try await startStalledDownload("/held.bin", dest: dest)
 
         let second = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--state-lock-wait", "0.3"],
                                        environment: environment())
@@ -26,7 +21,7 @@ final class StateLockTests: FerryTestCase {
 
         let state = try await t.info().state
         XCTAssertEqual(state, "running")
-        XCTAssertGreaterThanOrEqual(fileSize(dest + ".part") ?? 0, cut, "the first one's partial file is still there")
+        XCTAssertGreaterThanOrEqual(fileSize(dest + ".part") ?? 0, stalledCut, "the first one's partial file is still there")
         _ = try await t.pause()
         try await t.resume()
         let info = try await finish(t)

@@ -12,4 +12,27 @@ enum AtomicReplace {
         let code = errno
         throw FerryError.disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
     }
+
+    enum NoReplaceOutcome { case moved, targetExists, unsupported }
+
+    /// Moves `source` to `target` in one step unless something is at `target`
+    /// (`renameat2` with `RENAME_NOREPLACE`): one directory operation where a hard link
+    /// and an unlink take two. `.unsupported` when the kernel or the file system cannot
+    /// (the caller then falls back to link-then-unlink).
+    static func moveNoReplace(_ source: String, to target: String) throws -> NoReplaceOutcome {
+        guard let renameat2 = renameat2 else { return .unsupported }
+        guard renameat2(AT_FDCWD, source, AT_FDCWD, target, renameNoReplace) != 0 else { return .moved }
+        let code = errno
+        switch code {
+        case EEXIST: return .targetExists
+        case EINVAL, ENOSYS, EOPNOTSUPP: return .unsupported
+        default:
+            throw FerryError.disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
+        }
+    }
+
+    private typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
+    private static let renameNoReplace: UInt32 = 1 // RENAME_NOREPLACE in <linux/fs.h>
+    /// glibc has had `renameat2` since 2.28, but Swift's Glibc module does not declare it.
+    private static let renameat2: RenameAt2? = dlsym(nil, "renameat2").map { unsafeBitCast($0, to: RenameAt2.self) }
 }

@@ -54,10 +54,12 @@ public struct CoreEnvironment {
         return seconds > 0 ? UInt64(seconds * 1_000_000) : 0
     }
 
-    /// Free bytes on the file system holding `path`, from `statvfs`.
+    /// Bytes an unprivileged process may still write on the file system holding
+    /// `path` (`statvfs`: available blocks × fragment size).
     public static func systemFreeSpace(_ path: String) -> Int64? {
-        guard let attributes = try? FileManager.default.attributesOfFileSystem(forPath: path),
-              let free = attributes[.systemFreeSize] as? NSNumber else { return nil }
-        return free.int64Value
+        var info = statvfs()
+        guard statvfs(path, &info) == 0 else { return nil }
+        let (bytes, overflow) = UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize))
+        return overflow ? Int64.max : Int64(clamping: bytes)
     }
 }

@@ -19,10 +19,12 @@ struct DestinationResolver {
 
     /// - Parameters:
     ///   - requested: the `destination` option, nil when absent.
-    ///   - defaultDirectory: the session's directory or the XDG download directory.
+    ///   - defaultDirectory: the session's directory or the XDG download directory
+    ///     (asked only when there is no `requested`: finding the XDG one reads a file).
     ///   - suggestedName: the sanitised name from the URL.
-    func resolve(requested: String?, defaultDirectory: String, suggestedName: String, overwrite: Bool) throws -> Resolved {
+    func resolve(requested: String?, defaultDirectory: () -> String, suggestedName: String, overwrite: Bool) throws -> Resolved {
         guard let requested = requested else {
+            let defaultDirectory = defaultDirectory()
             try FileSystemChecks.requireWritableDirectory(defaultDirectory, role: "download directory", fileManager: fileManager)
             let directory = FileSystemChecks.normalize(defaultDirectory)
             return Resolved(path: uniquePath(directory: directory, name: suggestedName, overwrite: overwrite),

@@ -34,7 +34,8 @@ enum FileSystemChecks {
 
     /// Something is at `path` (a dangling symbolic link counts).
     static func exists(_ path: String, fileManager: FileManager = .default) -> Bool {
-        (try? fileManager.attributesOfItem(atPath: path)) != nil
+        var info = stat()
+        return lstat(path, &info) == 0
     }
 
     static func isDirectory(_ path: String, fileManager: FileManager = .default) -> Bool {

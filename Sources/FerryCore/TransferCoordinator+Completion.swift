@@ -48,8 +48,9 @@ extension TransferCoordinator {
     }
 
     /// Renames `.part` to the final path. Without `overwrite` a file that appeared there
-    /// meanwhile is kept and a unique name is chosen; the link-then-unlink move refuses
-    /// to replace a file that appears at the last moment. Each target is stored before
+    /// meanwhile is kept and a unique name is chosen; the move (`RENAME_NOREPLACE`, or
+    /// link-then-unlink where that is not supported) refuses to replace a file that
+    /// appears at the last moment. Each target is stored before
     /// the file moves (`recordFinishing`), so a crash in between cannot make the
     /// download start over into a second copy.
     private func moveIntoPlace(_ t: TransferRecord, digest: String?) throws -> String {
@@ -67,6 +68,14 @@ extension TransferCoordinator {
         }
         for _ in 0..<8 {
             recordFinishing(t, target: target, digest: digest)
+            switch try AtomicReplace.moveNoReplace(part, to: target) {
+            case .moved: return target
+            case .targetExists:
+                target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
+                                             name: FileSystemChecks.baseName(t.destination), overwrite: false)
+                continue
+            case .unsupported: break
+            }
             do {
                 try fileManager.linkItem(atPath: part, toPath: target)
                 try? fileManager.removeItem(atPath: part)

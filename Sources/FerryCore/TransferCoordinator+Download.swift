@@ -11,8 +11,8 @@ extension TransferCoordinator {
         let s = try openSessionRecord(session)
         let requestURL = try RequestURL.validate(url)
         try DownloadOptionsValidation.validate(options)
-        let defaultDirectory = s.configuration.directory ?? environment.defaultDownloadDirectory()
-        let resolved = try resolver(except: nil).resolve(requested: options.destination, defaultDirectory: defaultDirectory,
+        let resolved = try resolver(except: nil).resolve(requested: options.destination,
+                                                          defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
                                                           suggestedName: requestURL.suggestedFileName,
                                                           overwrite: options.overwrite)
         return try mutate {

@@ -63,10 +63,43 @@ final class PartFile {
                 return .failure(PartFileError(code: errno, action: "replacing (it is a link or not ours)", path: path))
             }
         }
+        switch createUnnamedThenLink(path) {
+        case .some(.success(let fd)): return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
+        case .some(.failure(let error)): return .failure(error)
+        case .none: break
+        }
         let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "creating", path: path)) }
         return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
     }
+
+    /// Creates the new, empty file without a name (`O_TMPFILE`), then gives it `path`
+    /// (`linkat`, which like `O_EXCL` never replaces what is there). The same file as
+    /// an `O_CREAT | O_EXCL` open, but the file system finds the new inode without
+    /// holding the directory's lock: on ext4 that search can take a millisecond, and
+    /// every other create, rename and unlink in the folder (the core moving finished
+    /// downloads into place) would wait for it. Nil where the file system or kernel
+    /// cannot (the caller then creates the file the usual way).
+    static func createUnnamedThenLink(_ path: String) -> Result<Int32, PartFileError>? {
+        guard let slash = path.lastIndex(of: "/") else { return nil }
+        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        let fd = directory.withCString { Glibc.open($0, oTmpFile | O_WRONLY | O_CLOEXEC, 0o644) }
+        guard fd >= 0 else { return nil } // EOPNOTSUPP, EISDIR (kernels before 3.11), EINVAL…
+        let linked = "/proc/self/fd/\(fd)".withCString { source in
+            path.withCString { linkat(AT_FDCWD, source, AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
+        }
+        guard linked == 0 else {
+            let code = errno
+            Glibc.close(fd)
+            if code == ENOENT && access("/proc/self/fd", F_OK) != 0 { return nil } // no /proc
+            return .failure(PartFileError(code: code, action: "creating", path: path))
+        }
+        return .success(fd)
+    }
+
+    /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` in <bits/fcntl-linux.h>; Swift's Glibc
+    /// module does not import it).
+    private static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
 
     /// Cuts the file to `length` bytes and puts the write position there.
     func truncate(to length: Int64) -> PartFileError? {

@@ -1,0 +1,69 @@
+import Foundation
+import XCTest
+@testable import FerryCore
+
+/// The system calls the core makes when it finishes a download, asked directly.
+final class FileOperationTests: XCTestCase {
+    private var folder = ""
+
+    override func setUpWithError() throws {
+        folder = NSTemporaryDirectory() + "ferry-fileops-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    private func write(_ text: String, _ name: String) throws {
+        try Data(text.utf8).write(to: URL(fileURLWithPath: folder + "/" + name))
+    }
+
+    private func read(_ name: String) -> String? {
+        try? String(contentsOfFile: folder + "/" + name, encoding: .utf8)
+    }
+
+    func testMoveNoReplaceMovesToAFreeName() throws {
+        try write("body", "f.part")
+        XCTAssertEqual(try AtomicReplace.moveNoReplace(folder + "/f.part", to: folder + "/f"), .moved)
+        XCTAssertEqual(read("f"), "body")
+        XCTAssertNil(read("f.part"))
+    }
+
+    func testMoveNoReplaceLeavesAFileThatIsThere() throws {
+        try write("new", "g.part")
+        try write("theirs", "g")
+        XCTAssertEqual(try AtomicReplace.moveNoReplace(folder + "/g.part", to: folder + "/g"), .targetExists)
+        XCTAssertEqual(read("g"), "theirs", "never replaced")
+        XCTAssertEqual(read("g.part"), "new", "and the download is still there to be moved elsewhere")
+
+        // A dangling symbolic link is something at the name too.
+        XCTAssertEqual(symlink(folder + "/nowhere", folder + "/h"), 0)
+        XCTAssertEqual(try AtomicReplace.moveNoReplace(folder + "/g.part", to: folder + "/h"), .targetExists)
+        XCTAssertNil(read("nowhere"))
+    }
+
+    func testMoveNoReplaceOfAMissingFileThrowsADiskError() {
+        XCTAssertThrowsError(try AtomicReplace.moveNoReplace(folder + "/none.part", to: folder + "/none")) { error in
+            guard case FerryError.disk(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("none.part"), message)
+        }
+    }
+
+    func testFreeSpaceIsWhatStatfsSays() throws {
+        let foundation = try XCTUnwrap(
+            (try FileManager.default.attributesOfFileSystem(forPath: folder))[.systemFreeSize] as? NSNumber).int64Value
+        let ours = try XCTUnwrap(CoreEnvironment.systemFreeSpace(folder))
+        // Other processes write to this disk meanwhile: equal within 256 MiB.
+        XCTAssertLessThan(abs(ours - foundation), 256 << 20, "ours \(ours), Foundation's \(foundation)")
+        XCTAssertGreaterThan(ours, 0)
+        XCTAssertNil(CoreEnvironment.systemFreeSpace(folder + "/missing"))
+    }
+
+    func testExistsCountsADanglingLinkAndNotAMissingName() {
+        XCTAssertEqual(symlink(folder + "/nowhere", folder + "/link"), 0)
+        XCTAssertTrue(FileSystemChecks.exists(folder + "/link"))
+        XCTAssertFalse(FileSystemChecks.exists(folder + "/nowhere"))
+        XCTAssertTrue(FileSystemChecks.exists(folder))
+    }
+}

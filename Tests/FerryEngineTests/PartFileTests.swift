@@ -1,0 +1,74 @@
+import Foundation
+import XCTest
+@testable import FerryEngine
+
+/// The `.part` file a new download writes: made without a name, then given its name
+/// before the first byte, and never in place of what is already there.
+final class PartFileTests: XCTestCase {
+    private var folder = ""
+
+    override func setUpWithError() throws {
+        folder = NSTemporaryDirectory() + "ferry-partfile-\(getpid())-\(UInt32.random(in: 0 ... .max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    func testANewPartFileHasItsNameBeforeAnyByteIsWritten() throws {
+        let path = folder + "/a.iso.part"
+        let part = try PartFile.open(path).get()
+        defer { part.close() }
+
+        var info = stat()
+        XCTAssertEqual(lstat(path, &info), 0, "the name exists as soon as the file does (a crash leaves a resumable .part)")
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG)
+        XCTAssertEqual(info.st_nlink, 1, "one name, not a second link to something else")
+        XCTAssertEqual(info.st_size, 0)
+        let mask = umask(0); umask(mask)
+        XCTAssertEqual(info.st_mode & 0o777, 0o644 & ~mask)
+        XCTAssertTrue(part.isRegular)
+        XCTAssertEqual(part.initialSize, 0)
+
+        let bytes: [UInt8] = Array("some bytes".utf8)
+        XCTAssertEqual(write(part.fd, bytes, bytes.count), bytes.count)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), Data(bytes), "the descriptor writes the named file")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), ["a.iso.part"], "nothing else is left in the folder")
+    }
+
+    func testTheUnnamedFileNeverTakesTheNameOfAFileThatIsThere() throws {
+        let path = folder + "/b.part"
+        try Data("someone else's".utf8).write(to: URL(fileURLWithPath: path))
+
+        guard case .failure(let error)? = PartFile.createUnnamedThenLink(path) else {
+            return XCTFail("expected EEXIST (or no O_TMPFILE on this file system)")
+        }
+        XCTAssertEqual(error.code, EEXIST)
+        XCTAssertEqual(try String(contentsOfFile: path, encoding: .utf8), "someone else's")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), ["b.part"])
+    }
+
+    func testAnExistingPartFileIsContinuedNotReplaced() throws {
+        let path = folder + "/c.part"
+        try Data("first half".utf8).write(to: URL(fileURLWithPath: path))
+        var before = stat()
+        XCTAssertEqual(lstat(path, &before), 0)
+
+        let part = try PartFile.open(path).get()
+        defer { part.close() }
+
+        var after = stat()
+        XCTAssertEqual(fstat(part.fd, &after), 0)
+        XCTAssertEqual(after.st_ino, before.st_ino)
+        XCTAssertEqual(part.initialSize, 10)
+    }
+
+    func testAMissingFolderIsReportedNotCreated() throws {
+        let path = folder + "/missing/d.part"
+        guard case .failure(let error) = PartFile.open(path) else { return XCTFail("expected a failure") }
+        XCTAssertEqual(error.code, ENOENT)
+        XCTAssertEqual(error.path, path)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/missing"))
+    }
+}

@@ -137,7 +137,9 @@ extension TransferCoordinator {
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)
-        publishAggregates()
+        // The counts go out before a batch's AllFinished; otherwise once, when the
+        // change ends (a burst of 100 ending downloads is one manager signal, not 100).
+        if mutationDepth == 0 || index.activeCount(session: s.id) == 0 { publishAggregates() }
         announceEndedBatches(of: s)
         finishClosingIfDone(s)
     }

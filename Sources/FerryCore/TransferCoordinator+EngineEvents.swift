@@ -2,6 +2,18 @@ import Foundation
 
 extension TransferCoordinator {
     /// One engine event, on `queue`.
+    /// Events that arrived together, in order, as one change (progress alone skips the
+    /// change, as below).
+    func handle(_ events: [EngineEvent]) {
+        guard events.contains(where: { if case .progress = $0 { return false } else { return true } }) else {
+            for event in events { handle(event) }
+            return
+        }
+        mutate {
+            for event in events { handle(event) }
+        }
+    }
+
     func handle(_ event: EngineEvent) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }

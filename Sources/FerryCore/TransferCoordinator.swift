@@ -90,16 +90,19 @@ public final class TransferCoordinator {
         self.queue = queue
     }
 
-    /// Takes engine events (each one hops onto `queue`, in order), arms the timers of
-    /// restored transfers and starts what is queued.
+    /// Takes engine events (they hop onto `queue` in order, those that arrived while the
+    /// queue was busy together: see `EngineEventInbox`), arms the timers of restored
+    /// transfers and starts what is queued.
     public func start() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isStarted, !isShutDown else { return }
         isStarted = true
         let queue = self.queue
         let weakSelf = WeakCoordinator(self)
+        let inbox = EngineEventInbox()
         engine.setEventHandler { event in
-            queue.async { weakSelf.coordinator?.handle(event) }
+            guard inbox.post(event) else { return } // a hop is already on its way
+            queue.async { weakSelf.coordinator?.handle(inbox.takeAll()) }
         }
         mutate { resumeRestoredWork() }
     }
@@ -151,6 +154,33 @@ public final class TransferCoordinator {
         guard let session else { return transfers.keys.sorted().compactMap { transfers[$0] } }
         _ = try sessionRecord(session)
         return index.ids(session: session).compactMap { transfers[$0] }
+    }
+}
+
+/// Engine events on their way to the coordinator's queue, in the order the engine sent
+/// them. Only the first event into an empty inbox schedules a hop; the hop takes every
+/// event that has arrived by then. A busy coordinator so handles a burst of events (a
+/// batch of small downloads ending) as one change: one store transaction, one
+/// scheduling pass and one wake-up of its queue instead of one each.
+final class EngineEventInbox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var events: [EngineEvent] = []
+
+    /// Adds `event`; true when the inbox was empty, so the caller must schedule a hop.
+    func post(_ event: EngineEvent) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        events.append(event)
+        return events.count == 1
+    }
+
+    /// Everything posted so far, oldest first; the inbox is empty afterwards.
+    func takeAll() -> [EngineEvent] {
+        lock.lock()
+        defer { lock.unlock() }
+        let taken = events
+        events = []
+        return taken
     }
 }
 

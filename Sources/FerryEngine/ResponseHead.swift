@@ -25,15 +25,15 @@ struct ResponseHead {
         guard parts.count >= 2, let code = Int(parts[1]), (100...999).contains(code) else { return nil }
         var head = ResponseHead()
         head.status = code
-        head.reason = parts.count == 3 ? String(parts[2]).trimmingCharacters(in: .whitespaces) : ""
+        head.reason = parts.count == 3 ? String(Self.trimmingOWS(parts[2])) : ""
         return head
     }
 
     /// Records one "Name: value" line.
     mutating func add(_ line: String) {
         guard let colon = line.firstIndex(of: ":") else { return }
-        let name = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        let name = Self.trimmingOWS(line[..<colon]).lowercased()
+        let value = String(Self.trimmingOWS(line[line.index(after: colon)...]))
         switch name {
         case "etag": etag = value
         case "last-modified": lastModified = value
@@ -49,10 +49,26 @@ struct ResponseHead {
         case "retry-after": retryAfter = Self.retryAfterSeconds(value, now: Date())
         case "accept-ranges":
             acceptsByteRanges = value.lowercased().split(separator: ",").contains {
-                $0.trimmingCharacters(in: .whitespaces) == "bytes"
+                Self.trimmingOWS($0) == "bytes"
             }
         default: break
         }
+    }
+
+    /// `text` without HTTP's optional whitespace (spaces and horizontal tabs, RFC 9110
+    /// §5.6.3) at either end. Byte-wise: Foundation's `trimmingCharacters(in:)` went
+    /// through NSString and was a tenth of the engine thread's time in a batch of small
+    /// downloads.
+    static func trimmingOWS(_ text: Substring) -> Substring {
+        let bytes = text.utf8
+        var start = bytes.startIndex, end = bytes.endIndex
+        while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start = bytes.index(after: start) }
+        while end > start {
+            let last = bytes.index(before: end)
+            guard bytes[last] == 0x20 || bytes[last] == 0x09 else { break }
+            end = last
+        }
+        return Substring(bytes[start..<end])
     }
 
     /// 1 to 18 ASCII digits (so it fits in an Int64), else nil.

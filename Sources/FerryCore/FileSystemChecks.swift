@@ -20,14 +20,14 @@ enum FileSystemChecks {
         guard path.hasPrefix("/") else {
             throw FerryError.invalidDestination("\(role) '\(path)' is a relative path; give an absolute path")
         }
-        var isDirectory: ObjCBool = false
-        guard fileManager.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
             throw FerryError.invalidDestination("\(role) '\(path)' does not exist")
         }
-        guard isDirectory.boolValue else {
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
             throw FerryError.invalidDestination("\(role) '\(path)' is not a directory")
         }
-        guard fileManager.isWritableFile(atPath: path) else {
+        guard access(path, W_OK) == 0 else {
             throw FerryError.invalidDestination("\(role) '\(path)' is not writable")
         }
     }
@@ -39,8 +39,8 @@ enum FileSystemChecks {
     }
 
     static func isDirectory(_ path: String, fileManager: FileManager = .default) -> Bool {
-        var isDirectory: ObjCBool = false
-        return fileManager.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// Size of a regular file, nil when there is none.

@@ -120,14 +120,18 @@ public final class TransferCoordinator {
     }
 
     /// Runs a change, then schedules, applies speed limits and announces counts once,
-    /// however many transfers the change touched.
+    /// however many transfers the change touched. What scheduling changes (transfers
+    /// that start) is part of the change: stored in its one transaction and announced
+    /// with its events, after them.
     func mutate<T>(_ body: () throws -> T) rethrows -> T {
         mutationDepth += 1
         defer {
-            mutationDepth -= 1
-            if mutationDepth == 0 {
+            if mutationDepth == 1 {
                 schedule()
                 publishAggregates()
+            }
+            mutationDepth -= 1
+            if mutationDepth == 0 {
                 deliverEvents()
                 armTimeline()
             }

@@ -13,6 +13,26 @@ final class SchedulingTests: XCTestCase {
         XCTAssertEqual(h.engine.startedIDs, Array(ids.prefix(7)), "a freed slot goes to the oldest queued")
     }
 
+    func testTransfersStartedByOneChangeAreStoredAndAnnouncedWithIt() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let ids = try (0..<6).map { try h.download(s, "https://host\($0).example/f") { $0.start = false } }
+        XCTAssertEqual(h.engine.startedIDs, [])
+        let writesBefore = h.store.writes.count
+        h.observer.clear()
+
+        try h.sync { try $0.resumeAll(session: s) }
+
+        XCTAssertEqual(h.engine.startedIDs, ids)
+        XCTAssertEqual(h.store.writes.count - writesBefore, 1, "six transfers resumed and started: one transaction")
+        let running = h.observer.events.compactMap { event -> TransferID? in
+            if case .transferChanged(let id, .running) = event { return id } else { return nil }
+        }
+        XCTAssertEqual(running, ids, "each announced running, in start order")
+        XCTAssertEqual(try h.store.load().transfers.filter { $0.snapshot.state == .running }.map(\.snapshot.id), ids,
+                       "and stored running")
+    }
+
     func testPerHostLimitWithinSession() throws {
         let h = CoreHarness()
         let s = try h.openSession { $0.maxConnectionsPerHost = 2 }

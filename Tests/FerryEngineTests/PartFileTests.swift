@@ -1,3 +1,4 @@
+import FerryTestSupport
 import Foundation
 import XCTest
 @testable import FerryEngine
@@ -7,14 +8,8 @@ import XCTest
 final class PartFileTests: XCTestCase {
     private var folder = ""
 
-    override func setUpWithError() throws {
-        folder = NSTemporaryDirectory() + "ferry-partfile-\(getpid())-\(UInt32.random(in: 0 ... .max))"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-    }
-
-    override func tearDownWithError() throws {
-        try? FileManager.default.removeItem(atPath: folder)
-    }
+    override func setUpWithError() throws { folder = try makeShortTemporaryDirectory(prefix: "ferry-partfile") }
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: folder) }
 
     func testANewPartFileHasItsNameBeforeAnyByteIsWritten() throws {
         let path = folder + "/a.iso.part"

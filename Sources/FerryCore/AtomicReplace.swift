@@ -31,6 +31,23 @@ enum AtomicReplace {
         }
     }
 
+    /// The same for file systems without `RENAME_NOREPLACE`: a hard link at `target`
+    /// (which never replaces anything), then `source` unlinked. `.unsupported` where
+    /// there are no hard links either (FAT: the caller then renames after a check).
+    static func moveByLink(_ source: String, to target: String) throws -> NoReplaceOutcome {
+        if link(source, target) == 0 {
+            _ = unlink(source)
+            return .moved
+        }
+        let code = errno
+        switch code {
+        case EEXIST: return .targetExists
+        case EPERM, EOPNOTSUPP, ENOSYS, EMLINK: return .unsupported
+        default:
+            throw FerryError.disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
+        }
+    }
+
     private typealias RenameAt2 = @convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32
     private static let renameNoReplace: UInt32 = 1 // RENAME_NOREPLACE in <linux/fs.h>
     /// glibc has had `renameat2` since 2.28, but Swift's Glibc module does not declare it.

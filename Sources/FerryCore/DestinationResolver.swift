@@ -25,7 +25,7 @@ struct DestinationResolver {
     func resolve(requested: String?, defaultDirectory: () -> String, suggestedName: String, overwrite: Bool) throws -> Resolved {
         guard let requested = requested else {
             let defaultDirectory = defaultDirectory()
-            try FileSystemChecks.requireWritableDirectory(defaultDirectory, role: "download directory", fileManager: fileManager)
+            try FileSystemChecks.requireWritableDirectory(defaultDirectory, role: "download directory")
             let directory = FileSystemChecks.normalize(defaultDirectory)
             return Resolved(path: uniquePath(directory: directory, name: suggestedName, overwrite: overwrite),
                             directory: directory, serverMayName: true)
@@ -37,8 +37,8 @@ struct DestinationResolver {
             throw FerryError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
         }
         let path = FileSystemChecks.normalize(requested)
-        if FileSystemChecks.isDirectory(path, fileManager: fileManager) {
-            try FileSystemChecks.requireWritableDirectory(path, role: "destination directory", fileManager: fileManager)
+        if FileSystemChecks.isDirectory(path) {
+            try FileSystemChecks.requireWritableDirectory(path, role: "destination directory")
             return Resolved(path: uniquePath(directory: path, name: suggestedName, overwrite: overwrite),
                             directory: path, serverMayName: true)
         }
@@ -46,7 +46,7 @@ struct DestinationResolver {
             throw FerryError.invalidDestination("destination directory '\(requested)' does not exist")
         }
         let directory = FileSystemChecks.directoryName(path)
-        try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
+        try FileSystemChecks.requireWritableDirectory(directory, role: "directory")
         let name = FileSystemChecks.baseName(path)
         return Resolved(path: uniquePath(directory: directory, name: name, overwrite: overwrite),
                         directory: directory, serverMayName: false)
@@ -61,7 +61,7 @@ struct DestinationResolver {
             let part = path + ".part"
             if isClaimed(path) || isClaimed(part) { return true }
             if overwrite { return false }
-            return FileSystemChecks.exists(path, fileManager: fileManager) || FileSystemChecks.exists(part, fileManager: fileManager)
+            return FileSystemChecks.exists(path) || FileSystemChecks.exists(part)
         }
         return FileSystemChecks.join(directory, chosen)
     }

@@ -16,7 +16,7 @@ enum FileSystemChecks {
 
     /// An absolute, existing, writable directory, else `.invalidDestination` saying which
     /// of the three is wrong.
-    static func requireWritableDirectory(_ path: String, role: String, fileManager: FileManager = .default) throws {
+    static func requireWritableDirectory(_ path: String, role: String) throws {
         guard path.hasPrefix("/") else {
             throw FerryError.invalidDestination("\(role) '\(path)' is a relative path; give an absolute path")
         }
@@ -33,12 +33,12 @@ enum FileSystemChecks {
     }
 
     /// Something is at `path` (a dangling symbolic link counts).
-    static func exists(_ path: String, fileManager: FileManager = .default) -> Bool {
+    static func exists(_ path: String) -> Bool {
         var info = stat()
         return lstat(path, &info) == 0
     }
 
-    static func isDirectory(_ path: String, fileManager: FileManager = .default) -> Bool {
+    static func isDirectory(_ path: String) -> Bool {
         var info = stat()
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
@@ -53,7 +53,7 @@ enum FileSystemChecks {
     /// Deletes a file if present; true when nothing is left.
     @discardableResult
     static func removeIfPresent(_ path: String, fileManager: FileManager = .default) -> Bool {
-        guard exists(path, fileManager: fileManager) else { return true }
+        guard exists(path) else { return true }
         return (try? fileManager.removeItem(atPath: path)) != nil
     }
 

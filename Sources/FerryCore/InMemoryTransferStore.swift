@@ -30,11 +30,16 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
     }
 
     public func write(_ operations: [StoreOperation]) throws {
+        willWrite?(operations)
         lock.lock(); defer { lock.unlock() }
         if let failure = _failure { throw failure }
         if recordsWrites { _writes.append(operations) }
         for operation in operations { apply(operation) }
     }
+
+    /// Called with each `write`'s operations before they are applied (tests: to change
+    /// the world at the moment the core stores something). Set it before the core runs.
+    public nonisolated(unsafe) var willWrite: (([StoreOperation]) -> Void)?
 
     /// Every `write` so far, in order, when made with `recordingWrites`.
     public var writes: [[StoreOperation]] {

@@ -31,7 +31,7 @@ enum SessionValidation {
         if let proxy = update.proxy { try Limits.check(proxy, max: Limits.urlBytes, what: "the proxy URL") }
         if let id = update.applicationID, !id.isEmpty { try validateApplicationID(id) }
         if let directory = update.directory, !directory.isEmpty {
-            try FileSystemChecks.requireWritableDirectory(directory, role: "session directory", fileManager: fileManager)
+            try FileSystemChecks.requireWritableDirectory(directory, role: "session directory")
         }
         if let headers = update.headers { try HeaderFields.validate(headers) }
         if let n = update.maxConnectionsPerHost, !maxConnectionsPerHost.contains(n) {

@@ -62,33 +62,23 @@ extension TransferCoordinator {
         }
         let resolver = self.resolver(except: t.id)
         var target = t.destination
-        if FileSystemChecks.exists(target, fileManager: fileManager) {
+        if FileSystemChecks.exists(target) {
             target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
                                          name: FileSystemChecks.baseName(target), overwrite: false)
         }
         for _ in 0..<8 {
             recordFinishing(t, target: target, digest: digest)
-            switch try AtomicReplace.moveNoReplace(part, to: target) {
-            case .moved: return target
-            case .targetExists:
-                target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
-                                             name: FileSystemChecks.baseName(t.destination), overwrite: false)
-                continue
-            case .unsupported: break
-            }
-            do {
-                try fileManager.linkItem(atPath: part, toPath: target)
-                try? fileManager.removeItem(atPath: part)
-                return target
-            } catch let error as CocoaError where error.code == .fileWriteFileExists {
-                target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
-                                             name: FileSystemChecks.baseName(t.destination), overwrite: false)
-            } catch {
-                // No hard links on this file system: a plain rename after the check above.
-                guard !FileSystemChecks.exists(target, fileManager: fileManager) else { continue }
-                try fileManager.moveItem(atPath: part, toPath: target)
+            var outcome = try AtomicReplace.moveNoReplace(part, to: target)
+            if outcome == .unsupported { outcome = try AtomicReplace.moveByLink(part, to: target) }
+            if outcome == .unsupported, !FileSystemChecks.exists(target) {
+                // Neither: a plain rename, after the check.
+                try AtomicReplace.replace(target, with: part)
                 return target
             }
+            if outcome == .moved { return target }
+            // Something appeared at the name meanwhile: it stays, the download takes another.
+            target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
+                                         name: FileSystemChecks.baseName(t.destination), overwrite: false)
         }
         throw FerryError.disk("no free file name")
     }
@@ -137,9 +127,9 @@ extension TransferCoordinator {
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)
-        // The counts go out before a batch's AllFinished; otherwise once, when the
-        // change ends (a burst of 100 ending downloads is one manager signal, not 100).
-        if mutationDepth == 0 || index.activeCount(session: s.id) == 0 { publishAggregates() }
+        // Within a change the counts go out once, when it ends (a burst of 100 ending
+        // downloads is one manager signal, not 100), or before an AllFinished.
+        if mutationDepth == 0 { publishAggregates() }
         announceEndedBatches(of: s)
         finishClosingIfDone(s)
     }
@@ -147,8 +137,10 @@ extension TransferCoordinator {
     /// Sends AllFinished for the session when nothing is queued, waiting or running
     /// there any more and the batch has an outcome to report (a batch can also end by
     /// pausing its last live transfer); the manager's follows after its settle time.
+    /// The counts (`ActiveTransfers`…) that say so go out first.
     func announceEndedBatches(of s: SessionRecord) {
         if s.batch != BatchCounts(), index.activeCount(session: s.id) == 0 {
+            publishAggregates()
             let counts = s.batch
             s.batch = BatchCounts()
             emit(.sessionAllFinished(SessionBatchEnd(session: s.id, identifier: s.identifier, counts: counts, applicationID: s.configuration.applicationID,
@@ -158,6 +150,7 @@ extension TransferCoordinator {
     }
 
     private func describe(_ error: Error) -> String {
+        if let ferry = error as? FerryError { return ferry.message }
         if let cocoa = error as? CocoaError, let underlying = cocoa.userInfo[NSUnderlyingErrorKey] as? NSError {
             return underlying.localizedDescription
         }

@@ -80,7 +80,7 @@ extension TransferCoordinator {
             }
         }
         let directory = FileSystemChecks.directoryName(data.destination)
-        try FileSystemChecks.requireWritableDirectory(directory, role: "directory", fileManager: fileManager)
+        try FileSystemChecks.requireWritableDirectory(directory, role: "directory")
         let owners = Set(index.owners(of: data.destination) + index.owners(of: data.partPath)).sorted()
             .compactMap { transfers[$0] }.filter { $0.holdsClaim }
         if let busy = owners.first(where: { $0.state.isActive }) {

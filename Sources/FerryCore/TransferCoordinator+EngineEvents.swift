@@ -84,7 +84,7 @@ extension TransferCoordinator {
         let newPath = resolver(except: t.id).uniquePath(directory: t.directory, name: name, overwrite: t.options.overwrite)
         guard newPath != t.destination else { return }
         let currentPart = t.enginePartPath ?? t.partPath
-        if FileSystemChecks.exists(currentPart, fileManager: fileManager) {
+        if FileSystemChecks.exists(currentPart) {
             do {
                 try fileManager.moveItem(atPath: currentPart, toPath: newPath + ".part")
             } catch {
@@ -174,7 +174,7 @@ extension TransferCoordinator {
     /// the old name; bring it to the current one.
     private func settlePartFile(_ t: TransferRecord) {
         guard let enginePath = t.enginePartPath, enginePath != t.partPath else { return }
-        if FileSystemChecks.exists(enginePath, fileManager: fileManager) {
+        if FileSystemChecks.exists(enginePath) {
             do {
                 try fileManager.moveItem(atPath: enginePath, toPath: t.partPath)
             } catch {

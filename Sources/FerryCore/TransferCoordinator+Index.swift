@@ -144,6 +144,7 @@ extension TransferCoordinator {
     func endSettledBatch() {
         settleDue = nil
         guard batch != BatchCounts(), index.activeTotal == 0 else { return }
+        publishAggregates() // the counts that say so first
         let counts = batch
         batch = BatchCounts()
         emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled)))

@@ -198,8 +198,8 @@ extension TransferCoordinator {
         let t = TransferRecord(stored: stored)
         // A Content-Disposition rename may have been cut short: bring the bytes to the
         // current name.
-        if stored.partPath != t.partPath, FileSystemChecks.exists(stored.partPath, fileManager: fileManager),
-           !FileSystemChecks.exists(t.partPath, fileManager: fileManager) {
+        if stored.partPath != t.partPath, FileSystemChecks.exists(stored.partPath),
+           !FileSystemChecks.exists(t.partPath) {
             do {
                 try fileManager.moveItem(atPath: stored.partPath, toPath: t.partPath)
             } catch {
@@ -230,8 +230,8 @@ extension TransferCoordinator {
     private func settleInterruptedFinish(_ t: TransferRecord) {
         guard let target = t.finishingPath else { return }
         t.finishingPath = nil
-        guard !t.state.isFinal, FileSystemChecks.exists(target, fileManager: fileManager) else { return }
-        let partExists = FileSystemChecks.exists(t.partPath, fileManager: fileManager)
+        guard !t.state.isFinal, FileSystemChecks.exists(target) else { return }
+        let partExists = FileSystemChecks.exists(t.partPath)
         if partExists {
             guard Self.sameFile(t.partPath, target, fileManager) else { return }
             FileSystemChecks.removeIfPresent(t.partPath, fileManager: fileManager) // the link was made, not the unlink

@@ -128,7 +128,7 @@ extension TransferCoordinator {
             throw FerryError.invalidDestination("response-destination '\(normalized)' is a directory; give a file path")
         }
         try FileSystemChecks.requireWritableDirectory(FileSystemChecks.directoryName(normalized),
-                                                      role: "response-destination's directory", fileManager: fileManager)
+                                                      role: "response-destination's directory")
         return normalized
     }
 

@@ -63,14 +63,16 @@ final class PartFile {
                 return .failure(PartFileError(code: errno, action: "replacing (it is a link or not ours)", path: path))
             }
         }
-        switch createUnnamedThenLink(path) {
-        case .some(.success(let fd)): return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
-        case .some(.failure(let error)): return .failure(error)
-        case .none: break
+        return (createUnnamedThenLink(path) ?? createNamed(path)).map {
+            PartFile(path: path, fd: $0, isRegular: true, initialSize: 0)
         }
-        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
-        if fd < 0 { return .failure(PartFileError(code: errno, action: "creating", path: path)) }
-        return .success(PartFile(path: path, fd: fd, isRegular: true, initialSize: 0))
+    }
+
+    /// Creates the new, empty file at `path` (`O_CREAT | O_EXCL`: never in place of
+    /// something there).
+    static func createNamed(_ path: String) -> Result<Int32, PartFileError> {
+        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, partFileMode) }
+        return fd < 0 ? .failure(PartFileError(code: errno, action: "creating", path: path)) : .success(fd)
     }
 
     /// Creates the new, empty file without a name (`O_TMPFILE`), then gives it `path`
@@ -83,8 +85,17 @@ final class PartFile {
     static func createUnnamedThenLink(_ path: String) -> Result<Int32, PartFileError>? {
         guard let slash = path.lastIndex(of: "/") else { return nil }
         let directory = slash == path.startIndex ? "/" : String(path[..<slash])
-        let fd = directory.withCString { Glibc.open($0, oTmpFile | O_WRONLY | O_CLOEXEC, 0o644) }
-        guard fd >= 0 else { return nil } // EOPNOTSUPP, EISDIR (kernels before 3.11), EINVAL…
+        let fd = directory.withCString { Glibc.open($0, oTmpFile | O_WRONLY | O_CLOEXEC, partFileMode) }
+        guard fd >= 0 else {
+            let code = errno
+            // The file system cannot (EOPNOTSUPP), the kernel does not know O_TMPFILE
+            // (EISDIR before 3.11) or refuses it (EINVAL): make the file the usual way.
+            if code == EOPNOTSUPP || code == EISDIR || code == EINVAL { return nil }
+            return .failure(PartFileError(code: code, action: "creating", path: path))
+        }
+        // Kernels before 6.0 did not apply the umask to O_TMPFILE files on some file
+        // systems; a private umask (077) must still give a private file.
+        if let mask = processUmask { _ = fchmod(fd, partFileMode & ~mask) }
         let linked = "/proc/self/fd/\(fd)".withCString { source in
             path.withCString { linkat(AT_FDCWD, source, AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
         }
@@ -96,6 +107,16 @@ final class PartFile {
         }
         return .success(fd)
     }
+
+    static let partFileMode: mode_t = 0o644
+
+    /// The process's umask, from `/proc/self/status` (reading it with `umask(2)` would
+    /// change it for a moment under other threads); nil where not shown.
+    static let processUmask: mode_t? = {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Umask:") }) else { return nil }
+        return mode_t(ResponseHead.trimmingOWS(line.dropFirst("Umask:".count)), radix: 8)
+    }()
 
     /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` in <bits/fcntl-linux.h>; Swift's Glibc
     /// module does not import it).

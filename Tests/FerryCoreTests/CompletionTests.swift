@@ -140,6 +140,29 @@ final class CompletionTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: h.downloads + "/o.bin", encoding: .utf8), "new")
     }
 
+    func testFileThatAppearsAfterTheCheckIsNotClobberedEither() throws {
+        let store = InMemoryTransferStore(recordingWrites: true)
+        let h = CoreHarness(store: store)
+        let s = try h.openSession()
+        let t = try h.download(s)
+        let final = h.downloads + "/file.bin"
+        // The moment the core has stored where the file goes (after its own check that
+        // the name is free), another program writes a file there.
+        store.willWrite = { operations in
+            for case .saveTransfer(let stored) in operations where stored.finishingPath == final
+                && !FileManager.default.fileExists(atPath: final) {
+                _ = FileManager.default.createFile(atPath: final, contents: Data("mine".utf8))
+            }
+        }
+        h.succeed(t, body: Array("theirs".utf8))
+        store.willWrite = nil
+        XCTAssertEqual(try String(contentsOfFile: final, encoding: .utf8), "mine", "never replaced")
+        XCTAssertEqual(h.destination(t), h.downloads + "/file (1).bin")
+        XCTAssertEqual(try String(contentsOfFile: h.downloads + "/file (1).bin", encoding: .utf8), "theirs")
+        XCTAssertFalse(h.exists(h.downloads + "/file.bin.part"))
+        XCTAssertEqual(h.state(t), .completed)
+    }
+
     func testCancelDeletesPartFile() throws {
         let h = CoreHarness()
         let s = try h.openSession()

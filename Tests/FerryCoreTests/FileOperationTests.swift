@@ -43,6 +43,22 @@ final class FileOperationTests: XCTestCase {
         XCTAssertNil(read("nowhere"))
     }
 
+    func testMoveByLinkMovesAndNeverReplaces() throws {
+        try write("body", "l.part")
+        try write("theirs", "taken")
+        XCTAssertEqual(try AtomicReplace.moveByLink(folder + "/l.part", to: folder + "/taken"), .targetExists)
+        XCTAssertEqual(read("taken"), "theirs")
+        XCTAssertEqual(read("l.part"), "body")
+
+        XCTAssertEqual(try AtomicReplace.moveByLink(folder + "/l.part", to: folder + "/l"), .moved)
+        XCTAssertEqual(read("l"), "body")
+        XCTAssertNil(read("l.part"), "no second name left behind")
+        var info = stat()
+        XCTAssertEqual(lstat(folder + "/l", &info), 0)
+        XCTAssertEqual(info.st_nlink, 1)
+        XCTAssertThrowsError(try AtomicReplace.moveByLink(folder + "/gone.part", to: folder + "/gone"))
+    }
+
     func testMoveNoReplaceOfAMissingFileThrowsADiskError() {
         XCTAssertThrowsError(try AtomicReplace.moveNoReplace(folder + "/none.part", to: folder + "/none")) { error in
             guard case FerryError.disk(let message) = error else { return XCTFail("\(error)") }

@@ -32,6 +32,37 @@ final class PartFileTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), ["a.iso.part"], "nothing else is left in the folder")
     }
 
+    func testTheUnnamedFileIsTheNamedOneAndFollowsTheUmask() throws {
+        let path = folder + "/private.part"
+        let mask = umask(0o022)
+        umask(mask)
+        XCTAssertEqual(PartFile.processUmask, mask, "read from /proc/self/status")
+
+        guard case .success(let fd)? = PartFile.createUnnamedThenLink(path) else {
+            return XCTFail("O_TMPFILE and linkat work on this file system")
+        }
+        defer { close(fd) }
+        var opened = stat(), named = stat()
+        XCTAssertEqual(fstat(fd, &opened), 0)
+        XCTAssertEqual(lstat(path, &named), 0)
+        XCTAssertEqual(opened.st_ino, named.st_ino, "the descriptor writes the file that has the name")
+        XCTAssertEqual(named.st_nlink, 1)
+        XCTAssertEqual(named.st_mode & 0o777, 0o644 & ~mask, "the process's umask, whatever the kernel does")
+    }
+
+    func testTheNamedFallbackNeverReplacesAFileThatIsThere() throws {
+        let fresh = folder + "/fresh.part"
+        let fd = try PartFile.createNamed(fresh).get()
+        close(fd)
+        var info = stat()
+        XCTAssertEqual(lstat(fresh, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG)
+
+        guard case .failure(let error) = PartFile.createNamed(fresh) else { return XCTFail("expected EEXIST") }
+        XCTAssertEqual(error.code, EEXIST)
+        XCTAssertEqual(error.action, "creating")
+    }
+
     func testTheUnnamedFileNeverTakesTheNameOfAFileThatIsThere() throws {
         let path = folder + "/b.part"
         try Data("someone else's".utf8).write(to: URL(fileURLWithPath: path))

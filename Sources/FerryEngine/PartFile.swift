@@ -32,9 +32,10 @@ final class PartFile {
     /// O_NOFOLLOW, and one that is a symbolic link, or a regular file with other links
     /// or of another owner, is unlinked (the name only: a link's target and a hard
     /// link's other names keep their bytes) and the download starts over in a new file
-    /// made with O_EXCL. Devices and pipes are written as they are (O_NONBLOCK at open,
-    /// so a FIFO without a reader cannot hang the engine thread); nothing but a plain
-    /// file is ever moved into place (the core checks).
+    /// (made so that it never replaces anything: `linkat` or O_EXCL). Devices and pipes
+    /// are written as they are (O_NONBLOCK at open, so a FIFO without a reader cannot
+    /// hang the engine thread); nothing but a plain file is ever moved into place (the
+    /// core checks).
     static func open(_ path: String) -> Result<PartFile, PartFileError> {
         let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
@@ -78,10 +79,11 @@ final class PartFile {
     /// Creates the new, empty file without a name (`O_TMPFILE`), then gives it `path`
     /// (`linkat`, which like `O_EXCL` never replaces what is there). The same file as
     /// an `O_CREAT | O_EXCL` open, but the file system finds the new inode without
-    /// holding the directory's lock: on ext4 that search can take a millisecond, and
-    /// every other create, rename and unlink in the folder (the core moving finished
-    /// downloads into place) would wait for it. Nil where the file system or kernel
-    /// cannot (the caller then creates the file the usual way).
+    /// holding the directory's lock: on ext4 without a journal, which skips inodes
+    /// deleted in the last minute, that search can take a millisecond, and every other
+    /// create, rename and unlink in the folder (the core moving finished downloads into
+    /// place) would wait for it. Nil where the file system or kernel cannot (the caller
+    /// then creates the file the usual way).
     static func createUnnamedThenLink(_ path: String) -> Result<Int32, PartFileError>? {
         guard let slash = path.lastIndex(of: "/") else { return nil }
         let directory = slash == path.startIndex ? "/" : String(path[..<slash])

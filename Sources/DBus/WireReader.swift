@@ -110,7 +110,7 @@ struct WireReader {
         case UInt8(ascii: "v"):
             return .variant
         default:
-            guard "ybnqiuxtdsogh".utf8.contains(c) else { throw Malformed(description: "unknown type code \(c)") }
+            guard WireLimits.isBasicTypeCode(c) else { throw Malformed(description: "unknown type code \(c)") }
             return .basic(c)
         }
     }
@@ -140,16 +140,11 @@ struct WireReader {
 
     private static func alignment(_ t: WireType) -> Int {
         switch t {
-        case .basic(let c):
-            switch c {
-            case UInt8(ascii: "y"), UInt8(ascii: "g"): return 1
-            case UInt8(ascii: "n"), UInt8(ascii: "q"): return 2
-            case UInt8(ascii: "x"), UInt8(ascii: "t"), UInt8(ascii: "d"): return 8
-            default: return 4
-            }
-        case .variant: return 1
-        case .bytes, .array, .dictionary: return 4 // arrays (a dictionary's entries are 8-aligned within)
-        case .structure: return 8
+        case .basic(let c): return WireLimits.alignment(ofTypeCode: c)
+        case .variant: return WireLimits.alignment(ofTypeCode: UInt8(ascii: "v"))
+        // Arrays (a dictionary's entries are 8-aligned within).
+        case .bytes, .array, .dictionary: return WireLimits.alignment(ofTypeCode: UInt8(ascii: "a"))
+        case .structure: return WireLimits.alignment(ofTypeCode: UInt8(ascii: "("))
         }
     }
 
@@ -203,7 +198,7 @@ struct WireReader {
         case .variant:
             let signature = try text(lengthBytes: 1)
             let type: WireType
-            if signature.utf8.count == 1, let c = signature.utf8.first, "ybnqiuxtdsogh".utf8.contains(c) {
+            if signature.utf8.count == 1, let c = signature.utf8.first, WireLimits.isBasicTypeCode(c) {
                 type = .basic(c)
             } else if let known = variantTypes[signature] {
                 type = known

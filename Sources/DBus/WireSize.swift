@@ -11,11 +11,21 @@ public enum WireLimits {
 
     /// The alignment of a complete type by its first character.
     static func alignment(of signature: Substring) -> Int {
-        switch signature.first {
-        case "y", "g", "v": return 1
-        case "n", "q": return 2
-        case "x", "t", "d", "(", "{": return 8
+        alignment(ofTypeCode: signature.utf8.first ?? UInt8(ascii: "a"))
+    }
+
+    /// The alignment of a type that starts with `code`.
+    static func alignment(ofTypeCode code: UInt8) -> Int {
+        switch code {
+        case UInt8(ascii: "y"), UInt8(ascii: "g"), UInt8(ascii: "v"): return 1
+        case UInt8(ascii: "n"), UInt8(ascii: "q"): return 2
+        case UInt8(ascii: "x"), UInt8(ascii: "t"), UInt8(ascii: "d"), UInt8(ascii: "("), UInt8(ascii: "{"): return 8
         default: return 4  // b i u s o a h
         }
+    }
+
+    /// Whether `code` is a basic type's (one character, no container).
+    static func isBasicTypeCode(_ code: UInt8) -> Bool {
+        "ybnqiuxtdsogh".utf8.contains(code)
     }
 }

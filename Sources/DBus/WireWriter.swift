@@ -10,7 +10,7 @@ import Glibc
 /// (`WireLimits`: an array over 64 MiB, a message over 128 MiB), and — when
 /// `storing` — the bytes themselves. `BusMessage.append` walks values with a
 /// measuring writer before handing them to libdbus; a large reply is built from the
-/// stored bytes (`BusMessage.methodReturn(to:body:)`) without libdbus's per-value
+/// stored bytes (`BusMessage.makeReturn(signature:_:)`) without libdbus's per-value
 /// iterators, which cost more than the rest of a `GetManagedObjects` of 10,000
 /// transfers together.
 struct WireWriter {
@@ -97,7 +97,7 @@ struct WireWriter {
     }
 
     private mutating func isValidSingleType(_ type: String) -> Bool {
-        if type.utf8.count == 1 { return "ybnqiuxtdsoghv".utf8.contains(type.utf8.first!) }
+        if type.utf8.count == 1, let c = type.utf8.first { return WireLimits.isBasicTypeCode(c) || c == UInt8(ascii: "v") }
         if validTypes.contains(type) { return true }
         guard BusNames.isValidSingleType(type) else { return false }
         if validTypes.count < 32 { validTypes.append(type) }
@@ -140,11 +140,15 @@ struct WireWriter {
     }
 
     private mutating func patchLength(at: Int, _ length: Int) throws {
+        try checkArray(length)
+        setUInt32(at: at, UInt32(length))
+    }
+
+    private func checkArray(_ length: Int) throws {
         guard length <= WireLimits.maximumArrayBytes else {
             throw BusError(name: StandardErrors.limitsExceeded,
                            message: "an array in the message would be over \(WireLimits.maximumArrayBytes) bytes long, the most D-Bus carries")
         }
-        setUInt32(at: at, UInt32(length))
     }
 
     private mutating func checkGrowth() throws {
@@ -213,9 +217,9 @@ struct WireWriter {
                     throw BusError.invalidArgs("array of '\(element)' holds a '\(item.signature)'")
                 }
                 try append(item, depth: depth + 1)
-                try checkGrowth()
-                try patchLength(at: at, count - start)
+                try checkArray(count - start) // as it grows: a huge array is refused early
             }
+            try patchLength(at: at, count - start)
         case .dictionary(let k, let vsig, let entries):
             guard k.utf8.count == 1, isValidSingleType(k), k != "v" else {
                 throw BusError.invalidArgs("invalid dictionary key type '\(k)'")
@@ -231,9 +235,9 @@ struct WireWriter {
                 pad(to: 8)
                 try append(e.key, depth: depth + 2)
                 try append(e.value, depth: depth + 2)
-                try checkGrowth()
-                try patchLength(at: at, count - start)
+                try checkArray(count - start)
             }
+            try patchLength(at: at, count - start)
         case .structure(let fields):
             guard !fields.isEmpty else { throw BusError.invalidArgs("empty structure") }
             pad(to: 8)

@@ -22,6 +22,8 @@ public struct CoreEnvironment {
     /// Seconds with nothing queued, waiting or running before the manager's batch ends
     /// (`AllFinished` and the notification); 0 ends it at once.
     public var batchSettleTime: Double
+    /// Seals the resume data `Pause` hands out (only this key opens it again).
+    public var resumeDataSeal: ResumeDataSeal
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -32,13 +34,15 @@ public struct CoreEnvironment {
     ///   - freeSpace: `statvfs` through Foundation by default.
     ///   - checkpointInterval: 5 seconds by default.
     ///   - batchSettleTime: 1 second by default.
+    ///   - resumeDataSeal: a key of this process's own by default (ferryd keeps one on disk).
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
                 retryPolicy: RetryPolicy = .standard(),
                 freeSpace: @escaping (String) -> Int64? = CoreEnvironment.systemFreeSpace,
                 checkpointInterval: Double = 5,
-                batchSettleTime: Double = 1) {
+                batchSettleTime: Double = 1,
+                resumeDataSeal: ResumeDataSeal = .ephemeral()) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
@@ -46,6 +50,7 @@ public struct CoreEnvironment {
         self.freeSpace = freeSpace
         self.checkpointInterval = checkpointInterval
         self.batchSettleTime = batchSettleTime
+        self.resumeDataSeal = resumeDataSeal
     }
 
     /// The wall clock in microseconds since the Unix epoch.

@@ -2,9 +2,10 @@ import Crypto
 import Foundation
 
 /// What `Pause` hands out and `ResumeDownload` takes back: enough to continue a download
-/// from its `.part` file in a new transfer. Opaque to clients; the layout is
-/// `"FRD1"` + JSON + SHA-256 of the JSON (32 bytes). The digest catches damage in
-/// transit, not forgery: everything in it is checked again when it comes back.
+/// from its `.part` file in a new transfer. Opaque to clients: `Pause` hands out the JSON
+/// sealed by `ResumeDataSeal` (`"FRD2"`), which only this daemon can read, since the URL
+/// may hold credentials. `"FRD1"` + JSON + SHA-256 of the JSON, what Ferry handed out
+/// before, is still taken back. Everything in it is checked again when it comes back.
 public struct ResumeData: Codable, Equatable, Sendable {
     public static let magic: [UInt8] = Array("FRD1".utf8)
     static let digestLength = 32
@@ -33,34 +34,39 @@ public struct ResumeData: Codable, Equatable, Sendable {
         self.session = session; self.created = created
     }
 
-    /// The opaque bytes.
-    public func encoded() -> [UInt8] {
+    /// The opaque bytes, sealed with `seal`.
+    public func encoded(sealedWith seal: ResumeDataSeal) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         // Encoding plain strings and numbers cannot fail.
         let json = [UInt8]((try? encoder.encode(self)) ?? Data())
-        let bytes = ResumeData.magic + json + Array(SHA256.hash(data: json))
+        let bytes = seal.sealing(json)
         // A URL near its own limit can make the data longer than ResumeDownload takes:
         // then there is none, as when the server cannot resume (Resume still works).
         return bytes.count <= Limits.resumeDataBytes ? bytes : []
     }
 
-    /// Parses and checks bytes from a client: magic, digest, JSON, absolute paths,
-    /// `partPath == destination + ".part"`, offset, URL. Does not look at the disk.
-    public static func decode(_ bytes: [UInt8]) throws -> ResumeData {
+    /// Parses and checks bytes from a client: magic, seal (or digest), JSON, absolute
+    /// paths, `partPath == destination + ".part"`, offset, URL. Does not look at the disk.
+    public static func decode(_ bytes: [UInt8], seal: ResumeDataSeal) throws -> ResumeData {
         guard bytes.count <= Limits.resumeDataBytes else {
             throw FerryError.limitExceeded("the resume data is \(bytes.count) bytes long; at most \(Limits.resumeDataBytes) are accepted")
         }
-        guard bytes.count > magic.count + digestLength else {
-            throw FerryError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
-        }
-        guard Array(bytes.prefix(magic.count)) == magic else {
-            throw FerryError.invalidResumeData("the resume data does not come from Ferry's Pause (unknown format)")
-        }
-        let json = Array(bytes[magic.count ..< bytes.count - digestLength])
-        let digest = Array(bytes.suffix(digestLength))
-        guard Array(SHA256.hash(data: json)) == digest else {
-            throw FerryError.invalidResumeData("the resume data is damaged (its checksum does not match)")
+        let json: [UInt8]
+        if bytes.starts(with: ResumeDataSeal.magic) {
+            json = try seal.opening(bytes)
+        } else {
+            guard bytes.count > magic.count + digestLength else {
+                throw FerryError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
+            }
+            guard Array(bytes.prefix(magic.count)) == magic else {
+                throw FerryError.invalidResumeData("the resume data does not come from Ferry's Pause (unknown format)")
+            }
+            json = Array(bytes[magic.count ..< bytes.count - digestLength])
+            let digest = Array(bytes.suffix(digestLength))
+            guard Array(SHA256.hash(data: json)) == digest else {
+                throw FerryError.invalidResumeData("the resume data is damaged (its checksum does not match)")
+            }
         }
         let data: ResumeData
         do {

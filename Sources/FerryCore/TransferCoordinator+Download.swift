@@ -46,6 +46,13 @@ extension TransferCoordinator {
         nextTransferID = t.id + 1
     }
 
+    /// What `resumeData` (from `pause`) holds, checked as `resumeDownload` checks it
+    /// before looking at the disk.
+    /// - Throws: `.invalidResumeData`, `.limitExceeded`.
+    public func openResumeData(_ resumeData: [UInt8]) throws -> ResumeData {
+        try ResumeData.decode(resumeData, seal: environment.resumeDataSeal)
+    }
+
     /// A new download continuing from `resumeData` (from `pause`). It takes over the
     /// partial file: a paused or failed transfer that still owns it is cancelled
     /// (keeping the file). `options.destination`, when given, must be the same path.
@@ -56,7 +63,7 @@ extension TransferCoordinator {
     public func resumeDownload(session: SessionID, resumeData: [UInt8], options: DownloadOptions) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
         _ = try openSessionRecord(session)
-        let data = try ResumeData.decode(resumeData)
+        let data = try openResumeData(resumeData)
         let requestURL = try RequestURL.validate(data.url)
         try DownloadOptionsValidation.validate(options)
         if let wanted = options.destination,

@@ -171,6 +171,6 @@ extension TransferCoordinator {
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
         var withRanges = data
         withRanges.segments = t.segments?.encoded
-        return withRanges.encoded()
+        return withRanges.encoded(sealedWith: environment.resumeDataSeal)
     }
 }

@@ -69,7 +69,7 @@ extension FerryBusService {
 
     /// `ResumeDownload` names its file inside the resume data: the same rule applies.
     func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
-        guard let app = inv.sandboxAppID, let data = try? ResumeData.decode(resumeData) else { return }
+        guard let app = inv.sandboxAppID, let data = try? core.openResumeData(resumeData) else { return }
         if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
     }
 

@@ -82,12 +82,14 @@ struct Ferryd: ParsableCommand {
             throw ExitCode(1)
         }
 
-        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
-                                          batchSettleTime: batchSettle)
         let engine = CurlEngine()
         guard StateLock.acquire(in: StateDatabase.directory(), timeout: stateLockWait, logger: logger) else {
             throw ExitCode(1)
         }
+        // Under the state lock, so two daemons starting at once never make two keys.
+        let seal = ResumeDataSeal.persistent(in: StateDatabase.directory(), logger: logger)
+        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
+                                          batchSettleTime: batchSettle, resumeDataSeal: seal)
         let store = Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().

@@ -17,7 +17,7 @@ final class PauseResumeTests: XCTestCase {
         let s = try h.openSession()
         let t = try resumableTransfer(h, s)
         let data = try h.sync { try $0.pause(t) }
-        XCTAssertEqual(Array(data.prefix(4)), Array("FRD1".utf8))
+        XCTAssertEqual(Array(data.prefix(4)), Array("FRD2".utf8))
         XCTAssertEqual(h.state(t), .paused)
         XCTAssertEqual(h.engine.stopped, [t])
         XCTAssertEqual(h.snapshot(t)?.rate, 0)
@@ -77,7 +77,8 @@ final class PauseResumeTests: XCTestCase {
         let s = try h.openSession()
         let t = try resumableTransfer(h, s)
         let data = try h.sync { try $0.pause(t) }
-        let decoded = try ResumeData.decode(data)
+        XCTAssertThrowsError(try ResumeData.decode(data, seal: .ephemeral()), "another daemon's key does not open it")
+        let decoded = try h.sync { try $0.openResumeData(data) }
         XCTAssertEqual(decoded.url, "https://example.com/file.bin")
         XCTAssertEqual(decoded.destination, h.downloads + "/file.bin")
         XCTAssertEqual(decoded.partPath, h.downloads + "/file.bin.part")
@@ -144,7 +145,7 @@ final class PauseResumeTests: XCTestCase {
         var flipped = good; flipped[10] ^= 0x20
         var badMagic = good; badMagic[0] = UInt8(ascii: "X")
         func forged(_ change: (inout ResumeData) -> Void) throws -> [UInt8] {
-            var d = try ResumeData.decode(good)
+            var d = try h.sync { try $0.openResumeData(good) }
             change(&d)
             // Re-signs with a correct checksum: the contents must still be checked.
             let encoder = JSONEncoder(); encoder.outputFormatting = [.sortedKeys]

@@ -121,6 +121,41 @@ final class PauseResumeTests: FerryTestCase {
         XCTAssertEqual(signals.signals(path: t2.path, member: "ResumedAtOffset").first?.args[0].int64, Int64(cut))
     }
 
+    /// Any client may call Pause on any transfer, so the resume data must not show what
+    /// the URL's `user:password@` holds: it is sealed, readable only by ferryd. It still
+    /// works after ferryd restarts (the key is kept), and the credentials reach the server.
+    func testResumeDataHidesTheURLAndOutlivesARestart() async throws {
+        let dest = work + "/private.bin"
+        let password = "pw-\(UUID().uuidString)"
+        let body = serve("/private.bin", size: stalledSize)
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/private.bin")
+        let port = URL(string: server.url("/"))!.port!
+        let s = try await session()
+        let t = try await s.download("http://ruser:\(password)@127.0.0.1:\(port)/private.bin",
+                                     options: ["destination": .string(dest)])
+        try await waitForState(t, "running")
+        try await waitForFileSize(dest + ".part", atLeast: stalledCut)
+        let data = try await t.pause()
+        XCTAssertFalse(data.isEmpty, "resume data from a server with ranges and an ETag")
+        let text = String(decoding: data, as: UTF8.self)
+        for visible in [password, "ruser", "private.bin", "127.0.0.1", dest] {
+            XCTAssertFalse(text.contains(visible), "the resume data shows '\(visible)'")
+        }
+        XCTAssertFalse(data.starts(with: Array("FRD1".utf8)), "not the readable format of Ferry 0.1")
+
+        try await stopFerryd()
+        try await startFerryd()
+        let requestsBefore = server.requests(for: "/private.bin").count
+        let t2 = try await session("com.example.After").resumeDownload(data)
+        let info = try await finish(t2)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(dest, equals: body)
+        let later = server.requests(for: "/private.bin").dropFirst(requestsBefore)
+        XCTAssertEqual(later.first?.header("Range"), "bytes=\(cut)-", "it continued the partial file")
+        XCTAssertEqual(later.first?.header("Authorization"), "Basic " + Data("ruser:\(password)".utf8).base64EncodedString(),
+                       "the URL's credentials still went to the server")
+    }
+
     /// Resume data whose original transfer has failed since (a dead link) takes the
     /// partial file over: the old transfer becomes cancelled, the daemon stays up.
     func testResumeDownloadTakesOverFromAFailedTransfer() async throws {

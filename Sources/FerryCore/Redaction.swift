@@ -7,11 +7,26 @@ public enum Redaction {
     /// `url` without its `user:password@` part; everything else as given. Works on
     /// any text, valid URL or not, so that even a refused value is shown safely.
     public static func urlWithoutCredentials(_ url: String) -> String {
-        guard let schemeEnd = url.range(of: "://") else { return url }
-        let rest = url[schemeEnd.upperBound...]
-        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
-        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return url }
-        return String(url[..<schemeEnd.upperBound]) + String(rest[rest.index(after: at)...])
+        var text = url
+        // Byte by byte: every delimiter is ASCII, and this runs for each URL shown.
+        return text.withUTF8 { bytes -> String? in
+            let count = bytes.count
+            var i = 0
+            while i + 2 < count, !(bytes[i] == UInt8(ascii: ":") && bytes[i + 1] == UInt8(ascii: "/") && bytes[i + 2] == UInt8(ascii: "/")) {
+                i += 1
+            }
+            guard i + 2 < count else { return nil }
+            let authority = i + 3
+            var at: Int?
+            var j = authority
+            while j < count, bytes[j] != UInt8(ascii: "/"), bytes[j] != UInt8(ascii: "?"), bytes[j] != UInt8(ascii: "#") {
+                if bytes[j] == UInt8(ascii: "@") { at = j }
+                j += 1
+            }
+            guard let at else { return nil }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[..<authority]), as: UTF8.self)
+                + String(decoding: UnsafeBufferPointer(rebasing: bytes[(at + 1)...]), as: UTF8.self)
+        } ?? url
     }
 
     /// Header names with every value replaced by `hiddenValue`.

@@ -13,7 +13,8 @@ struct RequestURL: Equatable {
     static func validate(_ string: String) throws -> RequestURL {
         guard !string.isEmpty else { throw FerryError.invalidUrl("the URL is empty") }
         try Limits.check(string, max: Limits.urlBytes, what: "the URL")
-        let shown = redacted(string)
+        // Only an error message shows the URL: worked out then, not for every good URL.
+        var shown: String { redacted(string) }
         if string.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
             throw FerryError.invalidUrl("'\(shown)' is not a valid URL: it contains spaces or control characters (percent-encode them)")
         }

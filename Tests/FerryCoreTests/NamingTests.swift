@@ -72,6 +72,19 @@ final class NamingTests: XCTestCase {
     func testRedaction() {
         XCTAssertEqual(RequestURL.redacted("https://user:secret@host/x"), "https://host/x")
         XCTAssertEqual(RequestURL.redacted("https://host/x?a=b@c"), "https://host/x?a=b@c")
+        let cases: [(String, String)] = [
+            ("http://u:p@h:8080/a@b", "http://h:8080/a@b"),           // the last @ before the path
+            ("http://a@b:c@h/", "http://h/"),                         // an unescaped @ in the password
+            ("http://u:p@h", "http://h"),                             // no path at all
+            ("http://u:p@h?q#f", "http://h?q#f"),
+            ("http://h#frag@x", "http://h#frag@x"),                   // @ after the authority ends
+            ("http://ü:ö@hôst/é", "http://hôst/é"),                    // non-ASCII around it
+            ("mailto:a@b", "mailto:a@b"), ("", ""), ("://", "://"), ("://u@", "://"),
+            ("not a url @ all", "not a url @ all"),
+        ]
+        for (url, shown) in cases {
+            XCTAssertEqual(Redaction.urlWithoutCredentials(url), shown, url)
+        }
     }
 
     func testXDGDownloadDirectory() {

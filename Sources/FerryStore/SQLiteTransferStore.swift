@@ -35,6 +35,10 @@ public final class SQLiteTransferStore: TransferStore {
         configuration.label = "ferry.store"
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            // Only this connection ever opens the file (ferryd holds ferry.lock): no
+            // fcntl lock and unlock around every transaction, and the WAL's index in
+            // memory instead of a shared -shm file. Set before the WAL is first used.
+            try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE")
         }
         database = try DatabaseQueue(path: path, configuration: configuration)
         try database.read { db in
@@ -47,6 +51,14 @@ public final class SQLiteTransferStore: TransferStore {
             }
         }
         try StoreSchema.migrator.migrate(database)
+    }
+
+    /// Closes the connection, which lets go of the file: the connection holds its lock
+    /// for as long as it is open (`locking_mode = EXCLUSIVE`), so a second store on the
+    /// same file (a test playing a new ferryd) can open it only after this. Nothing is
+    /// written here that `write` did not already commit.
+    public func close() throws {
+        try database.close()
     }
 
     /// The migrations applied, oldest first (for tests and diagnostics).

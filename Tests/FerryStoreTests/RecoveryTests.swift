@@ -11,7 +11,7 @@ final class RecoveryTests: XCTestCase {
 
     /// - Parameter exact: the old file is kept byte for byte (SQLite may have written to
     ///   a damaged database's file while it tried to open it; never to a non-database).
-    private func assertMovedAside(_ dir: TemporaryDirectory, original: Data, exact: Bool = true, log: LogCapture,
+    private func assertMovedAside(_ dir: TemporaryDirectory, original: Data, exact: Bool = true, log: LogCapture, opened: SQLiteTransferStore,
                                   file: StaticString = #filePath, line: UInt = #line) throws {
         let aside = dir.database + ".corrupt-20251113T021320Z"
         let kept = FileManager.default.contents(atPath: aside)
@@ -25,8 +25,8 @@ final class RecoveryTests: XCTestCase {
         XCTAssertEqual(errors.count, 1, "\(errors)", file: file, line: line)
         XCTAssertTrue(errors.first?.contains(dir.database) ?? false, file: file, line: line)
         XCTAssertTrue(errors.first?.contains("moved it to \(aside)") ?? false, errors.first ?? "", file: file, line: line)
-        let fresh = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try fresh.load(), StoreContents(), "a fresh database", file: file, line: line)
+        XCTAssertEqual(opened.path, dir.database, file: file, line: line)
+        XCTAssertEqual(try opened.load(), StoreContents(), "a fresh database", file: file, line: line)
     }
 
     func testGarbageFileIsMovedAside() throws {
@@ -35,7 +35,7 @@ final class RecoveryTests: XCTestCase {
         FileManager.default.createFile(atPath: dir.database, contents: garbage)
         let log = LogCapture()
         let store = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
-        try assertMovedAside(dir, original: garbage, log: log)
+        try assertMovedAside(dir, original: garbage, log: log, opened: store)
         try store.write([.setCounters(StoreCounters(nextSessionID: 2))])
         XCTAssertEqual(try store.load().counters.nextSessionID, 2, "the new database works")
     }
@@ -58,8 +58,8 @@ final class RecoveryTests: XCTestCase {
         for i in 4096..<(bytes.count - 4096) { bytes[i] = UInt8(truncatingIfNeeded: i &* 131) }
         FileManager.default.createFile(atPath: dir.database, contents: bytes)
         let log = LogCapture()
-        _ = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
-        try assertMovedAside(dir, original: bytes, exact: false, log: log)
+        let store = try StateDatabase.open(directory: dir.path, logger: log.logger, now: { self.fixedNow })
+        try assertMovedAside(dir, original: bytes, exact: false, log: log, opened: store)
     }
 
     func testMovingAsideTakesTheLogAndSharedMemoryFiles() throws {

@@ -36,6 +36,7 @@ final class RestartTests: XCTestCase {
         let events = try d.sync { try $0.pendingEvents(session: s) }
         XCTAssertEqual(events.map(\.kind), [.finished])
         // No clean stop: the old core is simply abandoned, as after kill -9.
+        d.abandon()
 
         let d2 = try daemon()
         XCTAssertEqual(d2.sync { $0.sessionIDs }, [s])
@@ -101,6 +102,7 @@ final class RestartTests: XCTestCase {
         try d.sync { try $0.closeSession(s, cancelTransfers: true) }
         // Only the id counters may have moved (so that its ids are never handed out
         // again): no trace of the session, its URL, file or events.
+        d.abandon()
         let rows = try DatabaseQueue(path: path).read { db in
             (try Int.fetchOne(db, sql: "SELECT count(*) FROM sessions")!, try Int.fetchOne(db, sql: "SELECT count(*) FROM transfers")!,
              try Int.fetchOne(db, sql: "SELECT count(*) FROM events")!)

@@ -100,6 +100,7 @@ final class RoundTripTests: XCTestCase {
         segmented.segments = SegmentMap(total: 10_000_000, done: [0..<1_000_000, 4_000_000..<4_500_000])
         let store = try SQLiteTransferStore(path: dir.database)
         try store.write([.saveTransfer(upload), .saveTransfer(segmented)])
+        try store.close()
         let loaded = try SQLiteTransferStore(path: dir.database).load().transfers
         XCTAssertEqual(loaded, [upload, segmented])
         XCTAssertEqual(loaded.last?.segments?.missing, [1_000_000..<4_000_000, 4_500_000..<10_000_000])
@@ -134,6 +135,7 @@ final class RoundTripTests: XCTestCase {
         }
         for t in expected { try store.write([.saveTransfer(t)]) }
         XCTAssertEqual(try store.load().transfers, expected)
+        try store.close()
         XCTAssertEqual(try SQLiteTransferStore(path: dir.database).load().transfers, expected, "read by a fresh connection")
     }
 

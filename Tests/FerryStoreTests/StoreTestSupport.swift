@@ -1,6 +1,7 @@
 import FerryCore
 import Foundation
 import FerryCoreTestSupport
+import FerryStore
 import Logging
 import XCTest
 
@@ -62,8 +63,12 @@ final class Daemon {
     let core: TransferCoordinator
     let downloads: String
 
+    /// The SQLite store, closed when the daemon stops or is abandoned.
+    private let sqlite: SQLiteTransferStore?
+
     init(store: TransferStore, downloads: String) throws {
         self.downloads = downloads
+        sqlite = store as? SQLiteTransferStore
         let environment = CoreEnvironment(defaultDownloadDirectory: { downloads }, retryPolicy: .never,
                                           freeSpace: { _ in nil })
         core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
@@ -93,5 +98,14 @@ final class Daemon {
              .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil)))
     }
 
-    func stop() { queue.sync { core.shutdown() } }
+    func stop() {
+        queue.sync { core.shutdown() }
+        try? sqlite?.close()
+    }
+
+    /// As after kill -9: the core stops on the spot, without its shutdown; the process's
+    /// death would close the database's file (and so release its lock), so this does.
+    func abandon() {
+        queue.sync { try? sqlite?.close() }
+    }
 }

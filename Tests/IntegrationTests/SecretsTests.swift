@@ -179,6 +179,8 @@ final class SecretsTests: FerryTestCase {
             XCTAssertEqual(mode(stateDirectory + "/" + name), isDirectory.boolValue ? 0o700 : 0o600, "\(name) is private to the user")
         }
         XCTAssertTrue(files.contains("ferry.sqlite-wal"), "the WAL is checked too: \(files)")
+        XCTAssertFalse(files.contains("ferry.sqlite-shm"), "ferryd alone opens it (exclusive locking): no shared index file")
+        XCTAssertTrue(files.contains("resume-key"), "the key that seals resume data is checked too: \(files)")
     }
 
     func mode(_ path: String) -> mode_t? {

@@ -43,11 +43,12 @@ enum FileSystemChecks {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
-    /// Size of a regular file, nil when there is none.
-    static func fileSize(_ path: String, fileManager: FileManager = .default) -> Int64? {
-        guard let attributes = try? fileManager.attributesOfItem(atPath: path),
-              attributes[.type] as? FileAttributeType == .typeRegular else { return nil }
-        return (attributes[.size] as? NSNumber)?.int64Value
+    /// Size of a regular file (symbolic links followed), nil when there is none. One
+    /// stat(2): FileManager's attribute dictionary also looks up the owner's names.
+    static func fileSize(_ path: String) -> Int64? {
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(info.st_size)
     }
 
     /// Deletes a file if present; true when nothing is left.

@@ -77,7 +77,7 @@ extension TransferCoordinator {
             }
             segments = map
         }
-        let partSize = FileSystemChecks.fileSize(data.partPath, fileManager: fileManager)
+        let partSize = FileSystemChecks.fileSize(data.partPath)
         if data.offset > 0 {
             guard let size = partSize else {
                 throw FerryError.invalidResumeData("the partial file '\(data.partPath)' no longer exists; start the download again")

@@ -215,7 +215,7 @@ extension TransferCoordinator {
             t.enginePartPath = nil
         } else if !t.state.isFinal {
             // The file's real size wins over the last checkpoint.
-            t.snapshot.bytesTransferred = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+            t.snapshot.bytesTransferred = FileSystemChecks.fileSize(t.partPath) ?? 0
         }
         t.snapshot.rate = 0
         t.snapshot.expectedEnd = 0
@@ -236,7 +236,7 @@ extension TransferCoordinator {
             guard Self.sameFile(t.partPath, target, fileManager) else { return }
             FileSystemChecks.removeIfPresent(t.partPath, fileManager: fileManager) // the link was made, not the unlink
         }
-        let size = FileSystemChecks.fileSize(target, fileManager: fileManager) ?? t.snapshot.bytesTransferred
+        let size = FileSystemChecks.fileSize(target) ?? t.snapshot.bytesTransferred
         t.snapshot.destination = target
         t.life.finishedBeforeRestart()
         t.syncState()

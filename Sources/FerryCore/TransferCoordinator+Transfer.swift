@@ -165,7 +165,7 @@ extension TransferCoordinator {
 
     func resumeData(for t: TransferRecord) -> [UInt8] {
         guard !t.isUpload, t.snapshot.resumable, t.validator != nil else { return [] }
-        let offset = FileSystemChecks.fileSize(t.partPath, fileManager: fileManager) ?? 0
+        let offset = FileSystemChecks.fileSize(t.partPath) ?? 0
         let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
                               etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)

@@ -21,6 +21,9 @@ public final class SQLiteTransferStore: TransferStore {
     /// mostly share their options, so most rows skip the JSON coder (and, read back,
     /// share one copy of the options' strings).
     private var optionsCache = OptionsColumnCache()
+    /// Each counter's value in the database, as far as this store knows (committed):
+    /// every change comes with the counters, and mostly only one of them has moved.
+    private var storedCounters: [String: Int64] = [:]
 
     /// Opens (or creates) the database at `path`, checks it (`PRAGMA quick_check`) and
     /// runs the migrations it lacks.
@@ -120,9 +123,12 @@ public final class SQLiteTransferStore: TransferStore {
         guard !operations.isEmpty else { return }
         var cache = optionsCache
         defer { optionsCache = cache }
+        var counters = storedCounters
         try database.write { db in
-            for operation in operations { try Self.apply(operation, db, options: &cache) }
+            for operation in operations { try Self.apply(operation, db, options: &cache, counters: &counters) }
         }
+        // Only once committed: a transaction rolled back leaves the database as it was.
+        storedCounters = counters
     }
 
     // MARK: - Rows
@@ -134,7 +140,8 @@ public final class SQLiteTransferStore: TransferStore {
         try db.cachedStatement(sql: sql).execute(arguments: arguments)
     }
 
-    private static func apply(_ operation: StoreOperation, _ db: Database, options: inout OptionsColumnCache) throws {
+    private static func apply(_ operation: StoreOperation, _ db: Database, options: inout OptionsColumnCache,
+                              counters: inout [String: Int64]) throws {
         switch operation {
         case .saveSession(let s):
             try Self.run(db, sql: """
@@ -161,12 +168,16 @@ public final class SQLiteTransferStore: TransferStore {
                            arguments: [session.stored, Int64(clamping: serial)])
         case .setCounters(let c):
             // max(): an id handed out is never handed out again, whatever the caller says.
+            // A counter already stored at this value or above is left alone: the
+            // database keeps the greatest value written.
             for (name, value) in [("next_session_id", c.nextSessionID), ("next_transfer_id", c.nextTransferID),
                                   ("next_serial", c.nextSerial)] {
+                if let known = counters[name], UInt64(stored: known) >= value { continue }
                 try Self.run(db, sql: """
                     INSERT INTO counters (name, value) VALUES (?, ?)
                     ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)
                     """, arguments: [name, value.stored])
+                counters[name] = value.stored
             }
         case .setSettings(let s):
             for (name, value) in [("max_concurrent_transfers", Int64(s.maxConcurrentTransfers)),

@@ -82,4 +82,14 @@ final class FileOperationTests: XCTestCase {
         XCTAssertFalse(FileSystemChecks.exists(folder + "/nowhere"))
         XCTAssertTrue(FileSystemChecks.exists(folder))
     }
+
+    func testFileSizeIsARegularFilesSize() throws {
+        let file = folder + "/f.bin", link = folder + "/link"
+        FileManager.default.createFile(atPath: file, contents: Data(count: 12_345))
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: file)
+        XCTAssertEqual(FileSystemChecks.fileSize(file), 12_345)
+        XCTAssertEqual(FileSystemChecks.fileSize(link), 12_345, "a link is followed")
+        XCTAssertNil(FileSystemChecks.fileSize(folder), "a folder has no file size")
+        XCTAssertNil(FileSystemChecks.fileSize(folder + "/missing"))
+    }
 }

@@ -171,6 +171,22 @@ final class RoundTripTests: XCTestCase {
         XCTAssertEqual(try store.load().counters, StoreCounters(nextSessionID: 5, nextTransferID: 60, nextSerial: 500))
     }
 
+    /// The store skips counters it already wrote at that value, but only once they are
+    /// committed: counters in a transaction that was rolled back are written again.
+    func testCountersOfARolledBackWriteAreWrittenAgain() throws {
+        let dir = TemporaryDirectory()
+        let store = try SQLiteTransferStore(path: dir.database)
+        let counters = StoreCounters(nextSessionID: 10, nextTransferID: 20, nextSerial: 30)
+        try store.database.write { db in try db.execute(sql: "CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'no'); END") }
+        XCTAssertThrowsError(try store.write([.setCounters(counters), .appendEvent(1, PendingEvent(serial: 1, transfer: 1, kind: .finished))]))
+        XCTAssertEqual(try store.load().counters, StoreCounters(), "rolled back")
+        try store.database.write { db in try db.execute(sql: "DROP TRIGGER refuse") }
+        try store.write([.setCounters(counters)])
+        XCTAssertEqual(try store.load().counters, counters)
+        try store.write([.setCounters(StoreCounters(nextSessionID: 10, nextTransferID: 21, nextSerial: 30))])
+        XCTAssertEqual(try store.load().counters.nextTransferID, 21, "the one that moved is written")
+    }
+
     func testAFailedWriteChangesNothing() throws {
         let dir = TemporaryDirectory()
         let store = try SQLiteTransferStore(path: dir.database)

@@ -44,7 +44,7 @@ public final class ExportedObject: @unchecked Sendable {
 
     private func slot(_ interface: String, _ name: String) -> (Int, Int)? {
         guard let i = interfaces.firstIndex(where: { $0.name == interface }),
-              let j = interfaces[i].properties.firstIndex(where: { $0.name == name }) else { return nil }
+              let j = interfaces[i].propertyIndex[name] else { return nil }
         return (i, j)
     }
 
@@ -57,14 +57,15 @@ public final class ExportedObject: @unchecked Sendable {
     /// those that changed and emit change signals. On the connection's queue.
     public func setProperties(_ interface: String, _ changes: [String: DBusValue]) {
         if let q = connection?.queue { dispatchPrecondition(condition: .onQueue(q)) }
-        guard let spec = self.interface(interface) else { return }
+        guard let i = interfaces.firstIndex(where: { $0.name == interface }) else { return }
+        let spec = interfaces[i]
         var changed: [String: DBusValue] = [:]
         for (name, value) in changes {
-            guard let p = spec.property(name), value.signature == p.type else {
+            guard let j = spec.propertyIndex[name], value.signature == spec.properties[j].type else {
                 assertionFailure("property \(interface).\(name) set with \(value.signature)")
                 continue
             }
-            guard let (i, j) = slot(interface, name) else { continue }
+            let p = spec.properties[j]
             if slots[i][j] == value { continue }
             slots[i][j] = value
             guard p.emitsChange else { continue }

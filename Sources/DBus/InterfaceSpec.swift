@@ -77,22 +77,33 @@ public struct InterfaceSpec: Sendable {
     public var name: String
     public var methods: [MethodSpec]
     public var properties: [PropertySpec] {
-        didSet { propertyOrder = Self.order(properties) }
+        didSet {
+            propertyOrder = Self.order(properties)
+            propertyIndex = Self.index(properties)
+        }
     }
     public var signals: [SignalSpec]
     /// Indices of `properties` sorted by name: GetAll and GetManagedObjects list them
     /// in this order without sorting per object.
     private(set) var propertyOrder: [Int]
+    /// Each property's index in `properties` by name: every change of an object's
+    /// properties looks each one up.
+    private(set) var propertyIndex: [String: Int]
     public init(name: String, methods: [MethodSpec] = [], properties: [PropertySpec] = [], signals: [SignalSpec] = []) {
         self.name = name
         self.methods = methods
         self.properties = properties
         self.signals = signals
         propertyOrder = Self.order(properties)
+        propertyIndex = Self.index(properties)
+    }
+    private static func index(_ properties: [PropertySpec]) -> [String: Int] {
+        // The first of a name wins, as a search from the front found it.
+        Dictionary(properties.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
     }
     private static func order(_ properties: [PropertySpec]) -> [Int] {
         properties.indices.sorted { properties[$0].name < properties[$1].name }
     }
     func method(_ name: String) -> MethodSpec? { methods.first { $0.name == name } }
-    func property(_ name: String) -> PropertySpec? { properties.first { $0.name == name } }
+    func property(_ name: String) -> PropertySpec? { propertyIndex[name].map { properties[$0] } }
 }

@@ -21,6 +21,10 @@ public final class BusConnection: @unchecked Sendable {
     // Queue-confined state.
     var objects: [String: ExportedObject] = [:]
     var objectManagerPaths: Set<String> = []
+    /// Objects whose `PropertiesChanged` is held back (`coalesceChanges`), oldest first.
+    var heldBack: [ExportedObject] = []
+    /// Seconds a coalescing object's `PropertiesChanged` waits for more changes.
+    public let changeSignalDelay: Double = 0.1
     private var subscriptions: [UInt64: (rule: MatchRule, handler: @Sendable (BusMessage) -> Void)] = [:]
     private var nextSubscription: UInt64 = 1
     private var disconnectHandlers: [@Sendable () -> Void] = []
@@ -187,11 +191,16 @@ public final class BusConnection: @unchecked Sendable {
         return try await call(m, timeout: timeout).arguments()
     }
 
-    /// Emits a signal.
+    /// Emits a signal. One on an object that coalesces its property changes goes after
+    /// every change held back (an `AllFinished` after the counts that say so).
     public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
         let m = try BusMessage.signal(path: path, interface: interface, member: name)
         try m.append(arguments)
-        send(m)
+        queue.async { [self] in
+            guard !closed else { return }
+            if !heldBack.isEmpty, objects[path]?.coalescesChanges == true { sendHeldBackChanges() }
+            dbus_connection_send(raw, m.raw, nil)
+        }
     }
 
     // MARK: Bus methods

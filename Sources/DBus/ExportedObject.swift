@@ -17,8 +17,7 @@ public final class ExportedObject: @unchecked Sendable {
     private var slots: [[DBusValue?]]
     weak var connection: BusConnection?
 
-    /// Whether `PropertiesChanged` waits for what is already queued on the connection's
-    /// queue (see `init`).
+    /// Whether `PropertiesChanged` is held back and sent with others (see `init`).
     let coalescesChanges: Bool
     /// Coalescing: per interface index, the properties changed since the last signal.
     private var unsignalled: [Int: Set<Int>] = [:]
@@ -26,8 +25,11 @@ public final class ExportedObject: @unchecked Sendable {
     /// `initialValues`: interface name -> property name -> value.
     /// `coalesceChanges`: for objects whose properties change with every event of many
     /// others (counts, totals): values are current at once (`Get` sees them), but the
-    /// `PropertiesChanged` signal goes after the work already queued on the connection's
-    /// queue, with the values then, so a burst of changes makes one signal, not one each.
+    /// `PropertiesChanged` signal of a read-only property waits up to
+    /// `BusConnection.changeSignalDelay` and carries the values then, so a burst of
+    /// changes makes one signal, not one each.
+    /// A signal the application emits on such an object (`emitSignal`) first sends
+    /// what every such object holds back, so it never overtakes the values it follows.
     public init(path: String, interfaces: [InterfaceSpec], initialValues: [String: [String: DBusValue]] = [:],
                 coalesceChanges: Bool = false) {
         precondition(BusNames.isValidObjectPath(path), "invalid object path \(path)")
@@ -69,10 +71,10 @@ public final class ExportedObject: @unchecked Sendable {
             if slots[i][j] == value { continue }
             slots[i][j] = value
             guard p.emitsChange else { continue }
-            if coalescesChanges {
-                let first = unsignalled.isEmpty
+            // A writable property changes when a client sets it: that client hears of it at once.
+            if coalescesChanges && p.access == .read {
+                if unsignalled.isEmpty { connection?.holdChanges(of: self) }
                 unsignalled[i, default: []].insert(j)
-                if first, let connection { connection.queue.async { self.signalUnsignalled() } }
             } else {
                 changed[name] = value
             }
@@ -82,7 +84,7 @@ public final class ExportedObject: @unchecked Sendable {
     }
 
     /// Coalescing: one signal per interface with the current values of what changed.
-    private func signalUnsignalled() {
+    func signalUnsignalled() {
         let pending = unsignalled
         unsignalled = [:]
         for (i, properties) in pending.sorted(by: { $0.key < $1.key }) {
@@ -192,6 +194,23 @@ extension BusConnection {
 
     func managerPath(for path: String) -> String? {
         objectManagerPaths.first { path.hasPrefix($0 == "/" ? "/" : $0 + "/") && path != $0 }
+    }
+
+    /// Keeps `object`'s changed properties back until the next flush; the first object
+    /// held back arms the one timer. On the queue.
+    func holdChanges(of object: ExportedObject) {
+        if heldBack.isEmpty {
+            queue.asyncAfter(deadline: .now() + changeSignalDelay) { [weak self] in self?.sendHeldBackChanges() }
+        }
+        heldBack.append(object)
+    }
+
+    /// Sends the `PropertiesChanged` of every object holding changes back, in the order
+    /// they started to. On the queue.
+    func sendHeldBackChanges() {
+        let objects = heldBack
+        heldBack = []
+        for object in objects { object.signalUnsignalled() }
     }
 
     func sendOnQueue(_ m: BusMessage) {

@@ -158,6 +158,35 @@ final class PropertiesTests: BusTestCase {
         XCTAssertEqual(changes.queued.count, 0, "one signal per burst")
     }
 
+    /// Changes made in separate turns of the connection's queue, close together, still
+    /// make one signal (it waits `changeSignalDelay`); a signal the object itself emits
+    /// goes after them; a writable property's change goes at once.
+    func testHeldBackChangesGoTogetherAndBeforeTheObjectsOwnSignal() async throws {
+        let interface = "org.ferry.Test.Counts2"
+        let spec = InterfaceSpec(name: interface, properties: [PropertySpec("Active", "u"),
+                                                               PropertySpec("Limit", "u", access: .readwrite)])
+        let object = ExportedObject(path: "/held", interfaces: [spec],
+                                    initialValues: [interface: ["Active": .uint32(0), "Limit": .uint32(0)]],
+                                    coalesceChanges: true)
+        server.export(object)
+        let messages = try await collect(MatchRule(path: "/held"))
+        let server = self.server!
+        for n in 1...3 { server.perform { object.setProperties(interface, ["Active": .uint32(UInt32(n))]) } }
+        try server.emitSignal(path: "/held", interface: interface, name: "Done")
+        let first = try await messages.next(timeout: 5, "the held-back change")
+        XCTAssertEqual(first.member, "PropertiesChanged")
+        XCTAssertEqual(try first.arguments().dropFirst().first, .vardict(["Active": .uint32(3)]), "one signal with the latest value")
+        let second = try await messages.next(timeout: 5, "Done")
+        XCTAssertEqual(second.member, "Done", "the object's own signal comes after the values it follows")
+
+        server.perform { object.setProperties(interface, ["Active": .uint32(4), "Limit": .uint32(5)]) }
+        let limit = try await messages.next(timeout: 5, "the writable property's change")
+        XCTAssertEqual(try limit.arguments().dropFirst().first, .vardict(["Limit": .uint32(5)]), "sent at once, before the held-back one")
+        let active = try await messages.next(timeout: 5, "the held-back change")
+        XCTAssertEqual(try active.arguments().dropFirst().first, .vardict(["Active": .uint32(4)]))
+        XCTAssertEqual(messages.queued.count, 0)
+    }
+
     /// Before export, values can be set freely and nothing is sent.
     func testSetPropertiesBeforeExport() async throws {
         let spec = InterfaceSpec(name: "org.ferry.Test.Late1", properties: [PropertySpec("State", "s")])

@@ -190,14 +190,30 @@ public final class SQLiteTransferStore: TransferStore {
 
     private static func saveTransfer(_ t: StoredTransfer, _ db: Database, options: inout OptionsColumnCache) throws {
         let s = t.snapshot
+        // Updated in place when the row exists (INSERT OR REPLACE deleted and inserted
+        // it again, rewriting the session index's page in every transaction); a transfer
+        // never changes session.
         try Self.run(db, sql: """
-            INSERT OR REPLACE INTO transfers (
+            INSERT INTO transfers (
                 id, session_id, kind, url, description, options, destination, directory, server_may_name,
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
                 attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
                 created, started, completed, resource_started, priority, speed_limit, finishing_path,
-                upload, segments, response)
+                upload, segments, response
+            )
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(id) DO UPDATE SET
+                kind = excluded.kind, url = excluded.url, description = excluded.description,
+                options = excluded.options, destination = excluded.destination, directory = excluded.directory,
+                server_may_name = excluded.server_may_name, part_path = excluded.part_path, etag = excluded.etag,
+                last_modified = excluded.last_modified, bytes_expected = excluded.bytes_expected, bytes_on_disk = excluded.bytes_on_disk,
+                state = excluded.state, waiting_reason = excluded.waiting_reason, not_before = excluded.not_before,
+                attempts = excluded.attempts, retries_used = excluded.retries_used, error_name = excluded.error_name,
+                error_message = excluded.error_message, http_status = excluded.http_status, resumable = excluded.resumable,
+                sha256 = excluded.sha256, created = excluded.created, started = excluded.started,
+                completed = excluded.completed, resource_started = excluded.resource_started, priority = excluded.priority,
+                speed_limit = excluded.speed_limit, finishing_path = excluded.finishing_path, upload = excluded.upload,
+                segments = excluded.segments, response = excluded.response
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
                 try options.encode(t.options), s.destination, t.directory, t.serverMayName,

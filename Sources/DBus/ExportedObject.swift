@@ -73,7 +73,9 @@ public final class ExportedObject: @unchecked Sendable {
             guard p.emitsChange else { continue }
             // A writable property changes when a client sets it: that client hears of it at once.
             if coalescesChanges && p.access == .read {
-                if unsignalled.isEmpty { connection?.holdChanges(of: self) }
+                // Before export nothing is signalled (and nothing held back).
+                guard let connection else { continue }
+                if unsignalled.isEmpty { connection.holdChanges(of: self) }
                 unsignalled[i, default: []].insert(j)
             } else {
                 changed[name] = value

@@ -43,11 +43,12 @@ enum FileSystemChecks {
         return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
-    /// Size of a regular file (symbolic links followed), nil when there is none. One
-    /// stat(2): FileManager's attribute dictionary also looks up the owner's names.
+    /// Size of a regular file, nil when there is none; a symbolic link is not followed
+    /// (nil), so no size of a file elsewhere is ever reported. One lstat(2):
+    /// FileManager's attribute dictionary also looks up the owner's names.
     static func fileSize(_ path: String) -> Int64? {
         var info = stat()
-        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
         return Int64(info.st_size)
     }
 

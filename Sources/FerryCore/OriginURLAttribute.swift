@@ -11,19 +11,20 @@ public enum OriginURLAttribute {
 
     /// Sets it on `path`, without any user name or password the URL carries. Best
     /// effort: file systems without user attributes (ENOTSUP: some FUSE and network
-    /// mounts) are skipped quietly. One setxattr(2), not FileManager's attribute
-    /// dictionaries: this runs for every finished download.
+    /// mounts) are skipped quietly, and so is a symbolic link (it is not followed). One
+    /// lsetxattr(2), not FileManager's attribute dictionaries: this runs for every
+    /// finished download.
     /// - Returns: whether the attribute was written.
     @discardableResult
     public static func set(path: String, url: String) -> Bool {
-        guard let setxattr else { return false }
+        guard let lsetxattr else { return false }
         var value = withoutCredentials(url)
-        return value.withUTF8 { bytes in setxattr(path, name, bytes.baseAddress, bytes.count, 0) == 0 }
+        return value.withUTF8 { bytes in lsetxattr(path, name, bytes.baseAddress, bytes.count, 0) == 0 }
     }
 
     private typealias SetXattr = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeRawPointer?, Int, Int32) -> Int32
-    /// glibc's `setxattr(2)`, which Swift's Glibc module does not declare.
-    private static let setxattr: SetXattr? = dlsym(nil, "setxattr").map { unsafeBitCast($0, to: SetXattr.self) }
+    /// glibc's `lsetxattr(2)`, which Swift's Glibc module does not declare.
+    private static let lsetxattr: SetXattr? = dlsym(nil, "lsetxattr").map { unsafeBitCast($0, to: SetXattr.self) }
 
     /// The attribute's value, nil when absent or unsupported.
     public static func get(path: String, fileManager: FileManager = .default) -> String? {

@@ -24,19 +24,29 @@ public struct ResumeDataSeal: @unchecked Sendable { // the key never changes aft
     }
 
     /// The key kept in `directory`'s `resume-key` file, made on first use (random,
-    /// 0600, written under another name and renamed into place). A file of the wrong
-    /// size is replaced; when the folder cannot be written, the key is the process's own
-    /// and a warning says that resume data will not survive a restart.
+    /// 0600, written under another name, renamed into place, the folder synced). Read
+    /// only from a regular file of this user, never through a link, and made private
+    /// again if its mode was widened. A missing or damaged one (wrong size, a link, not
+    /// a plain file) is replaced; one that cannot be read (EACCES, EIO) is left alone and
+    /// the process uses a key of its own, with a warning: resume data handed out before
+    /// is then refused, and what this process hands out will not survive a restart.
     public static func persistent(in directory: String, logger: Logger) -> ResumeDataSeal {
         let path = directory + "/resume-key"
-        if let bytes = FileManager.default.contents(atPath: path), bytes.count == keyBytes {
+        switch readKeyFile(path) {
+        case .key(let bytes):
             return ResumeDataSeal(key: SymmetricKey(data: bytes))
+        case .unreadable(let code):
+            logger.warning("cannot read the resume data key; resume data will not be accepted after a restart",
+                           metadata: ["path": "\(path)", "error": "\(String(cString: strerror(code)))"])
+            return .ephemeral()
+        case .missingOrDamaged:
+            break
         }
         let key = SymmetricKey(size: .bits256)
         let bytes = key.withUnsafeBytes { Array($0) }
         do {
             try StateDirectories.make(directory)
-            try writeKeyFile(bytes, to: path)
+            try writeKeyFile(bytes, to: path, in: directory)
         } catch {
             logger.warning("cannot keep the resume data key; resume data will not be accepted after a restart",
                            metadata: ["path": "\(path)", "error": "\(error)"])
@@ -44,18 +54,45 @@ public struct ResumeDataSeal: @unchecked Sendable { // the key never changes aft
         return ResumeDataSeal(key: key)
     }
 
-    private static func writeKeyFile(_ bytes: [UInt8], to path: String) throws {
+    private enum KeyFile { case key([UInt8]), missingOrDamaged, unreadable(Int32) }
+
+    private static func readKeyFile(_ path: String) -> KeyFile {
+        // O_NONBLOCK: a FIFO put there does not hang the start.
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            return code == ENOENT || code == ELOOP ? .missingOrDamaged : .unreadable(code)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_uid == geteuid(),
+              info.st_size == keyBytes else { return .missingOrDamaged }
+        if info.st_mode & 0o077 != 0 { _ = fchmod(fd, 0o600) }
+        var bytes = [UInt8](repeating: 0, count: keyBytes)
+        let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, keyBytes) }
+        guard count >= 0 else { return .unreadable(errno) }
+        return count == keyBytes ? .key(bytes) : .missingOrDamaged
+    }
+
+    private static func writeKeyFile(_ bytes: [UInt8], to path: String, in directory: String) throws {
         let temporary = path + ".new"
         unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
+        var code = written == bytes.count ? 0 : (written < 0 ? errno : EIO)
+        if code == 0, fsync(fd) != 0 { code = errno }
         close(fd)
-        guard written == bytes.count, synced, rename(temporary, path) == 0 else {
-            let code = errno
+        if code == 0, rename(temporary, path) != 0 { code = errno }
+        guard code == 0 else {
             unlink(temporary)
             throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+        }
+        // The new name survives a power cut only once the folder is synced.
+        let folder = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if folder >= 0 {
+            _ = fsync(folder)
+            close(folder)
         }
     }
 

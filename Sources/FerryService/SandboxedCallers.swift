@@ -68,8 +68,14 @@ extension FerryBusService {
     }
 
     /// `ResumeDownload` names its file inside the resume data: the same rule applies.
+    /// A sandboxed caller must pass sealed data (`FRD2`, from this daemon's `Pause`):
+    /// the older readable format can be written by anyone, naming any file.
     func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
-        guard let app = inv.sandboxAppID, let data = try? core.openResumeData(resumeData) else { return }
+        guard let app = inv.sandboxAppID else { return }
+        guard resumeData.starts(with: ResumeDataSeal.magic) else {
+            throw FerryError.invalidResumeData("a sandboxed application must pass the resume data Pause returned, unchanged")
+        }
+        guard let data = try? core.openResumeData(resumeData) else { return }
         if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
     }
 

@@ -43,6 +43,8 @@ public enum StateDatabase {
             } catch {
                 throw StoreError("cannot create a new state database at \(path): \(describe(error))")
             }
+        } catch let error as DatabaseError where error.resultCode.primaryResultCode == .SQLITE_BUSY {
+            throw StateDatabaseBusy(message: "the state database \(path) is in use by another ferryd (it opens it alone)")
         } catch {
             throw StoreError("cannot open the state database \(path): \(describe(error))")
         }
@@ -100,4 +102,11 @@ public enum StateDatabase {
         if let db = error as? DatabaseError { return db.message ?? "\(db.resultCode)" }
         return "\(error)"
     }
+}
+
+/// Another process holds the state database (ferryd opens it in exclusive locking
+/// mode): a second daemon must not run on without it, or in memory only.
+public struct StateDatabaseBusy: Error, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
 }

@@ -90,7 +90,7 @@ struct Ferryd: ParsableCommand {
         let seal = ResumeDataSeal.persistent(in: StateDatabase.directory(), logger: logger)
         let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
                                           batchSettleTime: batchSettle, resumeDataSeal: seal)
-        let store = Ferryd.openStore(logger: logger)
+        let store = try Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().
         let system = SystemIntegration.start(core: core, logger: logger)
@@ -144,12 +144,17 @@ struct Ferryd: ParsableCommand {
 extension Ferryd {
     /// The state database, or (logged loudly) memory only when it cannot be had: the
     /// daemon still serves, but nothing survives its restart.
-    static func openStore(logger: Logger) -> TransferStore {
+    static func openStore(logger: Logger) throws -> TransferStore {
         let directory = StateDatabase.directory()
         do {
             let store = try StateDatabase.open(directory: directory, logger: logger)
             logger.info("state database: \(store.path)")
             return store
+        } catch let busy as StateDatabaseBusy {
+            // Only when the folder's lock could not guard it: what this daemon would
+            // acknowledge could not be kept, so it does not start.
+            logger.critical("\(busy); not starting")
+            throw ExitCode(1)
         } catch {
             logger.error("\(error). Running without a state database: transfers and events will be lost when ferryd stops.")
             return InMemoryTransferStore()

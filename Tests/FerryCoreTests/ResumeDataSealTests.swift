@@ -72,6 +72,33 @@ final class ResumeDataSealTests: XCTestCase {
         XCTAssertEqual(try ResumeData.decode(bytes, seal: ResumeDataSeal.persistent(in: folder, logger: logger)), sample)
     }
 
+    func testAWidenedKeyFileIsMadePrivateAgainAndKept() throws {
+        let first = ResumeDataSeal.persistent(in: folder, logger: logger)
+        let path = folder + "/resume-key"
+        chmod(path, 0o644)
+        let bytes = sample.encoded(sealedWith: first)
+        let second = ResumeDataSeal.persistent(in: folder, logger: logger)
+        XCTAssertEqual(try ResumeData.decode(bytes, seal: second), sample, "the same key")
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600)
+    }
+
+    /// A link at the key's name is not followed: it is replaced, its target untouched.
+    func testALinkAtTheKeysNameIsReplacedNotFollowed() throws {
+        let elsewhere = folder + "/elsewhere"
+        let planted = Data((0..<32).map { UInt8($0) })
+        FileManager.default.createFile(atPath: elsewhere, contents: planted)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/resume-key", withDestinationPath: elsewhere)
+        let seal = ResumeDataSeal.persistent(in: folder, logger: logger)
+        XCTAssertEqual(FileManager.default.contents(atPath: elsewhere), planted, "the link's target is untouched")
+        XCTAssertThrowsError(try ResumeData.decode(sample.encoded(sealedWith: ResumeDataSeal(key: SymmetricKey(data: planted))), seal: seal),
+                             "the planted key is not the one in use")
+        var st = stat()
+        XCTAssertEqual(lstat(folder + "/resume-key", &st), 0)
+        XCTAssertEqual(st.st_mode & S_IFMT, S_IFREG, "a file of its own now")
+    }
+
     func testAFolderThatCannotBeMadeStillGivesAWorkingKey() throws {
         let notAFolder = folder + "/file"
         FileManager.default.createFile(atPath: notAFolder, contents: Data())

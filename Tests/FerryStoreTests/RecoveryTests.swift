@@ -29,6 +29,23 @@ final class RecoveryTests: XCTestCase {
         XCTAssertEqual(try opened.load(), StoreContents(), "a fresh database", file: file, line: line)
     }
 
+    /// A database another connection holds (a second ferryd where the folder's lock
+    /// could not guard it) is "busy": never moved aside, and a named error so that the
+    /// daemon stops instead of running on without its state. (Waits the 5 s busy timeout.)
+    func testADatabaseInUseIsNotMovedAsideButRefused() throws {
+        let dir = TemporaryDirectory()
+        let first = try StateDatabase.open(directory: dir.path, logger: LogCapture().logger)
+        try first.write([.setCounters(StoreCounters(nextSessionID: 7))])
+        let log = LogCapture()
+        XCTAssertThrowsError(try StateDatabase.open(directory: dir.path, logger: log.logger)) { error in
+            XCTAssertTrue(error is StateDatabaseBusy, "\(error)")
+            XCTAssertTrue("\(error)".contains("another ferryd"), "\(error)")
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        XCTAssertFalse(names.contains { $0.contains("corrupt") }, "nothing moved aside: \(names)")
+        XCTAssertEqual(try first.load().counters.nextSessionID, 7, "the first one carries on")
+    }
+
     func testGarbageFileIsMovedAside() throws {
         let dir = TemporaryDirectory()
         let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })

@@ -103,9 +103,9 @@ final class Daemon {
         try? sqlite?.close()
     }
 
-    /// As after kill -9: the core stops on the spot, without its shutdown; the process's
-    /// death would close the database's file (and so release its lock), so this does.
-    func abandon() {
+    /// Closes the database without the core's shutdown, so that another connection
+    /// can open the file (ferryd holds it alone); SQLite checkpoints the WAL on close.
+    func releaseDatabase() {
         queue.sync { try? sqlite?.close() }
     }
 }

@@ -193,6 +193,13 @@ final class SandboxedCallerTests: FerryTestCase {
             try await self.call(evil, s.path, FerryClient.sessionInterface, "Upload", [.string(url), .string(self.home + "/no-such-file"), .vardict([:])])
         }
         XCTAssertEqual(existing?.message, missing?.message, "the answer says nothing about which file exists")
+        // Resume data in Ferry 0.1's readable format can be written by anyone, naming any
+        // file: a sandboxed app may only pass the sealed data Pause hands out.
+        let readable = Array("FRD1".utf8) + Array("{\"destination\":\"\(appDir)/data/x.bin\"}".utf8) + [UInt8](repeating: 0, count: 32)
+        let refusal = await assertBusError(ok + "InvalidResumeData", "readable resume data from a sandboxed app") {
+            try await self.call(evil, s.path, FerryClient.sessionInterface, "ResumeDownload", [.bytes(readable), .vardict([:])])
+        }
+        XCTAssertTrue(refusal?.message.contains("sandboxed") ?? false, refusal?.message ?? "")
 
         XCTAssertEqual(try String(contentsOfFile: bashrc, encoding: .utf8), "# mine\n")
         XCTAssertFalse(exists(home + "/.config/autostart/x.desktop"))

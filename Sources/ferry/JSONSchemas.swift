@@ -270,9 +270,12 @@ enum JSONOutput {
 
     /// A document (pretty-printed).
     static func print<T: Encodable>(_ value: T) {
-        guard let data = try? prettyEncoder.encode(value) else { return }
-        Output.write(String(decoding: data, as: UTF8.self) + "\n")
+        guard var data = try? prettyEncoder.encode(value) else { return }
+        // Written as encoded: a listing of ten thousand transfers is megabytes, and
+        // going through a String copied it three times.
+        data.append(UInt8(ascii: "\n"))
         Output.flush()
+        FileHandle.standardOutput.write(data)
     }
 
     /// One JSON line.

@@ -1,4 +1,5 @@
 import DBus
+import FerryInterface
 import Foundation
 
 /// A transfer object.
@@ -70,69 +71,67 @@ public struct TransferInfo: Sendable, Equatable {
     public var priority: Int32
     public var speedLimit: UInt64
 
+    private typealias T = FerryInterface.TransferProperty
+
+    /// Each transfer property with the field it sets (a value of another type gives the
+    /// field's default): the one place a client says what a property means.
+    private static let readers: [String: @Sendable (inout TransferInfo, DBusValue) -> Void] = [
+        T.kind.name: { $0.kind = $1.string ?? "" },
+        T.session.name: { $0.session = $1.string ?? "" },
+        T.url.name: { $0.url = $1.string ?? "" },
+        T.description.name: { $0.description = $1.string ?? "" },
+        T.destination.name: { $0.destination = $1.string ?? "" },
+        T.state.name: { $0.state = $1.string ?? "" },
+        T.waitingReason.name: { $0.waitingReason = $1.string ?? "" },
+        T.bytesTransferred.name: { $0.bytesTransferred = $1.int64 ?? 0 },
+        T.bytesExpected.name: { $0.bytesExpected = $1.int64 ?? -1 },
+        T.rate.name: { $0.rate = $1.uint64 ?? 0 },
+        T.expectedEnd.name: { $0.expectedEnd = $1.uint64 ?? 0 },
+        T.error.name: { info, value in
+            let error = value.structFields ?? []
+            info.errorName = error.first?.string ?? ""
+            info.errorMessage = error.dropFirst().first?.string ?? ""
+        },
+        T.httpStatus.name: { $0.httpStatus = $1.uint32 ?? 0 },
+        T.attempts.name: { $0.attempts = $1.uint32 ?? 0 },
+        T.resumable.name: { $0.resumable = $1.bool ?? false },
+        T.sha256.name: { $0.sha256 = $1.string ?? "" },
+        T.created.name: { $0.created = $1.uint64 ?? 0 },
+        T.started.name: { $0.started = $1.uint64 ?? 0 },
+        T.completed.name: { $0.completed = $1.uint64 ?? 0 },
+        T.priority.name: { $0.priority = $1.int32 ?? 0 },
+        T.speedLimit.name: { $0.speedLimit = $1.uint64 ?? 0 },
+    ]
+
+    /// A transfer with no properties known: every field at its default.
+    public init(id: UInt64, path: String) {
+        self.id = id
+        self.path = path
+        kind = ""; session = ""; url = ""; description = ""; destination = ""; state = ""; waitingReason = ""
+        bytesTransferred = 0; bytesExpected = -1; rate = 0; expectedEnd = 0
+        errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
+        created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0
+    }
+
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a
     /// listing of 10,000 transfers reads 240,000 of them).
     public init(id: UInt64, path: String, entries: [DBusValue.DictEntry]) {
-        self.init(id: id, path: path, properties: [:])
+        self.init(id: id, path: path)
         for e in entries {
             guard case .string(let key) = e.key else { continue }
-            let v = e.value
-            switch key {
-            case "Kind": kind = v.string ?? ""
-            case "Session": session = v.string ?? ""
-            case "Url": url = v.string ?? ""
-            case "Description": description = v.string ?? ""
-            case "Destination": destination = v.string ?? ""
-            case "State": state = v.string ?? ""
-            case "WaitingReason": waitingReason = v.string ?? ""
-            case "BytesTransferred": bytesTransferred = v.int64 ?? 0
-            case "BytesExpected": bytesExpected = v.int64 ?? -1
-            case "Rate": rate = v.uint64 ?? 0
-            case "ExpectedEnd": expectedEnd = v.uint64 ?? 0
-            case "Error":
-                let error = v.structFields ?? []
-                errorName = error.first?.string ?? ""
-                errorMessage = error.dropFirst().first?.string ?? ""
-            case "HttpStatus": httpStatus = v.uint32 ?? 0
-            case "Attempts": attempts = v.uint32 ?? 0
-            case "Resumable": resumable = v.bool ?? false
-            case "Sha256": sha256 = v.string ?? ""
-            case "Created": created = v.uint64 ?? 0
-            case "Started": started = v.uint64 ?? 0
-            case "Completed": completed = v.uint64 ?? 0
-            case "Priority": priority = v.int32 ?? 0
-            case "SpeedLimit": speedLimit = v.uint64 ?? 0
-            default: break
-            }
+            Self.readers[key]?(&self, e.value)
         }
     }
 
     public init(id: UInt64, path: String, properties p: [String: DBusValue]) {
-        self.id = id
-        self.path = path
-        kind = p["Kind"]?.string ?? ""
-        session = p["Session"]?.string ?? ""
-        url = p["Url"]?.string ?? ""
-        description = p["Description"]?.string ?? ""
-        destination = p["Destination"]?.string ?? ""
-        state = p["State"]?.string ?? ""
-        waitingReason = p["WaitingReason"]?.string ?? ""
-        bytesTransferred = p["BytesTransferred"]?.int64 ?? 0
-        bytesExpected = p["BytesExpected"]?.int64 ?? -1
-        rate = p["Rate"]?.uint64 ?? 0
-        expectedEnd = p["ExpectedEnd"]?.uint64 ?? 0
-        let error = p["Error"]?.structFields ?? []
-        errorName = error.first?.string ?? ""
-        errorMessage = error.dropFirst().first?.string ?? ""
-        httpStatus = p["HttpStatus"]?.uint32 ?? 0
-        attempts = p["Attempts"]?.uint32 ?? 0
-        resumable = p["Resumable"]?.bool ?? false
-        sha256 = p["Sha256"]?.string ?? ""
-        created = p["Created"]?.uint64 ?? 0
-        started = p["Started"]?.uint64 ?? 0
-        completed = p["Completed"]?.uint64 ?? 0
-        priority = p["Priority"]?.int32 ?? 0
-        speedLimit = p["SpeedLimit"]?.uint64 ?? 0
+        self.init(id: id, path: path)
+        apply(p)
+    }
+
+    /// Takes the values of a `PropertiesChanged` (or any property dictionary); names
+    /// that are not transfer properties are ignored.
+    public mutating func apply(_ changed: [String: DBusValue]) {
+        for (name, value) in changed { Self.readers[name]?(&self, value) }
     }
 
     /// completed, failed or cancelled.

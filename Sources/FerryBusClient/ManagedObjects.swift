@@ -11,9 +11,9 @@ public struct SessionInfo: Sendable, Equatable {
 
     public init(path: String, properties p: [String: DBusValue]) {
         self.path = path
-        identifier = p["Identifier"]?.string ?? ""
-        configuration = p["Configuration"]?.vardict ?? [:]
-        activeTransfers = p["ActiveTransfers"]?.uint32 ?? 0
+        identifier = p[FerryInterface.SessionProperty.identifier.name]?.string ?? ""
+        configuration = p[FerryInterface.SessionProperty.configuration.name]?.vardict ?? [:]
+        activeTransfers = p[FerryInterface.SessionProperty.activeTransfers.name]?.uint32 ?? 0
     }
 }
 

@@ -1,4 +1,5 @@
 import DBus
+import FerryInterface
 import Foundation
 
 /// What happens to transfers, as the service's signals report it.
@@ -111,7 +112,7 @@ public final class TransferMonitor: Sendable {
                 infos[path] = try await FerryTransfer(client: client, path: path).info()
                 open.remove(path)
             case .propertiesChanged(let path, let changed) where open.contains(path):
-                if let state = changed["State"]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
+                if let state = changed[FerryInterface.TransferProperty.state.name]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
                     infos[path] = try await FerryTransfer(client: client, path: path).info()
                     open.remove(path)
                 }

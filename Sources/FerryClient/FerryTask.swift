@@ -1,4 +1,5 @@
 import Foundation
+internal import FerryInterface
 internal import DBus
 internal import FerryBusClient
 
@@ -162,11 +163,11 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     public func setURL(_ url: URL) async throws { _ = try await call("SetUrl", [.string(url.absoluteString)]) }
 
     public func setPriority(_ p: TransferPriority) async throws {
-        _ = try await call(setProperty: "Priority", .int32(p.rawValue))
+        _ = try await call(setProperty: FerryInterface.TransferProperty.priority.name, .int32(p.rawValue))
     }
 
     public func setSpeedLimit(_ bytesPerSecond: UInt64) async throws {
-        _ = try await call(setProperty: "SpeedLimit", .uint64(bytesPerSecond))
+        _ = try await call(setProperty: FerryInterface.TransferProperty.speedLimit.name, .uint64(bytesPerSecond))
     }
 
     private func call(setProperty name: String, _ v: DBusValue) async throws {

@@ -94,7 +94,7 @@ final class SessionCore: @unchecked Sendable {
         subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: transfers,
                                                       interface: StandardNames.properties, member: "PropertiesChanged")) { [weak self] m in
             guard let path = m.path, let args = try? m.arguments(), args.count == 3,
-                  let state = args[1].vardict?["State"]?.string else { return }
+                  let state = args[1].vardict?[FerryInterface.TransferProperty.state.name]?.string else { return }
             self?.receive(.state(path: path, state))
         })
         subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath,
@@ -198,8 +198,8 @@ final class SessionCore: @unchecked Sendable {
     private func process(_ i: Incoming) {
         switch i {
         case .added(let path, let props):
-            guard props["Session"]?.string == sessionPath else { return }
-            task(path).isUpload = props["Kind"]?.string == "upload"
+            guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
+            task(path).isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
         case .removed(let path):
             tasks[path] = nil
             handedOut.remove(path)

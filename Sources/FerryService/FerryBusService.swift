@@ -199,13 +199,14 @@ public final class FerryBusService: @unchecked Sendable {
     private func progress(_ p: TransferProgress) {
         let path = FerryBusNames.transferPath(p.id)
         let values: [String: DBusValue] = [
-            "BytesTransferred": .int64(p.totalBytesWritten),
-            "BytesExpected": .int64(p.totalBytesExpected),
-            "Rate": .uint64(p.rate),
-            "ExpectedEnd": .uint64(p.expectedEnd),
+            FerryBusNames.TransferProperty.bytesTransferred.name: .int64(p.totalBytesWritten),
+            FerryBusNames.TransferProperty.bytesExpected.name: .int64(p.totalBytesExpected),
+            FerryBusNames.TransferProperty.rate.name: .uint64(p.rate),
+            FerryBusNames.TransferProperty.expectedEnd.name: .uint64(p.expectedEnd),
         ]
         let managerValues: [String: DBusValue]? = p.managerRates.map {
-            ["DownloadRate": .uint64($0.download), "UploadRate": .uint64($0.upload)]
+            [FerryBusNames.ManagerProperty.downloadRate.name: .uint64($0.download),
+             FerryBusNames.ManagerProperty.uploadRate.name: .uint64($0.upload)]
         }
         bus.perform { [bus] in
             bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)

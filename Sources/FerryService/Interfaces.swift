@@ -1,5 +1,6 @@
 import DBus
 import FerryCore
+import FerryInterface
 import Foundation
 
 /// The three Ferry interfaces, as the contract gives them. Handlers are thin: they
@@ -37,22 +38,17 @@ extension FerryBusService {
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.cancelAll(session: $0) }; return [] }
                 },
             ],
-            properties: [
-                PropertySpec("Version", "s"),
-                PropertySpec("ActiveTransfers", "u"),
-                PropertySpec("QueuedTransfers", "u"),
-                PropertySpec("DownloadRate", "t", emitsChange: false),
-                PropertySpec("UploadRate", "t", emitsChange: false),
-                PropertySpec("MaxConcurrentTransfers", "u", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+            properties: Self.propertySpecs(FerryInterface.ManagerProperty.all, setters: [
+                FerryInterface.ManagerProperty.maxConcurrentTransfers: { [unowned self] v, _, done in
                     onCore(done) { core in try core.setMaxConcurrentTransfers(v.uint32 ?? 0) }
                 },
-                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+                FerryInterface.ManagerProperty.speedLimit: { [unowned self] v, _, done in
                     onCore(done) { core in core.setSpeedLimit(v.uint64 ?? 0) }
                 },
-                PropertySpec("NotificationsEnabled", "b", access: .readwrite) { [unowned self] (v: DBusValue, _: String, done) in
+                FerryInterface.ManagerProperty.notificationsEnabled: { [unowned self] v, _, done in
                     onCore(done) { core in core.setNotificationsEnabled(v.bool ?? true) }
                 },
-            ],
+            ]),
             signals: [
                 SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
             ])
@@ -143,14 +139,22 @@ extension FerryBusService {
                     }
                 },
             ],
-            properties: [
-                PropertySpec("Identifier", "s"),
-                PropertySpec("Configuration", "a{sv}"),
-                PropertySpec("ActiveTransfers", "u"),
-            ],
+            properties: Self.propertySpecs(FerryInterface.SessionProperty.all),
             signals: [
                 SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
             ])
+    }
+
+    typealias PropertySetter = @Sendable (DBusValue, String, @escaping @Sendable (BusError?) -> Void) -> Void
+
+    /// An interface's properties as the contract declares them (`FerryInterface`), each
+    /// writable one with its setter.
+    static func propertySpecs(_ declared: [BusProperty], setters: [BusProperty: PropertySetter] = [:]) -> [PropertySpec] {
+        declared.map { p in
+            guard p.writable else { return PropertySpec(p.name, p.signature, emitsChange: p.emitsChange) }
+            guard let set = setters[p] else { preconditionFailure("no setter for the writable property \(p.name)") }
+            return PropertySpec(p.name, p.signature, access: .readwrite, objectSetter: set)
+        }
     }
 
     func transferInterface() -> InterfaceSpec {
@@ -167,34 +171,14 @@ extension FerryBusService {
                     runOnTransfer(inv) { core, id in try core.setURL(id, url: inv.arguments[0].string ?? ""); return [] }
                 },
             ],
-            properties: [
-                PropertySpec("Kind", "s"),
-                PropertySpec("Url", "s"),
-                PropertySpec("Session", "o"),
-                PropertySpec("Description", "s"),
-                PropertySpec("Destination", "s"),
-                PropertySpec("State", "s"),
-                PropertySpec("WaitingReason", "s"),
-                PropertySpec("BytesTransferred", "x", emitsChange: false),
-                PropertySpec("BytesExpected", "x"),
-                PropertySpec("Rate", "t", emitsChange: false),
-                PropertySpec("ExpectedEnd", "t", emitsChange: false),
-                PropertySpec("Error", "(ss)"),
-                PropertySpec("HttpStatus", "u"),
-                PropertySpec("Attempts", "u"),
-                PropertySpec("Resumable", "b"),
-                PropertySpec("Sha256", "s"),
-                PropertySpec("Response", "ay"),
-                PropertySpec("Created", "t"),
-                PropertySpec("Started", "t"),
-                PropertySpec("Completed", "t"),
-                PropertySpec("Priority", "i", access: .readwrite) { [unowned self] (v: DBusValue, path: String, done) in
+            properties: Self.propertySpecs(FerryInterface.TransferProperty.all, setters: [
+                FerryInterface.TransferProperty.priority: { [unowned self] v, path, done in
                     onCore(transferAt: path, done) { core, id in try core.setPriority(id, v.int32 ?? 0) }
                 },
-                PropertySpec("SpeedLimit", "t", access: .readwrite) { [unowned self] (v: DBusValue, path: String, done) in
+                FerryInterface.TransferProperty.speedLimit: { [unowned self] v, path, done in
                     onCore(transferAt: path, done) { core, id in try core.setTransferSpeedLimit(id, v.uint64 ?? 0) }
                 },
-            ],
+            ]),
             signals: [
                 SignalSpec("Progress", [ArgSpec("bytes_written", "x"), ArgSpec("total_bytes_written", "x"),
                                         ArgSpec("total_bytes_expected", "x")]),

@@ -1,54 +1,65 @@
 import DBus
+import FerryInterface
 import FerryCore
 
 /// Core snapshots as D-Bus property values.
 enum PropertyMapping {
+    private typealias T = FerryInterface.TransferProperty
+    private typealias S = FerryInterface.SessionProperty
+    private typealias M = FerryInterface.ManagerProperty
+
+    /// Each transfer property with its value in a snapshot: the one place the service
+    /// says what a property holds (`PropertyMappingTests` checks it covers the contract).
+    static let transferValues: [(BusProperty, @Sendable (TransferSnapshot) -> DBusValue)] = [
+        (T.kind, { .string($0.kind.rawValue) }),
+        // Without user:password@: every client of the bus can read this.
+        (T.url, { .string(Redaction.urlWithoutCredentials($0.url)) }),
+        (T.session, { .objectPath(FerryBusNames.sessionPath($0.session)) }),
+        (T.description, { .string($0.description) }),
+        (T.destination, { .string($0.destination) }),
+        (T.state, { .string($0.state.rawValue) }),
+        (T.waitingReason, { .string($0.state == .waiting ? $0.waitingReason : "") }),
+        (T.bytesTransferred, { .int64($0.bytesTransferred) }),
+        (T.bytesExpected, { .int64($0.bytesExpected) }),
+        (T.rate, { .uint64($0.rate) }),
+        (T.expectedEnd, { .uint64($0.expectedEnd) }),
+        (T.error, { .structure([.string($0.errorName), .string($0.errorMessage)]) }),
+        (T.httpStatus, { .uint32($0.httpStatus) }),
+        (T.attempts, { .uint32($0.attempts) }),
+        (T.resumable, { .boolean($0.resumable) }),
+        (T.sha256, { .string($0.sha256) }),
+        (T.response, { .bytes($0.response) }),
+        (T.created, { .uint64($0.created) }),
+        (T.started, { .uint64($0.started) }),
+        (T.completed, { .uint64($0.completed) }),
+        (T.priority, { .int32($0.priority) }),
+        (T.speedLimit, { .uint64($0.speedLimit) }),
+    ]
+
     static func transfer(_ t: TransferSnapshot) -> [String: DBusValue] {
-        [
-            "Kind": .string(t.kind.rawValue),
-            // Without user:password@: every client of the bus can read this.
-            "Url": .string(Redaction.urlWithoutCredentials(t.url)),
-            "Session": .objectPath(FerryBusNames.sessionPath(t.session)),
-            "Description": .string(t.description),
-            "Destination": .string(t.destination),
-            "State": .string(t.state.rawValue),
-            "WaitingReason": .string(t.state == .waiting ? t.waitingReason : ""),
-            "BytesTransferred": .int64(t.bytesTransferred),
-            "BytesExpected": .int64(t.bytesExpected),
-            "Rate": .uint64(t.rate),
-            "ExpectedEnd": .uint64(t.expectedEnd),
-            "Error": .structure([.string(t.errorName), .string(t.errorMessage)]),
-            "HttpStatus": .uint32(t.httpStatus),
-            "Attempts": .uint32(t.attempts),
-            "Resumable": .boolean(t.resumable),
-            "Sha256": .string(t.sha256),
-            "Response": .bytes(t.response),
-            "Created": .uint64(t.created),
-            "Started": .uint64(t.started),
-            "Completed": .uint64(t.completed),
-            "Priority": .int32(t.priority),
-            "SpeedLimit": .uint64(t.speedLimit),
-        ]
+        var values = [String: DBusValue](minimumCapacity: transferValues.count)
+        for (property, value) in transferValues { values[property.name] = value(t) }
+        return values
     }
 
     static func session(_ s: SessionSnapshot, defaultDirectory: String) -> [String: DBusValue] {
         [
-            "Identifier": .string(s.identifier),
-            "Configuration": OptionParsing.configurationValue(s.configuration, defaultDirectory: defaultDirectory),
-            "ActiveTransfers": .uint32(s.activeTransfers),
+            S.identifier.name: .string(s.identifier),
+            S.configuration.name: OptionParsing.configurationValue(s.configuration, defaultDirectory: defaultDirectory),
+            S.activeTransfers.name: .uint32(s.activeTransfers),
         ]
     }
 
     static func manager(_ m: ManagerSnapshot, version: String) -> [String: DBusValue] {
         [
-            "Version": .string(version),
-            "ActiveTransfers": .uint32(m.activeTransfers),
-            "QueuedTransfers": .uint32(m.queuedTransfers),
-            "DownloadRate": .uint64(m.downloadRate),
-            "UploadRate": .uint64(m.uploadRate),
-            "MaxConcurrentTransfers": .uint32(m.maxConcurrentTransfers),
-            "SpeedLimit": .uint64(m.speedLimit),
-            "NotificationsEnabled": .boolean(m.notificationsEnabled),
+            M.version.name: .string(version),
+            M.activeTransfers.name: .uint32(m.activeTransfers),
+            M.queuedTransfers.name: .uint32(m.queuedTransfers),
+            M.downloadRate.name: .uint64(m.downloadRate),
+            M.uploadRate.name: .uint64(m.uploadRate),
+            M.maxConcurrentTransfers.name: .uint32(m.maxConcurrentTransfers),
+            M.speedLimit.name: .uint64(m.speedLimit),
+            M.notificationsEnabled.name: .boolean(m.notificationsEnabled),
         ]
     }
 

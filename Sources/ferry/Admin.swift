@@ -2,6 +2,7 @@ import ArgumentParser
 import DBus
 import FerryBusClient
 import Foundation
+import FerryInterface
 
 struct Sessions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -98,7 +99,9 @@ struct Config: AsyncParsableCommand {
         abstract: "Read or change the service's settings: max-concurrent, speed-limit, notifications.",
         subcommands: [ConfigGet.self, ConfigSet.self], defaultSubcommand: ConfigGet.self)
 
-    static let keys = ["max-concurrent": "MaxConcurrentTransfers", "speed-limit": "SpeedLimit", "notifications": "NotificationsEnabled"]
+    static let keys = ["max-concurrent": FerryInterface.ManagerProperty.maxConcurrentTransfers.name,
+                       "speed-limit": FerryInterface.ManagerProperty.speedLimit.name,
+                       "notifications": FerryInterface.ManagerProperty.notificationsEnabled.name]
 }
 
 struct ConfigGet: AsyncParsableCommand {
@@ -118,10 +121,11 @@ struct ConfigGet: AsyncParsableCommand {
         try await runReportingErrors {
             let client = try global.connect()
             let p = try await client.managerProperties()
-            let m = ManagerJSON(version: p["Version"]?.string ?? "", maxConcurrent: p["MaxConcurrentTransfers"]?.uint32 ?? 0,
-                                speedLimit: p["SpeedLimit"]?.uint64 ?? 0, notifications: p["NotificationsEnabled"]?.bool ?? false,
-                                activeTransfers: p["ActiveTransfers"]?.uint32 ?? 0, queuedTransfers: p["QueuedTransfers"]?.uint32 ?? 0,
-                                downloadRate: p["DownloadRate"]?.uint64 ?? 0, uploadRate: p["UploadRate"]?.uint64 ?? 0)
+            typealias M = FerryInterface.ManagerProperty
+            let m = ManagerJSON(version: p[M.version.name]?.string ?? "", maxConcurrent: p[M.maxConcurrentTransfers.name]?.uint32 ?? 0,
+                                speedLimit: p[M.speedLimit.name]?.uint64 ?? 0, notifications: p[M.notificationsEnabled.name]?.bool ?? false,
+                                activeTransfers: p[M.activeTransfers.name]?.uint32 ?? 0, queuedTransfers: p[M.queuedTransfers.name]?.uint32 ?? 0,
+                                downloadRate: p[M.downloadRate.name]?.uint64 ?? 0, uploadRate: p[M.uploadRate.name]?.uint64 ?? 0)
             let values = ["max-concurrent": String(m.maxConcurrent), "speed-limit": String(m.speedLimit),
                           "notifications": m.notifications ? "on" : "off"]
             if json { return JSONOutput.print(m) }

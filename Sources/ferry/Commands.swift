@@ -2,6 +2,7 @@ import ArgumentParser
 import DBus
 import FerryBusClient
 import FerryClient
+import FerryInterface
 import Foundation
 
 /// Completion of transfer ids: asks the service (briefly) which ids exist.
@@ -309,7 +310,7 @@ final class SessionLookup: @unchecked Sendable {
         let client = client
         Task.detached {
             let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
-                                               method: "Get", arguments: [.string(FerryClient.sessionInterface), .string("Identifier")])
+                                               method: "Get", arguments: [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.identifier.name)])
             box.ids = [v?.first?.string ?? ""]
             done.signal()
         }

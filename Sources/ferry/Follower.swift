@@ -109,19 +109,7 @@ final class Follower {
         case .propertiesChanged(let path, let changed):
             guard var i = infos[path] else { return nil }
             let old = i.state
-            if let s = changed["State"]?.string { i.state = s }
-            if let d = changed["Destination"]?.string { i.destination = d }
-            if let u = changed["Url"]?.string { i.url = u }
-            if let e = changed["BytesExpected"]?.int64 { i.bytesExpected = e }
-            if let r = changed["WaitingReason"]?.string { i.waitingReason = r }
-            if let h = changed["HttpStatus"]?.uint32 { i.httpStatus = h }
-            if let a = changed["Attempts"]?.uint32 { i.attempts = a }
-            if let s = changed["Sha256"]?.string { i.sha256 = s }
-            if let c = changed["Completed"]?.uint64 { i.completed = c }
-            if let err = changed["Error"]?.structFields, err.count == 2 {
-                i.errorName = err[0].string ?? ""
-                i.errorMessage = err[1].string ?? ""
-            }
+            i.apply(changed)
             // A transfer that moves again (resumed) waits for a new Completed.
             if !i.isFinal { completedSeen.remove(path) }
             update(i)

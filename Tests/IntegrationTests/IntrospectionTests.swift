@@ -1,5 +1,6 @@
 import DBus
 import FerryBusClient
+import FerryInterface
 import FerryTestSupport
 import Foundation
 import XCTest
@@ -143,6 +144,77 @@ final class IntrospectionTests: FerryTestCase {
     }
 
     /// ObjectManager.GetManagedObjects lists every session and transfer with their properties.
+    /// The properties declared once in `FerryInterface` (the service builds its
+    /// interfaces from them, the clients read by them) are the contract XML's: names,
+    /// types, access, change signals.
+    func testDeclaredPropertiesAreTheContractsProperties() throws {
+        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
+        let contract = try IntrospectionParser.parse(text).interfaces
+        for (iface, declared) in [(FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
+                                  (FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
+                                  (FerryClient.transferInterface, FerryInterface.TransferProperty.all)] {
+            let want = contract[iface]?.properties ?? [:]
+            XCTAssertEqual(Set(declared.map(\.name)), Set(want.keys), "\(iface): declared vs contract")
+            XCTAssertEqual(declared.count, want.count, "\(iface): each declared once")
+            for p in declared {
+                guard let c = want[p.name] else { continue }
+                XCTAssertEqual(p.signature, c.type, "\(iface).\(p.name) type")
+                XCTAssertEqual(p.writable ? "readwrite" : "read", c.access, "\(iface).\(p.name) access")
+                XCTAssertEqual(p.emitsChange, c.annotations["org.freedesktop.DBus.Property.EmitsChangedSignal"] != "false",
+                               "\(iface).\(p.name) change signal")
+            }
+        }
+    }
+
+    /// What the daemon serves: `GetAll` of the manager, a session and a transfer holds
+    /// each declared property, with its declared type, and nothing else.
+    func testServedPropertiesAreTheDeclaredOnes() async throws {
+        serve("/p.bin", size: 10)
+        let s = try await session()
+        let t = try await s.download(server.url("/p.bin"), options: ["start": .boolean(false), "destination": .string(work + "/p.bin")])
+        for (path, iface, declared) in [(FerryClient.managerPath, FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
+                                        (s.path, FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
+                                        (t.path, FerryClient.transferInterface, FerryInterface.TransferProperty.all)] {
+            let served = try await call(path, StandardNames.properties, "GetAll", [.string(iface)]).first?.vardict ?? [:]
+            XCTAssertEqual(Set(served.keys), Set(declared.map(\.name)), iface)
+            for p in declared {
+                XCTAssertEqual(served[p.name]?.signature, p.signature, "\(iface).\(p.name)")
+            }
+        }
+    }
+
+    /// Every declared transfer property lands in its own field of `TransferInfo`, from
+    /// `GetAll` entries, from a dictionary and from a `PropertiesChanged`.
+    func testTransferInfoReadsEveryDeclaredProperty() {
+        typealias T = FerryInterface.TransferProperty
+        let values: [String: DBusValue] = [
+            T.kind.name: .string("upload"), T.url.name: .string("http://h/u"), T.session.name: .objectPath("/s/1"),
+            T.description.name: .string("d"), T.destination.name: .string("/f"), T.state.name: .string("running"),
+            T.waitingReason.name: .string("retry"), T.bytesTransferred.name: .int64(11), T.bytesExpected.name: .int64(12),
+            T.rate.name: .uint64(13), T.expectedEnd.name: .uint64(14), T.error.name: .structure([.string("E"), .string("m")]),
+            T.httpStatus.name: .uint32(206), T.attempts.name: .uint32(3), T.resumable.name: .boolean(true),
+            T.sha256.name: .string("ab"), T.response.name: .bytes([1]), T.created.name: .uint64(15), T.started.name: .uint64(16),
+            T.completed.name: .uint64(17), T.priority.name: .int32(-1), T.speedLimit.name: .uint64(18),
+        ]
+        XCTAssertEqual(Set(values.keys), Set(T.all.map(\.name)), "the sample covers every declared property")
+        var expected = TransferInfo(id: 1, path: "/t/1")
+        expected.kind = "upload"; expected.url = "http://h/u"; expected.session = "/s/1"; expected.description = "d"
+        expected.destination = "/f"; expected.state = "running"; expected.waitingReason = "retry"
+        expected.bytesTransferred = 11; expected.bytesExpected = 12; expected.rate = 13; expected.expectedEnd = 14
+        expected.errorName = "E"; expected.errorMessage = "m"; expected.httpStatus = 206; expected.attempts = 3
+        expected.resumable = true; expected.sha256 = "ab"; expected.created = 15; expected.started = 16
+        expected.completed = 17; expected.priority = -1; expected.speedLimit = 18
+        XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
+        XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
+        var changed = TransferInfo(id: 1, path: "/t/1")
+        changed.apply(values)
+        XCTAssertEqual(changed, expected)
+        // Missing values keep their defaults; unknown names are ignored.
+        let bare = TransferInfo(id: 1, path: "/t/1", properties: ["Nonsense": .string("x")])
+        XCTAssertEqual(bare.bytesExpected, -1)
+        XCTAssertEqual(bare.state, "")
+    }
+
     func testObjectManagerListsSessionsAndTransfers() async throws {
         serve("/a.bin", size: 10)
         let s1 = try await session("com.example.One")

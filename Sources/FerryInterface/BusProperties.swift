@@ -1,0 +1,75 @@
+/// A property of the bus API as the contract declares it: its name, its D-Bus type,
+/// whether clients may set it, and whether it sends `PropertiesChanged`. The daemon
+/// builds its interfaces and property values from these, the clients read values by
+/// them: no property name is spelled anywhere else.
+public struct BusProperty: Sendable, Hashable {
+    public let name: String
+    /// The D-Bus type signature of its value.
+    public let signature: String
+    public let writable: Bool
+    public let emitsChange: Bool
+
+    init(_ name: String, _ signature: String, writable: Bool = false, emitsChange: Bool = true) {
+        self.name = name
+        self.signature = signature
+        self.writable = writable
+        self.emitsChange = emitsChange
+    }
+}
+
+extension FerryInterface {
+    /// `org.ferry.Ferry1.Manager`'s properties.
+    public enum ManagerProperty {
+        public static let version = BusProperty("Version", "s")
+        public static let activeTransfers = BusProperty("ActiveTransfers", "u")
+        public static let queuedTransfers = BusProperty("QueuedTransfers", "u")
+        public static let downloadRate = BusProperty("DownloadRate", "t", emitsChange: false)
+        public static let uploadRate = BusProperty("UploadRate", "t", emitsChange: false)
+        public static let maxConcurrentTransfers = BusProperty("MaxConcurrentTransfers", "u", writable: true)
+        public static let speedLimit = BusProperty("SpeedLimit", "t", writable: true)
+        public static let notificationsEnabled = BusProperty("NotificationsEnabled", "b", writable: true)
+
+        /// In the contract's order.
+        public static let all = [version, activeTransfers, queuedTransfers, downloadRate, uploadRate,
+                                 maxConcurrentTransfers, speedLimit, notificationsEnabled]
+    }
+
+    /// `org.ferry.Ferry1.Session`'s properties.
+    public enum SessionProperty {
+        public static let identifier = BusProperty("Identifier", "s")
+        public static let configuration = BusProperty("Configuration", "a{sv}")
+        public static let activeTransfers = BusProperty("ActiveTransfers", "u")
+
+        public static let all = [identifier, configuration, activeTransfers]
+    }
+
+    /// `org.ferry.Ferry1.Transfer`'s properties.
+    public enum TransferProperty {
+        public static let kind = BusProperty("Kind", "s")
+        public static let url = BusProperty("Url", "s")
+        public static let session = BusProperty("Session", "o")
+        public static let description = BusProperty("Description", "s")
+        public static let destination = BusProperty("Destination", "s")
+        public static let state = BusProperty("State", "s")
+        public static let waitingReason = BusProperty("WaitingReason", "s")
+        public static let bytesTransferred = BusProperty("BytesTransferred", "x", emitsChange: false)
+        public static let bytesExpected = BusProperty("BytesExpected", "x")
+        public static let rate = BusProperty("Rate", "t", emitsChange: false)
+        public static let expectedEnd = BusProperty("ExpectedEnd", "t", emitsChange: false)
+        public static let error = BusProperty("Error", "(ss)")
+        public static let httpStatus = BusProperty("HttpStatus", "u")
+        public static let attempts = BusProperty("Attempts", "u")
+        public static let resumable = BusProperty("Resumable", "b")
+        public static let sha256 = BusProperty("Sha256", "s")
+        public static let response = BusProperty("Response", "ay")
+        public static let created = BusProperty("Created", "t")
+        public static let started = BusProperty("Started", "t")
+        public static let completed = BusProperty("Completed", "t")
+        public static let priority = BusProperty("Priority", "i", writable: true)
+        public static let speedLimit = BusProperty("SpeedLimit", "t", writable: true)
+
+        public static let all = [kind, url, session, description, destination, state, waitingReason, bytesTransferred,
+                                 bytesExpected, rate, expectedEnd, error, httpStatus, attempts, resumable, sha256,
+                                 response, created, started, completed, priority, speedLimit]
+    }
+}

@@ -105,7 +105,7 @@ let package = Package(
         .testTarget(name: "FerryEngineTests", dependencies: [
             "FerryEngine", "FerryCore", "FerryTestSupport", .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "FerryInterface", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
         .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),

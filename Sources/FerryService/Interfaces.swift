@@ -153,7 +153,9 @@ extension FerryBusService {
         declared.map { p in
             guard p.writable else { return PropertySpec(p.name, p.signature, emitsChange: p.emitsChange) }
             guard let set = setters[p] else { preconditionFailure("no setter for the writable property \(p.name)") }
-            return PropertySpec(p.name, p.signature, access: .readwrite, objectSetter: set)
+            var spec = PropertySpec(p.name, p.signature, access: .readwrite, objectSetter: set)
+            spec.emitsChange = p.emitsChange
+            return spec
         }
     }
 

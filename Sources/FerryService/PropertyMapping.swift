@@ -9,7 +9,8 @@ enum PropertyMapping {
     private typealias M = FerryInterface.ManagerProperty
 
     /// Each transfer property with its value in a snapshot: the one place the service
-    /// says what a property holds (`PropertyMappingTests` checks it covers the contract).
+    /// says what a property holds (`IntrospectionTests.testServedPropertiesAreTheDeclaredOnes`
+    /// checks that it covers the declarations).
     static let transferValues: [(BusProperty, @Sendable (TransferSnapshot) -> DBusValue)] = [
         (T.kind, { .string($0.kind.rawValue) }),
         // Without user:password@: every client of the bus can read this.

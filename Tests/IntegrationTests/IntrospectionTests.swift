@@ -143,7 +143,6 @@ final class IntrospectionTests: FerryTestCase {
         }
     }
 
-    /// ObjectManager.GetManagedObjects lists every session and transfer with their properties.
     /// The properties declared once in `FerryInterface` (the service builds its
     /// interfaces from them, the clients read by them) are the contract XML's: names,
     /// types, access, change signals.
@@ -209,12 +208,18 @@ final class IntrospectionTests: FerryTestCase {
         var changed = TransferInfo(id: 1, path: "/t/1")
         changed.apply(values)
         XCTAssertEqual(changed, expected)
+        // A value of another type gives the field's default, as a missing one does.
+        var wrong = expected
+        wrong.apply([T.bytesExpected.name: .string("x"), T.state.name: .uint32(1)])
+        XCTAssertEqual(wrong.bytesExpected, -1)
+        XCTAssertEqual(wrong.state, "")
         // Missing values keep their defaults; unknown names are ignored.
         let bare = TransferInfo(id: 1, path: "/t/1", properties: ["Nonsense": .string("x")])
         XCTAssertEqual(bare.bytesExpected, -1)
         XCTAssertEqual(bare.state, "")
     }
 
+    /// ObjectManager.GetManagedObjects lists every session and transfer with their properties.
     func testObjectManagerListsSessionsAndTransfers() async throws {
         serve("/a.bin", size: 10)
         let s1 = try await session("com.example.One")

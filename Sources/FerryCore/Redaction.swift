@@ -7,6 +7,15 @@ public enum Redaction {
     /// `url` without its `user:password@` part; everything else as given. Works on
     /// any text, valid URL or not, so that even a refused value is shown safely.
     public static func urlWithoutCredentials(_ url: String) -> String {
+        urlWithoutCredentials(url, slashesInAuthority: false)
+    }
+
+    /// The same, with the authority's end chosen.
+    /// - Parameter slashesInAuthority: take the authority to end only at `?` or `#`, so
+    ///   that a URL too broken to say where it ends (`http://u:p/w@host/`, a password
+    ///   with a slash) loses everything up to its last `@` before them: for error
+    ///   messages, which may hide too much but never a password.
+    public static func urlWithoutCredentials(_ url: String, slashesInAuthority: Bool) -> String {
         var text = url
         // Byte by byte: every delimiter is ASCII, and this runs for each URL shown.
         return text.withUTF8 { bytes -> String? in
@@ -19,7 +28,8 @@ public enum Redaction {
             let authority = i + 3
             var at: Int?
             var j = authority
-            while j < count, bytes[j] != UInt8(ascii: "/"), bytes[j] != UInt8(ascii: "?"), bytes[j] != UInt8(ascii: "#") {
+            while j < count, bytes[j] != UInt8(ascii: "?"), bytes[j] != UInt8(ascii: "#"),
+                  slashesInAuthority || bytes[j] != UInt8(ascii: "/") {
                 if bytes[j] == UInt8(ascii: "@") { at = j }
                 j += 1
             }

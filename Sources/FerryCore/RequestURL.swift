@@ -39,20 +39,11 @@ struct RequestURL: Equatable {
                           suggestedFileName: FileNameSanitizer.sanitize(decoded) ?? FileNameSanitizer.fallbackName)
     }
 
-    /// The URL without any user name or password, clipped, for messages and logs.
-    /// How an error message shows a URL: without `user:password@`, and for a URL too
-    /// broken to say where its authority ends (`http://u:p/w@host/`, a password with a
-    /// slash), without anything between `://` and the last `@` before `?` or `#`: an
-    /// error message may hide too much, never a password.
+    /// How an error message shows a URL: without `user:password@` even where the URL is
+    /// too broken to say where its authority ends (`Redaction`'s `slashesInAuthority`),
+    /// clipped.
     static func redacted(_ string: String) -> String {
-        var shown = Redaction.urlWithoutCredentials(string)
-        if let schemeEnd = shown.range(of: "://") {
-            let rest = shown[schemeEnd.upperBound...]
-            let end = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) ?? rest.endIndex
-            if let at = rest[..<end].lastIndex(of: "@") {
-                shown = String(shown[..<schemeEnd.upperBound]) + String(rest[rest.index(after: at)...])
-            }
-        }
+        let shown = Redaction.urlWithoutCredentials(string, slashesInAuthority: true)
         return shown.count > 300 ? String(shown.prefix(300)) + "…" : shown
     }
 }

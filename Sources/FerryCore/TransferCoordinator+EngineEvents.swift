@@ -1,7 +1,6 @@
 import Foundation
 
 extension TransferCoordinator {
-    /// One engine event, on `queue`.
     /// Events that arrived together, in order, as one change (progress alone skips the
     /// change, as below).
     func handle(_ events: [EngineEvent]) {
@@ -14,6 +13,7 @@ extension TransferCoordinator {
         }
     }
 
+    /// One engine event, on `queue`.
     func handle(_ event: EngineEvent) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }

@@ -156,6 +156,82 @@ final class ExportTests: BusTestCase {
         XCTAssertEqual(sum, [.int32(3)])
     }
 
+    /// Calls awaiting replies share one timer (MainLoop's heap of deadlines): a short
+    /// timeout behind many long ones still comes on time, answered calls never time
+    /// out, and once all are answered a new call's timeout still comes.
+    func testTimeoutsOfManyPendingCallsEachComeOnTime() async throws {
+        let sample = try await startSample()
+        let client = self.client!
+        // 150 calls that would time out in a minute, all awaiting replies at once.
+        let long = Task {
+            try await withThrowingTaskGroup(of: [DBusValue].self) { group in
+                for _ in 0..<150 { group.addTask { try await self.callSample("Never", timeout: 60) } }
+                var n = 0
+                for try await _ in group { n += 1 }
+                return n
+            }
+        }
+        var invocations: [MethodInvocation] = []
+        for _ in 0..<150 { invocations.append(try await sample.neverAnswered.next(timeout: 10, "the long calls")) }
+
+        // A short one after them times out at its own time, not theirs.
+        var started = Date()
+        await assertBusError(StandardErrors.noReply) { try await self.callSample("Never", timeout: 0.3) }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        _ = try await sample.neverAnswered.next(timeout: 5, "the short call")
+
+        // Two short ones in the other order: the later deadline first, then an earlier one.
+        started = Date()
+        async let slower: Void = assertBusError(StandardErrors.noReply) { try await self.callSample("Never", timeout: 0.8) }
+        async let faster: Void = assertBusError(StandardErrors.noReply) { try await self.callSample("Never", timeout: 0.2) }
+        _ = await (slower, faster)
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.7)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+
+        // Every long call answered: none of them timed out.
+        for i in invocations { i.reply() }
+        let answered = try await long.value
+        XCTAssertEqual(answered, 150)
+
+        // With nothing pending, a new call's timeout still comes.
+        started = Date()
+        await assertBusError(StandardErrors.noReply) {
+            _ = try await client.call(destination: Sample.busName, path: Sample.objectPath, interface: Sample.interfaceName,
+                                      method: "Never", arguments: [], timeout: 0.3)
+        }
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.25)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+    }
+
+    /// Large messages are read on in one wake-up (MainLoop.read): several replies of
+    /// a few MiB each, pipelined with small calls between them, all arrive whole and
+    /// each to its own call.
+    func testLargeRepliesArriveWholeBetweenSmallOnes() async throws {
+        try await startSample()
+        let sizes = [3 << 20, 17, 5 << 20, 1, 70_000]
+        try await withThrowingTaskGroup(of: (Int, [DBusValue], [DBusValue]).self) { group in
+            for (i, size) in sizes.enumerated() {
+                let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i) }
+                group.addTask {
+                    let sent: [DBusValue] = [.variant(.bytes(bytes))]
+                    return (i, sent, try await self.callSample("Echo", sent, timeout: 30))
+                }
+                group.addTask {
+                    let sent: [DBusValue] = [.variant(.string("small \(i)"))]
+                    return (i, sent, try await self.callSample("Echo", sent))
+                }
+            }
+            var answered = 0
+            for try await (i, sent, echoed) in group {
+                XCTAssertEqual(echoed, sent, "call \(i)")
+                answered += 1
+            }
+            XCTAssertEqual(answered, 2 * sizes.count)
+        }
+        let sum = try await callSample("Add", [.int32(2), .int32(3)])
+        XCTAssertEqual(sum, [.int32(5)])
+    }
+
     func testAnsweringTwiceSendsOneReply() async throws {
         let once = InterfaceSpec(name: "org.ferry.Test.Twice1", methods: [
             MethodSpec("Twice", out: [ArgSpec("n", "i")]) { inv in

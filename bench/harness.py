@@ -449,7 +449,8 @@ class Context:
         out_path = os.path.join(self.tmp, "ferry.out")
         err_path = os.path.join(self.tmp, "ferry.err")
         with open(out_path, "wb") as o, open(err_path, "wb") as e:
-            code, wall, user, sys_ = timed_run([self.ferry_exe, *argv], env=self.env, stdout=o, stderr=e)
+            wrap = os.environ.get("FERRY_BENCH_CLI_WRAP", "").split()  # profiling the CLI, as FERRY_BENCH_WRAP ferryd
+            code, wall, user, sys_ = timed_run([*wrap, self.ferry_exe, *argv], env=self.env, stdout=o, stderr=e)
         with open(out_path, errors="replace") as f:
             stdout = f.read()
         if code != 0:

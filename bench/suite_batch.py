@@ -142,7 +142,7 @@ def run(ctx, suite):
                 h.remove_all_transfers(conn)
             r.update(tool=tool, run=i, cpu=r["cpu_client"] + r["cpu_daemon"])
             h.log(f"batch {'run ' + str(i) if i >= 1 else 'warm-up'} {tool}: {r['wall']:.3f} s wall, "
-                  f"cpu {r['cpu']:.3f} s" + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
+                  f"cpu {r['cpu']:.3f} s (ferryd {r['cpu_daemon']:.3f}, client {r['cpu_client']:.3f})" + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
             if i >= 1:
                 results.append(r)
     conn.close()

@@ -18,24 +18,61 @@ public enum TransferEvent: Sendable, Equatable {
 }
 
 /// Subscribes to every transfer's signals. Subscriptions are in place when
-/// `start` returns, so reading state afterwards and then following `events`
+/// `start` returns, so reading state afterwards and then following `batches`
 /// misses nothing.
 public final class TransferMonitor: Sendable {
-    public let events: AsyncStream<TransferEvent>
-    private let continuation: AsyncStream<TransferEvent>.Continuation
+    /// The events in the order the service sent them, handed over a burst at a time:
+    /// what one read of the connection brought (up to thousands of signals while a
+    /// batch runs) arrives as one array, so a follower wakes once per burst, not once
+    /// per signal, and a display can write once.
+    public let batches: AsyncStream<[TransferEvent]>
+    private let gatherer: Gatherer
     private let client: FerryClient
     private let subscriptions: [BusConnection.Subscription]
 
-    private init(client: FerryClient, events: AsyncStream<TransferEvent>, continuation: AsyncStream<TransferEvent>.Continuation,
+    private init(client: FerryClient, batches: AsyncStream<[TransferEvent]>, gatherer: Gatherer,
                  subscriptions: [BusConnection.Subscription]) {
         self.client = client
-        self.events = events
-        self.continuation = continuation
+        self.batches = batches
+        self.gatherer = gatherer
         self.subscriptions = subscriptions
     }
 
+    /// Collects the events of one burst; the first of a burst schedules its hand-over
+    /// on the connection's queue, which runs once the queue has dispatched what it read.
+    private final class Gatherer: @unchecked Sendable {
+        private let lock = NSLock()
+        private var pending: [TransferEvent] = []
+        private let continuation: AsyncStream<[TransferEvent]>.Continuation
+        private let queue: DispatchQueue
+
+        init(continuation: AsyncStream<[TransferEvent]>.Continuation, queue: DispatchQueue) {
+            self.continuation = continuation
+            self.queue = queue
+        }
+
+        func yield(_ event: TransferEvent) {
+            let first = lock.withLock {
+                pending.append(event)
+                return pending.count == 1
+            }
+            if first { queue.async { self.handOver() } }
+        }
+
+        private func handOver() {
+            let burst = lock.withLock {
+                defer { pending = [] }
+                return pending
+            }
+            if !burst.isEmpty { continuation.yield(burst) }
+        }
+
+        func finish() { continuation.finish() }
+    }
+
     public static func start(_ client: FerryClient) async throws -> TransferMonitor {
-        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
+        let (stream, streamContinuation) = AsyncStream<[TransferEvent]>.makeStream()
+        let gatherer = Gatherer(continuation: streamContinuation, queue: client.bus.queue)
         let namespace = String(FerryClient.transferPathPrefix.dropLast())
         var subs: [BusConnection.Subscription] = []
         subs.append(try await client.bus.subscribe(
@@ -43,14 +80,14 @@ public final class TransferMonitor: Sendable {
             guard let path = m.path, let args = try? m.arguments() else { return }
             switch (m.member, args.count) {
             case ("Progress", 3):
-                continuation.yield(.progress(path: path, bytesWritten: args[0].int64 ?? 0,
+                gatherer.yield(.progress(path: path, bytesWritten: args[0].int64 ?? 0,
                                              totalBytesWritten: args[1].int64 ?? 0, totalBytesExpected: args[2].int64 ?? -1))
             case ("ResumedAtOffset", 2):
-                continuation.yield(.resumedAtOffset(path: path, offset: args[0].int64 ?? 0, expectedTotal: args[1].int64 ?? -1))
+                gatherer.yield(.resumedAtOffset(path: path, offset: args[0].int64 ?? 0, expectedTotal: args[1].int64 ?? -1))
             case ("Finished", 1):
-                continuation.yield(.finished(path: path, location: args[0].string ?? ""))
+                gatherer.yield(.finished(path: path, location: args[0].string ?? ""))
             case ("Completed", 3):
-                continuation.yield(.completed(path: path, serial: args[0].uint64 ?? 0, errorName: args[1].string ?? "",
+                gatherer.yield(.completed(path: path, serial: args[0].uint64 ?? 0, errorName: args[1].string ?? "",
                                               errorMessage: args[2].string ?? ""))
             default:
                 break
@@ -61,7 +98,7 @@ public final class TransferMonitor: Sendable {
                       member: "PropertiesChanged")) { m in
             guard let path = m.path, let args = try? m.arguments(), args.count == 3,
                   args[0].string == FerryClient.transferInterface, let changed = args[1].vardict else { return }
-            continuation.yield(.propertiesChanged(path: path, changed))
+            gatherer.yield(.propertiesChanged(path: path, changed))
         })
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath, interface: StandardNames.objectManager)) { m in
@@ -71,9 +108,9 @@ public final class TransferMonitor: Sendable {
             case ("InterfacesAdded", 2):
                 guard let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict
                 else { return }
-                continuation.yield(.added(path: path, props))
+                gatherer.yield(.added(path: path, props))
             case ("InterfacesRemoved", 2):
-                continuation.yield(.removed(path: path))
+                gatherer.yield(.removed(path: path))
             default:
                 break
             }
@@ -82,15 +119,15 @@ public final class TransferMonitor: Sendable {
             MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
                       member: "NameOwnerChanged", arg0: FerryClient.busName)) { m in
             guard let args = try? m.arguments(), args.count == 3, args[2].string == "" else { return }
-            continuation.yield(.serviceVanished)
+            gatherer.yield(.serviceVanished)
         })
-        client.bus.onDisconnect { continuation.yield(.serviceVanished) }
-        return TransferMonitor(client: client, events: stream, continuation: continuation, subscriptions: subs)
+        client.bus.onDisconnect { gatherer.yield(.serviceVanished) }
+        return TransferMonitor(client: client, batches: stream, gatherer: gatherer, subscriptions: subs)
     }
 
     public func stop() {
         for s in subscriptions { client.bus.unsubscribe(s) }
-        continuation.finish()
+        gatherer.finish()
     }
 
     /// Waits until every transfer has ended — completed, failed or cancelled, or
@@ -105,23 +142,25 @@ public final class TransferMonitor: Sendable {
         for t in transfers { infos[t.path] = try await t.info() }
         var open = Set(infos.values.filter { !$0.isFinal && $0.state != "paused" }.map(\.path))
         if open.isEmpty { return transfers.compactMap { infos[$0.path] } }
-        for await event in monitor.events {
-            onEvent?(event)
-            switch event {
-            case .completed(let path, _, _, _) where open.contains(path):
-                infos[path] = try await FerryTransfer(client: client, path: path).info()
-                open.remove(path)
-            case .propertiesChanged(let path, let changed) where open.contains(path):
-                if let state = changed[FerryInterface.TransferProperty.state.name]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
+        following: for await batch in monitor.batches {
+            for event in batch {
+                onEvent?(event)
+                switch event {
+                case .completed(let path, _, _, _) where open.contains(path):
                     infos[path] = try await FerryTransfer(client: client, path: path).info()
                     open.remove(path)
+                case .propertiesChanged(let path, let changed) where open.contains(path):
+                    if let state = changed[FerryInterface.TransferProperty.state.name]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
+                        infos[path] = try await FerryTransfer(client: client, path: path).info()
+                        open.remove(path)
+                    }
+                case .serviceVanished:
+                    throw BusError(name: StandardErrors.serviceUnknown, message: "the Ferry service left the bus")
+                default:
+                    break
                 }
-            case .serviceVanished:
-                throw BusError(name: StandardErrors.serviceUnknown, message: "the Ferry service left the bus")
-            default:
-                break
+                if open.isEmpty { break following }
             }
-            if open.isEmpty { break }
         }
         return transfers.compactMap { infos[$0.path] }
     }

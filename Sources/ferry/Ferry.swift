@@ -151,12 +151,29 @@ func printError(_ message: String) {
 }
 
 /// Standard output, flushed per line when it is not a terminal too (scripts
-/// reading `ferry watch` or `ferry events` through a pipe see lines as they come).
+/// reading `ferry watch` or `ferry events` through a pipe see lines as they come),
+/// or once per burst of events inside `burst` (what came in one read goes out in
+/// one write, not one per line).
 enum Output {
+    private static let bursts = NSLock()
+    nonisolated(unsafe) private static var burstDepth = 0
+
     static func line(_ s: String) {
         print(s)
-        fflush(stdout)
+        if !inBurst { fflush(stdout) }
     }
+
+    /// Runs `body` with lines held in stdout's buffer, then flushes them at once.
+    static func burst<T>(_ body: () throws -> T) rethrows -> T {
+        bursts.withLock { burstDepth += 1 }
+        defer {
+            bursts.withLock { burstDepth -= 1 }
+            fflush(stdout)
+        }
+        return try body()
+    }
+
+    private static var inBurst: Bool { bursts.withLock { burstDepth > 0 } }
 
     /// Many lines in one write (a listing of thousands must not flush each).
     static func lines(_ ls: [String]) {
@@ -165,6 +182,7 @@ enum Output {
     }
 
     static func write(_ s: String) {
+        fflush(stdout)  // lines held in a burst go first
         FileHandle.standardOutput.write(Data(s.utf8))
     }
 

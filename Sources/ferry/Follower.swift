@@ -43,6 +43,8 @@ final class Follower {
     private var completedSeen: Set<String> = []
     /// Followed transfers that have not ended (kept per event: no scan of all).
     private var running: Set<String> = []
+    /// Transfers just created for us, followed from their `InterfacesAdded` on.
+    private var awaited: Set<String> = []
     let options: Options
 
     init(options: Options) {
@@ -56,7 +58,7 @@ final class Follower {
         return i.isFinal && completedSeen.contains(i.path)
     }
 
-    var allEnded: Bool { running.isEmpty }
+    var allEnded: Bool { running.isEmpty && awaited.isEmpty }
 
     /// Stores the transfer's new state and whether it still runs.
     private func update(_ i: TransferInfo) {
@@ -66,9 +68,13 @@ final class Follower {
 
     var followed: [TransferInfo] { order.compactMap { infos[$0] } }
 
-    /// Follows `initial` (read after `monitor` was started) until all ended (with
+    /// Follows `initial` (read after `monitor` was started) and the transfers at
+    /// `created` (made after `monitor` was started, so their `InterfacesAdded`, which
+    /// carries all their properties, is among its events) until all ended (with
     /// `untilDone`) or forever; returns their last state.
-    func run(_ initial: [TransferInfo], monitor: TransferMonitor, sink: FollowSink) async throws -> [TransferInfo] {
+    func run(_ initial: [TransferInfo], created: [String] = [], monitor: TransferMonitor,
+             sink: FollowSink) async throws -> [TransferInfo] {
+        awaited = Set(created).subtracting(initial.map(\.path))
         for i in initial {
             if infos[i.path] == nil { order.append(i.path) }
             if i.isFinal { completedSeen.insert(i.path) }
@@ -79,13 +85,24 @@ final class Follower {
             sink.end(followed)
             return followed
         }
-        for await event in monitor.events {
-            if case .serviceVanished = event {
+        following: for await batch in monitor.batches {
+            var vanished = false
+            let done = Output.burst { () -> Bool in
+                for event in batch {
+                    if case .serviceVanished = event {
+                        vanished = true
+                        return true
+                    }
+                    if let change = apply(event) { sink.apply(change) }
+                    if options.untilDone && allEnded { return true }
+                }
+                return false
+            }
+            if vanished {
                 sink.end(followed)
                 throw CLIError.unreachable("the Ferry service left the bus")
             }
-            if let change = apply(event) { sink.apply(change) }
-            if options.untilDone && allEnded { break }
+            if done { break following }
         }
         sink.end(followed)
         return followed
@@ -94,6 +111,12 @@ final class Follower {
     func apply(_ event: TransferEvent) -> Change? {
         switch event {
         case .added(let path, let props):
+            if awaited.remove(path) != nil {
+                let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
+                update(i)
+                order.append(path)
+                return .added(i)
+            }
             guard options.followNew, infos[path] == nil else { return nil }
             let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
             guard options.accept(i), options.includePaused || i.state != "paused" else { return nil }
@@ -153,7 +176,10 @@ final class Follower {
 func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
                       shown: Set<String>, existing: Set<String>?) async {
     guard let info = sessions.first(where: { $0.identifier == identifier }) else { return }
-    let session = FerrySession(client: client, path: info.path)
+    await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, existing: existing)
+}
+
+func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, existing: Set<String>?) async {
     guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
     var existing = existing
     if existing == nil { existing = Set((try? await client.listTransfers().map(\.path)) ?? []) }

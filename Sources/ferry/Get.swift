@@ -109,9 +109,7 @@ struct Get: AsyncParsableCommand {
         if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }
         if let startAfter { options["start-after"] = .uint64(StartTime.parse(startAfter)!) }
         if let description { options["description"] = .string(description) }
-        // Created paused, then resumed together: none can finish (and end the
-        // batch) before all are there.
-        options["start"] = .boolean(false)
+        if paused { options["start"] = .boolean(false) }
         return options
     }
 
@@ -155,7 +153,10 @@ struct Get: AsyncParsableCommand {
             let monitor = wait ? try await TransferMonitor.start(client) : nil
             defer { monitor?.stop() }
 
-            // Every Download sent before any reply is read; then every Resume.
+            // Every Download sent before any reply is read (in a window of 100): they
+            // are all queued within moments, and a batch ends only once nothing has
+            // been queued or running for its settle time (1 s), so one `get` is one
+            // batch and one AllFinished.
             let calls = try entries.map { e -> BusMessage in
                 var o = options
                 if let sum = e.sha256 { o["sha256"] = .string(sum.lowercased()) }
@@ -172,21 +173,6 @@ struct Get: AsyncParsableCommand {
                     refused = true
                 }
             }
-            // Read while they are all still paused: every event the monitor holds
-            // after this read is newer than it, so the display never goes back.
-            let before = wait && !created.isEmpty ? try await client.managedObjects() : nil
-            var resumed: Set<String> = []
-            if !paused && !created.isEmpty {
-                let resumes = try created.map { try FerryClient.methodCall(path: $0, interface: FerryClient.transferInterface, method: "Resume", []) }
-                for (path, r) in zip(created, await client.pipeline(resumes)) {
-                    switch r {
-                    case .success: resumed.insert(path)
-                    case .failure(let err):
-                        printError(describe(err).message)
-                        refused = true
-                    }
-                }
-            }
             let ids = created.map(FerryClient.transferID)
             let tty = isatty(STDOUT_FILENO) != 0
             if json && !wait {
@@ -195,21 +181,18 @@ struct Get: AsyncParsableCommand {
             } else if !json && !global.quiet && (!wait || !tty) {
                 for id in ids { Output.line(String(id)) }
             }
-            if wait, let monitor, let objects = before {
-                var initial = try pick(ids, from: objects)
-                for i in initial.indices where resumed.contains(initial[i].path) && initial[i].state == "paused" {
-                    initial[i].state = "queued"
-                }
+            if wait, let monitor, !created.isEmpty {
+                // Each transfer is followed from its InterfacesAdded, which the monitor
+                // (subscribed before the first Download) holds with all its properties.
                 let follower = Follower(options: Follower.Options())
                 let sink = ProgressDisplay(quiet: global.quiet || json)
-                var final = try await follower.run(initial, monitor: monitor, sink: sink)
+                var final = try await follower.run([], created: created, monitor: monitor, sink: sink)
                 if json {
                     let after = try await client.managedObjects()
                     final = (try? pick(ids, from: after)) ?? final
                     JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(after)) })
                 }
-                await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
-                                       shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                await acknowledgeShown(session, client: client, shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
                 if refused { throw CLIError.refused("") }
                 if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
             }

@@ -162,6 +162,13 @@ final class CrashRecoveryTests: FerryTestCase {
         XCTAssertEqual(failedInfo.state, "failed")
         XCTAssertFalse(exists(small + "/big.bin"), "no final file")
 
+        // A file under 1 MiB that does not fit above the margin fails the same way.
+        _ = serve("/tight.bin", size: 1_000_000)  // under 1 MiB, over what the 1 MiB disk has above its 64 KiB margin
+        let tight = try await s.download(server.url("/tight.bin"), options: ["destination": .string(small + "/tight.bin")])
+        let (_, tightError, tightMessage) = try await signals.completed(tight.path)
+        XCTAssertEqual(tightError, "org.ferry.Ferry1.Error.Disk", tightMessage)
+        XCTAssertFalse(exists(small + "/tight.bin"), "no final file")
+
         // The daemon and other transfers go on.
         let ok = try await s.download(server.url("/other.bin"), options: ["destination": .string(work + "/other.bin")])
         let okInfo = try await finish(ok)

@@ -173,6 +173,10 @@ final class MainLoop: @unchecked Sendable {
         t.deadline = deadline
         timeouts.live += 1
         timeouts.push(TimeoutHeap.Entry(deadline: deadline, generation: t.generation, handle: t))
+        armTimer(noLaterThan: deadline)
+    }
+
+    private func armTimer(noLaterThan deadline: UInt64) {
         if timerDeadline.map({ deadline < $0 }) ?? true { setTimer(deadline) }
     }
 
@@ -199,17 +203,13 @@ final class MainLoop: @unchecked Sendable {
         while let entry = timeouts.popCurrent(dueBy: now) {
             let t = entry.handle
             // Due: taken off, then armed again for its next interval unless libdbus
-            // removed or disabled it meanwhile.
-            t.deadline = nil
-            t.generation &+= 1
-            timeouts.live -= 1
+            // removed, re-armed or disabled it meanwhile.
+            disarm(t)
             dbus_timeout_handle(t.timeout)
-            if !t.released, t.deadline == nil, dbus_timeout_get_enabled(t.timeout) != 0 {
-                schedule(t, after: UInt64(max(1, dbus_timeout_get_interval(t.timeout))) * 1_000_000)
-            }
+            if !t.released, t.deadline == nil { arm(t) }
         }
         if let next = timeouts.nextDeadline() {
-            if timerDeadline.map({ next < $0 }) ?? true { setTimer(next) }
+            armTimer(noLaterThan: next)
         } else {
             setTimer(nil)
         }

@@ -4,7 +4,8 @@
    Ferry `connections=8`, `aria2c -x8 -s8 -k1M`, Ferry `connections=1`; one run each,
    alternating in that order (issue 8: "one run, alternating"; `--segment-runs` for more).
 2. Unthrottled: 1 GiB, Ferry `connections=4` against `connections=1`, medians of
-   `--runs` alternating rounds.
+   `--runs` alternating rounds; `aria2c -x4` against `aria2c -x1` in the same rounds, for
+   reference: what four streams into one file cost a peer on this machine.
 
 Ferry is driven over the bus (`Download` with the `connections` option, then wait for
 `Completed`), so the suite does not depend on the CLI's flags. Every output is checked
@@ -58,8 +59,8 @@ def run(ctx, suite):
         h.remove_all_transfers(conn)
         return wall, out
 
-    def aria2(url):
-        code, wall, _, _ = h.timed_run(["aria2c", "-x8", "-s8", "-k1M", "-d", out_dir, "-o", "aria2.bin",
+    def aria2(url, connections=8):
+        code, wall, _, _ = h.timed_run(["aria2c", f"-x{connections}", f"-s{connections}", "-k1M", "-d", out_dir, "-o", "aria2.bin",
                                         "--allow-overwrite=true", "-q", "--console-log-level=error",
                                         "--summary-interval=0", url])
         if code != 0:
@@ -89,10 +90,14 @@ def run(ctx, suite):
 
         h.warm_page_cache(fast_path)
         fast_url = ctx.url(fast_name)
-        fast = {"x4": [], "x1": []}
+        fast = {"x4": [], "x1": [], "aria2c x4": [], "aria2c x1": []}
         for _ in range(fast_runs):
             fast["x4"].append(timed(f"{fast_mib} MiB unthrottled, connections=4", lambda: ferry(fast_url, 4), fast_sum))
             fast["x1"].append(timed(f"{fast_mib} MiB unthrottled, connections=1", lambda: ferry(fast_url, 1), fast_sum))
+            fast["aria2c x4"].append(timed(f"{fast_mib} MiB unthrottled, aria2c -x4 -s4 -k1M",
+                                           lambda: aria2(fast_url, 4), fast_sum))
+            fast["aria2c x1"].append(timed(f"{fast_mib} MiB unthrottled, aria2c -x1 -s1",
+                                           lambda: aria2(fast_url, 1), fast_sum))
     except wire.DBusError as e:
         raise BenchError(f"ferryd refused a segmented download: {e}")
     finally:
@@ -103,9 +108,11 @@ def run(ctx, suite):
     vs_aria2 = h.median([f / a for f, a in zip(slow["ferry x8"], slow["aria2c x8"])])
     speedup = h.median([one / eight for one, eight in zip(slow["ferry x1"], slow["ferry x8"])])
     unthrottled = h.median([four / one for four, one in zip(fast["x4"], fast["x1"])])
+    aria2_unthrottled = h.median([four / one for four, one in zip(fast["aria2c x4"], fast["aria2c x1"])])
     suite.data = {"throttled_bytes": slow_mib * h.MIB, "throttled_s": slow,
                   "unthrottled_bytes": fast_mib * h.MIB, "unthrottled_s": fast,
-                  "ratios": {"x8_vs_aria2": vs_aria2, "x1_over_x8": speedup, "x4_vs_x1": unthrottled}}
+                  "ratios": {"x8_vs_aria2": vs_aria2, "x1_over_x8": speedup, "x4_vs_x1": unthrottled,
+                             "aria2c_x4_vs_x1": aria2_unthrottled}}
     m = h.median
     suite.row(f"{slow_mib} MiB at 8 MiB/s/conn: connections=8 / aria2c -x8", h.fmt_s(m(slow["ferry x8"])),
               f"aria2c {h.fmt_s(m(slow['aria2c x8']))}", vs_aria2, f"<= {TARGET_VS_ARIA2}", vs_aria2 <= TARGET_VS_ARIA2)
@@ -114,3 +121,5 @@ def run(ctx, suite):
               speedup >= TARGET_SPEEDUP)
     suite.row(f"{fast_mib} MiB unthrottled: connections=4 / connections=1", h.fmt_s(m(fast["x4"])),
               f"x1 {h.fmt_s(m(fast['x1']))}", unthrottled, f"<= {TARGET_UNTHROTTLED}", unthrottled <= TARGET_UNTHROTTLED)
+    suite.row(f"{fast_mib} MiB unthrottled, same rounds: aria2c -x4 / aria2c -x1 (reference)",
+              h.fmt_s(m(fast["aria2c x4"])), f"x1 {h.fmt_s(m(fast['aria2c x1']))}", aria2_unthrottled, "", None)

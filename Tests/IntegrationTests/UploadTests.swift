@@ -229,7 +229,8 @@ final class UploadTests: FerryTestCase {
         let r = try await call(s.path, FerryClient.sessionInterface, "Upload",
                                [.string(server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(fd), "start": .boolean(false)])])
         let t = client.transfer(id: UInt64(r.first?.string?.split(separator: "/").last ?? "") ?? 0)
-        XCTAssertEqual(descriptors(), 1, "ferryd holds the descriptor while the upload is to come: \(targets())")
+        let held = await descriptors(settlingAt: 1)
+        XCTAssertEqual(held, 1, "ferryd holds the descriptor while the upload is to come: \(targets())")
         try await t.resume()
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)

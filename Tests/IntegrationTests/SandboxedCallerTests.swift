@@ -50,9 +50,18 @@ final class SandboxedCallerTests: FerryTestCase {
         extraLogs.append { "----- xdg-dbus-proxy for \(appID) -----\n\(p.log)" }
         try await waitUntilAsync("the proxy's socket at \(socket)") { FileManager.default.fileExists(atPath: socket) || !p.isRunning }
         guard p.isRunning else { throw XCTSkip("bwrap/xdg-dbus-proxy could not start here: \(p.log)") }
-        let client = try FerryClient(address: "unix:path=\(socket)")
-        cleanups.append { client.close() }
-        return client
+        // The socket's name exists from bind(2); connections are refused until the
+        // proxy's listen(2) a moment later (on a loaded machine, long enough to hit).
+        let deadline = Date().addingTimeInterval(10)
+        while true {
+            do {
+                let client = try FerryClient(address: "unix:path=\(socket)")
+                cleanups.append { client.close() }
+                return client
+            } catch let error as BusError where error.name == "org.freedesktop.DBus.Error.NoServer" && p.isRunning && Date() < deadline {
+                try await Task.sleep(nanoseconds: 10_000_000)
+            }
+        }
     }
 
     /// The processes `pid` started (from /proc), children first-level and below.

@@ -154,10 +154,13 @@ public final class NetworkMonitor: @unchecked Sendable {
             var state = NetworkManagerState()
             state.update(from: all)
             properties = state
-            if !present { logger.info("following NetworkManager on the system bus") }
+            let first = !present
             present = true
             saidAbsent = false
             report(state.conditions)
+            // After the report: once this line is in the log, the core has the state
+            // queued before anything a client sends afterwards.
+            if first { logger.info("following NetworkManager on the system bus") }
         case .failure(let error):
             absent(because: error.name == StandardErrors.serviceUnknown || error.name == StandardErrors.nameHasNoOwner
                    ? "NetworkManager is not on the system bus" : "NetworkManager did not answer (\(error.message))")

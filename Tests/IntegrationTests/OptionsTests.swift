@@ -48,7 +48,8 @@ final class OptionsTests: FerryTestCase {
     func testStartAfterWaitsUntilTheTime() async throws {
         let body = serve("/later.bin", size: 1000)
         let s = try await session()
-        let startAfter = UInt64((Date().timeIntervalSince1970 + 1.0) * 1_000_000)
+        // Far enough ahead that the call and the first look come before it on a slow machine.
+        let startAfter = UInt64((Date().timeIntervalSince1970 + 2.0) * 1_000_000)
         let t = try await s.download(server.url("/later.bin"), options: [
             "destination": .string(work + "/later.bin"), "start-after": .uint64(startAfter),
         ])
@@ -66,8 +67,10 @@ final class OptionsTests: FerryTestCase {
     /// With one slot, a high-priority transfer queued last runs before normal and low ones.
     func testPriorityOrdersTheQueue() async throws {
         try await client.setManagerProperty("MaxConcurrentTransfers", .uint32(1))
+        // The first holds the one slot (its server stops sending) until it is paused,
+        // so the other three are all queued, whatever the machine's pace, before any runs.
         serve("/first.bin", size: 64 * 1024)
-        server.set(.slow(bytesPerSecond: 256 * 1024), on: "/first.bin")
+        server.set(.stallAfter(bytes: 16 * 1024), on: "/first.bin")
         serve("/x.bin", size: 1000)
         let s = try await session()
         let first = try await s.download(server.url("/first.bin"), options: ["destination": .string(work + "/first.bin")])
@@ -75,9 +78,12 @@ final class OptionsTests: FerryTestCase {
         let low = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/low"), "priority": .int32(-1)])
         let normal = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/normal")])
         let high = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/high"), "priority": .int32(1)])
-        for t in [first, low, normal, high] { try await signals.completed(t.path, timeout: 20) }
+        let queued = try await [low.info().state, normal.info().state, high.info().state]
+        XCTAssertEqual(queued, ["queued", "queued", "queued"])
+        _ = try await first.pause()
+        for t in [low, normal, high] { try await signals.completed(t.path, timeout: 20) }
         let order = signals.all.filter { $0.member == "Completed" }.map(\.path)
-        XCTAssertEqual(order, [first.path, high.path, normal.path, low.path])
+        XCTAssertEqual(order, [high.path, normal.path, low.path])
         let p = try await high.info().priority
         XCTAssertEqual(p, 1)
     }

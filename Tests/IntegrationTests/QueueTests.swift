@@ -34,7 +34,8 @@ final class QueueTests: FerryTestCase {
         var bodies: [[UInt8]] = []
         for i in 0..<3 {
             bodies.append(serve("/q\(i).bin", size: 96 * 1024, seed: UInt64(i)))
-            server.set(.slow(bytesPerSecond: 128 * 1024), on: "/q\(i).bin")
+            // The first runs for 3 s: time enough, on a slow machine, to look at the queue.
+            server.set(.slow(bytesPerSecond: (i == 0 ? 32 : 128) * 1024), on: "/q\(i).bin")
         }
         let s = try await session()
         var transfers: [FerryTransfer] = []
@@ -69,7 +70,8 @@ final class QueueTests: FerryTestCase {
         var bodies: [[UInt8]] = []
         for i in 0..<3 {
             bodies.append(serve("/h\(i).bin", size: 64 * 1024, seed: UInt64(10 + i)))
-            server.set(.slow(bytesPerSecond: 128 * 1024), on: "/h\(i).bin")
+            // The first runs for 2 s: time enough, on a slow machine, to look at the second.
+            server.set(.slow(bytesPerSecond: (i == 0 ? 32 : 128) * 1024), on: "/h\(i).bin")
         }
         let s = try await session("com.example.PerHost", ["max-connections-per-host": .uint32(1)])
         var transfers: [FerryTransfer] = []

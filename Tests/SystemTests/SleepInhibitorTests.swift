@@ -42,7 +42,7 @@ final class SleepInhibitorTests: SystemTestCase {
         try await startFerryd()
         let s = try await client.openSession("com.example.Sleepy")
         serve("/a.bin", size: 60_000, seed: 1, bytesPerSecond: 40_000)
-        serve("/b.bin", size: 80_000, seed: 2, bytesPerSecond: 40_000)
+        serve("/b.bin", size: 160_000, seed: 2, bytesPerSecond: 40_000) // 2.5 s longer than a: time to look
         let a = try await download(s, "/a.bin")
         let b = try await download(s, "/b.bin")
         try await waitForFerryInhibitors(1)
@@ -59,6 +59,9 @@ final class SleepInhibitorTests: SystemTestCase {
         serve("/c.bin", size: 200_000, seed: 3, bytesPerSecond: 40_000)
         let c = try await download(s, "/c.bin")
         try await waitForFerryInhibitors(1)
+        // logind has granted it; ferryd holds it once it has read the answer.
+        let deadline = Date().addingTimeInterval(10)
+        while logCount("sleep inhibitor taken") < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
         _ = try await c.pause()
         try await waitForFerryInhibitors(0)
         XCTAssertEqual(logCount("sleep inhibitor taken"), 2)

@@ -17,6 +17,8 @@ final class EngineLoop {
     private var transfers: [TransferID: CurlTransfer] = [:]
     /// Uploads and segmented downloads (single-connection downloads are in `transfers`).
     private var otherAttempts: [TransferID: EngineAttempt] = [:]
+    /// Starts skipped because their stop came with them, until that stop is applied.
+    private var notStarted: [TransferID: EngineRequest] = [:]
     /// Attempts whose callbacks asked for work outside libcurl's callbacks.
     fileprivate var needingService: [EngineAttempt] = []
     /// The owner of each easy handle of `otherAttempts`.
@@ -39,8 +41,14 @@ final class EngineLoop {
         var running: Int32 = 0
         var ready: Int32 = 0
         loop: while true {
-            for command in inbox.take() {
+            let commands = inbox.take()
+            let stoppedBeforeTaken = startsStoppedLater(in: commands)
+            for (i, command) in commands.enumerated() {
                 if case .shutdown = command { break loop }
+                if case .start(let request) = command, stoppedBeforeTaken.contains(i) {
+                    notStarted[request.id] = request
+                    continue
+                }
                 apply(command)
             }
             curl_multi_perform(multi, &running)
@@ -60,6 +68,23 @@ final class EngineLoop {
         throttledTransfers.removeAll()
         cookies.cleanUp() // after every handle: shares in use cannot be freed
         curl_multi_cleanup(multi)
+    }
+
+    /// The indices of the starts in `commands` that a later stop of the same transfer
+    /// (before any other start of it) already cancels: both came while the thread was
+    /// busy. Such a start opens nothing, so it creates no `.part` file that the core
+    /// would have to delete again after it has reported the transfer cancelled.
+    private func startsStoppedLater(in commands: [EngineCommand]) -> Set<Int> {
+        var stopped = Set<TransferID>()
+        var starts = Set<Int>()
+        for (i, command) in commands.enumerated().reversed() {
+            switch command {
+            case .stop(let id): stopped.insert(id)
+            case .start(let request): if stopped.remove(request.id) != nil { starts.insert(i) }
+            default: break
+            }
+        }
+        return starts
     }
 
     /// Progress for transfers whose data stopped mid-interval (the write callback
@@ -119,6 +144,10 @@ final class EngineLoop {
         case .start(let request):
             start(request)
         case .stop(let id):
+            if let request = notStarted.removeValue(forKey: id) {
+                // Stopped before it began: its part file is as it was.
+                return emit(.completed(id, .stopped(bytesOnDisk: request.offset)))
+            }
             if let attempt = otherAttempts[id] { return attempt.stop() }
             guard let transfer = transfers[id], transfer.phase != .flushing else { return }
             finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))

@@ -27,6 +27,41 @@ final class ControlTests: EngineTestCase {
         assertWellFormedEvents(1)
     }
 
+    /// A start and its stop that reach the engine together (its thread was busy) end in
+    /// `stopped` without touching the disk: no `.part` appears after the transfer was
+    /// stopped (a cancelled download's file would otherwise come back for a moment).
+    func testStartStoppedBeforeTheEngineTookItCreatesNoFile() throws {
+        server.add(path: "/busy", body: TestData.bytes(count: 1_000, seed: 51))
+        server.add(path: "/never", body: TestData.bytes(count: 1_000, seed: 52))
+        // The engine thread delivers events to this handler: holding it on transfer 1's
+        // first event keeps the thread away from its inbox while 2's start and stop arrive.
+        let held = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let once = FirstTime()
+        engine.setEventHandler { [log] event in
+            if event.transferID == 1 && once.take() {
+                held.signal()
+                _ = release.wait(timeout: .now() + 20)
+            }
+            log!.append(event)
+        }
+        engine.start(request(1, "/busy"))
+        XCTAssertEqual(held.wait(timeout: .now() + 20), .success, "transfer 1 reports")
+        let part = partPath("never.part")
+        engine.start(request(2, "/never", part: part, offset: 0))
+        engine.stop(2)
+        release.signal()
+
+        XCTAssertEqual(log.outcome(of: 2, timeout: 20), .stopped(bytesOnDisk: 0))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: part), "the stopped start created its part file")
+        XCTAssertTrue(server.requests(for: "/never").isEmpty, "nothing was asked of the server")
+        XCTAssertEqual(log.outcome(of: 1, timeout: 20), .succeeded(bytesOnDisk: 1_000, sha256: nil))
+        // The engine takes the same transfer up again afterwards.
+        engine.start(request(2, "/never", part: part))
+        XCTAssertTrue(log.wait(timeout: 20) { events in events.filter { $0.transferID == 2 && $0.isCompleted }.count == 2 })
+        XCTAssertEqual(log.events(for: 2).last, .completed(2, .succeeded(bytesOnDisk: 1_000, sha256: nil)))
+    }
+
     func testStopOfUnknownOrFinishedTransferDoesNothing() throws {
         server.add(path: "/a", body: [1, 2, 3])
         XCTAssertEqual(run(request(1, "/a")), .succeeded(bytesOnDisk: 3, sha256: nil))
@@ -122,5 +157,19 @@ final class IdleTests: EngineTestCase {
         return status.split(separator: "\n").filter { $0.contains("ctxt_switches") }
             .compactMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) }
             .reduce(0, +)
+    }
+}
+
+/// True the first time `take()` is called, from any thread; false after.
+private final class FirstTime: @unchecked Sendable {
+    // @unchecked Sendable: `taken` is read and written under `lock`.
+    private let lock = NSLock()
+    private var taken = false
+
+    func take() -> Bool {
+        lock.withLock {
+            defer { taken = true }
+            return !taken
+        }
     }
 }

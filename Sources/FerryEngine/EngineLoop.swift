@@ -17,8 +17,6 @@ final class EngineLoop {
     private var transfers: [TransferID: CurlTransfer] = [:]
     /// Uploads and segmented downloads (single-connection downloads are in `transfers`).
     private var otherAttempts: [TransferID: EngineAttempt] = [:]
-    /// Starts skipped because their stop came with them, until that stop is applied.
-    private var notStarted: [TransferID: EngineRequest] = [:]
     /// Attempts whose callbacks asked for work outside libcurl's callbacks.
     fileprivate var needingService: [EngineAttempt] = []
     /// The owner of each easy handle of `otherAttempts`.
@@ -46,7 +44,9 @@ final class EngineLoop {
             for (i, command) in commands.enumerated() {
                 if case .shutdown = command { break loop }
                 if case .start(let request) = command, stoppedBeforeTaken.contains(i) {
-                    notStarted[request.id] = request
+                    // Stopped before it began: its part file is as it was. The stop that
+                    // follows finds no attempt and does nothing.
+                    emit(.completed(request.id, .stopped(bytesOnDisk: request.offset)))
                     continue
                 }
                 apply(command)
@@ -144,10 +144,6 @@ final class EngineLoop {
         case .start(let request):
             start(request)
         case .stop(let id):
-            if let request = notStarted.removeValue(forKey: id) {
-                // Stopped before it began: its part file is as it was.
-                return emit(.completed(id, .stopped(bytesOnDisk: request.offset)))
-            }
             if let attempt = otherAttempts[id] { return attempt.stop() }
             guard let transfer = transfers[id], transfer.phase != .flushing else { return }
             finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))

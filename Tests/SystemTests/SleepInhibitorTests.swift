@@ -60,8 +60,7 @@ final class SleepInhibitorTests: SystemTestCase {
         let c = try await download(s, "/c.bin")
         try await waitForFerryInhibitors(1)
         // logind has granted it; ferryd holds it once it has read the answer.
-        let deadline = Date().addingTimeInterval(10)
-        while logCount("sleep inhibitor taken") < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 20_000_000) }
+        try await waitForLog("sleep inhibitor taken", count: 2)
         _ = try await c.pause()
         try await waitForFerryInhibitors(0)
         XCTAssertEqual(logCount("sleep inhibitor taken"), 2)

@@ -196,13 +196,13 @@ class SystemTestCase: XCTestCase {
         (ferryd?.stderr ?? "").components(separatedBy: "\n").filter { $0.contains(text) }.count
     }
 
-    /// Waits (bounded, reading the log file every 20 ms) until ferryd's log has a line
-    /// containing `text`; returns how many it has then.
+    /// Waits (bounded, reading the log file every 20 ms) until ferryd's log has at least
+    /// `count` lines containing `text`; returns how many it has then.
     @discardableResult
-    func waitForLog(_ text: String, timeout: TimeInterval = 10) async throws -> Int {
+    func waitForLog(_ text: String, count: Int = 1, timeout: TimeInterval = 10) async throws -> Int {
         let deadline = Date().addingTimeInterval(timeout)
-        while logCount(text) == 0 {
-            if Date() > deadline { throw TimedOut(description: "no '\(text)' in ferryd's log after \(timeout) s") }
+        while logCount(text) < count {
+            if Date() > deadline { throw TimedOut(description: "fewer than \(count) '\(text)' in ferryd's log after \(timeout) s") }
             try await Task.sleep(nanoseconds: 20_000_000)
         }
         return logCount(text)

@@ -24,6 +24,9 @@ public struct CoreEnvironment {
     public var batchSettleTime: Double
     /// Seals the resume data `Pause` hands out (only this key opens it again).
     public var resumeDataSeal: ResumeDataSeal
+    /// Seconds a pipe or socket given as `destination-fd` may take nothing of the
+    /// finished file before the transfer fails.
+    public var descriptorStallLimit: Double
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -35,6 +38,7 @@ public struct CoreEnvironment {
     ///   - checkpointInterval: 5 seconds by default.
     ///   - batchSettleTime: 1 second by default.
     ///   - resumeDataSeal: a key of this process's own by default (ferryd keeps one on disk).
+    ///   - descriptorStallLimit: 60 seconds by default.
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
@@ -42,7 +46,8 @@ public struct CoreEnvironment {
                 freeSpace: @escaping (String) -> Int64? = CoreEnvironment.systemFreeSpace,
                 checkpointInterval: Double = 5,
                 batchSettleTime: Double = 1,
-                resumeDataSeal: ResumeDataSeal = .ephemeral()) {
+                resumeDataSeal: ResumeDataSeal = .ephemeral(),
+                descriptorStallLimit: Double = 60) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
@@ -51,6 +56,7 @@ public struct CoreEnvironment {
         self.checkpointInterval = checkpointInterval
         self.batchSettleTime = batchSettleTime
         self.resumeDataSeal = resumeDataSeal
+        self.descriptorStallLimit = descriptorStallLimit
     }
 
     /// The wall clock in microseconds since the Unix epoch.

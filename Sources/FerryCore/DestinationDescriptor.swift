@@ -8,12 +8,28 @@ import Foundation
 /// state directory (`$XDG_STATE_HOME/ferry/fd-downloads/`), so pausing, resuming,
 /// retries and the SHA-256 check work as ever; once the download is complete and
 /// verified it is copied into the descriptor from its start (a regular file is cut to
-/// the downloaded length; a pipe gets the bytes in order), flushed, and the private
-/// copy is deleted. The descriptor never sees a partial or unverified file. It lives
-/// only in memory: after a restart of ferryd such a download fails when it completes,
-/// asking for it to be started again.
-public final class DestinationDescriptor {
+/// the downloaded length; a pipe or socket gets the bytes in order), flushed, and the
+/// private copy is deleted. The descriptor never sees a partial or unverified file. It
+/// lives only in memory: after a restart of ferryd such a download fails when it
+/// completes, asking for it to be started again.
+///
+/// The copy runs on a queue of the descriptor's own, never on the core's: the other
+/// end of a pipe is the client's, and a reader that takes nothing must not hold up
+/// anyone else. A pipe or socket is written without blocking (`O_NONBLOCK` is set on
+/// it, which the client's copies of it share); a reader that takes nothing for
+/// `stallLimit` seconds, or closes its end, fails the transfer. A pipe that has had
+/// bytes of the file cannot take them back: once a copy into it is cut short (the
+/// transfer paused or stopped meanwhile), a later one is refused.
+///
+/// `@unchecked Sendable`: `fd` is immutable; `streamBegun` is only touched by jobs on
+/// `queue`, one at a time.
+public final class DestinationDescriptor: @unchecked Sendable {
     public let fd: Int32
+    /// Copies into this descriptor, one after another (a new one waits for a
+    /// cancelled one to stop writing).
+    private let queue = DispatchQueue(label: "org.ferry.destination-fd")
+    /// Bytes have gone into a pipe or socket (on `queue` only).
+    private var streamBegun = false
 
     /// Takes ownership of `fd` (closed when the transfer is done or forgotten).
     public init(fd: Int32) { self.fd = fd }
@@ -45,23 +61,57 @@ public final class DestinationDescriptor {
         return directory
     }
 
+    /// Copies `path` into the descriptor on its own queue, then calls `done` there.
+    func deliver(_ path: String, _ delivery: DescriptorDelivery, stallLimit: Double,
+                 done: @escaping @Sendable (Result<Void, Error>) -> Void) {
+        queue.async { [self] in
+            done(Result { try receive(path, delivery: delivery, stallLimit: stallLimit) })
+        }
+    }
+
     /// Copies the whole of `path` into the descriptor from its start and flushes it.
-    func receive(_ path: String) throws {
+    /// Blocks (a regular file) or waits for the reader in slices of 250 ms (a pipe or
+    /// socket), giving up when `delivery` is cancelled.
+    func receive(_ path: String, delivery: DescriptorDelivery = DescriptorDelivery(), stallLimit: Double = 60) throws {
         let source = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard source >= 0 else { throw Self.failure("reading the downloaded file", errno) }
         defer { close(source) }
         var st = stat()
         guard fstat(source, &st) == 0 else { throw Self.failure("reading the downloaded file", errno) }
         var target = stat()
-        if fstat(fd, &target) == 0, target.st_mode & S_IFMT == S_IFREG {
+        guard fstat(fd, &target) == 0 else { throw Self.failure("looking at the destination-fd", errno) }
+        let isFile = target.st_mode & S_IFMT == S_IFREG
+        if isFile {
             guard lseek(fd, 0, SEEK_SET) == 0, ftruncate(fd, 0) == 0 else { throw Self.failure("preparing the destination-fd", errno) }
+        } else {
+            guard !streamBegun else {
+                throw FerryError.invalidState("the destination-fd is a pipe that already had part of the file before the copy was cut short; start the download again with a new descriptor")
+            }
+            let flags = fcntl(fd, F_GETFL)
+            guard flags >= 0, flags & O_NONBLOCK != 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+                throw Self.failure("preparing the destination-fd", errno)
+            }
         }
         var remaining = Int64(st.st_size)
+        var lastProgress = DispatchTime.now().uptimeNanoseconds
+        let stallNanoseconds = UInt64(max(stallLimit, 0) * 1e9)
         while remaining > 0 {
+            if delivery.isCancelled { throw CancellationError() }
             let n = sendfile(fd, source, nil, Int(min(remaining, 1 << 30)))
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw Self.failure("writing into the destination-fd", n < 0 ? errno : EIO) }
-            remaining -= Int64(n)
+            if n > 0 {
+                remaining -= Int64(n)
+                if !isFile { streamBegun = true }
+                lastProgress = DispatchTime.now().uptimeNanoseconds
+                continue
+            }
+            let code = n < 0 ? errno : EIO
+            if code == EINTR { continue }
+            guard code == EAGAIN, !isFile else { throw Self.failure("writing into the destination-fd", code) }
+            guard DispatchTime.now().uptimeNanoseconds - lastProgress < stallNanoseconds else {
+                throw FerryError.disk("the reader of the destination-fd took nothing for \(stallLimit.rounded() == stallLimit ? "\(Int(stallLimit))" : "\(stallLimit)") s")
+            }
+            var ready = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&ready, 1, 250)
         }
         if fsync(fd) != 0 && errno != EINVAL && errno != EROFS {
             throw Self.failure("flushing the destination-fd", errno)
@@ -71,6 +121,19 @@ public final class DestinationDescriptor {
     private static func failure(_ action: String, _ code: Int32) -> NSError {
         NSError(domain: "ferry", code: Int(code), userInfo: [NSLocalizedDescriptionKey: "\(String(cString: strerror(code))) while \(action)"])
     }
+}
+
+/// One copy into a descriptor under way: the core cancels it when the transfer stops
+/// being the one that waits for it (paused, cancelled, failed); the copy looks at
+/// the flag between writes.
+final class DescriptorDelivery: @unchecked Sendable {
+    // `cancelled` is guarded by `lock` (set on the core's queue, read by the copy).
+    private let lock = NSLock()
+    private var cancelled = false
+
+    var isCancelled: Bool { lock.withLock { cancelled } }
+
+    func cancel() { lock.withLock { cancelled = true } }
 }
 
 extension TransferCoordinator {
@@ -91,19 +154,46 @@ extension TransferCoordinator {
         return id
     }
 
-    /// For a descriptor download: copies the verified file into the descriptor, deletes
-    /// the private copy and returns the location to report ("": there is no path).
-    /// nil for an ordinary download.
-    func deliverToDescriptor(_ t: TransferRecord) throws -> String? {
-        guard let directory = try? DestinationDescriptor.workDirectory(),
-              FileSystemChecks.directoryName(t.destination) == directory else { return nil }
+    /// Whether `t` is a `destination-fd` download (its private copy is in ferryd's folder).
+    func isDescriptorDownload(_ t: TransferRecord) -> Bool {
+        guard let directory = try? DestinationDescriptor.workDirectory() else { return false }
+        return FileSystemChecks.directoryName(t.destination) == directory
+    }
+
+    /// A descriptor download is verified: its copy into the descriptor starts off this
+    /// queue, and the transfer stays running until it ends (`deliveryEnded`).
+    func startDelivery(_ t: TransferRecord, bytesOnDisk: Int64, digest: String?) {
         guard let descriptor = t.destinationFD else {
-            throw NSError(domain: "ferry", code: Int(EBADF), userInfo: [NSLocalizedDescriptionKey:
-                "its destination-fd was lost when ferryd restarted; start the download again with a new descriptor"])
+            failTransfer(t, .disk("could not move the finished download to '\(t.destination)': its destination-fd was lost when ferryd restarted; start the download again with a new descriptor"))
+            return
         }
-        try descriptor.receive(t.partPath)
-        t.destinationFD = nil
-        try? fileManager.removeItem(atPath: t.partPath)
-        return ""
+        let delivery = DescriptorDelivery()
+        t.delivery = delivery
+        let id = t.id, queue = self.queue, coordinator = WeakCoordinator(self)
+        descriptor.deliver(t.partPath, delivery, stallLimit: environment.descriptorStallLimit) { result in
+            queue.async {
+                coordinator.coordinator?.deliveryEnded(id, delivery, result, bytesOnDisk: bytesOnDisk, digest: digest)
+            }
+        }
+    }
+
+    /// The copy into the descriptor is over: the transfer completes (its private copy
+    /// deleted) or fails. Nothing happens when the transfer left meanwhile (paused,
+    /// cancelled, removed): its copy was cancelled then.
+    func deliveryEnded(_ id: TransferID, _ delivery: DescriptorDelivery, _ result: Result<Void, Error>,
+                       bytesOnDisk: Int64, digest: String?) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let t = transfers[id], t.delivery === delivery else { return }
+        t.delivery = nil
+        mutate {
+            switch result {
+            case .success:
+                t.destinationFD = nil
+                try? fileManager.removeItem(atPath: t.partPath)
+                completeFinished(t, location: "", bytesOnDisk: bytesOnDisk, digest: digest)
+            case .failure(let error):
+                failTransfer(t, .disk("could not copy the finished download into its destination-fd: \(describe(error))"))
+            }
+        }
     }
 }

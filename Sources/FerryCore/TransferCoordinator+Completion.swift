@@ -21,16 +21,27 @@ extension TransferCoordinator {
                 return
             }
         }
+        if isDescriptorDownload(t) {
+            // Copied into the client's descriptor off this queue; it completes when that is done.
+            startDelivery(t, bytesOnDisk: bytesOnDisk, digest: digest)
+            return
+        }
         // On the .part, so the file never appears under its final name without it.
         OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
         let location: String
         do {
-            location = try deliverToDescriptor(t) ?? moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest)
+            location = try moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest)
         } catch {
             t.finishingPath = nil
             failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
             return
         }
+        completeFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
+    }
+
+    /// The verified file is at `location` ("" for a descriptor download): the transfer
+    /// completes, its event stored with its final state, then both announced.
+    func completeFinished(_ t: TransferRecord, location: String, bytesOnDisk: Int64, digest: String?) {
         t.finishingPath = nil
         sendFinalProgress(t)
         t.snapshot.destination = location
@@ -149,7 +160,7 @@ extension TransferCoordinator {
         managerBatchMayHaveEnded()
     }
 
-    private func describe(_ error: Error) -> String {
+    func describe(_ error: Error) -> String {
         if let ferry = error as? FerryError { return ferry.message }
         if let cocoa = error as? CocoaError, let underlying = cocoa.userInfo[NSUnderlyingErrorKey] as? NSError {
             return underlying.localizedDescription

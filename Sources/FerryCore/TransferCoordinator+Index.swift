@@ -8,6 +8,11 @@ extension TransferCoordinator {
     /// known transfer ends here.
     func settle(_ t: TransferRecord, _ actions: [TransferLife.Action] = []) {
         t.syncState()
+        // A copy into a destination-fd is waited for only while its attempt's end is.
+        if let delivery = t.delivery, t.life.attempt?.ended != true {
+            delivery.cancel()
+            t.delivery = nil
+        }
         reindex(t)
         for action in actions {
             switch action {

@@ -189,7 +189,7 @@ final class EngineEventInbox: @unchecked Sendable {
 }
 
 /// Lets the engine's handler reach the coordinator without keeping it alive.
-private final class WeakCoordinator: @unchecked Sendable {
+final class WeakCoordinator: @unchecked Sendable {
     // Only read on the coordinator's queue (inside queue.async); written once in init.
     weak var coordinator: TransferCoordinator?
     init(_ coordinator: TransferCoordinator) { self.coordinator = coordinator }

@@ -100,6 +100,12 @@ final class TransferRecord {
         get { extrasBox?.destinationFD }
         set { if newValue != nil || extrasBox != nil { extras.destinationFD = newValue } }
     }
+    /// The copy of a finished `destination-fd` download into its descriptor, while it
+    /// runs (off the core's queue; see `DestinationDescriptor`).
+    var delivery: DescriptorDelivery? {
+        get { extrasBox?.delivery }
+        set { if newValue != nil || extrasBox != nil { extras.delivery = newValue } }
+    }
     /// An upload's settings (nil for a download).
     var upload: UploadSpec? {
         get { extrasBox?.upload }
@@ -215,6 +221,7 @@ final class TransferExtras {
     var failedResponseStatus: Int?
     var finishingPath: String?
     var destinationFD: DestinationDescriptor?
+    var delivery: DescriptorDelivery?
     var upload: UploadSpec?
     var uploadSource: EngineUpload?
     var segments: SegmentMap?

@@ -6,9 +6,15 @@ import Foundation
 public enum Ferryd {
     /// Starts `path --verbose ARGUMENTS` with `environment`, from a thread with no
     /// blocked signals (so that `terminate()` stops it). Does not wait for it.
+    ///
+    /// Through `env --default-signal=PIPE`, which then execs ferryd (same pid): the test
+    /// runner ignores SIGPIPE and a child would inherit that, where ferryd started from
+    /// a shell or by dbus-daemon gets the default (the signal ends it). ferryd must
+    /// look after that itself.
     public static func launch(_ path: String, arguments: [String] = [], environment: [String: String]) throws -> ChildProcess {
         try withUnblockedSignals {
-            try ChildProcess(executable: path, arguments: ["--verbose"] + arguments, environment: environment)
+            try ChildProcess(executable: "/usr/bin/env", arguments: ["--default-signal=PIPE", path, "--verbose"] + arguments,
+                             environment: environment)
         }
     }
 

@@ -65,6 +65,10 @@ struct Ferryd: ParsableCommand {
         // transfers on the core's queue and exporting them on the bus's left about
         // 12 MiB stranded that way. One arena serves ferryd's few busy threads (each keeps its own small cache in front of it).
         _ = mallopt(mallocArenaMax, 1)
+        // A client's pipe (`destination-fd`) whose reader has gone must fail that one
+        // copy with EPIPE, not end the daemon (libdbus and libcurl already write to
+        // their sockets without the signal; this covers every other descriptor).
+        signal(SIGPIPE, SIG_IGN)
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
             h.logLevel = verbose ? .debug : .info

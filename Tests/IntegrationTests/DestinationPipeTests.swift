@@ -1,0 +1,102 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A pipe given as `destination-fd` is the client's: its reader may be slow, never
+/// read at all, or go away. None of that may hold up or end ferryd for anyone else.
+final class DestinationPipeTests: FerryTestCase {
+    private let size = 1 << 20 // well over a pipe's 64 KiB
+
+    /// Bytes waiting in the pipe behind `fd` (its read end).
+    private func unread(_ fd: Int32) -> Int32 {
+        var count: Int32 = 0
+        return ioctl(fd, UInt(FIONREAD), &count) == 0 ? count : -1
+    }
+
+    /// Reads `fd` to its end on a thread of its own; the bytes, once the writers are gone.
+    private func readToEnd(_ fd: Int32) async -> [UInt8] {
+        await withCheckedContinuation { (done: CheckedContinuation<[UInt8], Never>) in
+            Thread.detachNewThread {
+                var all: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 65536)
+                while true {
+                    let n = read(fd, &chunk, chunk.count)
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 { break }
+                    all += chunk[0..<n]
+                }
+                done.resume(returning: all)
+            }
+        }
+    }
+
+    /// The reader takes nothing while the pipe is full: other clients' calls are
+    /// answered and their downloads complete meanwhile; once it reads, it gets the
+    /// whole verified file and the transfer completes.
+    func testAPipeNobodyReadsHoldsUpNoOneElse() async throws {
+        let body = serve("/piped.bin", size: size)
+        let other = serve("/other.bin", size: 50_000, seed: 2)
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let (reader, writer) = (ends[0], ends[1])
+        defer { close(reader) }
+        let s = try await session()
+        let t = try await s.download(server.url("/piped.bin"), options: ["destination-fd": .unixFD(writer),
+                                                                      "sha256": .string(TestData.sha256Hex(body))])
+        close(writer) // ferryd has its own copy
+        let capacity = fcntl(reader, 1032 /* F_GETPIPE_SZ */)
+        XCTAssertGreaterThan(capacity, 0)
+        // Verified and being copied: the pipe fills up and the copy waits for the reader.
+        let deadline = Date().addingTimeInterval(20)
+        while unread(reader) < capacity {
+            guard Date() < deadline else { return XCTFail("the pipe never filled (\(unread(reader)) of \(capacity) bytes)") }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        let state = try await t.info().state
+        XCTAssertEqual(state, "running", "it completes only once the reader has the file")
+
+        let listed = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransfers", timeout: 5)
+        XCTAssertEqual(listed.first?.arrayElements?.count, 1, "ferryd answers while the reader waits")
+        let b = try await (try await session("com.example.Other")).download(
+            server.url("/other.bin"), options: ["destination": .string(work + "/other.bin")])
+        let otherInfo = try await finish(b, timeout: 10)
+        XCTAssertEqual(otherInfo.state, "completed", otherInfo.errorMessage)
+        assertFile(work + "/other.bin", equals: other)
+
+        let received = await readToEnd(reader)
+        XCTAssertEqual(received.count, body.count)
+        XCTAssertEqual(TestData.sha256Hex(received), TestData.sha256Hex(body), "the reader gets the whole file")
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.bytesTransferred, Int64(body.count))
+    }
+
+    /// The reader closes its end before the file arrives: that transfer fails with a
+    /// named error, ferryd lives on, and the next download works.
+    func testAReaderThatLeavesFailsOnlyItsTransfer() async throws {
+        serve("/gone.bin", size: size)
+        let next = serve("/next.bin", size: 20_000, seed: 3)
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let s = try await session()
+        let t = try await s.download(server.url("/gone.bin"), options: ["destination-fd": .unixFD(ends[1])])
+        close(ends[1])
+        close(ends[0]) // nobody will read
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
+        XCTAssertTrue(info.errorMessage.contains("destination-fd"), info.errorMessage)
+        await assertDaemonAlive()
+
+        let n = try await s.download(server.url("/next.bin"), options: ["destination": .string(work + "/next.bin")])
+        let nextInfo = try await finish(n)
+        XCTAssertEqual(nextInfo.state, "completed", nextInfo.errorMessage)
+        assertFile(work + "/next.bin", equals: next)
+    }
+}

@@ -57,7 +57,9 @@ public struct EngineUpload: Sendable, Equatable {
     /// Throws `FerryError.fileNotFound` for a missing, unreadable or non-regular file.
     public static func open(path: String, method: String = "PUT", body: Body = .raw, contentType: String? = nil,
                             responseDestination: String? = nil) throws -> EngineUpload {
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC | O_NOCTTY) }
+        // O_NONBLOCK: a FIFO at the path (no writer, or one that never writes) must not
+        // hold up the caller; it is refused below, and a regular file reads as ever.
+        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK) }
         guard fd >= 0 else {
             let why = errno == ENOENT ? "there is no file at \(path) to upload"
                 : "\(path) cannot be read (\(String(cString: strerror(errno))))"
@@ -68,6 +70,8 @@ public struct EngineUpload: Sendable, Equatable {
             Glibc.close(fd)
             throw FerryError.fileNotFound("\(path) is not a regular file")
         }
+        let flags = fcntl(fd, F_GETFL)
+        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
         let name = (path as NSString).lastPathComponent
         return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: Self.nanoseconds(st.st_mtim),
                             method: method, body: body, fileName: name.isEmpty ? "file" : name,

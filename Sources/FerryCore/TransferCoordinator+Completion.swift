@@ -171,14 +171,20 @@ extension TransferCoordinator {
 
 /// SHA-256 of a file, read in chunks.
 enum FileDigest {
+    /// nil when the file cannot be read to its end.
     static func sha256(path: String) -> String? {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
-        defer { try? handle.close() }
+        // O_NONBLOCK: a FIFO put at the name does not hang the core.
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
         var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let chunk = handle.readData(ofLength: 1 << 20)
-            if chunk.isEmpty { break }
-            hasher.update(data: chunk)
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { return nil }
+            if n == 0 { break }
+            hasher.update(data: buffer[0..<n])
         }
         return hasher.finalize().map { String(format: "%02x", $0) }.joined()
     }

@@ -127,6 +127,10 @@ extension TransferCoordinator {
         if fileManager.fileExists(atPath: normalized, isDirectory: &isDirectory), isDirectory.boolValue {
             throw FerryError.invalidDestination("response-destination '\(normalized)' is a directory; give a file path")
         }
+        var st = stat()
+        if lstat(normalized, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
+            throw FerryError.invalidDestination("response-destination '\(normalized)' exists and is not a regular file (a link, FIFO or device); give a file path")
+        }
         try FileSystemChecks.requireWritableDirectory(FileSystemChecks.directoryName(normalized),
                                                       role: "response-destination's directory")
         return normalized

@@ -33,9 +33,10 @@ final class PartFile {
     /// or of another owner, is unlinked (the name only: a link's target and a hard
     /// link's other names keep their bytes) and the download starts over in a new file
     /// (made so that it never replaces anything: `linkat` or O_EXCL). Devices and pipes
-    /// are written as they are (O_NONBLOCK at open, so a FIFO without a reader cannot
-    /// hang the engine thread); nothing but a plain file is ever moved into place (the
-    /// core checks).
+    /// are written as they are, and stay non-blocking (O_NONBLOCK from the open): a
+    /// FIFO without a reader, or whose reader takes nothing, fails the attempt instead
+    /// of holding up the engine thread; nothing but a plain file is ever moved into
+    /// place (the core checks).
     static func open(_ path: String) -> Result<PartFile, PartFileError> {
         let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
@@ -46,11 +47,11 @@ final class PartFile {
                 Glibc.close(existing)
                 return .failure(PartFileError(code: code, action: "opening", path: path))
             }
-            let flags = fcntl(existing, F_GETFL)
-            if flags >= 0 { _ = fcntl(existing, F_SETFL, flags & ~O_NONBLOCK) }
             if (st.st_mode & S_IFMT) != S_IFREG {
                 return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0))
             }
+            let flags = fcntl(existing, F_GETFL)
+            if flags >= 0 { _ = fcntl(existing, F_SETFL, flags & ~O_NONBLOCK) }
             if st.st_uid == geteuid() && st.st_nlink == 1 {
                 return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size)))
             }
@@ -181,7 +182,8 @@ final class PartFile {
     /// SHA-256 of the first `length` bytes of `path`, read through its own descriptor.
     /// Runs on a background queue (a large prefix takes seconds to hash).
     static func hashPrefix(path: String, length: Int64) -> Result<SHA256, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        // O_NONBLOCK: a FIFO put at the name does not hang the open (nor, empty, the reads).
+        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
         defer { Glibc.close(fd) }
         var hasher = SHA256()

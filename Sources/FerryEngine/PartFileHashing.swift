@@ -6,7 +6,8 @@ extension PartFile {
     /// descriptor. Runs on a background queue: a segmented download hashes its
     /// contiguous prefix while the rest is still coming.
     static func hashRange(path: String, from: Int64, to: Int64, continuing hasher: SHA256) -> Result<SHA256, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+        // O_NONBLOCK: a FIFO put at the name does not hang the open (nor, empty, the reads).
+        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
         defer { Glibc.close(fd) }
         var hasher = hasher

@@ -72,10 +72,22 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             return finish(.failed(.fileNotFound("The file to upload cannot be read (\(String(cString: strerror(errno))))"), bytesOnDisk: 0))
         }
         if let destination = source.responseDestination {
+            // O_NONBLOCK, then only a regular file is kept: a FIFO put there (read by
+            // nobody, or by someone who never reads) must not hold up the engine thread.
+            // Truncated only once it is known to be one.
             responseFD = destination.withCString {
-                Glibc.open($0, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+                Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
             }
             guard responseFD >= 0 else {
+                let error = PartFileError(code: errno, action: "opening", path: destination)
+                return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+            }
+            var st = stat()
+            guard fstat(responseFD, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+                return finish(.failed(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"), bytesOnDisk: 0))
+            }
+            let flags = fcntl(responseFD, F_GETFL)
+            guard flags >= 0, fcntl(responseFD, F_SETFL, flags & ~O_NONBLOCK) == 0, ftruncate(responseFD, 0) == 0 else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)
                 return finish(.failed(.disk(error.message), bytesOnDisk: 0))
             }

@@ -1,0 +1,90 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A client can put a FIFO where ferryd expects a file: as the file to upload, at an
+/// upload's response-destination, or at a download's `.part`. Its reader or writer is
+/// the client's, and may never come or never read. That fails the one transfer (or
+/// call); it never holds up ferryd's core or engine, so everyone else's transfers go on.
+final class FifoTests: FerryTestCase {
+    private func makeFIFO(_ path: String) throws {
+        guard mkfifo(path, 0o600) == 0 else { throw TestProcessError("mkfifo \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    /// While something else is stuck (or not), a download of someone else completes.
+    private func assertOthersStillDownload(_ name: String, file: StaticString = #filePath, line: UInt = #line) async throws {
+        let body = serve("/\(name)", size: 40_000, seed: 9)
+        let other = try await session("com.example.Bystander")
+        let t = try await other.download(server.url("/\(name)"), options: ["destination": .string(work + "/\(name)")])
+        let info = try await finish(t, timeout: 10)
+        XCTAssertEqual(info.state, "completed", info.errorMessage, file: file, line: line)
+        assertFile(work + "/\(name)", equals: body, file: file, line: line)
+    }
+
+    /// A FIFO with no writer given as the file to upload is refused at the call, at once.
+    func testAFIFOToUploadIsRefusedAtOnce() async throws {
+        let fifo = work + "/up.fifo"
+        try makeFIFO(fifo)
+        server.set(.acceptUploads(), on: "/put")
+        let s = try await session()
+        await assertBusError("org.ferry.Ferry1.Error.FileNotFound", "a FIFO as the file to upload") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+                                [.string(self.server.url("/put")), .string(fifo), .vardict([:])], timeout: 5)
+        }
+        try await assertOthersStillDownload("after-upload.bin")
+    }
+
+    /// A FIFO already at the response-destination is refused at the call; one put
+    /// there before the upload starts (with a reader that takes nothing) fails that
+    /// upload, and the engine goes on with everyone else's work.
+    func testAFIFOAtTheResponseDestinationFailsOnlyThatUpload() async throws {
+        let file = work + "/up.txt"
+        try "hello".write(toFile: file, atomically: false, encoding: .utf8)
+        server.set(.acceptUploads(), on: "/put")
+        let s = try await session("com.example.Up", ["retries": .uint32(0)])
+        let existing = work + "/answer.fifo"
+        try makeFIFO(existing)
+        await assertBusError("org.ferry.Ferry1.Error.InvalidDestination", "a FIFO as response-destination") {
+            try await s.upload(self.server.url("/put"), file: file, options: ["response-destination": .string(existing)])
+        }
+
+        let later = work + "/answer.txt"
+        let t = try await s.upload(server.url("/put"), file: file, options: ["response-destination": .string(later),
+                                                                             "start": .boolean(false)])
+        try makeFIFO(later)
+        let reader = open(later, O_RDONLY | O_NONBLOCK | O_CLOEXEC) // there, and never reads
+        XCTAssertGreaterThanOrEqual(reader, 0)
+        defer { close(reader) }
+        try await t.resume()
+        let info = try await finish(t, timeout: 10)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
+        XCTAssertTrue(info.errorMessage.contains("not a regular file"), info.errorMessage)
+        try await assertOthersStillDownload("after-answer.bin")
+    }
+
+    /// A FIFO at a download's `.part` whose reader takes nothing: that download fails
+    /// (nothing is moved into place), the others complete.
+    func testAFIFOPartWhoseReaderTakesNothingFailsOnlyThatDownload() async throws {
+        serve("/big.bin", size: 1 << 20)
+        let s = try await session("com.example.Fifo", ["retries": .uint32(0)])
+        let dest = work + "/big.bin"
+        let t = try await s.download(server.url("/big.bin"), options: ["destination": .string(dest), "start": .boolean(false)])
+        try makeFIFO(dest + ".part")
+        let reader = open(dest + ".part", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(reader, 0)
+        defer { close(reader) }
+        try await t.resume()
+        let info = try await finish(t, timeout: 10)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
+        XCTAssertFalse(exists(dest), "nothing is moved into place")
+        try await assertOthersStillDownload("after-part.bin")
+    }
+}

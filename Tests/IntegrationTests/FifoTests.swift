@@ -17,6 +17,21 @@ final class FifoTests: FerryTestCase {
         guard mkfifo(path, 0o600) == 0 else { throw TestProcessError("mkfifo \(path): \(String(cString: strerror(errno)))") }
     }
 
+    /// Puts a FIFO at `path` with a reader that is there and never reads, resumes `t`
+    /// (created with `start` false) and expects it to fail with `Disk`.
+    private func resumeFailing(_ t: FerryTransfer, withFIFOAt path: String,
+                               file: StaticString = #filePath, line: UInt = #line) async throws -> TransferInfo {
+        try makeFIFO(path)
+        let reader = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(reader, 0, file: file, line: line)
+        defer { close(reader) }
+        try await t.resume()
+        let info = try await finish(t, timeout: 10)
+        XCTAssertEqual(info.state, "failed", file: file, line: line)
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage, file: file, line: line)
+        return info
+    }
+
     /// While something else is stuck (or not), a download of someone else completes.
     private func assertOthersStillDownload(_ name: String, file: StaticString = #filePath, line: UInt = #line) async throws {
         let body = serve("/\(name)", size: 40_000, seed: 9)
@@ -57,14 +72,7 @@ final class FifoTests: FerryTestCase {
         let later = work + "/answer.txt"
         let t = try await s.upload(server.url("/put"), file: file, options: ["response-destination": .string(later),
                                                                              "start": .boolean(false)])
-        try makeFIFO(later)
-        let reader = open(later, O_RDONLY | O_NONBLOCK | O_CLOEXEC) // there, and never reads
-        XCTAssertGreaterThanOrEqual(reader, 0)
-        defer { close(reader) }
-        try await t.resume()
-        let info = try await finish(t, timeout: 10)
-        XCTAssertEqual(info.state, "failed")
-        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
+        let info = try await resumeFailing(t, withFIFOAt: later)
         XCTAssertTrue(info.errorMessage.contains("not a regular file"), info.errorMessage)
         try await assertOthersStillDownload("after-answer.bin")
     }
@@ -76,14 +84,7 @@ final class FifoTests: FerryTestCase {
         let s = try await session("com.example.Fifo", ["retries": .uint32(0)])
         let dest = work + "/big.bin"
         let t = try await s.download(server.url("/big.bin"), options: ["destination": .string(dest), "start": .boolean(false)])
-        try makeFIFO(dest + ".part")
-        let reader = open(dest + ".part", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-        XCTAssertGreaterThanOrEqual(reader, 0)
-        defer { close(reader) }
-        try await t.resume()
-        let info = try await finish(t, timeout: 10)
-        XCTAssertEqual(info.state, "failed")
-        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
+        _ = try await resumeFailing(t, withFIFOAt: dest + ".part")
         XCTAssertFalse(exists(dest), "nothing is moved into place")
         try await assertOthersStillDownload("after-part.bin")
     }

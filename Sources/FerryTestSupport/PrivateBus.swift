@@ -36,9 +36,11 @@ public func findExecutable(_ name: String, path: String? = ProcessInfo.processIn
 }
 
 /// Makes a fresh directory under the system's temporary directory.
+/// It lies inside this test process's run directory (see `TestRunDirectory`), so
+/// that it goes when the process exits even if its owner is never released: XCTest
+/// keeps every test case, and the processes they started, until the end.
 private func makeTemporaryDirectory(prefix: String) throws -> String {
-    let tmp = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
-    return try makeShortTemporaryDirectory(prefix: prefix, in: tmp)
+    try makeShortTemporaryDirectory(prefix: prefix, in: TestRunDirectory.path())
 }
 
 /// A process started for a test, with stdout and stderr going to files in a

@@ -13,3 +13,29 @@ public func makeShortTemporaryDirectory(prefix: String, in parent: String = "/tm
     }
     return String(cString: p)
 }
+
+/// One directory per test process, `/tmp/ferry-run.XXXXXX`, made on first use and
+/// removed with everything below it when the process exits. Test processes and
+/// private buses keep their logs and sockets there: their owners live as long as
+/// the XCTest case that made them, which XCTest keeps until the run ends, so their
+/// own clean-up in `deinit` never runs.
+public enum TestRunDirectory {
+    private static let made: Result<String, TestProcessError> = {
+        do {
+            let path = try makeShortTemporaryDirectory(prefix: "ferry-run")
+            runDirectoryToRemove = path
+            atexit { if let path = runDirectoryToRemove { try? FileManager.default.removeItem(atPath: path) } }
+            return .success(path)
+        } catch let error as TestProcessError {
+            return .failure(error)
+        } catch {
+            return .failure(TestProcessError("\(error)"))
+        }
+    }()
+
+    /// The directory's path (made on the first call).
+    public static func path() throws -> String { try made.get() }
+}
+
+/// Read only by the exit handler; written once, before the handler is registered.
+nonisolated(unsafe) private var runDirectoryToRemove: String?

@@ -21,7 +21,7 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(try h.store.load().sessions.map(\.id), [s], "the session is stored before OpenSession answers")
         var storedWhenAnnounced: StoredTransfer?
         h.sync { _ in
-            h.observer.onEvent = { event in
+            h.observer.onEvent = { [unowned h] event in // h owns the observer
                 if case .transferAdded(let id, _) = event { storedWhenAnnounced = self.stored(h, id) }
             }
         }
@@ -39,7 +39,7 @@ final class PersistenceTests: XCTestCase {
         let t = try h.download(s)
         var seen: (state: TransferState?, events: [UInt64])?
         h.sync { _ in
-            h.observer.onEvent = { event in
+            h.observer.onEvent = { [unowned h] event in // h owns the observer
                 if case .transferChanged(t, .completed) = event {
                     seen = (self.stored(h, t)?.snapshot.state, self.storedEvents(h, s).map(\.serial))
                 }

@@ -16,6 +16,11 @@ final class RestartTests: XCTestCase {
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
     }
 
+    /// XCTest keeps every test case until the run ends: let the directory go now.
+    override func tearDown() {
+        dir = nil
+    }
+
     private var state: String { dir.path + "/state" + (crashes == 0 ? "" : "-crash\(crashes)") }
     private var crashes = 0
 

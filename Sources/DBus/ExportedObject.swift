@@ -136,6 +136,10 @@ public final class ExportedObject: @unchecked Sendable {
                     try w.array(of: "{sv}") { w in
                         for j in interface.propertyOrder {
                             guard let v = slots[i][j] else { continue }
+                            if let head = interface.propertyEntryHeads[j], v.hasSignature(interface.properties[j].type[...]) {
+                                try w.preparedEntry(head: head, variantContents: v)
+                                continue
+                            }
                             try w.dictEntry { w in
                                 try w.value(.string(interface.properties[j].name))
                                 try w.variant(v)

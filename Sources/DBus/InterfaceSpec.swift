@@ -80,6 +80,7 @@ public struct InterfaceSpec: Sendable {
         didSet {
             propertyOrder = Self.order(properties)
             propertyIndex = Self.index(properties)
+            propertyEntryHeads = properties.map(Self.entryHead)
         }
     }
     public var signals: [SignalSpec]
@@ -89,6 +90,11 @@ public struct InterfaceSpec: Sendable {
     /// Each property's index in `properties` by name: every change of an object's
     /// properties looks each one up.
     private(set) var propertyIndex: [String: Int]
+    /// Per property, the start of its `{sv}` entry as written in `GetAll` and
+    /// `GetManagedObjects`: the name, then the variant's signature (the property's
+    /// type). The same bytes for every object (an entry starts 8-aligned); nil for a
+    /// name or type the wire cannot carry, which takes the checked way.
+    private(set) var propertyEntryHeads: [[UInt8]?]
     public init(name: String, methods: [MethodSpec] = [], properties: [PropertySpec] = [], signals: [SignalSpec] = []) {
         self.name = name
         self.methods = methods
@@ -96,6 +102,14 @@ public struct InterfaceSpec: Sendable {
         self.signals = signals
         propertyOrder = Self.order(properties)
         propertyIndex = Self.index(properties)
+        propertyEntryHeads = properties.map(Self.entryHead)
+    }
+    private static func entryHead(_ p: PropertySpec) -> [UInt8]? {
+        let name = Array(p.name.utf8), type = Array(p.type.utf8)
+        guard !name.contains(0), type.count <= 255, BusNames.isValidSingleType(p.type) else { return nil }
+        var head = withUnsafeBytes(of: UInt32(name.count).littleEndian, Array.init)
+        head += name + [0, UInt8(type.count)] + type + [0]
+        return head
     }
     private static func index(_ properties: [PropertySpec]) -> [String: Int] {
         // The first of a name wins, as a search from the front found it.

@@ -222,7 +222,72 @@ struct WireReader {
     }
 }
 
+extension WireReader {
+    /// Reads an `a{oa{sa{sv}}}` body (a `GetManagedObjects` reply) as a stream: `object`
+    /// with each object's path, then `property` with the index in `interfaces` and the
+    /// name and value (the variant's content) of each property of those interfaces.
+    /// Interfaces not named are skipped by their length, unread; no tree of values is built.
+    static func forEachManagedProperty(ofMessage bytes: UnsafeRawBufferPointer, interfaces: [String],
+                                       object: (String) throws -> Void,
+                                       property: (Int, String, DBusValue) throws -> Void) throws {
+        let (bodyStart, bodyLength) = try bodyRange(ofMessage: bytes)
+        var r = WireReader(base: bytes, bigEndian: bytes[0] == UInt8(ascii: "B"), offset: bodyStart, end: bodyStart + bodyLength)
+        let wanted = interfaces.map { Array($0.utf8) }
+        let objectsEnd = try r.arrayEnd(alignment: 8)
+        while r.offset < objectsEnd {
+            try r.align(8)
+            try object(try r.text(lengthBytes: 4))
+            let interfacesEnd = try r.arrayEnd(alignment: 8)
+            while r.offset < interfacesEnd {
+                try r.align(8)
+                let index = try r.matchText(wanted)
+                let propertiesEnd = try r.arrayEnd(alignment: 8)
+                if let index {
+                    while r.offset < propertiesEnd {
+                        try r.align(8)
+                        let name = try r.text(lengthBytes: 4)
+                        guard case .variant(let value) = try r.read(.variant, depth: 3) else { continue }
+                        try property(index, name, value)
+                    }
+                } else {
+                    r.offset = propertiesEnd
+                }
+                guard r.offset == propertiesEnd else { throw Malformed(description: "properties overrun their length") }
+            }
+            guard r.offset == interfacesEnd else { throw Malformed(description: "interfaces overrun their length") }
+        }
+        guard r.offset == objectsEnd, objectsEnd == r.end else { throw Malformed(description: "bytes left after the objects") }
+    }
+
+    /// Reads a string and returns the index of the first of `candidates` (UTF-8) equal to
+    /// it, or nil: no `String` is made.
+    private mutating func matchText(_ candidates: [[UInt8]]) throws -> Int? {
+        let n = Int(try load(UInt32.self))
+        guard offset + n + 1 <= end else { throw Malformed(description: "string past the end of the body") }
+        let text = UnsafeRawBufferPointer(rebasing: base[offset..<(offset + n)])
+        offset += n + 1
+        return candidates.firstIndex { $0.count == n && $0.withUnsafeBytes { memcmp($0.baseAddress!, text.baseAddress!, n) == 0 } }
+    }
+}
+
 extension BusMessage {
+    /// Reads a `GetManagedObjects` reply (`a{oa{sa{sv}}}`) without building its values
+    /// as one tree: `object` gets each object's path, in the reply's order, then
+    /// `property` each property of that object's interfaces that are named in
+    /// `interfaces` (by index into it), with the variant's content. For replies of
+    /// tens of thousands of objects, where the tree would cost more than the listing.
+    public func forEachManagedProperty(interfaces: [String], object: (String) throws -> Void,
+                                       property: (_ interface: Int, _ name: String, _ value: DBusValue) throws -> Void) throws {
+        guard signature == "a{oa{sa{sv}}}" else { throw BusError.invalidArgs("expected a{oa{sa{sv}}}, got '\(signature)'") }
+        do {
+            try withMarshalledBytes {
+                try WireReader.forEachManagedProperty(ofMessage: $0, interfaces: interfaces, object: object, property: property)
+            }
+        } catch let e as WireReader.Malformed {
+            throw BusError.invalidArgs(e.description)
+        }
+    }
+
     /// The body's values read from the message's bytes (`WireReader`); nil when the
     /// message carries descriptors (those only libdbus's iterators hand out).
     func argumentsFromBytes() throws -> [DBusValue]? {

@@ -73,6 +73,16 @@ struct WireWriter {
         depth -= 1
     }
 
+    /// Writes a `{sv}` dictionary entry (inside `array(of: "{sv}")`) from its head as
+    /// prepared once (`InterfaceSpec.propertyEntryHeads`: the key, then the variant's
+    /// signature, which `value` must have), then `value` as the variant's contents.
+    mutating func preparedEntry(head: [UInt8], variantContents value: DBusValue) throws {
+        pad(to: 8)
+        if storing { bytes.append(contentsOf: head) }
+        count += head.count
+        try append(value, depth: depth + 2)
+    }
+
     /// Writes a value where the enclosing container expects one.
     mutating func value(_ v: DBusValue) throws {
         try append(v, depth: depth)

@@ -128,6 +128,11 @@ public struct TransferInfo: Sendable, Equatable {
         apply(p)
     }
 
+    /// Takes one property's value; a name that is not a transfer property is ignored.
+    public mutating func apply(property name: String, _ value: DBusValue) {
+        Self.readers[name]?(&self, value)
+    }
+
     /// Takes the values of a `PropertiesChanged` (or any property dictionary); names
     /// that are not transfer properties are ignored.
     public mutating func apply(_ changed: [String: DBusValue]) {

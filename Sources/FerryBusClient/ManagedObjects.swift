@@ -34,31 +34,49 @@ extension FerryClient {
     /// that is more than the bus carries in one message (`LimitExceeded`: past about
     /// 80,000 transfers, or fewer with very long URLs), object by object instead.
     public func managedObjects() async throws -> ManagedObjects {
-        let r: [DBusValue]
+        let reply: BusMessage
         do {
-            r = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: StandardNames.objectManager,
-                                   method: "GetManagedObjects", timeout: 120)
+            let call = try BusMessage.methodCall(destination: Self.busName, path: Self.managerPath,
+                                                 interface: StandardNames.objectManager, member: "GetManagedObjects")
+            reply = try await bus.call(call, timeout: 120)
         } catch let e as BusError where e.name == FerryInterface.ErrorName.limitExceeded.fullName {
             return try await managedObjectsOneByOne()
         }
+        // Read as a stream: the reply of 10,000 transfers holds 220,000 properties, and
+        // a tree of values for all of them would cost more than the listing itself.
         var sessions: [SessionInfo] = []
         var transfers: [TransferInfo] = []
-        guard case .dictionary(_, _, let objects)? = r.first?.unwrapped else { return ManagedObjects(sessions: [], transfers: []) }
-        transfers.reserveCapacity(objects.count)
-        for object in objects {
-            guard let path = object.key.string, case .dictionary(_, _, let byInterface) = object.value.unwrapped else { continue }
-            for entry in byInterface {
-                guard case .dictionary(_, _, let props) = entry.value.unwrapped else { continue }
-                switch entry.key.string {
-                case Self.transferInterface?:
-                    transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
-                case Self.sessionInterface?:
-                    sessions.append(SessionInfo(path: path, properties: entry.value.vardict ?? [:]))
-                default:
-                    break
-                }
-            }
+        var path = ""
+        // Filled in place (an optional here would be copied for every property).
+        var transfer = TransferInfo(id: 0, path: "")
+        var isTransfer = false
+        var sessionProperties: [String: DBusValue] = [:]
+        var isSession = false
+        func finishObject() {
+            if isTransfer { transfers.append(transfer) }
+            if isSession { sessions.append(SessionInfo(path: path, properties: sessionProperties)) }
+            isTransfer = false
+            isSession = false
         }
+        try reply.forEachManagedProperty(interfaces: [Self.transferInterface, Self.sessionInterface], object: {
+            finishObject()
+            path = $0
+        }, property: { interface, name, value in
+            if interface == 0 {
+                if !isTransfer {
+                    transfer = TransferInfo(id: Self.transferID(path), path: path)
+                    isTransfer = true
+                }
+                transfer.apply(property: name, value)
+            } else {
+                if !isSession {
+                    sessionProperties = [:]
+                    isSession = true
+                }
+                sessionProperties[name] = value
+            }
+        })
+        finishObject()
         transfers.sort { $0.id < $1.id }
         sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }
         return ManagedObjects(sessions: sessions, transfers: transfers)
@@ -102,7 +120,11 @@ extension FerryClient {
     /// The id in a transfer's object path.
     public static func transferID(_ path: String) -> UInt64 { trailingNumber(path) }
 
-    static func trailingNumber(_ path: String) -> UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+    static func trailingNumber(_ path: String) -> UInt64 {
+        let utf8 = path.utf8
+        let start = utf8.lastIndex(of: UInt8(ascii: "/")).map { utf8.index(after: $0) } ?? utf8.startIndex
+        return UInt64(Substring(path[start...])) ?? 0
+    }
 
     /// Sends the calls without waiting for each reply (pipelining), in order, at
     /// most `window` at a time (so each call's timeout runs from its own sending,

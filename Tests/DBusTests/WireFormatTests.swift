@@ -24,7 +24,7 @@ final class WireFormatTests: XCTestCase {
 
     static let basics: [Character] = ["y", "b", "n", "q", "i", "u", "x", "t", "d", "s", "o", "g"]
 
-    func randomType(_ g: inout SeededRandom, depth: Int) -> RandomType {
+    static func randomType(_ g: inout SeededRandom, depth: Int) -> RandomType {
         let pick = depth >= 3 ? Int.random(in: 0..<4, using: &g) : Int.random(in: 0..<8, using: &g)
         switch pick {
         case 0, 1: return .basic(Self.basics.randomElement(using: &g)!)
@@ -40,7 +40,7 @@ final class WireFormatTests: XCTestCase {
         }
     }
 
-    func randomValue(_ t: RandomType, _ g: inout SeededRandom, depth: Int) -> DBusValue {
+    static func randomValue(_ t: RandomType, _ g: inout SeededRandom, depth: Int) -> DBusValue {
         switch t {
         case .basic(let c): return randomBasic(c, &g)
         case .bytes: return .bytes((0..<Int.random(in: 0...9, using: &g)).map { _ in UInt8.random(in: 0...255, using: &g) })
@@ -59,7 +59,7 @@ final class WireFormatTests: XCTestCase {
         }
     }
 
-    func randomBasic(_ c: Character, _ g: inout SeededRandom) -> DBusValue {
+    static func randomBasic(_ c: Character, _ g: inout SeededRandom) -> DBusValue {
         switch c {
         case "y": return .byte(.random(in: 0...255, using: &g))
         case "b": return .boolean(.random(using: &g))
@@ -81,7 +81,7 @@ final class WireFormatTests: XCTestCase {
         print("WireFormatTests seed: \(seed)")
         var g = SeededRandom(state: seed)
         for round in 0..<400 {
-            let values = (0..<Int.random(in: 1...3, using: &g)).map { _ in randomValue(randomType(&g, depth: 0), &g, depth: 0) }
+            let values = (0..<Int.random(in: 1...3, using: &g)).map { _ in Self.randomValue(Self.randomType(&g, depth: 0), &g, depth: 0) }
             let what = "seed \(seed), round \(round): \(values.map(\.signature))"
             let m = try BusMessage.methodCall(destination: "org.ferry.Test", path: "/org/ferry/Test", interface: "org.ferry.Test.Sample1",
                                               member: "Call")

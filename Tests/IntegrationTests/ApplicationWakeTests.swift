@@ -47,12 +47,7 @@ final class ApplicationWakeTests: FerryTestCase {
 
         /// The first call, waiting for it with a bound.
         func firstCall(timeout: TimeInterval) async throws -> [DBusValue] {
-            lock.lock()
-            if let first = calls.first {
-                lock.unlock()
-                return first
-            }
-            lock.unlock()
+            if let first = recorded.first { return first }
             return try await withThrowingTaskGroup(of: [DBusValue].self) { group in
                 group.addTask {
                     await withCheckedContinuation { c in

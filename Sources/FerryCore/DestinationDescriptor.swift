@@ -87,8 +87,7 @@ public final class DestinationDescriptor: @unchecked Sendable {
             guard !streamBegun else {
                 throw FerryError.invalidState("the destination-fd is a pipe that already had part of the file before the copy was cut short; start the download again with a new descriptor")
             }
-            let flags = fcntl(fd, F_GETFL)
-            guard flags >= 0, flags & O_NONBLOCK != 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+            guard DescriptorMode.setNonBlocking(fd, true) else {
                 throw Self.failure("preparing the destination-fd", errno)
             }
         }
@@ -154,10 +153,10 @@ extension TransferCoordinator {
         return id
     }
 
-    /// Whether `t` is a `destination-fd` download (its private copy is in ferryd's folder).
+    /// Whether `t` is a `destination-fd` download: it holds its descriptor, or (after a
+    /// restart, which loses it) its private copy is in ferryd's folder for them.
     func isDescriptorDownload(_ t: TransferRecord) -> Bool {
-        guard let directory = try? DestinationDescriptor.workDirectory() else { return false }
-        return FileSystemChecks.directoryName(t.destination) == directory
+        t.destinationFD != nil || FileSystemChecks.directoryName(t.destination) == StateDirectories.descriptorDownloads
     }
 
     /// A descriptor download is verified: its copy into the descriptor starts off this

@@ -70,8 +70,7 @@ public struct EngineUpload: Sendable, Equatable {
             Glibc.close(fd)
             throw FerryError.fileNotFound("\(path) is not a regular file")
         }
-        let flags = fcntl(fd, F_GETFL)
-        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) }
+        DescriptorMode.setNonBlocking(fd, false)
         let name = (path as NSString).lastPathComponent
         return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: Self.nanoseconds(st.st_mtim),
                             method: method, body: body, fileName: name.isEmpty ? "file" : name,

@@ -74,3 +74,16 @@ enum FileSystemChecks {
         directory.hasSuffix("/") ? directory + name : directory + "/" + name
     }
 }
+
+/// The blocking mode of an open descriptor (`O_NONBLOCK`).
+public enum DescriptorMode {
+    /// Sets or clears `O_NONBLOCK` on `fd` (left alone when it already is so); false,
+    /// with `errno` set, when it could not be read or changed.
+    @discardableResult
+    public static func setNonBlocking(_ fd: Int32, _ nonBlocking: Bool) -> Bool {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0 else { return false }
+        let wanted = nonBlocking ? flags | O_NONBLOCK : flags & ~O_NONBLOCK
+        return wanted == flags || fcntl(fd, F_SETFL, wanted) == 0
+    }
+}

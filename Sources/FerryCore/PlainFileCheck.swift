@@ -9,9 +9,7 @@ extension TransferCoordinator {
     /// was queued).
     func finishingRefusal(_ t: TransferRecord) -> FerryError? {
         if let problem = PlainFileCheck.problem(t.partPath) { return .disk(problem) }
-        let descriptorDownload = t.destinationFD != nil
-            || FileSystemChecks.directoryName(t.destination) == StateDirectories.descriptorDownloads
-        if let owner = sessions[t.session]?.owner, !descriptorDownload {
+        if let owner = sessions[t.session]?.owner, !isDescriptorDownload(t) {
             let area = SandboxArea(appID: owner)
             if !area.contains(t.destination) || !area.contains(t.partPath) {
                 return .disk("'\(t.destination)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")

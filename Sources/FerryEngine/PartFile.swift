@@ -1,4 +1,5 @@
 import Crypto
+import FerryCore
 import Foundation
 
 /// A failed file operation on a part file, in words: "No space left on device while
@@ -50,8 +51,7 @@ final class PartFile {
             if (st.st_mode & S_IFMT) != S_IFREG {
                 return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0))
             }
-            let flags = fcntl(existing, F_GETFL)
-            if flags >= 0 { _ = fcntl(existing, F_SETFL, flags & ~O_NONBLOCK) }
+            DescriptorMode.setNonBlocking(existing, false)
             if st.st_uid == geteuid() && st.st_nlink == 1 {
                 return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size)))
             }

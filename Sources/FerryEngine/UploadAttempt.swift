@@ -86,8 +86,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             guard fstat(responseFD, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
                 return finish(.failed(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"), bytesOnDisk: 0))
             }
-            let flags = fcntl(responseFD, F_GETFL)
-            guard flags >= 0, fcntl(responseFD, F_SETFL, flags & ~O_NONBLOCK) == 0, ftruncate(responseFD, 0) == 0 else {
+            guard DescriptorMode.setNonBlocking(responseFD, false), ftruncate(responseFD, 0) == 0 else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)
                 return finish(.failed(.disk(error.message), bytesOnDisk: 0))
             }

@@ -20,18 +20,12 @@ public func makeShortTemporaryDirectory(prefix: String, in parent: String = "/tm
 /// the XCTest case that made them, which XCTest keeps until the run ends, so their
 /// own clean-up in `deinit` never runs.
 public enum TestRunDirectory {
-    private static let made: Result<String, TestProcessError> = {
-        do {
-            let path = try makeShortTemporaryDirectory(prefix: "ferry-run")
-            runDirectoryToRemove = path
-            atexit { if let path = runDirectoryToRemove { try? FileManager.default.removeItem(atPath: path) } }
-            return .success(path)
-        } catch let error as TestProcessError {
-            return .failure(error)
-        } catch {
-            return .failure(TestProcessError("\(error)"))
-        }
-    }()
+    private static let made = Result {
+        let path = try makeShortTemporaryDirectory(prefix: "ferry-run")
+        runDirectoryToRemove = path
+        atexit { if let path = runDirectoryToRemove { try? FileManager.default.removeItem(atPath: path) } }
+        return path
+    }
 
     /// The directory's path (made on the first call).
     public static func path() throws -> String { try made.get() }

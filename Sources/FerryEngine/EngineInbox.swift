@@ -8,6 +8,8 @@ enum EngineCommand {
     case start(EngineRequest)
     case stop(TransferID)
     case setSpeedLimit(TransferID, UInt64)
+    /// A background job opened a starting attempt's part file.
+    case partOpened(TransferID, attempt: UInt64, Result<OpenedPart, OpenedPart.Failure>)
     /// A background job hashed the part file's existing prefix for a resumed attempt.
     case prefixHashed(TransferID, attempt: UInt64, Result<SHA256, PartFileError>)
     /// A background job ran fdatasync + close on a finished attempt's part file.

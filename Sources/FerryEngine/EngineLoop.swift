@@ -15,6 +15,8 @@ final class EngineLoop {
     fileprivate let inbox: EngineInbox
     private let logger: Logger
     private var transfers: [TransferID: CurlTransfer] = [:]
+    /// Single-connection downloads whose part file a file job is opening.
+    private var opening: [TransferID: OpeningPart] = [:]
     /// Uploads and segmented downloads (single-connection downloads are in `transfers`).
     private var otherAttempts: [TransferID: EngineAttempt] = [:]
     /// Attempts whose callbacks asked for work outside libcurl's callbacks.
@@ -26,7 +28,7 @@ final class EngineLoop {
     fileprivate var attempts: UInt64 = 0
     /// One curl share per cookie jar.
     let cookies = CookieJars()
-    /// fdatasync and prefix hashing: slow disk work kept off the engine thread.
+    /// Opening part files, fdatasync and prefix hashing: slow disk work kept off the engine thread.
     let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
     init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, logger: Logger) {
@@ -64,6 +66,7 @@ final class EngineLoop {
         }
         for attempt in otherAttempts.values { attempt.abandon() }
         transfers.removeAll()
+        opening.removeAll() // their files close when the jobs' results are dropped
         otherAttempts.removeAll()
         throttledTransfers.removeAll()
         cookies.cleanUp() // after every handle: shares in use cannot be freed
@@ -145,11 +148,15 @@ final class EngineLoop {
             start(request)
         case .stop(let id):
             if let attempt = otherAttempts[id] { return attempt.stop() }
+            if opening[id] != nil { opening[id]?.stopped = true; return } // reported once the file job is back
             guard let transfer = transfers[id], transfer.phase != .flushing else { return }
             finish(transfer, .stopped(bytesOnDisk: transfer.bytesOnDisk))
         case .setSpeedLimit(let id, let bytesPerSecond):
             otherAttempts[id]?.setSpeedLimit(bytesPerSecond)
             transfers[id]?.setSpeedLimit(bytesPerSecond) // a lifted limit takes effect in resumeThrottledTransfers
+            opening[id]?.request.speedLimit = bytesPerSecond
+        case .partOpened(let id, let attempt, let result):
+            partOpened(id, attempt: attempt, result)
         case .attemptFileJob(let id, let attempt, let result):
             guard let owner = otherAttempts[id], owner.attempt == attempt else { return }
             owner.fileJobDone(result)
@@ -180,7 +187,7 @@ final class EngineLoop {
     }
 
     private func start(_ request: EngineRequest) {
-        guard transfers[request.id] == nil, otherAttempts[request.id] == nil else {
+        guard transfers[request.id] == nil, otherAttempts[request.id] == nil, opening[request.id] == nil else {
             logger.warning("start ignored: transfer \(request.id) already has a running attempt")
             return
         }
@@ -188,39 +195,58 @@ final class EngineLoop {
             logger.debug("transfer \(request.id): attempt \(attempts) starts (\(kind))")
             return
         }
-        let file: PartFile
-        switch PartFile.open(request.partPath) {
-        case .success(let opened): file = opened
-        case .failure(let error):
-            emit(.completed(request.id, .failed(.disk(error.message), bytesOnDisk: 0)))
-            return
-        }
-        // Resume only with a validator and a part file that holds the bytes claimed.
-        let resume = request.offset > 0 && request.ifRange != nil && file.isRegular && file.initialSize >= request.offset
-        if request.offset > 0 && !resume {
-            logger.info("transfer \(request.id): cannot resume at \(request.offset) (no validator or short part file); starting over")
-        }
-        if !resume, let error = file.truncate(to: 0) {
-            file.close()
-            emit(.completed(request.id, .failed(.disk(error.message), bytesOnDisk: file.initialSize)))
-            return
-        }
+        // The part file is opened (and cut, unless the attempt resumes) by a file job:
+        // on ext4 without a journal, finding a new inode skips every one deleted in the
+        // last minute, which can take a millisecond, and the network of every other
+        // transfer would wait for it here.
         attempts += 1
-        guard let transfer = CurlTransfer(request: request, attempt: attempts, file: file, resume: resume, loop: self, cookies: cookies) else {
-            file.close()
-            emit(.completed(request.id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: resume ? request.offset : 0)))
+        let (attempt, inbox) = (attempts, self.inbox)
+        opening[request.id] = OpeningPart(request: request, attempt: attempt)
+        fileJobs.async {
+            inbox.post(.partOpened(request.id, attempt: attempt, OpenedPart.open(for: request)))
+        }
+    }
+
+    /// A file job opened (or could not open) the part file of a starting attempt.
+    private func partOpened(_ id: TransferID, attempt: UInt64, _ result: Result<OpenedPart, OpenedPart.Failure>) {
+        guard let pending = opening[id], pending.attempt == attempt else { return } // its file closes with it
+        opening[id] = nil
+        let request = pending.request
+        let opened: OpenedPart
+        switch result {
+        case .success(let part): opened = part
+        case .failure(let failure):
+            emit(.completed(id, .failed(.disk(failure.error.message), bytesOnDisk: failure.bytesOnDisk)))
             return
         }
-        transfers[request.id] = transfer
+        let resume = opened.resume
+        if pending.stopped {
+            // Stopped while its file was being opened: nothing was fetched, and an
+            // empty file it made is not left behind.
+            if !resume { opened.file.removeIfEmpty() }
+            opened.file.close()
+            emit(.completed(id, .stopped(bytesOnDisk: resume ? request.offset : 0)))
+            return
+        }
+        if request.offset > 0 && !resume {
+            logger.info("transfer \(id): cannot resume at \(request.offset) (no validator or short part file); starting over")
+        }
+        let file = opened.file
+        guard let transfer = CurlTransfer(request: request, attempt: attempt, file: file, resume: resume, loop: self, cookies: cookies) else {
+            file.close()
+            emit(.completed(id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: resume ? request.offset : 0)))
+            return
+        }
+        transfers[id] = transfer
         if transfer.setupError != CURLE_OK {
             let why = String(cString: curl_easy_strerror(transfer.setupError))
             finish(transfer, .failed(.network("Could not set up the download: \(why)"), bytesOnDisk: transfer.bytesOnDisk))
             return
         }
-        logger.debug("transfer \(request.id): attempt \(attempts) starts at \(transfer.startOffset)")
+        logger.debug("transfer \(id): attempt \(attempt) starts at \(transfer.startOffset)")
         if resume && request.computeSHA256 {
             transfer.phase = .hashingPrefix
-            let (id, attempt, path, length, inbox) = (request.id, transfer.attempt, request.partPath, request.offset, self.inbox)
+            let (path, length, inbox) = (request.partPath, request.offset, self.inbox)
             fileJobs.async {
                 inbox.post(.prefixHashed(id, attempt: attempt, PartFile.hashPrefix(path: path, length: length)))
             }
@@ -407,5 +433,41 @@ extension EngineLoop {
     /// Lets an attempt's background job report back on the engine thread.
     func postFileJobResult(_ id: TransferID, attempt: UInt64, _ result: Result<String?, PartFileError>) {
         inbox.post(.attemptFileJob(id, attempt: attempt, result))
+    }
+}
+
+/// A single-connection download waiting for its part file.
+private struct OpeningPart {
+    var request: EngineRequest
+    let attempt: UInt64
+    /// A stop came meanwhile: it is reported when the file job is back.
+    var stopped = false
+}
+
+/// A part file opened for an attempt, and whether the attempt resumes in it.
+struct OpenedPart {
+    let file: PartFile
+    let resume: Bool
+
+    /// Opens the part file; resumes only with a validator and a part file that holds the
+    /// bytes claimed, else cuts it to nothing. Runs on a file job.
+    static func open(for request: EngineRequest) -> Result<OpenedPart, Failure> {
+        let file: PartFile
+        switch PartFile.open(request.partPath) {
+        case .success(let opened): file = opened
+        case .failure(let error): return .failure(Failure(error: error, bytesOnDisk: 0))
+        }
+        let resume = request.offset > 0 && request.ifRange != nil && file.isRegular && file.initialSize >= request.offset
+        if !resume, let error = file.truncate(to: 0) {
+            file.close()
+            return .failure(Failure(error: error, bytesOnDisk: file.initialSize))
+        }
+        return .success(OpenedPart(file: file, resume: resume))
+    }
+
+    /// The part file could not be opened or cut; what it holds.
+    struct Failure: Error {
+        let error: PartFileError
+        let bytesOnDisk: Int64
     }
 }

@@ -62,6 +62,57 @@ final class ControlTests: EngineTestCase {
         XCTAssertEqual(log.events(for: 2).last, .completed(2, .succeeded(bytesOnDisk: 1_000, sha256: nil)))
     }
 
+    /// A part file is opened off the engine thread, so a stop can come before, while
+    /// or after it is opened, or as the transfer ends. Stops at scattered moments (the
+    /// test thread spins a random while between start and stop): each transfer ends
+    /// exactly once, stopped with the prefix it wrote or succeeded with the whole file;
+    /// afterwards no descriptor is open on any of their files; each starts again.
+    func testStopsAtAnyMomentOfAStartEndEachTransferOnceAndLeaveNoDescriptorOpen() throws {
+        let body = TestData.bytes(count: 64 * 1024, seed: 53)
+        server.add(path: "/f", body: body)
+        var random = SeededRandom(state: 53)
+        let ids = (1...150).map { TransferID($0) }
+        for id in ids {
+            engine.start(request(id, "/f"))
+            let until = DispatchTime.now().uptimeNanoseconds + UInt64.random(in: 0..<3_000_000, using: &random)
+            while DispatchTime.now().uptimeNanoseconds < until {} // a scattered moment, not a wait for anything
+            engine.stop(id)
+        }
+        XCTAssertTrue(log.wait(timeout: 60) { events in Set(events.filter(\.isCompleted).map(\.transferID)).count == ids.count },
+                      "every transfer ends")
+        var stopped = 0
+        for id in ids {
+            assertWellFormedEvents(id)
+            let part = partPath("\(id).part")
+            switch log.events(for: id).last {
+            case .completed(_, .stopped(let onDisk))?:
+                stopped += 1
+                XCTAssertEqual(contents(part), Array(body[..<Int(onDisk)]), "transfer \(id) keeps exactly what it wrote")
+            case .completed(_, .succeeded(let onDisk, _))?:
+                XCTAssertEqual(onDisk, Int64(body.count))
+                XCTAssertEqual(contents(part), body)
+            case let other:
+                XCTFail("transfer \(id) ended \(String(describing: other))")
+            }
+        }
+        XCTAssertGreaterThan(stopped, 0, "some stops came in time")
+        XCTAssertEqual(descriptorsOpen(under: directory.path), [], "descriptors left open on part files")
+
+        for id in ids.prefix(10) {
+            engine.start(request(id, "/f"))
+            XCTAssertTrue(log.wait(timeout: 20) { events in events.filter { $0.transferID == id && $0.isCompleted }.count == 2 },
+                          "transfer \(id) runs again")
+            XCTAssertEqual(log.events(for: id).last, .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil)))
+            XCTAssertEqual(contents(partPath("\(id).part")), body)
+        }
+    }
+
+    private func descriptorsOpen(under folder: String) -> [String] {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)") }
+            .filter { $0.hasPrefix(folder + "/") }
+    }
+
     func testStopOfUnknownOrFinishedTransferDoesNothing() throws {
         server.add(path: "/a", body: [1, 2, 3])
         XCTAssertEqual(run(request(1, "/a")), .succeeded(bytesOnDisk: 3, sha256: nil))

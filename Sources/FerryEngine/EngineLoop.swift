@@ -220,12 +220,13 @@ final class EngineLoop {
             return
         }
         let resume = opened.resume
+        let kept = resume ? request.offset : 0 // bytes of the part file this attempt keeps
         if pending.stopped {
             // Stopped while its file was being opened: nothing was fetched, and an
             // empty file it made is not left behind.
             if !resume { opened.file.removeIfEmpty() }
             opened.file.close()
-            emit(.completed(id, .stopped(bytesOnDisk: resume ? request.offset : 0)))
+            emit(.completed(id, .stopped(bytesOnDisk: kept)))
             return
         }
         if request.offset > 0 && !resume {
@@ -234,7 +235,7 @@ final class EngineLoop {
         let file = opened.file
         guard let transfer = CurlTransfer(request: request, attempt: attempt, file: file, resume: resume, loop: self, cookies: cookies) else {
             file.close()
-            emit(.completed(id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: resume ? request.offset : 0)))
+            emit(.completed(id, .failed(.network("Could not set up the download (libcurl)"), bytesOnDisk: kept)))
             return
         }
         transfers[id] = transfer

@@ -14,8 +14,8 @@ struct PartFileError: Error, Sendable {
     }
 }
 
-/// The open `.part` file of one attempt. Owned by the engine thread; `handOver()`
-/// gives the descriptor to a background flush job.
+/// The open `.part` file of one attempt. Opened by a background file job, then owned
+/// by the engine thread; `handOver()` gives the descriptor to a background flush job.
 final class PartFile {
     let path: String
     private(set) var fd: Int32
@@ -182,26 +182,7 @@ final class PartFile {
     /// SHA-256 of the first `length` bytes of `path`, read through its own descriptor.
     /// Runs on a background queue (a large prefix takes seconds to hash).
     static func hashPrefix(path: String, length: Int64) -> Result<SHA256, PartFileError> {
-        // O_NONBLOCK: a FIFO put at the name does not hang the open (nor, empty, the reads).
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
-        defer { Glibc.close(fd) }
-        var hasher = SHA256()
-        let chunk = 1 << 20
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
-        defer { buffer.deallocate() }
-        var remaining = length
-        while remaining > 0 {
-            let n = read(fd, buffer, Int(min(Int64(chunk), remaining)))
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .failure(PartFileError(code: errno, action: "reading", path: path))
-            }
-            if n == 0 { return .failure(PartFileError(code: EIO, action: "reading (it is shorter than expected)", path: path)) }
-            hasher.update(bufferPointer: UnsafeRawBufferPointer(start: buffer, count: n))
-            remaining -= Int64(n)
-        }
-        return .success(hasher)
+        hashRange(path: path, from: 0, to: length, continuing: SHA256())
     }
 }
 

@@ -17,7 +17,7 @@ PYTHON  ?= python3
 export PATH := $(PATH):/opt/swift/usr/bin
 
 # Debian packages the build, the tests, the demo and the benchmark use.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify-dev libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy
 
 MANDIR  ?= $(DATADIR)/man
 

@@ -7,8 +7,9 @@ import Foundation
 /// attempt and reads it with `pread`, so one descriptor serves every retry (each
 /// restarts from byte 0); the caller closes it when the transfer is over.
 ///
-/// The engine checks `size` and `modificationTime` before it sends and before each
-/// chunk it hands to libcurl: a file that changed fails the attempt with
+/// The engine checks `size` and `modificationTime` after reading each chunk, before
+/// handing it to libcurl (a file on a FUSE or network file system is read a chunk ahead
+/// on a queue of the attempt's own, never on the engine's network thread): a file that changed fails the attempt with
 /// `FerryError.fileNotFound` and a message saying so, rather than sending a mix.
 public struct EngineUpload: Sendable, Equatable {
     /// How the file travels.
@@ -33,6 +34,9 @@ public struct EngineUpload: Sendable, Equatable {
     public var size: Int64
     /// The file's modification time when it was opened, in nanoseconds since the epoch.
     public var modificationTime: Int64
+    /// The device the file is on (`st_dev`; 0 = unknown): the engine reads a file on a
+    /// FUSE or network file system off its own thread (see `UploadAttempt`).
+    public var device: UInt64
     /// `PUT` or `POST`.
     public var method: String
     public var body: Body
@@ -45,9 +49,9 @@ public struct EngineUpload: Sendable, Equatable {
     /// `EngineResponse.body`.
     public var responseDestination: String?
 
-    public init(fd: Int32, size: Int64, modificationTime: Int64, method: String = "PUT", body: Body = .raw,
+    public init(fd: Int32, size: Int64, modificationTime: Int64, device: UInt64 = 0, method: String = "PUT", body: Body = .raw,
                 fileName: String = "file", contentType: String? = nil, responseDestination: String? = nil) {
-        self.fd = fd; self.size = size; self.modificationTime = modificationTime; self.method = method
+        self.fd = fd; self.size = size; self.modificationTime = modificationTime; self.device = device; self.method = method
         self.body = body; self.fileName = fileName; self.contentType = contentType
         self.responseDestination = responseDestination
     }
@@ -73,7 +77,7 @@ public struct EngineUpload: Sendable, Equatable {
         DescriptorMode.setNonBlocking(fd, false)
         let name = (path as NSString).lastPathComponent
         return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: Self.nanoseconds(st.st_mtim),
-                            method: method, body: body, fileName: name.isEmpty ? "file" : name,
+                            device: UInt64(st.st_dev), method: method, body: body, fileName: name.isEmpty ? "file" : name,
                             contentType: contentType, responseDestination: responseDestination)
     }
 

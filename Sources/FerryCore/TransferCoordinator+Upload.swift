@@ -143,7 +143,8 @@ extension TransferCoordinator {
         guard st.st_mode & S_IFMT == S_IFREG else { throw FerryError.invalidArgument("source-fd must be a regular file") }
         let mode = fcntl(fd, F_GETFL)
         guard mode >= 0, mode & O_ACCMODE != O_WRONLY else { throw FerryError.invalidArgument("source-fd is not open for reading") }
-        return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: EngineUpload.nanoseconds(st.st_mtim))
+        return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: EngineUpload.nanoseconds(st.st_mtim),
+                            device: UInt64(st.st_dev))
     }
 
     // MARK: - Attempts
@@ -183,7 +184,8 @@ extension TransferCoordinator {
                 .map { EngineUpload.FormField(name: $0.key, value: $0.value) })
         } ?? .raw
         let name = t.destination.isEmpty ? "file" : FileSystemChecks.baseName(t.destination)
-        return EngineUpload(fd: source.fd, size: spec.size, modificationTime: spec.modificationTime, method: spec.method,
+        return EngineUpload(fd: source.fd, size: spec.size, modificationTime: spec.modificationTime,
+                            device: source.device, method: spec.method,
                             body: body, fileName: name.isEmpty ? "file" : name, contentType: spec.contentType,
                             responseDestination: spec.responseDestination)
     }

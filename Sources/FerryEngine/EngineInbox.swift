@@ -17,6 +17,8 @@ enum EngineCommand {
     /// A background file job of an `EngineAttempt` (flush, hash) finished.
     case attemptFileJob(TransferID, attempt: UInt64, Result<String?, PartFileError>)
     case discardCookies(EngineCookieJar)
+    /// An upload's reader queue read a chunk of its file (or found it changed).
+    case uploadChunk(TransferID, attempt: UInt64, UploadChunk)
     /// A background job hashed a segmented download's prefix up to `upTo`.
     case attemptHashed(TransferID, attempt: UInt64, epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
     case shutdown

@@ -162,6 +162,9 @@ final class EngineLoop {
             owner.fileJobDone(result)
         case .discardCookies(let jar):
             cookies.discard(jar)
+        case .uploadChunk(let id, let attempt, let chunk):
+            guard let owner = otherAttempts[id] as? UploadAttempt, owner.attempt == attempt else { return }
+            owner.chunkArrived(chunk)
         case .attemptHashed(let id, let attempt, let epoch, let upTo, let result):
             guard let owner = otherAttempts[id] as? SegmentedDownload, owner.attempt == attempt else { return }
             owner.prefixHashed(epoch: epoch, upTo: upTo, result)
@@ -429,6 +432,11 @@ extension EngineLoop {
 
     func postHashResult(_ id: TransferID, attempt: UInt64, epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
         inbox.post(.attemptHashed(id, attempt: attempt, epoch: epoch, upTo: upTo, result))
+    }
+
+    /// Lets an upload's reader queue hand a chunk to the engine thread.
+    func postUploadChunk(_ id: TransferID, attempt: UInt64, _ chunk: UploadChunk) {
+        inbox.post(.uploadChunk(id, attempt: attempt, chunk))
     }
 
     /// Lets an attempt's background job report back on the engine thread.

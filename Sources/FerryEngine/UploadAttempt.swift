@@ -6,6 +6,15 @@ import Foundation
 /// libcurl's read callback (PUT or POST raw body, or one part of a multipart/form-data
 /// body), the answer kept in memory (first 64 KiB) or saved to `responseDestination`.
 ///
+/// A file on a local disk file system is read in libcurl's read callback, as curl
+/// does. One on a FUSE or network file system (`SourceFileSystem`) is read on a queue
+/// of the attempt's own, a chunk or two ahead of libcurl, never on the engine thread:
+/// the descriptor is the client's, and a FUSE server (a document portal, sshfs, or one
+/// written to stall) may not answer a read for as long as it likes, in a wait no signal
+/// ends. The engine thread would then hold up every other transfer; now only this
+/// upload waits (libcurl paused until the chunk is there), and a stop still ends it at
+/// once. Its descriptor is then closed on the same queue, after the read in flight.
+///
 /// Ownership: `EngineLoop.attempts` holds the only strong reference; the easy handle
 /// and the mime part carry this object unretained, which is safe because `release()`
 /// cleans the handle up (freeing the mime) before the loop drops the object.
@@ -32,6 +41,22 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
 
     /// Next byte of the file to hand to libcurl (a rewind moves it back).
     private var position: Int64 = 0
+    /// The file is on a FUSE or network file system: read on `sourceQueue`.
+    private let readsAhead: Bool
+    /// Where this attempt's reads and the closing of its descriptor run (`readsAhead`).
+    private let sourceQueue = DispatchQueue(label: "org.ferry.engine.upload-source")
+    /// Chunks read ahead, in order, from the one holding `position` on.
+    private var chunks: [(start: Int64, bytes: [UInt8])] = []
+    /// A read is on `sourceQueue` (maybe one a rewind made stale).
+    private var readPending = false
+    /// Bumped by a rewind: chunks read before it are dropped.
+    private var readGeneration = 0
+    /// libcurl is paused until the next chunk is there.
+    private var waitingForData = false
+    /// A read has found the file unchanged (an empty file is checked by a read of nothing).
+    private var sourceChecked = false
+    /// The handle is in the multi (after the first chunk).
+    private var connected = false
     private var unreportedBytes: Int64 = 0
     private var nextProgressAt: UInt64 = 0
     private let pacer: Pacer
@@ -51,6 +76,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         self.attempt = attempt
         self.loop = loop
         self.pacer = Pacer(limit: request.speedLimit)
+        self.readsAhead = SourceFileSystem.readsMayStall(device: source.device)
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
     }
@@ -64,9 +90,6 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     // MARK: - Life
 
     func begin() {
-        if let problem = sourceChange() {
-            return finish(.failed(problem, bytesOnDisk: 0))
-        }
         fd = fcntl(source.fd, F_DUPFD_CLOEXEC, 0)
         guard fd >= 0 else {
             return finish(.failed(.fileNotFound("The file to upload cannot be read (\(String(cString: strerror(errno))))"), bytesOnDisk: 0))
@@ -100,6 +123,19 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             let why = String(cString: curl_easy_strerror(setupError))
             return finish(.failed(.network("Could not set up the upload: \(why)"), bytesOnDisk: 0))
         }
+        guard readsAhead else {
+            if let problem = Self.sourceChange(fd, source) { return finish(.failed(problem, bytesOnDisk: 0)) }
+            return connect()
+        }
+        // The first chunk (and the check that the file is still the one queued) is
+        // read before anything is sent: the handle joins the multi when it is back.
+        requestRead(at: 0)
+    }
+
+    /// The first chunk is read and the file unchanged: the request goes.
+    private func connect() {
+        guard let easy, !connected else { return }
+        connected = true
         nextProgressAt = monotonicNanoseconds() + CurlTransfer.progressInterval
         let rc = loop.add(easy, owner: self)
         guard rc == CURLM_OK else {
@@ -171,7 +207,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         } else if position != source.size {
             error = .network("Only \(position) of \(source.size) bytes of the file were sent")
         } else {
-            error = sourceChange()
+            // Read ahead, the file was found unchanged after its last chunk was read.
+            error = readsAhead ? nil : Self.sourceChange(fd, source)
         }
         if let error { return finish(.failed(error, bytesOnDisk: position)) }
         if responseFD >= 0 {
@@ -230,16 +267,24 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     private func closeFiles() {
+        if fd >= 0 && readsAhead {
+            // After the read in flight, and off the engine thread: closing a file on
+            // FUSE asks its server too.
+            let fd = self.fd
+            sourceQueue.async { _ = Glibc.close(fd) }
+            self.fd = -1
+        }
         if fd >= 0 { Glibc.close(fd); fd = -1 }
         if responseFD >= 0 { Glibc.close(responseFD); responseFD = -1 }
     }
 
     // MARK: - The file
 
-    /// Why the file is no longer the one the upload was asked for, or nil.
-    private func sourceChange() -> FerryError? {
+    /// Why the file behind `fd` is no longer the one the upload was asked for, or nil.
+    /// On `sourceQueue`.
+    private static func sourceChange(_ fd: Int32, _ source: EngineUpload) -> FerryError? {
         var st = stat()
-        guard fstat(fd >= 0 ? fd : source.fd, &st) == 0 else {
+        guard fstat(fd, &st) == 0 else {
             return .fileNotFound("The file to upload cannot be read any more (\(String(cString: strerror(errno))))")
         }
         let size = Int64(st.st_size)
@@ -252,10 +297,115 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         return nil
     }
 
-    /// Fills libcurl's buffer from the file. Returns the byte count, 0 at the end,
-    /// or CURL_READFUNC_PAUSE / CURL_READFUNC_ABORT.
+    /// Reads `length` bytes at `start`, then checks the file: bytes read from a file
+    /// that changed are never handed on. On `sourceQueue`; may block for as long as
+    /// the file system takes.
+    static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], FerryError> {
+        var readError: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
+            count = 0
+            while count < length {
+                let n = pread(fd, buffer.baseAddress! + count, length - count, off_t(start + Int64(count)))
+                if n > 0 { count += n; continue }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { readError = errno }
+                break
+            }
+        }
+        if readError != 0 {
+            return .failure(.fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(readError)))"))
+        }
+        if let change = sourceChange(fd, source) { return .failure(change) }
+        guard bytes.count == length else {
+            return .failure(.fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent"))
+        }
+        return .success(bytes)
+    }
+
+    /// Puts a read of the chunk at `start` on `sourceQueue` (one at a time).
+    private func requestRead(at start: Int64) {
+        guard !readPending, failure == nil, fd >= 0 else { return }
+        readPending = true
+        let length = Int(min(Int64(Self.uploadBufferSize), max(0, source.size - start)))
+        let (fd, source, id, attempt, generation, loop) = (self.fd, self.source, self.id, self.attempt, readGeneration, self.loop)
+        sourceQueue.async {
+            let result = Self.readChunk(fd, at: start, length: length, of: source)
+            loop.postUploadChunk(id, attempt: attempt, UploadChunk(generation: generation, start: start, result: result))
+        }
+    }
+
+    /// The end of what is read ahead (`position` when nothing is).
+    private var readAheadEnd: Int64 { chunks.last.map { $0.start + Int64($0.bytes.count) } ?? position }
+
+    /// Chunks read ahead of what libcurl has taken: one is being read while libcurl
+    /// sends the other, so the sending seldom waits for the file.
+    static let chunksAhead = 2
+
+    /// Keeps `chunksAhead` chunks ahead of what libcurl has taken.
+    private func readAhead() {
+        let end = readAheadEnd
+        guard end < source.size, end - position < Int64(Self.chunksAhead * Self.uploadBufferSize) else { return }
+        requestRead(at: end)
+    }
+
+    /// A read came back (engine thread).
+    func chunkArrived(_ chunk: UploadChunk) {
+        readPending = false
+        if chunk.generation == readGeneration {
+            switch chunk.result {
+            case .success(let bytes):
+                sourceChecked = true
+                if chunk.start == readAheadEnd && !bytes.isEmpty { chunks.append((chunk.start, bytes)) }
+            case .failure(let error):
+                failure = error
+            }
+        }
+        readAhead()
+        guard connected else {
+            if let failure { return finish(.failed(failure, bytesOnDisk: 0)) }
+            return connect()
+        }
+        if waitingForData, let easy {
+            waitingForData = false
+            _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
+        }
+    }
+
+    /// Fills libcurl's buffer from the chunks read ahead. Returns the byte count, 0 at
+    /// the end, or CURL_READFUNC_PAUSE (no chunk yet, or the speed limit) /
+    /// CURL_READFUNC_ABORT (the file changed or could not be read).
     func readBody(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
         guard failure == nil else { return Int(CURL_READFUNC_ABORT) }
+        guard readsAhead else { return readInPlace(into: buffer, max: max) }
+        if position >= source.size && sourceChecked { return 0 }
+        while let first = chunks.first, first.start + Int64(first.bytes.count) <= position { chunks.removeFirst() }
+        guard let first = chunks.first, first.start <= position, max > 0 else {
+            requestRead(at: position)
+            waitingForData = true
+            return Int(CURL_READFUNC_PAUSE)
+        }
+        let offset = Int(position - first.start)
+        let n = min(max, first.bytes.count - offset)
+        let now = monotonicNanoseconds()
+        if !pacer.admit(n, now: now) {
+            isThrottled = true
+            loop.throttled(self)
+            return Int(CURL_READFUNC_PAUSE)
+        }
+        first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
+        position += Int64(n)
+        unreportedBytes += Int64(n)
+        if now >= nextProgressAt {
+            nextProgressAt = now + CurlTransfer.progressInterval
+            reportProgress()
+        }
+        readAhead()
+        return n
+    }
+
+    /// `readBody` for a file on a local disk: read here, then checked (bytes read from a
+    /// file that changed are never handed on).
+    private func readInPlace(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
         let left = source.size - position
         if left <= 0 { return 0 }
         let want = Int(min(Int64(max), left))
@@ -271,9 +421,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             failure = .fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(errno)))")
             return Int(CURL_READFUNC_ABORT)
         }
-        // Checked after reading: bytes read from a file that changed are never handed on.
-        if n == 0 || sourceChange() != nil {
-            failure = sourceChange() ?? .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
+        if n == 0 || Self.sourceChange(fd, source) != nil {
+            failure = Self.sourceChange(fd, source) ?? .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
             return Int(CURL_READFUNC_ABORT)
         }
         position += Int64(n)
@@ -289,6 +438,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     func seek(to offset: Int64) -> Int32 {
         guard offset >= 0, offset <= source.size else { return 1 /* CURL_SEEKFUNC_FAIL */ }
         position = offset
+        chunks.removeAll()
+        readGeneration += 1
         return 0 // CURL_SEEKFUNC_OK
     }
 
@@ -367,6 +518,13 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         if final && source.responseDestination == nil { response.body = keptBody }
         loop.emit(.response(id, response))
     }
+}
+
+/// A chunk of an upload's file read on its source queue, or why it could not be.
+struct UploadChunk: Sendable {
+    let generation: Int
+    let start: Int64
+    let result: Result<[UInt8], FerryError>
 }
 
 // libcurl's C callbacks; the context pointer is the UploadAttempt (see its ownership note).

@@ -174,6 +174,22 @@ final class UploadTests: EngineTestCase {
         XCTAssertFalse(server.uploads(for: "/up").contains { $0.byteCount == original.count }, "no whole body arrived")
     }
 
+    func testRedirectedUploadResendsTheWholeFileFromItsStart() throws {
+        // A 307 makes libcurl rewind the body and send it again to the new place: the
+        // chunks read ahead for the first request are dropped and the file read anew.
+        let bytes = TestData.bytes(count: 1_700_000, seed: 78)
+        server.set(.redirect(to: "/up", status: 307), on: "/moved")
+        server.set(.acceptUploads(), on: "/up")
+        let source = try open(try sourceFile(bytes))
+
+        XCTAssertEqual(run(uploadRequest(1, "/moved", source)), .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+
+        XCTAssertEqual(server.requests(for: "/moved").count, 1)
+        let received = try XCTUnwrap(server.uploads(for: "/up").last)
+        XCTAssertEqual(received.byteCount, bytes.count)
+        XCTAssertEqual(received.sha256, TestData.sha256Hex(bytes))
+    }
+
     func testStopMidUploadReportsBytesSent() throws {
         let bytes = TestData.bytes(count: 4 << 20, seed: 80)
         server.set(.acceptUploads(), on: "/up")

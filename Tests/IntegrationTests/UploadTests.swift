@@ -154,6 +154,38 @@ final class UploadTests: FerryTestCase {
         XCTAssertEqual(server.uploads(for: "/chg").count, 0, "nothing of the changed file was sent")
     }
 
+    func testAStalledFileHoldsUpOnlyItsOwnUploadAndCancelEndsIt() async throws {
+        // The file to upload is on a FUSE mount whose reads do not come back (a hung
+        // sshfs or document portal): ferryd's other transfers go on, and Cancel works.
+        let (backing, _) = try makeFile("backing.bin", size: 2 * 1024 * 1024)
+        let mount: StallingMount
+        do {
+            mount = try StallingMount(backing: backing, in: URL(fileURLWithPath: work))
+        } catch let unavailable as StallingMount.Unavailable {
+            throw XCTSkip(unavailable.reason)
+        }
+        // Before ferryd is stopped: its reader is let go, then the mount goes.
+        addTeardownBlock {
+            mount.release()
+            mount.unmount()
+        }
+        server.set(.acceptUploads(), on: "/up")
+        let body = serve("/other.bin", size: 300_000, seed: 31)
+        let s = try await session()
+        let upload = try await s.upload(server.url("/up"), file: mount.file)
+        XCTAssertTrue(mount.waitForStalledRead(timeout: 20), "ferryd reads the file")
+
+        let download = try await s.download(server.url("/other.bin"))
+        let info = try await finish(download)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(info.destination, equals: body)
+
+        try await upload.cancel()
+        let ended = try await finish(upload)
+        XCTAssertEqual(ended.state, "cancelled")
+        XCTAssertTrue(server.uploads(for: "/up").isEmpty, "nothing of the stalled file was sent")
+    }
+
     func testPauseGivesNoResumeDataAndResumeSendsFromZero() async throws {
         let (file, body) = try makeFile("pause.bin", size: 1024 * 1024)
         server.set(.acceptUploads(), on: "/pause")

@@ -1,0 +1,128 @@
+import Foundation
+
+/// A FUSE file system (python3-fusepy, run by the Debian python3) with one file,
+/// `file`, whose reads wait until `release()`; its contents are those of a backing
+/// file. Throws `Unavailable` where FUSE cannot be mounted (the test then skips).
+public final class StallingMount: @unchecked Sendable {
+    public struct Unavailable: Error {
+        public let reason: String
+    }
+
+    public let mountPoint: String
+    public var file: String { mountPoint + "/file" }
+    private let process = Process()
+    private let errors = Pipe()
+    private let readsSeen: String
+
+    private static let script = #"""
+    import errno, os, stat, sys, threading
+    from fusepy import FUSE, FuseOSError, Operations
+
+    backing, mountpoint, seen = sys.argv[1], sys.argv[2], sys.argv[3]
+    gate = threading.Event()
+    MTIME = 1700000000
+
+    class Stalling(Operations):
+        def getattr(self, path, fh=None):
+            if path == "/":
+                return dict(st_mode=stat.S_IFDIR | 0o755, st_nlink=2, st_mtime=MTIME)
+            if path == "/file":
+                return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1,
+                            st_size=os.path.getsize(backing), st_mtime=MTIME)
+            if path == "/release" and gate.is_set():
+                return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1, st_size=0, st_mtime=MTIME)
+            raise FuseOSError(errno.ENOENT)
+
+        def readdir(self, path, fh):
+            return [".", "..", "file"]
+
+        def open(self, path, flags):
+            return 0
+
+        def create(self, path, mode, fi=None):
+            if path != "/release":
+                raise FuseOSError(errno.EACCES)
+            gate.set()
+            return 0
+
+        def read(self, path, size, offset, fh):
+            if not gate.is_set():
+                open(seen, "a").close()
+                gate.wait()
+            with open(backing, "rb") as f:
+                f.seek(offset)
+                return f.read(size)
+
+    FUSE(Stalling(), mountpoint, foreground=True, nothreads=False, direct_io=True)
+    """#
+
+    public init(backing: String, in directory: URL) throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
+              Self.hasFusepy() else { throw Unavailable(reason: "python3-fusepy is not installed") }
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else { throw Unavailable(reason: "no usable /dev/fuse") }
+        mountPoint = directory.appendingPathComponent("mnt").path
+        readsSeen = directory.appendingPathComponent("read-seen").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let scriptPath = directory.appendingPathComponent("stalling_fs.py").path
+        try Self.script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [scriptPath, backing, mountPoint, readsSeen]
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        // Mounted when the file shows (bounded); a mount refused ends the process.
+        let deadline = Date().addingTimeInterval(20)
+        var st = stat()
+        while stat(file, &st) != 0 {
+            if !process.isRunning {
+                let why = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                throw Unavailable(reason: "FUSE cannot be mounted here: \(why.suffix(300))")
+            }
+            guard Date() < deadline else {
+                unmount()
+                throw Unavailable(reason: "the FUSE mount did not come up within 20 s")
+            }
+            usleep(20_000)
+        }
+    }
+
+    private static func hasFusepy() -> Bool {
+        let check = Process()
+        check.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        check.arguments = ["-c", "import fusepy"]
+        check.standardError = FileHandle.nullDevice
+        guard (try? check.run()) != nil else { return false }
+        check.waitUntilExit()
+        return check.terminationStatus == 0
+    }
+
+    /// Waits (bounded) until a read of `file` is being held.
+    public func waitForStalledRead(timeout: TimeInterval) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while access(readsSeen, F_OK) != 0 {
+            guard Date() < deadline else { return false }
+            usleep(10_000)
+        }
+        return true
+    }
+
+    /// Lets every read, held or to come, through.
+    public func release() {
+        guard process.isRunning else { return }
+        let fd = open(mountPoint + "/release", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Ends the file system and takes the mount away. SIGKILL: libfuse's own handler of
+    /// SIGTERM only ends its loop when the main thread is the one that gets it; a killed
+    /// server's mount answers every request left with an error.
+    public func unmount() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        if (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?.contains(" \(mountPoint) ") == true {
+            _ = umount2(mountPoint, Int32(MNT_DETACH))
+        }
+    }
+}

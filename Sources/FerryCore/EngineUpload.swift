@@ -9,8 +9,9 @@ import Foundation
 ///
 /// The engine checks `size` and `modificationTime` after reading each chunk, before
 /// handing it to libcurl (a file on a FUSE or network file system is read a chunk ahead
-/// on a queue of the attempt's own, never on the engine's network thread): a file that changed fails the attempt with
-/// `FerryError.fileNotFound` and a message saying so, rather than sending a mix.
+/// on a queue of the attempt's own, never on the engine's network thread): a file that
+/// changed fails the attempt with `FerryError.fileNotFound` and a message saying so,
+/// rather than sending a mix.
 public struct EngineUpload: Sendable, Equatable {
     /// How the file travels.
     public enum Body: Sendable, Equatable {

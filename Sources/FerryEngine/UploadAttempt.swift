@@ -44,7 +44,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// The file is on a FUSE or network file system: read on `sourceQueue`.
     private let readsAhead: Bool
     /// Where this attempt's reads and the closing of its descriptor run (`readsAhead`).
-    private let sourceQueue = DispatchQueue(label: "org.ferry.engine.upload-source")
+    private lazy var sourceQueue = DispatchQueue(label: "org.ferry.engine.upload-source")
     /// Chunks read ahead, in order, from the one holding `position` on.
     private var chunks: [(start: Int64, bytes: [UInt8])] = []
     /// A read is on `sourceQueue` (maybe one a rewind made stale).
@@ -53,8 +53,6 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private var readGeneration = 0
     /// libcurl is paused until the next chunk is there.
     private var waitingForData = false
-    /// A read has found the file unchanged (an empty file is checked by a read of nothing).
-    private var sourceChecked = false
     /// The handle is in the multi (after the first chunk).
     private var connected = false
     private var unreportedBytes: Int64 = 0
@@ -267,14 +265,13 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     private func closeFiles() {
-        if fd >= 0 && readsAhead {
-            // After the read in flight, and off the engine thread: closing a file on
-            // FUSE asks its server too.
+        if fd >= 0 {
             let fd = self.fd
-            sourceQueue.async { _ = Glibc.close(fd) }
             self.fd = -1
+            // Read ahead: after the read in flight, and off the engine thread (closing a
+            // file on FUSE asks its server too).
+            if readsAhead { sourceQueue.async { _ = Glibc.close(fd) } } else { Glibc.close(fd) }
         }
-        if fd >= 0 { Glibc.close(fd); fd = -1 }
         if responseFD >= 0 { Glibc.close(responseFD); responseFD = -1 }
     }
 
@@ -300,7 +297,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// Reads `length` bytes at `start`, then checks the file: bytes read from a file
     /// that changed are never handed on. On `sourceQueue`; may block for as long as
     /// the file system takes.
-    static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], FerryError> {
+    private static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], FerryError> {
         var readError: Int32 = 0
         let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
             count = 0
@@ -354,7 +351,6 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         if chunk.generation == readGeneration {
             switch chunk.result {
             case .success(let bytes):
-                sourceChecked = true
                 if chunk.start == readAheadEnd && !bytes.isEmpty { chunks.append((chunk.start, bytes)) }
             case .failure(let error):
                 failure = error
@@ -371,13 +367,14 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         }
     }
 
-    /// Fills libcurl's buffer from the chunks read ahead. Returns the byte count, 0 at
-    /// the end, or CURL_READFUNC_PAUSE (no chunk yet, or the speed limit) /
-    /// CURL_READFUNC_ABORT (the file changed or could not be read).
+    /// Fills libcurl's buffer from the file. Returns the byte count, 0 at the end, or
+    /// CURL_READFUNC_PAUSE (no chunk read ahead yet, or the speed limit) /
+    /// CURL_READFUNC_ABORT (the file changed or could not be read). Called only once
+    /// the handle is in the multi, after the file was found unchanged.
     func readBody(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
         guard failure == nil else { return Int(CURL_READFUNC_ABORT) }
+        guard position < source.size else { return 0 }
         guard readsAhead else { return readInPlace(into: buffer, max: max) }
-        if position >= source.size && sourceChecked { return 0 }
         while let first = chunks.first, first.start + Int64(first.bytes.count) <= position { chunks.removeFirst() }
         guard let first = chunks.first, first.start <= position, max > 0 else {
             requestRead(at: position)
@@ -387,18 +384,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         let offset = Int(position - first.start)
         let n = min(max, first.bytes.count - offset)
         let now = monotonicNanoseconds()
-        if !pacer.admit(n, now: now) {
-            isThrottled = true
-            loop.throttled(self)
-            return Int(CURL_READFUNC_PAUSE)
-        }
+        guard admit(n, now: now) else { return Int(CURL_READFUNC_PAUSE) }
         first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
-        position += Int64(n)
-        unreportedBytes += Int64(n)
-        if now >= nextProgressAt {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-        }
+        handedOn(n, now: now)
         readAhead()
         return n
     }
@@ -406,32 +394,46 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// `readBody` for a file on a local disk: read here, then checked (bytes read from a
     /// file that changed are never handed on).
     private func readInPlace(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
-        let left = source.size - position
-        if left <= 0 { return 0 }
-        let want = Int(min(Int64(max), left))
+        let want = Int(min(Int64(max), source.size - position))
         let now = monotonicNanoseconds()
-        if !pacer.admit(want, now: now) {
-            isThrottled = true
-            loop.throttled(self)
-            return Int(CURL_READFUNC_PAUSE)
-        }
+        guard admit(want, now: now) else { return Int(CURL_READFUNC_PAUSE) }
         var n: Int
         repeat { n = pread(fd, buffer, want, off_t(position)) } while n < 0 && errno == EINTR
         if n < 0 {
             failure = .fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(errno)))")
             return Int(CURL_READFUNC_ABORT)
         }
-        if n == 0 || Self.sourceChange(fd, source) != nil {
-            failure = Self.sourceChange(fd, source) ?? .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
+        if let change = Self.sourceChange(fd, source) {
+            failure = change
             return Int(CURL_READFUNC_ABORT)
         }
-        position += Int64(n)
-        unreportedBytes += Int64(n)
+        if n == 0 {
+            failure = .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
+            return Int(CURL_READFUNC_ABORT)
+        }
+        handedOn(n, now: now)
+        return n
+    }
+
+    /// Books `count` bytes against the speed limit; false (libcurl is paused until the
+    /// loop lets it go on) when they must wait.
+    private func admit(_ count: Int, now: UInt64) -> Bool {
+        guard pacer.admit(count, now: now) else {
+            isThrottled = true
+            loop.throttled(self)
+            return false
+        }
+        return true
+    }
+
+    /// `count` bytes of the file went to libcurl.
+    private func handedOn(_ count: Int, now: UInt64) {
+        position += Int64(count)
+        unreportedBytes += Int64(count)
         if now >= nextProgressAt {
             nextProgressAt = now + CurlTransfer.progressInterval
             reportProgress()
         }
-        return n
     }
 
     /// libcurl rewinds to resend the body (after a redirect or an auth challenge).

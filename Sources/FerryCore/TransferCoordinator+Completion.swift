@@ -28,15 +28,59 @@ extension TransferCoordinator {
         }
         // On the .part, so the file never appears under its final name without it.
         OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
+        if mutationDepth > 0, isPersistent(t.session), sessions[t.session]?.owner == nil {
+            // Where it goes is stored with the others that finish in this change, in one
+            // write, before any of them moves (`finishPendingMoves`).
+            let target = firstTarget(t)
+            stageFinishing(t, target: target, digest: digest)
+            pendingMoves.append(PendingMove(transfer: t, target: target, digest: digest, bytesOnDisk: bytesOnDisk))
+            movingTargets.insert(target)
+            return
+        }
         let location: String
         do {
-            location = try moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest)
+            location = try moveIntoSandboxArea(t, digest: digest) ?? moveIntoPlace(t, digest: digest, target: firstTarget(t), recorded: false)
         } catch {
-            t.finishingPath = nil
-            failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
+            moveFailed(t, error)
             return
         }
         completeFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
+    }
+
+    /// A verified download whose final path is staged (`finishingPath`), to be moved
+    /// there once that is written.
+    struct PendingMove {
+        let transfer: TransferRecord
+        let target: String
+        let digest: String?
+        let bytesOnDisk: Int64
+    }
+
+    /// At the end of a change: writes where the downloads that finished in it go (one
+    /// transaction for all), then moves each into place and completes it. So a batch of
+    /// small files ending together costs one write before the moves, not one each.
+    func finishPendingMoves() {
+        guard !pendingMoves.isEmpty else { return }
+        let moves = pendingMoves
+        pendingMoves = []
+        flushStore()
+        defer { movingTargets = [] }
+        for move in moves {
+            let t = move.transfer
+            movingTargets.remove(move.target)
+            guard transfers[t.id] === t else { continue }
+            do {
+                let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
+                completeFinished(t, location: location, bytesOnDisk: move.bytesOnDisk, digest: move.digest)
+            } catch {
+                moveFailed(t, error)
+            }
+        }
+    }
+
+    private func moveFailed(_ t: TransferRecord, _ error: Error) {
+        t.finishingPath = nil
+        failTransfer(t, .disk("could not move the finished download to '\(t.destination)': \(describe(error))"))
     }
 
     /// The verified file is at `location` ("" for a descriptor download): the transfer
@@ -58,27 +102,33 @@ extension TransferCoordinator {
         reachedFinalState(t)
     }
 
-    /// Renames `.part` to the final path. Without `overwrite` a file that appeared there
-    /// meanwhile is kept and a unique name is chosen; the move (`RENAME_NOREPLACE`, or
-    /// link-then-unlink where that is not supported) refuses to replace a file that
-    /// appears at the last moment. Each target is stored before
-    /// the file moves (`recordFinishing`), so a crash in between cannot make the
-    /// download start over into a second copy.
-    private func moveIntoPlace(_ t: TransferRecord, digest: String?) throws -> String {
+    /// Where a verified download goes first: its destination, or (without `overwrite`,
+    /// when a file is there now) a free name beside it.
+    private func firstTarget(_ t: TransferRecord) -> String {
+        guard !t.options.overwrite, FileSystemChecks.exists(t.destination) else { return t.destination }
+        return resolver(except: t.id).uniquePath(directory: FileSystemChecks.directoryName(t.destination),
+                                                 name: FileSystemChecks.baseName(t.destination), overwrite: false)
+    }
+
+    /// Renames `.part` to `target` (from `firstTarget`). Without `overwrite` a file that
+    /// appeared there meanwhile is kept and another unique name is chosen; the move
+    /// (`RENAME_NOREPLACE`, or link-then-unlink where that is not supported) refuses to
+    /// replace a file that appears at the last moment. Each target is stored before the
+    /// file moves (`recordFinishing`; `recorded`: the first one already is), so a crash
+    /// in between cannot make the download start over into a second copy.
+    private func moveIntoPlace(_ t: TransferRecord, digest: String?, target first: String, recorded: Bool) throws -> String {
         let part = t.partPath
         if t.options.overwrite {
-            recordFinishing(t, target: t.destination, digest: digest)
+            if !recorded { recordFinishing(t, target: t.destination, digest: digest) }
             try AtomicReplace.replace(t.destination, with: part)
             return t.destination
         }
         let resolver = self.resolver(except: t.id)
-        var target = t.destination
-        if FileSystemChecks.exists(target) {
-            target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
-                                         name: FileSystemChecks.baseName(target), overwrite: false)
-        }
+        var target = first
+        var stored = recorded
         for _ in 0..<8 {
-            recordFinishing(t, target: target, digest: digest)
+            if !stored { recordFinishing(t, target: target, digest: digest) }
+            stored = false
             var outcome = try AtomicReplace.moveNoReplace(part, to: target)
             if outcome == .unsupported { outcome = try AtomicReplace.moveByLink(part, to: target) }
             if outcome == .unsupported, !FileSystemChecks.exists(target) {
@@ -97,10 +147,14 @@ extension TransferCoordinator {
     /// Stores where the verified file is about to go (persistent sessions only).
     func recordFinishing(_ t: TransferRecord, target: String, digest: String?) {
         guard isPersistent(t.session) else { return }
+        stageFinishing(t, target: target, digest: digest)
+        flushStore()
+    }
+
+    private func stageFinishing(_ t: TransferRecord, target: String, digest: String?) {
         t.finishingPath = target
         t.snapshot.sha256 = digest ?? ""
         stageTransfer(t)
-        flushStore()
     }
 
     /// One more transferProgress with the final counts, unless the last one had them.

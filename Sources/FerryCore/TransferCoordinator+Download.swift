@@ -5,8 +5,23 @@ extension TransferCoordinator {
     /// Queues a download and returns its id at once.
     /// - Throws: `.noSuchSession`; `.invalidState` (session closing); `.invalidUrl`,
     ///   `.unsupportedScheme`; `.invalidArgument` (sha256, priority, connections,
-    ///   headers); `.invalidDestination` (relative, missing or unwritable directory).
+    ///   headers); `.invalidDestination` (relative, missing or unwritable directory);
+    ///   `StoreError`. Then nothing has changed.
     public func download(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
+        dispatchPrecondition(condition: .onQueue(queue))
+        precondition(prepared.isEmpty, "download() while downloads are prepared: add them first")
+        let id = try prepareDownload(session: session, url: url, options: options)
+        try addPreparedDownloads()
+        return id
+    }
+
+    /// Checks a download as `download` does and gives it its id and file name (no other
+    /// download may take that name), without adding it yet: `addPreparedDownloads` adds
+    /// every download prepared since its last call with one store write and one change.
+    /// Downloads asked for together (a client's pipelined calls) so cost one
+    /// transaction, not one each. Nothing else may happen on `queue` in between.
+    /// - Throws: what `download` throws, but `StoreError`; then nothing is prepared.
+    public func prepareDownload(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
         let s = try openSessionRecord(session)
         let requestURL = try RequestURL.validate(url)
@@ -15,16 +30,39 @@ extension TransferCoordinator {
                                                           defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
                                                           suggestedName: requestURL.suggestedFileName,
                                                           overwrite: options.overwrite)
-        return try mutate {
-            let id = nextTransferID
-            let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
-                                            destination: resolved.path, state: .queued, created: environment.now(),
-                                            priority: options.priority, speedLimit: options.speedLimit)
-            let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: options, host: requestURL.host,
-                                   directory: resolved.directory, serverMayName: resolved.serverMayName)
-            try persistNew(t)
-            add(t)
-            return id
+        let id = nextTransferID + UInt64(prepared.count)
+        let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
+                                        destination: resolved.path, state: .queued, created: environment.now(),
+                                        priority: options.priority, speedLimit: options.speedLimit)
+        let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: options, host: requestURL.host,
+                               directory: resolved.directory, serverMayName: resolved.serverMayName)
+        prepared.append(t)
+        preparedPerSession[session, default: 0] += 1
+        preparedPaths.insert(t.destination)
+        preparedPaths.insert(t.partPath)
+        return id
+    }
+
+    /// How many prepared downloads belong to `session` (they count towards its limit).
+    public func preparedCount(session: SessionID) -> Int {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return preparedPerSession[session] ?? 0
+    }
+
+    /// Adds the prepared downloads, in the order they were prepared: written together
+    /// (persistent sessions), then announced and scheduled as one change.
+    /// - Throws: `StoreError` when the store refuses; then none of them is added (their
+    ///   ids and names are free again).
+    public func addPreparedDownloads() throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let group = prepared
+        prepared = []
+        preparedPerSession = [:]
+        preparedPaths = []
+        guard !group.isEmpty else { return }
+        try persistNew(group)
+        mutate {
+            for t in group { add(t) }
         }
     }
 
@@ -33,17 +71,29 @@ extension TransferCoordinator {
     /// answers, the transfer survives a crash. Then takes its id.
     /// - Throws: `StoreError`; then nothing has changed.
     func persistNew(_ t: TransferRecord) throws {
+        precondition(prepared.isEmpty, "a transfer created while downloads are prepared would take one's id")
+        try persistNew([t])
+    }
+
+    /// `persistNew` for transfers with consecutive ids, in one transaction.
+    func persistNew(_ group: [TransferRecord]) throws {
+        guard let last = group.last else { return }
         var next = counters
-        next.nextTransferID = max(next.nextTransferID, t.id + 1)
-        if isPersistent(t.session) {
-            let stored = t.stored
-            try writeNow([.saveTransfer(stored)], counters: next)
-            t.persistedDigest = stored.hashValue
-            t.lastCheckpoint = environment.now()
-        } else {
-            reserveIDs(transfer: t.id)
+        next.nextTransferID = max(next.nextTransferID, last.id + 1)
+        let durable = group.filter { isPersistent($0.session) }
+        if !durable.isEmpty {
+            let stored = durable.map(\.stored)
+            try writeNow(stored.map { .saveTransfer($0) }, counters: next)
+            let now = environment.now()
+            for (t, s) in zip(durable, stored) {
+                t.persistedDigest = s.hashValue
+                t.lastCheckpoint = now
+            }
         }
-        nextTransferID = t.id + 1
+        if let ephemeral = group.last(where: { !isPersistent($0.session) }) {
+            reserveIDs(transfer: ephemeral.id)
+        }
+        nextTransferID = last.id + 1
     }
 
     /// What `resumeData` (from `pause`) holds, checked as `resumeDownload` checks it
@@ -136,10 +186,12 @@ extension TransferCoordinator {
         if t.state == .waiting { timeline.add(t.id, .wake, at: t.notBefore) }
     }
 
-    /// A resolver that treats paths owned by live transfers (other than `except`) as taken.
+    /// A resolver that treats paths owned by live transfers (other than `except`), by
+    /// prepared downloads or by downloads about to move there as taken.
     func resolver(except: TransferID?) -> DestinationResolver {
         DestinationResolver(fileManager: fileManager) { [unowned self] path in
-            !self.index.owners(of: path, except: except).isEmpty
+            !self.index.owners(of: path, except: except).isEmpty || self.preparedPaths.contains(path)
+                || self.movingTargets.contains(path)
         }
     }
 }

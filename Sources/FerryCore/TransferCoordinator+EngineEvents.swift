@@ -61,6 +61,7 @@ extension TransferCoordinator {
         t.snapshot.bytesExpected = r.expectedTotal >= 0 ? r.expectedTotal : -1
         t.snapshot.resumable = r.acceptsRanges && t.validator != nil
         t.snapshot.bytesTransferred = max(r.startOffset, 0)
+        let destination = t.destination
         if t.serverMayName {
             t.serverMayName = false
             if let header = r.contentDisposition, let name = ContentDisposition.fileName(from: header) {
@@ -72,7 +73,12 @@ extension TransferCoordinator {
             failTransfer(t, error)
             return
         }
-        publishChanged(t)
+        // The validators are stored at once where a crash that lost them would cost a
+        // real download again; a small new file's go with its next write (a crash before
+        // that fetches its few bytes again), so a batch of small files pays no write per
+        // response. A new name from the server (and where its `.part` is) is always stored.
+        let small = r.startOffset <= 0 && r.expectedTotal >= 0 && r.expectedTotal <= Self.smallFileBytes
+        publishChanged(t, stage: t.destination != destination || !small)
         if r.startOffset > 0 && t.attemptOffset > 0 {
             emit(.resumedAtOffset(id, offset: r.startOffset, expectedTotal: t.snapshot.bytesExpected))
         }
@@ -185,6 +191,12 @@ extension TransferCoordinator {
         t.enginePartPath = t.partPath
         reindex(t)
     }
+}
+
+extension TransferCoordinator {
+    /// A download this small whose validators are lost in a crash is fetched again whole
+    /// (`handleResponse`): a moment's work on any connection.
+    static let smallFileBytes: Int64 = 256 << 10
 }
 
 extension EngineOutcome {

@@ -1,9 +1,10 @@
 extension TransferCoordinator {
-    /// Stages the transfer for the store, then sends transferChanged when a signalled
-    /// field differs from what was last sent.
-    func publishChanged(_ t: TransferRecord) {
+    /// Stages the transfer for the store (unless `stage` is false: what changed may wait
+    /// for its next write), then sends transferChanged when a signalled field differs
+    /// from what was last sent.
+    func publishChanged(_ t: TransferRecord, stage: Bool = true) {
         reindex(t)
-        stageTransfer(t)
+        if stage { stageTransfer(t) }
         let current = t.signalledDigest
         if current == t.publishedDigest { return }
         t.publishedDigest = current

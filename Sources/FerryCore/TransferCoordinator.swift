@@ -70,6 +70,17 @@ public final class TransferCoordinator {
     /// engine may still be duplicating the descriptor): closed when it does.
     var detachedUploadSources: [TransferID: EngineUpload] = [:]
 
+    /// Downloads checked and named but not added yet (`prepareDownload`), and their
+    /// final and `.part` paths (taken for other downloads meanwhile).
+    var prepared: [TransferRecord] = []
+    var preparedPerSession: [SessionID: Int] = [:]
+    var preparedPaths: Set<String> = []
+
+    /// Verified downloads of the change under way waiting for their final path to be
+    /// written before they move (`finishPendingMoves`), and those paths (taken meanwhile).
+    var pendingMoves: [PendingMove] = []
+    var movingTargets: Set<String> = []
+
     var isStarted = false
     var isShutDown = false
     /// Nesting of `mutate`; scheduling and aggregate signals run when it returns to 0.
@@ -112,6 +123,9 @@ public final class TransferCoordinator {
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
+        // What running transfers learnt but did not write yet (a small file's validators,
+        // `handleResponse`) goes too: a clean stop loses nothing.
+        for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
         isShutDown = true
         wakeTimer?.cancel()
@@ -119,14 +133,16 @@ public final class TransferCoordinator {
         engine.shutdown()
     }
 
-    /// Runs a change, then schedules, applies speed limits and announces counts once,
-    /// however many transfers the change touched. What scheduling changes (transfers
+    /// Runs a change, then moves the downloads that finished in it into place (after one
+    /// write of their final names), schedules, applies speed limits and announces counts
+    /// once, however many transfers the change touched. What scheduling changes (transfers
     /// that start) is part of the change: stored in its one transaction and announced
     /// with its events, after them.
     func mutate<T>(_ body: () throws -> T) rethrows -> T {
         mutationDepth += 1
         defer {
             if mutationDepth == 1 {
+                finishPendingMoves()
                 schedule()
                 publishAggregates()
             }

@@ -36,7 +36,8 @@ extension FerryBusService {
 
     /// Refuses a new transfer in a session that holds the most it may. On the core's queue.
     func checkTransferLimit(_ core: TransferCoordinator, session: SessionID) throws {
-        let count = try core.transferCount(session: session)
+        // Downloads of the same group not added yet count too.
+        let count = try core.transferCount(session: session) + core.preparedCount(session: session)
         guard count < limits.transfersPerSession else {
             throw FerryError.limitExceeded("session \(session) holds \(count) transfers, the most a session may (\(limits.transfersPerSession)); remove finished ones (Transfer.Remove) first")
         }

@@ -27,6 +27,8 @@ public final class FerryBusService: @unchecked Sendable {
     public var limits = ClientLimits()
     /// Identifies callers and keeps sandboxed ones to their own objects.
     let callers: CallerRegistry
+    /// `Download` calls on their way to the core, in groups.
+    let downloadCalls = DownloadCalls()
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -76,6 +78,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// Runs `body` on the core's queue and answers the invocation with its result
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
+        downloadCalls.close() // runs after the downloads asked for before it
         core.queue.async { [core, logger] in
             do {
                 inv.reply(try body(core))
@@ -105,6 +108,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// For property writes: runs `body` on the core's queue and tells `done`
     /// whether the value was accepted. The bus queue does not wait meanwhile.
     func onCore(_ done: @escaping @Sendable (BusError?) -> Void, _ body: @escaping (TransferCoordinator) throws -> Void) {
+        downloadCalls.close()
         core.queue.async { [core] in
             do {
                 try body(core)

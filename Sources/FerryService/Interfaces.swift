@@ -59,23 +59,7 @@ extension FerryBusService {
             name: FerryBusNames.sessionInterface,
             methods: [
                 MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
-                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
-                    runOnSession(inv) { core, session in
-                        var dict = try OptionParsing.vardict(inv.arguments[1])
-                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
-                        // The descriptor now owns the fd (it closes it); the invocation must not.
-                        if let descriptor { inv.keepUnixFD(descriptor.fd) }
-                        let options = try OptionParsing.download(dict)
-                        try self.checkTransferLimit(core, session: session)
-                        let url = inv.arguments[0].string ?? ""
-                        guard let descriptor else {
-                            try self.confineDownload(inv, core, session: session, destination: options.destination)
-                            return [.objectPath(FerryBusNames.transferPath(try core.download(session: session, url: url, options: options)))]
-                        }
-                        let id = try core.download(session: session, url: url, options: options, into: descriptor)
-                        return [.objectPath(FerryBusNames.transferPath(id))]
-                    }
-                },
+                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in download(inv) },
                 MethodSpec("Upload", in: [ArgSpec("url", "s"), ArgSpec("file", "s"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in

@@ -48,9 +48,10 @@ final class CoreHarness {
     }
 
     /// The daemon stopped (`shutdown`) and started again over the same store, files and
-    /// clock: a new core that restores and starts.
-    func restarted(retryPolicy: RetryPolicy? = nil) -> CoreHarness {
-        queue.sync { core.shutdown() }
+    /// clock: a new core that restores and starts. `crashed`: killed instead, so only
+    /// what it had written counts (the old core is abandoned, as after kill -9).
+    func restarted(retryPolicy: RetryPolicy? = nil, crashed: Bool = false) -> CoreHarness {
+        if !crashed { queue.sync { core.shutdown() } }
         ownsRoot = false
         return CoreHarness(retryPolicy: retryPolicy ?? self.retryPolicy, store: store, restore: true,
                            checkpointInterval: checkpointInterval, clock: clock, disk: disk, root: root)

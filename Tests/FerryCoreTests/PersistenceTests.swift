@@ -89,12 +89,13 @@ final class PersistenceTests: XCTestCase {
     func testRestartCarriesOnWithSameIdsStatesAndEvents() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
         let s = try h.openSession("com.example.Podcasts") { $0.retries = 3 }
-        // 1: running with 6 bytes on disk and a validator.
+        // 1: running with 6 bytes on disk and a validator (of a file large enough for
+        // its validator to be stored at the response).
         let running = try h.download(s, "https://example.com/running.bin")
-        h.send(.response(running, EngineResponse(status: 200, etag: "\"r1\"", expectedTotal: 100, acceptsRanges: true,
+        h.send(.response(running, EngineResponse(status: 200, etag: "\"r1\"", expectedTotal: 100 << 20, acceptsRanges: true,
                                                  effectiveURL: "https://example.com/running.bin")))
         h.writePart(running, [1, 2, 3, 4, 5, 6])
-        h.send(.progress(running, bytesWritten: 6, totalOnDisk: 6, expected: 100))
+        h.send(.progress(running, bytesWritten: 6, totalOnDisk: 6, expected: 100 << 20))
         // 2: paused.
         let paused = try h.download(s, "https://example.com/paused.bin")
         _ = try h.sync { try $0.pause(paused) }
@@ -279,7 +280,11 @@ final class PersistenceTests: XCTestCase {
                                            effectiveURL: "https://example.com/file.bin")))
         h.writePart(t, Array("hello".utf8))
         var row = try XCTUnwrap(stored(h, t))
+        // As the write before the move stores it: with the response's validator.
         row.finishingPath = h.destination(t)
+        row.etag = "\"f\""
+        row.snapshot.bytesExpected = 5
+        row.snapshot.resumable = true
         row.snapshot.bytesTransferred = 5
         try h.store.write([.saveTransfer(row)])
         return (s, t, h.destination(t) + ".part", h.destination(t))
@@ -303,7 +308,7 @@ final class PersistenceTests: XCTestCase {
         let h = CoreHarness()
         let (s, t, part, target) = try interruptedFinish(h)
         try FileManager.default.moveItem(atPath: part, toPath: target)
-        let h2 = h.restarted()
+        let h2 = h.restarted(crashed: true)
         XCTAssertEqual(h2.state(t), .completed)
         XCTAssertEqual(h2.destination(t), target)
         XCTAssertEqual(h2.engine.started, [], "not downloaded again")
@@ -323,7 +328,7 @@ final class PersistenceTests: XCTestCase {
         let h = CoreHarness()
         let (_, t, part, target) = try interruptedFinish(h)
         try FileManager.default.linkItem(atPath: part, toPath: target)
-        let h2 = h.restarted()
+        let h2 = h.restarted(crashed: true)
         XCTAssertEqual(h2.state(t), .completed)
         XCTAssertFalse(h2.exists(part))
         XCTAssertEqual(FileManager.default.contents(atPath: target), Data("hello".utf8))
@@ -332,7 +337,7 @@ final class PersistenceTests: XCTestCase {
     func testRestartBeforeTheMoveCarriesOnFromThePart() throws {
         let h = CoreHarness()
         let (_, t, part, _) = try interruptedFinish(h)
-        let h2 = h.restarted()
+        let h2 = h.restarted(crashed: true)
         XCTAssertEqual(h2.state(t), .running)
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 5, "the engine finds the body complete")
         XCTAssertEqual(h2.engine.lastRequest(t)?.partPath, part)

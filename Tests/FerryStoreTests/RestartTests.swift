@@ -48,7 +48,9 @@ final class RestartTests: XCTestCase {
         options.start = false
         let paused = try d.sync { try $0.download(session: s, url: "https://example.com/paused.bin", options: options) }
         d.succeed(done, body: Array("hello".utf8))
-        d.send(.response(running, EngineResponse(status: 200, etag: "\"r\"", expectedTotal: 1000, acceptsRanges: true,
+        // Large enough for its validator to be written at the response (a small file's
+        // waits for its next write, and a crash before that fetches it whole again).
+        d.send(.response(running, EngineResponse(status: 200, etag: "\"r\"", expectedTotal: 10 << 20, acceptsRanges: true,
                                                  effectiveURL: "https://example.com/running.bin")))
         let runningPart = downloads + "/running.bin.part"
         FileManager.default.createFile(atPath: runningPart, contents: Data(repeating: 1, count: 123))

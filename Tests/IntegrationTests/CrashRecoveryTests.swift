@@ -31,17 +31,6 @@ final class CrashRecoveryTests: FerryTestCase {
         throw TimedOut(description: "the batch did not reach \(target) bytes within \(timeout) s")
     }
 
-    func killAndRestart() async throws {
-        guard let p = ferryd else { return XCTFail("ferryd is not running") }
-        p.kill(SIGKILL)
-        XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
-        let deadline = Date().addingTimeInterval(5)
-        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        try await startFerryd()
-    }
-
     /// After a restart, a transfer that was under way carries on and says where on the
     /// bus: its ResumedAtOffset reaches clients, because the restored transfers start
     /// only once ferryd owns its name again. (A clean stop: after a SIGKILL within a

@@ -113,6 +113,18 @@ class FerryTestCase: XCTestCase {
         if signals == nil { signals = try await SignalRecorder.start(client.bus) }
     }
 
+    /// Kills ferryd with SIGKILL, waits for its bus name to go, and starts it again.
+    func killAndRestart() async throws {
+        guard let p = ferryd else { return XCTFail("ferryd is not running") }
+        p.kill(SIGKILL)
+        XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
+        let deadline = Date().addingTimeInterval(5)
+        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        try await startFerryd()
+    }
+
     /// Stops ferryd (SIGTERM, bounded) and waits until its name is gone.
     func stopFerryd() async throws {
         guard let p = ferryd else { return }

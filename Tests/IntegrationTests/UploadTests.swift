@@ -210,14 +210,7 @@ final class UploadTests: FerryTestCase {
         let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
         let t = try await s.upload(server.url("/kill"), file: file)
         try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
-        guard let p = ferryd else { return XCTFail("ferryd is not running") }
-        p.kill(SIGKILL)
-        XCTAssertNotNil(p.waitForExit(timeout: 10))
-        let deadline = Date().addingTimeInterval(5)
-        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        try await startFerryd()
+        try await killAndRestart()
         let info = try await finish(t, timeout: 30)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         XCTAssertEqual(info.kind, "upload")

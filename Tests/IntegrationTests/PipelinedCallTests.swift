@@ -93,6 +93,30 @@ final class PipelinedCallTests: FerryTestCase {
         for name in names { assertFile(work + "/" + name, equals: body) }
     }
 
+    /// The cap on a session's transfers counts the downloads of the same group that are
+    /// not added yet: six pipelined calls into a session capped at four get four transfers.
+    func testTheTransferCapHoldsWithinAGroup() async throws {
+        try await stopFerryd()
+        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--max-transfers-per-session", "4"],
+                                  environment: environment())
+        ferryd = p
+        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        serve("/cap.bin", size: 10)
+        let s = try await session()
+        let calls = (0..<6).map { download(server.url("/cap.bin"), ["destination": .string(work + "/cap\($0).bin"), "start": .boolean(false)]) }
+        let replies = try pipeline(s.path, calls)
+        try await replies.wait(for: calls.count)
+        for i in 0..<4 {
+            guard case .success? = replies[i] else { return XCTFail("call \(i) refused: \(String(describing: replies[i]))") }
+        }
+        for i in 4..<6 {
+            guard case .failure(let e)? = replies[i] else { return XCTFail("call \(i) over the cap was accepted") }
+            XCTAssertEqual(e.name, "org.ferry.Ferry1.Error.LimitExceeded", e.message)
+        }
+        let listed = try await s.listTransfers()
+        XCTAssertEqual(listed.count, 4)
+    }
+
     /// Ordering across kinds of call: a CancelAll sent between downloads cancels those
     /// sent before it and none sent after, although all of them arrive together.
     func testACallBetweenPipelinedDownloadsRunsInItsPlace() async throws {

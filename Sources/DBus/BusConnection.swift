@@ -196,11 +196,21 @@ public final class BusConnection: @unchecked Sendable {
     public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
         let m = try BusMessage.signal(path: path, interface: interface, member: name)
         try m.append(arguments)
-        queue.async { [self] in
-            guard !closed else { return }
-            if !heldBack.isEmpty, objects[path]?.coalescesChanges == true { sendHeldBackChanges() }
-            dbus_connection_send(raw, m.raw, nil)
-        }
+        queue.async { [self] in sendSignalOnQueue(m, path: path) }
+    }
+
+    /// `emitSignal` for code already on the queue (work handed over in one `perform`).
+    public func emitSignalNow(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let m = try BusMessage.signal(path: path, interface: interface, member: name)
+        try m.append(arguments)
+        sendSignalOnQueue(m, path: path)
+    }
+
+    private func sendSignalOnQueue(_ m: BusMessage, path: String) {
+        guard !closed else { return }
+        if !heldBack.isEmpty, objects[path]?.coalescesChanges == true { sendHeldBackChanges() }
+        dbus_connection_send(raw, m.raw, nil)
     }
 
     // MARK: Bus methods

@@ -160,29 +160,37 @@ extension BusConnection {
     /// listening yet, and a daemon restoring ten thousand objects would otherwise
     /// queue ten thousand signals nobody receives).
     public func export(_ object: ExportedObject, announce: Bool = true) {
-        queue.async { [self] in
-            object.connection = self
-            objects[object.path] = object
-            if announce, let manager = managerPath(for: object.path) {
-                do {
-                    try emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
-                                          arguments: [.objectPath(object.path), object.interfacesAndProperties()])
-                } catch let e as BusError {
-                    _ = tooLarge("InterfacesAdded for \(object.path)", e)
-                } catch {}
-            }
+        queue.async { [self] in exportNow(object, announce: announce) }
+    }
+
+    /// `export` for code already on the queue (work handed over in one `perform`).
+    public func exportNow(_ object: ExportedObject, announce: Bool = true) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        object.connection = self
+        objects[object.path] = object
+        if announce, let manager = managerPath(for: object.path) {
+            do {
+                try emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
+                                      arguments: [.objectPath(object.path), object.interfacesAndProperties()])
+            } catch let e as BusError {
+                _ = tooLarge("InterfacesAdded for \(object.path)", e)
+            } catch {}
         }
     }
 
     /// Stops serving the object at `path`.
     public func unexport(_ path: String) {
-        queue.async { [self] in
-            guard let object = objects.removeValue(forKey: path) else { return }
-            object.connection = nil
-            if let manager = managerPath(for: path) {
-                try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesRemoved",
-                                       arguments: [.objectPath(path), .stringArray(object.interfaces.map(\.name))])
-            }
+        queue.async { [self] in unexportNow(path) }
+    }
+
+    /// `unexport` for code already on the queue.
+    public func unexportNow(_ path: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard let object = objects.removeValue(forKey: path) else { return }
+        object.connection = nil
+        if let manager = managerPath(for: path) {
+            try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesRemoved",
+                                   arguments: [.objectPath(path), .stringArray(object.interfaces.map(\.name))])
         }
     }
 

@@ -11,6 +11,14 @@ extension TransferCoordinator {
         subscribers.append(handler)
     }
 
+    /// Calls `handler` after each round of deliveries (the events of a change, and any
+    /// that their subscribers' calls caused), on `queue`: subscribers that collect work
+    /// per event hand it on there, once. The handler must not call the core.
+    public func subscribeToRoundEnds(_ handler: @escaping () -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        roundEndHandlers.append(handler)
+    }
+
     /// Queues an event; outside a change it goes at once.
     func emit(_ event: CoreEvent) {
         outbox.append(event)
@@ -23,6 +31,7 @@ extension TransferCoordinator {
         guard !isDelivering else { return }
         isDelivering = true
         defer { isDelivering = false }
+        guard !outbox.isEmpty else { return }
         while !outbox.isEmpty {
             let events = outbox
             outbox = []
@@ -31,6 +40,7 @@ extension TransferCoordinator {
             }
             flushStore()
         }
+        for handler in roundEndHandlers { handler() }
     }
 
     func emitCompleted(_ t: TransferRecord, serial: UInt64, error: FerryError?) {

@@ -13,6 +13,8 @@ public final class TransferCoordinator {
     public let queue: DispatchQueue
     /// Hear every `CoreEvent`, in order, on `queue` (`subscribe`).
     var subscribers: [(CoreEvent) -> Void] = []
+    /// Called after each round of deliveries (`subscribeToRoundEnds`).
+    var roundEndHandlers: [() -> Void] = []
     /// Events of the change under way, sent when it ends.
     var outbox: [CoreEvent] = []
     var isDelivering = false

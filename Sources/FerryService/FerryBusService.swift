@@ -29,6 +29,9 @@ public final class FerryBusService: @unchecked Sendable {
     let callers: CallerRegistry
     /// `Download` calls on their way to the core, in groups.
     let downloadCalls = DownloadCalls()
+    /// The bus work of the core's events delivered so far in this round (core queue
+    /// only), handed to the bus queue in one hop when the round ends.
+    private var busWork: [@Sendable () -> Void] = []
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -51,6 +54,7 @@ public final class FerryBusService: @unchecked Sendable {
         try await callers.watchDepartures()
         core.queue.sync {
             core.subscribe { [weak self] event in self?.handle(event) }
+            core.subscribeToRoundEnds { [weak self] in self?.handOnBusWork() }
             let m = core.manager
             let manager = ExportedObject(path: FerryBusNames.managerPath, interfaces: [specs.manager],
                                          initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)],
@@ -60,10 +64,10 @@ public final class FerryBusService: @unchecked Sendable {
             configureBusSafety()
             // Restored objects: exported before the name is ours, so unannounced.
             for id in core.sessionIDs {
-                if let s = core.session(id) { exportSession(s, announce: false) }
+                if let s = core.session(id) { bus.export(sessionObject(s), announce: false) }
             }
             for id in (try? core.transferIDs()) ?? [] {
-                if let t = core.transfer(id) { exportTransfer(t, announce: false) }
+                if let t = core.transfer(id) { bus.export(transferObject(t), announce: false) }
             }
         }
         let reply = try await bus.requestName(FerryBusNames.busName)
@@ -139,24 +143,26 @@ public final class FerryBusService: @unchecked Sendable {
 
     // MARK: Core events (on the core's queue)
 
-    /// One core event: its bus work goes to the bus queue in one hop.
+    /// One core event: its bus work joins the round's (`handOnBusWork`), in order.
     func handle(_ event: CoreEvent) {
         switch event {
         case .sessionAdded(let session):
-            exportSession(session)
+            let object = sessionObject(session)
+            onBus { [bus] in bus.exportNow(object) }
         case .sessionChanged(let session):
             update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface,
                    PropertyMapping.session(session, defaultDirectory: defaultDirectory))
         case .sessionRemoved(let id):
             waker.forget(id)
-            bus.unexport(FerryBusNames.sessionPath(id))
+            onBus { [bus] in bus.unexportNow(FerryBusNames.sessionPath(id)) }
             callers.forgetOwner(of: FerryBusNames.sessionPath(id))
         case .transferAdded(let transfer):
-            exportTransfer(transfer)
+            let object = transferObject(transfer)
+            onBus { [bus] in bus.exportNow(object) }
         case .transferChanged(let transfer):
             update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
         case .transferRemoved(let id, _):
-            bus.unexport(FerryBusNames.transferPath(id))
+            onBus { [bus] in bus.unexportNow(FerryBusNames.transferPath(id)) }
             callers.forgetOwner(of: FerryBusNames.transferPath(id))
         case .progress(let p):
             progress(p)
@@ -184,19 +190,19 @@ public final class FerryBusService: @unchecked Sendable {
         }
     }
 
-    private func exportSession(_ session: SessionSnapshot, announce: Bool = true) {
+    /// The session's bus object (its caller set as owner first).
+    private func sessionObject(_ session: SessionSnapshot) -> ExportedObject {
         callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
         // Its ActiveTransfers changes with every transfer that starts or ends: signals coalesce.
-        bus.export(ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
-                                  initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
-                                  coalesceChanges: true), announce: announce)
+        return ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
+                              initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
+                              coalesceChanges: true)
     }
 
-    private func exportTransfer(_ transfer: TransferSnapshot, announce: Bool = true) {
+    private func transferObject(_ transfer: TransferSnapshot) -> ExportedObject {
         callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
-        bus.export(ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
-                                  initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)]),
-                   announce: announce)
+        return ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
+                              initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
     }
 
     /// The counts and rate as properties (no change signal) and the `Progress` signal.
@@ -212,28 +218,45 @@ public final class FerryBusService: @unchecked Sendable {
             [FerryBusNames.ManagerProperty.downloadRate.name: .uint64($0.download),
              FerryBusNames.ManagerProperty.uploadRate.name: .uint64($0.upload)]
         }
-        bus.perform { [bus] in
+        onBus { [bus] in
             bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
             if let managerValues {
                 bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, managerValues)
             }
         }
-        // Sent from here, like every other signal, so the bus queue keeps their order.
         signal(path, FerryBusNames.transferInterface, "Progress",
                [.int64(p.bytesWritten), .int64(p.totalBytesWritten), .int64(p.totalBytesExpected)])
     }
 
     // MARK: Bus side
 
+    /// Adds work for the bus queue to this round's, after what is there.
+    private func onBus(_ work: @escaping @Sendable () -> Void) {
+        busWork.append(work)
+    }
+
+    /// The round of core events has ended: its bus work goes to the bus queue in one hop,
+    /// in the order of the events (a batch of downloads ending wakes that queue once, not
+    /// once per signal). Replies to calls are queued after it, so they follow their
+    /// change's signals as before.
+    private func handOnBusWork() {
+        guard !busWork.isEmpty else { return }
+        let work = busWork
+        busWork = []
+        bus.perform { for item in work { item() } }
+    }
+
     private func update(_ path: String, _ interface: String, _ values: [String: DBusValue]) {
-        bus.perform { [bus] in bus.object(at: path)?.setProperties(interface, values) }
+        onBus { [bus] in bus.object(at: path)?.setProperties(interface, values) }
     }
 
     private func signal(_ path: String, _ interface: String, _ name: String, _ args: [DBusValue]) {
-        do {
-            try bus.emitSignal(path: path, interface: interface, name: name, arguments: args)
-        } catch {
-            logger.error("could not emit \(interface).\(name) on \(path): \(error)")
+        onBus { [bus, logger] in
+            do {
+                try bus.emitSignalNow(path: path, interface: interface, name: name, arguments: args)
+            } catch {
+                logger.error("could not emit \(interface).\(name) on \(path): \(error)")
+            }
         }
     }
 }

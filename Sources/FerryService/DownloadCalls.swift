@@ -14,17 +14,17 @@ final class DownloadCalls: @unchecked Sendable {
     /// Calls in the order they came; taken whole by the hop that runs them.
     final class Group {
         fileprivate var calls: [(MethodInvocation, SessionID)] = []
-        fileprivate var closed = false
     }
 
     private let lock = NSLock()
+    /// The group new calls join; nil once closed or taken.
     private var open: Group?
 
     /// Adds a call; returns its group when it is a new one (the caller schedules its hop).
     func add(_ inv: MethodInvocation, session: SessionID) -> Group? {
         lock.lock()
         defer { lock.unlock() }
-        if let group = open, !group.closed {
+        if let group = open {
             group.calls.append((inv, session))
             return nil
         }
@@ -38,7 +38,6 @@ final class DownloadCalls: @unchecked Sendable {
     func close() {
         lock.lock()
         defer { lock.unlock() }
-        open?.closed = true
         open = nil
     }
 
@@ -46,7 +45,6 @@ final class DownloadCalls: @unchecked Sendable {
     func take(_ group: Group) -> [(MethodInvocation, SessionID)] {
         lock.lock()
         defer { lock.unlock() }
-        group.closed = true
         if open === group { open = nil }
         let calls = group.calls
         group.calls = []
@@ -57,11 +55,7 @@ final class DownloadCalls: @unchecked Sendable {
 extension FerryBusService {
     /// `Session.Download`: joins the open group of download calls, or starts one.
     func download(_ inv: MethodInvocation) {
-        guard let session = FerryBusNames.id(inPath: inv.path, kind: "session") else {
-            return inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
-        }
-        waker.noteClient(inv.sender, of: session)
-        guard let group = downloadCalls.add(inv, session: session) else { return }
+        guard let session = session(of: inv), let group = downloadCalls.add(inv, session: session) else { return }
         core.queue.async { [self] in runDownloads(downloadCalls.take(group)) }
     }
 
@@ -102,14 +96,7 @@ extension FerryBusService {
         }
         addPrepared()
         for ((inv, _), outcome) in zip(calls, outcomes) {
-            switch outcome {
-            case .success(let id):
-                inv.reply([.objectPath(FerryBusNames.transferPath(id))])
-            case .failure(let error):
-                let e = Self.busError(error)
-                logger.debug("\(inv.interface).\(inv.member) on \(inv.path) refused: \(e.name): \(e.message)")
-                inv.fail(e)
-            }
+            answer(inv, outcome.map { [.objectPath(FerryBusNames.transferPath($0))] })
         }
     }
 }

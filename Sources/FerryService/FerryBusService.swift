@@ -83,23 +83,35 @@ public final class FerryBusService: @unchecked Sendable {
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
         downloadCalls.close() // runs after the downloads asked for before it
-        core.queue.async { [core, logger] in
-            do {
-                inv.reply(try body(core))
-            } catch {
-                let e = Self.busError(error)
-                logger.debug("\(inv.interface).\(inv.member) on \(inv.path) refused: \(e.name): \(e.message)")
-                inv.fail(e)
-            }
+        core.queue.async { [self] in answer(inv, Result { try body(core) }) }
+    }
+
+    /// Answers `inv` with the values, or with the named error (logged at debug level).
+    func answer(_ inv: MethodInvocation, _ result: Result<[DBusValue], Error>) {
+        switch result {
+        case .success(let values):
+            inv.reply(values)
+        case .failure(let error):
+            let e = Self.busError(error)
+            logger.debug("\(inv.interface).\(inv.member) on \(inv.path) refused: \(e.name): \(e.message)")
+            inv.fail(e)
         }
     }
 
     func runOnSession(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, SessionID) throws -> [DBusValue]) {
+        guard let id = session(of: inv) else { return }
+        run(inv) { core in try body(core, id) }
+    }
+
+    /// The session a call on a session object is for, its caller noted as a client of
+    /// it; nil (the call answered `NoSuchSession`) for a path that is not a session's.
+    func session(of inv: MethodInvocation) -> SessionID? {
         guard let id = FerryBusNames.id(inPath: inv.path, kind: "session") else {
-            return inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
+            inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
+            return nil
         }
         waker.noteClient(inv.sender, of: id)
-        run(inv) { core in try body(core, id) }
+        return id
     }
 
     func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {

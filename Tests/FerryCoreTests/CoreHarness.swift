@@ -83,6 +83,13 @@ final class CoreHarness {
         return try sync { try $0.download(session: session, url: url, options: options) }
     }
 
+    /// The rows of transfer `id` the core wrote, oldest first, in writes from index `since` on.
+    func savedRows(of id: TransferID, since: Int = 0) -> [StoredTransfer] {
+        store.writes.dropFirst(since).flatMap { $0 }.compactMap { op -> StoredTransfer? in
+            if case .saveTransfer(let st) = op, st.snapshot.id == id { return st } else { return nil }
+        }
+    }
+
     func snapshot(_ id: TransferID) -> TransferSnapshot? { sync { $0.transfer(id) } }
     func state(_ id: TransferID) -> TransferState? { snapshot(id)?.state }
     func destination(_ id: TransferID) -> String { snapshot(id)?.destination ?? "" }

@@ -74,9 +74,7 @@ final class GroupedWriteTests: XCTestCase {
         XCTAssertEqual(h.snapshot(t)?.bytesExpected, 5, "announced all the same")
         h.writePart(t, Array("hello".utf8))
         h.send(.completed(t, .succeeded(bytesOnDisk: 5, sha256: nil)))
-        let rows = h.store.writes.dropFirst(writesBefore).flatMap { $0 }.compactMap { op -> StoredTransfer? in
-            if case .saveTransfer(let st) = op, st.snapshot.id == t { return st } else { return nil }
-        }
+        let rows = h.savedRows(of: t, since: writesBefore)
         XCTAssertEqual(rows.first?.etag, "\"v1\"", "its validator goes with the next write (the final name's)")
         XCTAssertEqual(rows.last?.snapshot.state, .completed)
     }
@@ -88,9 +86,7 @@ final class GroupedWriteTests: XCTestCase {
         let writesBefore = h.store.writes.count
         h.send(.response(t, EngineResponse(status: 200, etag: "\"big\"", expectedTotal: 64 << 20, acceptsRanges: true,
                                            effectiveURL: "https://example.com/file.bin")))
-        let rows = h.store.writes.dropFirst(writesBefore).flatMap { $0 }.compactMap { op -> StoredTransfer? in
-            if case .saveTransfer(let st) = op, st.snapshot.id == t { return st } else { return nil }
-        }
+        let rows = h.savedRows(of: t, since: writesBefore)
         XCTAssertEqual(rows.last?.etag, "\"big\"", "a crash now resumes the 64 MiB with If-Range instead of starting over")
     }
 
@@ -104,9 +100,7 @@ final class GroupedWriteTests: XCTestCase {
                                            contentDisposition: "attachment; filename=\"report.pdf\"", acceptsRanges: true,
                                            effectiveURL: "https://example.com/file.bin")))
         XCTAssertEqual(h.destination(t), h.downloads + "/report.pdf")
-        let rows = h.store.writes.dropFirst(writesBefore).flatMap { $0 }.compactMap { op -> StoredTransfer? in
-            if case .saveTransfer(let st) = op, st.snapshot.id == t { return st } else { return nil }
-        }
+        let rows = h.savedRows(of: t, since: writesBefore)
         XCTAssertEqual(rows.last?.snapshot.destination, h.downloads + "/report.pdf",
                        "where its .part now is must survive a crash")
         XCTAssertTrue(h.exists(h.downloads + "/report.pdf.part"))

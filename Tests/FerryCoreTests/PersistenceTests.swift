@@ -295,9 +295,7 @@ final class PersistenceTests: XCTestCase {
         let s = try h.openSession()
         let t = try h.download(s)
         h.succeed(t)
-        let rows = h.store.writes.flatMap { $0 }.compactMap { op -> StoredTransfer? in
-            if case .saveTransfer(let st) = op, st.snapshot.id == t { return st } else { return nil }
-        }
+        let rows = h.savedRows(of: t)
         let intentIndex = try XCTUnwrap(rows.firstIndex { $0.finishingPath == h.destination(t) })
         XCTAssertNotEqual(rows[intentIndex].snapshot.state, .completed, "the intent comes before the completion")
         XCTAssertEqual(rows.last?.snapshot.state, .completed)

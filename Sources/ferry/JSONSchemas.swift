@@ -278,6 +278,57 @@ enum JSONOutput {
         FileHandle.standardOutput.write(data)
     }
 
+    /// An array as a document. A long one (a listing of thousands of transfers) is
+    /// encoded in slices, one per core, and joined: JSONEncoder builds a tree of every
+    /// element and sorts each object's keys, two thirds of `ls --json`'s own time.
+    static func print<T: Encodable>(_ values: [T]) {
+        guard var data = encodeArray(values) else { return }
+        data.append(UInt8(ascii: "\n"))
+        Output.flush()
+        FileHandle.standardOutput.write(data)
+    }
+
+    /// Arrays shorter than this are encoded in one piece.
+    static let sliceMinimum = 512
+
+    /// `values` pretty-printed, the same bytes as `prettyEncoder.encode(values)`. In
+    /// that form an array is `[\n`, its elements each indented by two spaces and
+    /// separated by `,\n`, then `\n]`; so each slice is encoded as an array, its
+    /// brackets are cut off, and the insides are joined with `,\n`.
+    static func encodeArray<T: Encodable>(_ values: [T], slices wanted: Int = ProcessInfo.processInfo.activeProcessorCount) -> Data? {
+        let slices = min(wanted, values.count / (sliceMinimum / 2))
+        guard slices > 1 else { return try? prettyEncoder.encode(values) }
+        let size = (values.count + slices - 1) / slices
+        let parts = SliceResults(count: slices)
+        DispatchQueue.concurrentPerform(iterations: slices) { i in
+            let slice = values[(i * size)..<min(values.count, (i + 1) * size)]
+            let encoder = JSONEncoder() // one each: an encoder is not shared between threads
+            encoder.outputFormatting = prettyEncoder.outputFormatting
+            parts.set(i, try? encoder.encode(Array(slice)))
+        }
+        let open = Data("[\n".utf8), close = Data("\n]".utf8), comma = Data(",\n".utf8)
+        var whole = Data(open)
+        whole.reserveCapacity(parts.totalBytes)
+        for i in 0..<slices {
+            guard let part = parts.get(i), part.starts(with: open), part.count > open.count + close.count,
+                  part.suffix(close.count) == close else { return nil }
+            if i > 0 { whole.append(comma) }
+            whole.append(part[(part.startIndex + open.count)..<(part.endIndex - close.count)])
+        }
+        whole.append(close)
+        return whole
+    }
+
+    /// What the slices' threads hand back.
+    private final class SliceResults: @unchecked Sendable {
+        private let lock = NSLock()
+        private var parts: [Data?]
+        init(count: Int) { parts = Array(repeating: nil, count: count) }
+        func set(_ i: Int, _ data: Data?) { lock.withLock { parts[i] = data } }
+        func get(_ i: Int) -> Data? { lock.withLock { parts[i] } }
+        var totalBytes: Int { lock.withLock { parts.reduce(0) { $0 + ($1?.count ?? 0) } } }
+    }
+
     /// One JSON line.
     static func line<T: Encodable>(_ value: T) {
         Output.line(text(value))

@@ -205,6 +205,35 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(try ferry(["config", "get", "max-concurrent"]).stdout, "3\n")
     }
 
+    /// A listing long enough to be encoded in slices (one per core) is one JSON document,
+    /// every transfer once and in order, byte for byte what one encoder writes.
+    func testLongJSONListingIsOneDocument() async throws {
+        let count = 700
+        let urls = (0..<count).map { server.url("/long/\($0).bin?from=a/b") }
+        let r = try ferry(["get"] + urls + ["-d", work + "/long/", "--paused", "--description", "Ütf \"quoted\" a/b"], timeout: 120)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let ls = try ferry(["ls", "--json", "--session", "org.ferry.cli"], timeout: 60)
+        XCTAssertEqual(ls.status, 0, ls.stderr)
+        guard let rows = decode([TransferRow].self, ls.stdout) else { return }
+        XCTAssertEqual(rows.count, count)
+        XCTAssertEqual(rows.map(\.id), rows.map(\.id).sorted())
+        XCTAssertEqual(Set(rows.map(\.url)), Set(urls))
+        XCTAssertEqual(rows.last?.description, "Ütf \"quoted\" a/b")
+        // The same rows written by one encoder in one piece, as the CLI writes short lists.
+        struct Row: Codable {
+            var id: UInt64, path: String, session: String, kind: String, url: String, description: String
+            var destination: String, state: String, waiting_reason: String, bytes_transferred: Int64
+            var bytes_expected: Int64, rate: UInt64, expected_end: UInt64, error_name: String
+            var error_message: String, http_status: UInt32, attempts: UInt32, resumable: Bool
+            var sha256: String, created: UInt64, started: UInt64, completed: UInt64
+            var priority: Int32, speed_limit: UInt64
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
+        let whole = try encoder.encode(try JSONDecoder().decode([Row].self, from: Data(ls.stdout.utf8)))
+        XCTAssertEqual(String(decoding: whole, as: UTF8.self) + "\n", ls.stdout)
+    }
+
     /// Piped progress starts from the real state: a finished transfer is one final line at once.
     func testPipedWatchOfAFinishedTransfer() async throws {
         serve("/fin.bin", size: 3000)

@@ -295,15 +295,16 @@ enum JSONOutput {
     /// that form an array is `[\n`, its elements each indented by two spaces and
     /// separated by `,\n`, then `\n]`; so each slice is encoded as an array, its
     /// brackets are cut off, and the insides are joined with `,\n`.
-    static func encodeArray<T: Encodable>(_ values: [T], slices wanted: Int = ProcessInfo.processInfo.activeProcessorCount) -> Data? {
-        let slices = min(wanted, values.count / (sliceMinimum / 2))
+    static func encodeArray<T: Encodable>(_ values: [T]) -> Data? {
+        let slices = min(ProcessInfo.processInfo.activeProcessorCount, values.count / (sliceMinimum / 2))
         guard slices > 1 else { return try? prettyEncoder.encode(values) }
         let size = (values.count + slices - 1) / slices
         let parts = SliceResults(count: slices)
+        let formatting = prettyEncoder.outputFormatting
         DispatchQueue.concurrentPerform(iterations: slices) { i in
             let slice = values[(i * size)..<min(values.count, (i + 1) * size)]
             let encoder = JSONEncoder() // one each: an encoder is not shared between threads
-            encoder.outputFormatting = prettyEncoder.outputFormatting
+            encoder.outputFormatting = formatting
             parts.set(i, try? encoder.encode(Array(slice)))
         }
         let open = Data("[\n".utf8), close = Data("\n]".utf8), comma = Data(",\n".utf8)
@@ -311,7 +312,7 @@ enum JSONOutput {
         whole.reserveCapacity(parts.totalBytes)
         for i in 0..<slices {
             guard let part = parts.get(i), part.starts(with: open), part.count > open.count + close.count,
-                  part.suffix(close.count) == close else { return nil }
+                  part.suffix(close.count) == close else { return try? prettyEncoder.encode(values) }
             if i > 0 { whole.append(comma) }
             whole.append(part[(part.startIndex + open.count)..<(part.endIndex - close.count)])
         }

@@ -8,8 +8,6 @@ protocol EngineAttempt: AnyObject {
     var id: TransferID { get }
     /// Distinguishes this attempt's background job results from an older attempt's.
     var attempt: UInt64 { get }
-    /// Adds the first handle(s); may complete the attempt at once.
-    func begin()
     /// One of this attempt's handles ended (curl's CURLMSG_DONE).
     func handleDone(_ easy: UnsafeMutableRawPointer, code: CURLcode)
     /// `stop(id)`: release everything and complete with `.stopped`.

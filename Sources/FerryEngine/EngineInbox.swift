@@ -10,6 +10,9 @@ enum EngineCommand {
     case setSpeedLimit(TransferID, UInt64)
     /// A background job opened a starting attempt's part file.
     case partOpened(TransferID, attempt: UInt64, Result<OpenedPart, OpenedPart.Failure>)
+    /// A background job opened a starting segmented attempt's part file (or found it is
+    /// not a regular file and opened it for one connection).
+    case segmentedPartOpened(TransferID, attempt: UInt64, SegmentedDownload.OpenedPart)
     /// A background job hashed the part file's existing prefix for a resumed attempt.
     case prefixHashed(TransferID, attempt: UInt64, Result<SHA256, PartFileError>)
     /// A background job ran fdatasync + close on a finished attempt's part file.

@@ -15,7 +15,7 @@ final class EngineLoop {
     fileprivate let inbox: EngineInbox
     private let logger: Logger
     private var transfers: [TransferID: CurlTransfer] = [:]
-    /// Single-connection downloads whose part file a file job is opening.
+    /// Downloads whose part file a file job is opening (on one connection or several).
     private var opening: [TransferID: OpeningPart] = [:]
     /// Uploads and segmented downloads (single-connection downloads are in `transfers`).
     private var otherAttempts: [TransferID: EngineAttempt] = [:]
@@ -157,6 +157,8 @@ final class EngineLoop {
             opening[id]?.request.speedLimit = bytesPerSecond
         case .partOpened(let id, let attempt, let result):
             partOpened(id, attempt: attempt, result)
+        case .segmentedPartOpened(let id, let attempt, let result):
+            segmentedPartOpened(id, attempt: attempt, result)
         case .attemptFileJob(let id, let attempt, let result):
             guard let owner = otherAttempts[id], owner.attempt == attempt else { return }
             owner.fileJobDone(result)
@@ -219,7 +221,9 @@ final class EngineLoop {
         switch result {
         case .success(let part): opened = part
         case .failure(let failure):
-            emit(.completed(id, .failed(.disk(failure.error.message), bytesOnDisk: failure.bytesOnDisk)))
+            // A stop that came meanwhile is what the caller waits for, not the failure.
+            emit(.completed(id, pending.stopped ? .stopped(bytesOnDisk: failure.bytesOnDisk)
+                                               : .failed(.disk(failure.error.message), bytesOnDisk: failure.bytesOnDisk)))
             return
         }
         let resume = opened.resume
@@ -257,6 +261,32 @@ final class EngineLoop {
         } else {
             if request.computeSHA256 { transfer.hasher = SHA256() }
             add(transfer)
+        }
+    }
+
+    /// A file job opened (or could not open) the part file of a starting segmented attempt.
+    private func segmentedPartOpened(_ id: TransferID, attempt: UInt64, _ result: SegmentedDownload.OpenedPart) {
+        guard let pending = opening[id], pending.attempt == attempt else { return } // its file closes with it
+        switch result {
+        case .oneConnection(let single):
+            // Not a regular file (a FIFO, a device): one connection writes it in order.
+            partOpened(id, attempt: attempt, single)
+        case .failed(let error):
+            opening[id] = nil
+            emit(.completed(id, pending.stopped ? .stopped(bytesOnDisk: 0) : .failed(.disk(error.message), bytesOnDisk: 0)))
+        case .opened(let file, let plan):
+            opening[id] = nil
+            if pending.stopped {
+                // Stopped while its file was being opened: nothing was fetched, and an
+                // empty file it made is not left behind.
+                if plan.isFresh { file.removeIfEmpty() }
+                file.close()
+                emit(.completed(id, .stopped(bytesOnDisk: plan.bytesKept)))
+                return
+            }
+            let download = SegmentedDownload(request: pending.request, attempt: attempt, loop: self)
+            otherAttempts[id] = download
+            download.begin(with: file, plan: plan)
         }
     }
 
@@ -370,23 +400,23 @@ final class EngineLoop {
 extension EngineLoop {
     /// Starts an upload or a segmented download; nil for a single-connection download.
     fileprivate func startOtherAttempt(_ request: EngineRequest) -> String? {
-        let attempt: EngineAttempt
-        let kind: String
         if let upload = request.upload {
             attempts += 1
-            attempt = UploadAttempt(request: request, source: upload, attempt: attempts, loop: self)
-            kind = "upload"
-        } else if request.connections > 1 || (request.segments.map { !$0.done.isEmpty } ?? false),
-                  !PartFile.existsAsOtherThanRegularFile(request.partPath) {
-            attempts += 1
-            attempt = SegmentedDownload(request: request, attempt: attempts, loop: self)
-            kind = "up to \(min(max(request.connections, 1), SegmentedDownload.maximumConnections)) connections"
-        } else {
-            return nil
+            let attempt = UploadAttempt(request: request, source: upload, attempt: attempts, loop: self)
+            otherAttempts[request.id] = attempt
+            attempt.begin()
+            return "upload"
         }
-        otherAttempts[request.id] = attempt
-        attempt.begin()
-        return kind
+        guard request.connections > 1 || (request.segments.map { !$0.done.isEmpty } ?? false) else { return nil }
+        // Its part file is looked at and opened by a file job, as a single connection's
+        // is (see `start`); one that is not a regular file gets one connection.
+        attempts += 1
+        let (attempt, inbox) = (attempts, self.inbox)
+        opening[request.id] = OpeningPart(request: request, attempt: attempt)
+        fileJobs.async {
+            inbox.post(.segmentedPartOpened(request.id, attempt: attempt, SegmentedDownload.openPart(for: request)))
+        }
+        return "up to \(min(max(request.connections, 1), SegmentedDownload.maximumConnections)) connections, once its file is open"
     }
 
     /// Adds one of an attempt's easy handles to the multi.

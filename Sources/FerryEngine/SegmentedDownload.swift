@@ -81,33 +81,77 @@ final class SegmentedDownload: EngineAttempt {
 
     // MARK: - Start
 
-    func begin() {
-        let opened: PartFile
-        switch PartFile.open(request.partPath) {
-        case .success(let file): opened = file
-        case .failure(let error): return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+    /// Where an attempt starts in its part file, decided from the request and the
+    /// file's size when opened.
+    struct Plan {
+        /// Continue these ranges (their validator is the request's `ifRange`).
+        var map: SegmentMap?
+        /// Else the first request starts here; 0 cuts the file to nothing first.
+        var from: Int64 = 0
+        /// The request's validator still holds for what is on disk.
+        var keepsValidator = true
+
+        init(request: EngineRequest, sizeOnDisk: Int64) {
+            let validator = request.ifRange
+            // Continue from a map only with its validator and a part file that holds its ranges.
+            if let map = request.segments, validator != nil, sizeOnDisk >= (map.done.last?.upperBound ?? 0) {
+                self.map = map
+                return
+            }
+            if request.offset > 0, validator != nil, sizeOnDisk >= request.offset {
+                from = request.offset
+            } else if request.segments != nil || request.offset > 0 {
+                // No validator, or a part file shorter than claimed: nothing on disk can be trusted.
+                keepsValidator = false
+            }
         }
+
+        /// The file was cut to nothing (or is new) for this attempt.
+        var isFresh: Bool { map == nil && from == 0 }
+        /// What the file holds for the transfer if the attempt stops before any request.
+        var bytesKept: Int64 { map?.contiguousPrefix ?? from }
+    }
+
+    /// What the file job that opens a segmented attempt's part file found.
+    enum OpenedPart {
+        case opened(PartFile, Plan)
+        case failed(PartFileError)
+        /// Not a regular file (a FIFO, a device): opened for one connection instead.
+        case oneConnection(Result<FerryEngine.OpenedPart, FerryEngine.OpenedPart.Failure>)
+    }
+
+    /// Opens the part file and, for a fresh start, cuts it to nothing. Runs on a file
+    /// job: on a slow or stalled file system (ext4 looking for a free inode, a hung
+    /// network or FUSE mount) only this attempt waits.
+    static func openPart(for request: EngineRequest) -> OpenedPart {
+        if PartFile.existsAsOtherThanRegularFile(request.partPath) {
+            return .oneConnection(FerryEngine.OpenedPart.open(for: request))
+        }
+        let file: PartFile
+        switch PartFile.open(request.partPath) {
+        case .success(let opened): file = opened
+        case .failure(let error): return .failed(error)
+        }
+        let plan = Plan(request: request, sizeOnDisk: file.initialSize)
+        if plan.isFresh, let error = file.truncate(to: 0) {
+            file.close()
+            return .failed(error)
+        }
+        return .opened(file, plan)
+    }
+
+    /// Starts with the part file a file job opened (`openPart`).
+    func begin(with opened: PartFile, plan: Plan) {
         file = opened
-        validator = request.ifRange
+        validator = plan.keepsValidator ? request.ifRange : nil
         if opened.isRegular { writeback = PartFileWriteback(fd: opened.fd, from: 0) }
-        // Continue from a map only with its validator and a part file that holds its ranges.
-        if let map = request.segments, validator != nil, opened.initialSize >= (map.done.last?.upperBound ?? 0) {
+        if let map = plan.map {
             done = map
             total = map.total
             if map.isComplete { return alreadyComplete() }
             return service()
         }
-        var from: Int64 = 0
-        if request.offset > 0, validator != nil, opened.initialSize >= request.offset {
-            from = request.offset
-        } else if request.segments != nil || request.offset > 0 {
-            // No validator, or a part file shorter than claimed: nothing on disk can be trusted.
-            validator = nil
-        }
-        if from == 0, let error = opened.truncate(to: 0) {
-            return finish(.failed(.disk(error.message), bytesOnDisk: 0))
-        }
-        startFirst(from: from)
+        startFirst(from: plan.from)
     }
 
     /// The first request of a fresh download: the whole file (or the rest after `from`).

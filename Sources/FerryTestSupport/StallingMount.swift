@@ -2,7 +2,9 @@ import Foundation
 
 /// A FUSE file system (python3-fusepy, run by the Debian python3) with one file,
 /// `file`, whose reads wait until `release()`; its contents are those of a backing
-/// file. Throws `Unavailable` where FUSE cannot be mounted (the test then skips).
+/// file. Looking up any name in the folder `slow` waits as well (then it does not
+/// exist, and cannot be made). Throws `Unavailable` where FUSE cannot be mounted
+/// (the test then skips).
 public final class StallingMount: @unchecked Sendable {
     public struct Unavailable: Error {
         public let reason: String
@@ -10,6 +12,8 @@ public final class StallingMount: @unchecked Sendable {
 
     public let mountPoint: String
     public var file: String { mountPoint + "/file" }
+    /// Where looking up a name waits until `release()`.
+    public var slowFolder: String { mountPoint + "/slow" }
     private let process = Process()
     private let errors = Pipe()
     private let readsSeen: String
@@ -29,12 +33,23 @@ public final class StallingMount: @unchecked Sendable {
             if path == "/file":
                 return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1,
                             st_size=os.path.getsize(backing), st_mtime=MTIME)
+            if path == "/slow":
+                return dict(st_mode=stat.S_IFDIR | 0o755, st_nlink=2, st_mtime=MTIME)
+            if path.startswith("/slow/"):
+                # A name looked up in /slow (a part file before it is made) waits too;
+                # then there is none, and none can be made. In a folder of its own:
+                # the kernel looks up one name at a time per folder, and `release`
+                # makes a file at the top.
+                if not gate.is_set():
+                    open(seen, "a").close()
+                    gate.wait()
+                raise FuseOSError(errno.ENOENT)
             if path == "/release" and gate.is_set():
                 return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1, st_size=0, st_mtime=MTIME)
             raise FuseOSError(errno.ENOENT)
 
         def readdir(self, path, fh):
-            return [".", "..", "file"]
+            return [".", "..", "file", "slow"] if path == "/" else [".", ".."]
 
         def open(self, path, flags):
             return 0
@@ -96,7 +111,7 @@ public final class StallingMount: @unchecked Sendable {
         return check.terminationStatus == 0
     }
 
-    /// Waits (bounded) until a read of `file` is being held.
+    /// Waits (bounded) until a read of `file`, or a look-up in `slowFolder`, is being held.
     public func waitForStalledRead(timeout: TimeInterval) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while access(readsSeen, F_OK) != 0 {

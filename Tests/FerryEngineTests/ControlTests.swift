@@ -68,12 +68,27 @@ final class ControlTests: EngineTestCase {
     /// exactly once, stopped with the prefix it wrote or succeeded with the whole file;
     /// afterwards no descriptor is open on any of their files; each starts again.
     func testStopsAtAnyMomentOfAStartEndEachTransferOnceAndLeaveNoDescriptorOpen() throws {
+        try stopsAtAnyMomentOfAStart(connections: 1)
+    }
+
+    /// The same for downloads allowed several connections, whose part file a file job
+    /// opens too (a stop may come before, while or after it does).
+    func testStopsAtAnyMomentOfASegmentedStartEndEachOnceAndLeaveNoDescriptorOpen() throws {
+        try stopsAtAnyMomentOfAStart(connections: 4)
+    }
+
+    private func stopsAtAnyMomentOfAStart(connections: Int) throws {
         let body = TestData.bytes(count: 64 * 1024, seed: 53)
         server.add(path: "/f", body: body)
         var random = SeededRandom(state: 53)
         let ids = (1...150).map { TransferID($0) }
+        func start(_ id: TransferID) {
+            var r = request(id, "/f")
+            r.connections = connections
+            engine.start(r)
+        }
         for id in ids {
-            engine.start(request(id, "/f"))
+            start(id)
             let until = DispatchTime.now().uptimeNanoseconds + UInt64.random(in: 0..<3_000_000, using: &random)
             while DispatchTime.now().uptimeNanoseconds < until {} // a scattered moment, not a wait for anything
             engine.stop(id)
@@ -99,7 +114,7 @@ final class ControlTests: EngineTestCase {
         XCTAssertEqual(descriptorsOpen(under: directory.path), [], "descriptors left open on part files")
 
         for id in ids.prefix(10) {
-            engine.start(request(id, "/f"))
+            start(id)
             XCTAssertTrue(log.wait(timeout: 20) { events in events.filter { $0.transferID == id && $0.isCompleted }.count == 2 },
                           "transfer \(id) runs again")
             XCTAssertEqual(log.events(for: id).last, .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil)))

@@ -74,6 +74,35 @@ final class StalledSourceTests: EngineTestCase {
         XCTAssertEqual(log.events(for: 1).filter(\.isCompleted).count, 1, "the stopped upload ended once")
     }
 
+    /// A download over several connections whose part file is on a mount that does not
+    /// answer: only that download waits (its file is looked at and made by a file job),
+    /// and a stop ends it once the file system answers.
+    func testAStalledPartFileHoldsUpOnlyItsOwnSegmentedDownload() throws {
+        try mountStalling([0])
+        let big = TestData.bytes(count: 3 << 20, seed: 311)
+        server.add(path: "/big", body: big)
+        let body = TestData.bytes(count: 256 * 1024, seed: 312)
+        server.add(path: "/other", body: body)
+
+        var segmented = request(1, "/big", part: mount!.slowFolder + "/big.bin.part")
+        segmented.connections = 4
+        engine.start(segmented)
+        XCTAssertTrue(mount!.waitForStalledRead(timeout: 20), "the file system has the part file's look-up")
+
+        engine.start(request(2, "/other"))
+        XCTAssertEqual(log.outcome(of: 2, timeout: 20), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil),
+                       "a download finishes while another's part file stalls")
+        XCTAssertTrue(contents(partPath("2.part")) == body, "the download's file holds the body")
+
+        engine.stop(1)
+        mount!.release()
+        XCTAssertEqual(log.outcome(of: 1, timeout: 20), .stopped(bytesOnDisk: 0))
+        XCTAssertTrue(server.requests(for: "/big").isEmpty, "nothing was asked of the server")
+        // A later download's end shows the engine went on; the stopped one ended once.
+        XCTAssertEqual(run(request(3, "/other")), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(log.events(for: 1).filter(\.isCompleted).count, 1, "the stopped download ended once")
+    }
+
     func testAFileOnFUSEArrivesWholeThroughARedirectAndAsAFormPart() throws {
         // Read ahead on the attempt's queue: a 307 rewinds the body (the chunks read for
         // the first request are dropped), and a multipart body pauses and resumes too.

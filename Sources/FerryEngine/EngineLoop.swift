@@ -475,7 +475,7 @@ extension EngineLoop {
     }
 }
 
-/// A single-connection download waiting for its part file.
+/// A download (on one connection or several) waiting for its part file.
 private struct OpeningPart {
     var request: EngineRequest
     let attempt: UInt64

@@ -296,9 +296,10 @@ enum JSONOutput {
     /// separated by `,\n`, then `\n]`; so each slice is encoded as an array, its
     /// brackets are cut off, and the insides are joined with `,\n`.
     static func encodeArray<T: Encodable>(_ values: [T]) -> Data? {
-        let slices = min(ProcessInfo.processInfo.activeProcessorCount, values.count / (sliceMinimum / 2))
-        guard slices > 1 else { return try? prettyEncoder.encode(values) }
-        let size = (values.count + slices - 1) / slices
+        let wanted = min(ProcessInfo.processInfo.activeProcessorCount, values.count / (sliceMinimum / 2))
+        guard wanted > 1 else { return try? prettyEncoder.encode(values) }
+        let size = (values.count + wanted - 1) / wanted
+        let slices = (values.count + size - 1) / size // none empty
         let parts = SliceResults(count: slices)
         let formatting = prettyEncoder.outputFormatting
         DispatchQueue.concurrentPerform(iterations: slices) { i in

@@ -2,9 +2,10 @@ import Foundation
 
 /// A FUSE file system (python3-fusepy, run by the Debian python3) with one file,
 /// `file`, whose reads wait until `release()`; its contents are those of a backing
-/// file. Looking up any name in the folder `slow` waits as well (then it does not
-/// exist, and cannot be made). Throws `Unavailable` where FUSE cannot be mounted
-/// (the test then skips).
+/// file. Looking up any name in the folder `slow` waits as well; once released, files
+/// can be made there (their sizes are kept, not their bytes), except those whose
+/// name holds `refused`. Throws `Unavailable` where FUSE cannot be mounted (the test
+/// then skips).
 public final class StallingMount: @unchecked Sendable {
     public struct Unavailable: Error {
         public let reason: String
@@ -25,6 +26,7 @@ public final class StallingMount: @unchecked Sendable {
     backing, mountpoint, seen = sys.argv[1], sys.argv[2], sys.argv[3]
     gate = threading.Event()
     MTIME = 1700000000
+    made = {}  # files made in /slow: name -> size (their bytes are not kept)
 
     class Stalling(Operations):
         def getattr(self, path, fh=None):
@@ -36,29 +38,51 @@ public final class StallingMount: @unchecked Sendable {
             if path == "/slow":
                 return dict(st_mode=stat.S_IFDIR | 0o755, st_nlink=2, st_mtime=MTIME)
             if path.startswith("/slow/"):
-                # A name looked up in /slow (a part file before it is made) waits too;
-                # then there is none, and none can be made. In a folder of its own:
-                # the kernel looks up one name at a time per folder, and `release`
-                # makes a file at the top.
+                # A name looked up in /slow (a part file before it is made) waits too.
+                # In a folder of its own: the kernel looks up one name at a time per
+                # folder, and `release` makes a file at the top.
                 if not gate.is_set():
                     open(seen, "a").close()
                     gate.wait()
+                if path in made:
+                    return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1, st_size=made[path],
+                                st_mtime=MTIME, st_uid=os.getuid(), st_gid=os.getgid())
                 raise FuseOSError(errno.ENOENT)
             if path == "/release" and gate.is_set():
                 return dict(st_mode=stat.S_IFREG | 0o644, st_nlink=1, st_size=0, st_mtime=MTIME)
             raise FuseOSError(errno.ENOENT)
 
         def readdir(self, path, fh):
-            return [".", "..", "file", "slow"] if path == "/" else [".", ".."]
+            if path == "/":
+                return [".", "..", "file", "slow"]
+            return [".", ".."] + [name[len("/slow/"):] for name in made]
 
         def open(self, path, flags):
             return 0
 
         def create(self, path, mode, fi=None):
+            if path.startswith("/slow/") and "refused" not in path:
+                made[path] = 0  # once released (looking it up came first)
+                return 0
             if path != "/release":
                 raise FuseOSError(errno.EACCES)
             gate.set()
             return 0
+
+        def truncate(self, path, length, fh=None):
+            if path not in made:
+                raise FuseOSError(errno.EACCES)
+            made[path] = length
+
+        def write(self, path, data, offset, fh):
+            if path not in made:
+                raise FuseOSError(errno.EACCES)
+            made[path] = max(made[path], offset + len(data))
+            return len(data)
+
+        def unlink(self, path):
+            if made.pop(path, None) is None:
+                raise FuseOSError(errno.ENOENT)
 
         def read(self, path, size, offset, fh):
             if not gate.is_set():
@@ -68,7 +92,8 @@ public final class StallingMount: @unchecked Sendable {
                 f.seek(offset)
                 return f.read(size)
 
-    FUSE(Stalling(), mountpoint, foreground=True, nothreads=False, direct_io=True)
+    # hard_remove: an open file is unlinked, not renamed to .fuse_hidden (no rename here).
+    FUSE(Stalling(), mountpoint, foreground=True, nothreads=False, direct_io=True, hard_remove=True)
     """#
 
     public init(backing: String, in directory: URL) throws {

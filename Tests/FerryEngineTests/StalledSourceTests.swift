@@ -76,31 +76,47 @@ final class StalledSourceTests: EngineTestCase {
 
     /// A download over several connections whose part file is on a mount that does not
     /// answer: only that download waits (its file is looked at and made by a file job),
-    /// and a stop ends it once the file system answers.
+    /// and a stop ends it once the file system answers, without leaving the file it made.
     func testAStalledPartFileHoldsUpOnlyItsOwnSegmentedDownload() throws {
+        let part = try stopWhileThePartFileStalls(named: "big.bin.part")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: part), "the stopped download's empty file is not left")
+    }
+
+    /// The same where the file system then refuses the file: the stop is what the
+    /// download ends with, not the failure (a `Pause` ends paused).
+    func testAStopWhileThePartFileStallsIsAStopEvenWhenTheFileIsThenRefused() throws {
+        _ = try stopWhileThePartFileStalls(named: "refused.bin.part")
+    }
+
+    /// Starts a 4-connection download with its part file in the mount's slow folder,
+    /// checks that another download finishes meanwhile, stops it, releases the mount.
+    private func stopWhileThePartFileStalls(named name: String, file: StaticString = #filePath,
+                                            line: UInt = #line) throws -> String {
         try mountStalling([0])
-        let big = TestData.bytes(count: 3 << 20, seed: 311)
-        server.add(path: "/big", body: big)
+        server.add(path: "/big", body: TestData.bytes(count: 3 << 20, seed: 311))
         let body = TestData.bytes(count: 256 * 1024, seed: 312)
         server.add(path: "/other", body: body)
 
-        var segmented = request(1, "/big", part: mount!.slowFolder + "/big.bin.part")
+        let part = mount!.slowFolder + "/" + name
+        var segmented = request(1, "/big", part: part)
         segmented.connections = 4
         engine.start(segmented)
-        XCTAssertTrue(mount!.waitForStalledRead(timeout: 20), "the file system has the part file's look-up")
+        XCTAssertTrue(mount!.waitForStalledRead(timeout: 20), "the file system has the part file's look-up",
+                      file: file, line: line)
 
         engine.start(request(2, "/other"))
         XCTAssertEqual(log.outcome(of: 2, timeout: 20), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil),
-                       "a download finishes while another's part file stalls")
-        XCTAssertTrue(contents(partPath("2.part")) == body, "the download's file holds the body")
+                       "a download finishes while another's part file stalls", file: file, line: line)
+        XCTAssertTrue(contents(partPath("2.part")) == body, "the download's file holds the body", file: file, line: line)
 
         engine.stop(1)
         mount!.release()
-        XCTAssertEqual(log.outcome(of: 1, timeout: 20), .stopped(bytesOnDisk: 0))
-        XCTAssertTrue(server.requests(for: "/big").isEmpty, "nothing was asked of the server")
+        XCTAssertEqual(log.outcome(of: 1, timeout: 20), .stopped(bytesOnDisk: 0), file: file, line: line)
+        XCTAssertTrue(server.requests(for: "/big").isEmpty, "nothing was asked of the server", file: file, line: line)
         // A later download's end shows the engine went on; the stopped one ended once.
-        XCTAssertEqual(run(request(3, "/other")), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
-        XCTAssertEqual(log.events(for: 1).filter(\.isCompleted).count, 1, "the stopped download ended once")
+        XCTAssertEqual(run(request(3, "/other")), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil), file: file, line: line)
+        XCTAssertEqual(log.events(for: 1).filter(\.isCompleted).count, 1, "the stopped download ended once", file: file, line: line)
+        return part
     }
 
     func testAFileOnFUSEArrivesWholeThroughARedirectAndAsAFormPart() throws {

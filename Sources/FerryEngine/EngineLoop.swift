@@ -221,20 +221,12 @@ final class EngineLoop {
         switch result {
         case .success(let part): opened = part
         case .failure(let failure):
-            // A stop that came meanwhile is what the caller waits for, not the failure.
-            emit(.completed(id, pending.stopped ? .stopped(bytesOnDisk: failure.bytesOnDisk)
-                                               : .failed(.disk(failure.error.message), bytesOnDisk: failure.bytesOnDisk)))
-            return
+            return endOpening(id, failed: failure.error, bytesOnDisk: failure.bytesOnDisk, stopped: pending.stopped)
         }
         let resume = opened.resume
         let kept = resume ? request.offset : 0 // bytes of the part file this attempt keeps
         if pending.stopped {
-            // Stopped while its file was being opened: nothing was fetched, and an
-            // empty file it made is not left behind.
-            if !resume { opened.file.removeIfEmpty() }
-            opened.file.close()
-            emit(.completed(id, .stopped(bytesOnDisk: kept)))
-            return
+            return endStoppedOpening(id, file: opened.file, madeFresh: !resume, bytesKept: kept)
         }
         if request.offset > 0 && !resume {
             logger.info("transfer \(id): cannot resume at \(request.offset) (no validator or short part file); starting over")
@@ -264,6 +256,21 @@ final class EngineLoop {
         }
     }
 
+    /// The part file of a starting attempt could not be opened or cut. A stop that came
+    /// meanwhile is what the caller waits for, not the failure.
+    private func endOpening(_ id: TransferID, failed error: PartFileError, bytesOnDisk: Int64, stopped: Bool) {
+        emit(.completed(id, stopped ? .stopped(bytesOnDisk: bytesOnDisk)
+                                    : .failed(.disk(error.message), bytesOnDisk: bytesOnDisk)))
+    }
+
+    /// Stopped while its part file was being opened: nothing was fetched, and an empty
+    /// file it made (`madeFresh`: new or cut to nothing) is not left behind.
+    private func endStoppedOpening(_ id: TransferID, file: PartFile, madeFresh: Bool, bytesKept: Int64) {
+        if madeFresh { file.removeIfEmpty() }
+        file.close()
+        emit(.completed(id, .stopped(bytesOnDisk: bytesKept)))
+    }
+
     /// A file job opened (or could not open) the part file of a starting segmented attempt.
     private func segmentedPartOpened(_ id: TransferID, attempt: UInt64, _ result: SegmentedDownload.OpenedPart) {
         guard let pending = opening[id], pending.attempt == attempt else { return } // its file closes with it
@@ -273,16 +280,11 @@ final class EngineLoop {
             partOpened(id, attempt: attempt, single)
         case .failed(let error):
             opening[id] = nil
-            emit(.completed(id, pending.stopped ? .stopped(bytesOnDisk: 0) : .failed(.disk(error.message), bytesOnDisk: 0)))
+            endOpening(id, failed: error, bytesOnDisk: 0, stopped: pending.stopped)
         case .opened(let file, let plan):
             opening[id] = nil
             if pending.stopped {
-                // Stopped while its file was being opened: nothing was fetched, and an
-                // empty file it made is not left behind.
-                if plan.isFresh { file.removeIfEmpty() }
-                file.close()
-                emit(.completed(id, .stopped(bytesOnDisk: plan.bytesKept)))
-                return
+                return endStoppedOpening(id, file: file, madeFresh: plan.isFresh, bytesKept: plan.bytesKept)
             }
             let download = SegmentedDownload(request: pending.request, attempt: attempt, loop: self)
             otherAttempts[id] = download

@@ -24,7 +24,6 @@ let package = Package(
         // C libraries, as Debian's -dev packages ship them.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
-        .systemLibrary(name: "CNotify", pkgConfig: "libnotify", providers: [.apt(["libnotify-dev"])]),
 
         // Our libdbus binding; knows nothing of Ferry.
         .target(name: "DBus", dependencies: ["CDBus"]),
@@ -55,9 +54,10 @@ let package = Package(
             "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // Desktop integration: the batch notification through libnotify on its own GLib thread.
+        // Desktop integration: the batch notification through libnotify on its own GLib
+        // thread. libnotify is loaded (dlopen) by the first notification, not linked.
         .target(name: "FerryDesktop", dependencies: [
-            "CNotify", "FerryCore",
+            "FerryCore",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor.
@@ -86,7 +86,7 @@ let package = Package(
         // Also the pieces the bus-level test targets share: ferryd's binary, a temporary
         // HOME, a signal recorder, waiting for a bus name.
         .target(name: "FerryTestSupport", dependencies: [
-            "DBus", "FerryBusClient",
+            "DBus", "FerryBusClient", .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -98,7 +98,7 @@ let package = Package(
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryCoreTestSupport"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
-            "FerryStore", "FerryCore", "FerryCoreTestSupport",
+            "FerryStore", "FerryCore", "FerryCoreTestSupport", "FerryTestSupport",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -108,7 +108,7 @@ let package = Package(
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "FerryInterface", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
-        .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
+        .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryDesktop", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -1,9 +1,14 @@
-import CNotify
 import FerryCore
 import Foundation
 import Logging
 
 /// Desktop notifications through libnotify, from one GLib thread of its own.
+///
+/// Nothing of libnotify is loaded until the first notification is posted: then the
+/// thread starts and loads it (`LibNotify`; not on the caller's thread, which is the
+/// core's: loading fifteen libraries from a cold disk can take a while). Where it cannot
+/// be loaded, that is logged once and notifications are dropped; transfers are not
+/// affected.
 ///
 /// The thread runs a `GMainLoop` on a private `GMainContext`, pushed as its
 /// thread-default context before libnotify is first used, so libnotify's proxy
@@ -17,8 +22,9 @@ import Logging
 /// Make one per process and keep it until the process exits: libnotify's callbacks
 /// and GLib's log handler hold it unretained.
 ///
-/// `@unchecked Sendable`: `state` is only touched under `lock`; every other mutable
-/// field (`glib`) is confined to the GLib thread.
+/// `@unchecked Sendable`: `state` is only touched under `lock`; `loaded`, `loading` and
+/// `unavailable` only under `loadLock`; every other mutable field (`glib`) is confined to
+/// the GLib thread.
 public final class DesktopNotifier: Notifier, @unchecked Sendable {
     /// How long a shown notification with buttons counts as pending when the server
     /// never says it was closed (servers that keep notifications in a tray until the
@@ -28,8 +34,27 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
     private let appName: String
     private let desktopEntry: String
     private let logger: Logger
-    private let context: OpaquePointer
-    private let loop: OpaquePointer
+    /// The library's file name (tests name one that does not exist).
+    private let libraryName: String
+
+    /// libnotify's file name (its soname, from the runtime package, not the `-dev` one).
+    public static let libraryFileName = "libnotify.so.4"
+
+    /// libnotify with its main context and loop, once the first post loaded them.
+    /// (`@unchecked Sendable`: the pointers are used on the GLib thread, and by
+    /// `g_main_context_invoke_full`, which GLib allows from any thread.)
+    private struct Loaded: @unchecked Sendable {
+        let lib: LibNotify
+        let context: OpaquePointer
+        let loop: OpaquePointer
+    }
+    private let loadLock = NSLock()
+    /// Under `loadLock`.
+    private var loaded: Loaded?
+    /// Under `loadLock`: the GLib thread was started and is loading libnotify.
+    private var loading = false
+    /// Under `loadLock`: loading failed (logged); notifications are dropped.
+    private var unavailable = false
 
     private let lock = NSLock()
     private var state = SharedState()
@@ -49,7 +74,7 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
 
     /// On the GLib thread only.
     private struct GLibState {
-        var notification: UnsafeMutablePointer<NotifyNotification>?
+        var notification: OpaquePointer?
         /// The server's capabilities, once it answered.
         var capabilities: Set<String>?
         /// The last show failed; the failure was logged (once).
@@ -57,31 +82,77 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         var shownActions = false
     }
 
-    /// Starts the GLib thread. libnotify talks to the session bus named by
-    /// `DBUS_SESSION_BUS_ADDRESS`.
+    /// Loads nothing yet (see the type's comment). libnotify talks to the session bus
+    /// named by `DBUS_SESSION_BUS_ADDRESS`.
     /// - Parameters:
     ///   - appName: the application name the server shows.
     ///   - desktopEntry: the `desktop-entry` hint (the desktop file's name without `.desktop`).
     ///   - actionWindow: see `actionWindow`; 5 minutes by default.
+    ///   - libraryName: libnotify's file name, as `dlopen` takes it.
     public init(appName: String = "Ferry", desktopEntry: String = "org.ferry.Ferry", actionWindow: Double = 300,
-                logger: Logger = Logger(label: "ferry.notify")) {
+                logger: Logger = Logger(label: "ferry.notify"), libraryName: String = DesktopNotifier.libraryFileName) {
         self.appName = appName
         self.desktopEntry = desktopEntry
         self.actionWindow = actionWindow
         self.logger = logger
-        context = g_main_context_new()
-        loop = g_main_loop_new(context, 0)
-        // libnotify's own warnings (a missing server) go to our log, at debug level:
-        // ours already says it once.
-        g_log_set_handler("libnotify", ferry_g_log_all_levels(), libnotifyLog, Unmanaged.passUnretained(self).toOpaque())
+        self.libraryName = libraryName
+    }
+
+    /// What the first post does: starts the GLib thread, which loads libnotify, makes
+    /// its main loop and shows what is in the inbox then. Called with `loadLock` held.
+    private func startLoading() {
+        loading = true
         let thread = Thread { [self] in
-            g_main_context_push_thread_default(context)
-            g_main_loop_run(loop)
-            g_main_context_pop_thread_default(context)
+            guard let made = load() else {
+                loadLock.withLock {
+                    loading = false
+                    unavailable = true
+                }
+                // What was posted meanwhile goes nowhere; later posts are dropped at once.
+                lock.withLock {
+                    state.inbox = nil
+                    state.showScheduled = false
+                }
+                return
+            }
+            made.lib.pushThreadDefault(made.context)
+            loadLock.withLock {
+                loading = false
+                loaded = made
+            }
+            showNewest()
+            made.lib.mainLoopRun(made.loop)
+            made.lib.popThreadDefault(made.context)
         }
         thread.name = "ferry.notify"
         thread.start()
     }
+
+    /// On the new GLib thread: libnotify, a main context and its loop; nil (said once)
+    /// when libnotify cannot be loaded.
+    private func load() -> Loaded? {
+        switch LibNotify.load(fileName: libraryName) {
+        case .failure(let failure):
+            logger.warning("no desktop notifications: libnotify could not be loaded (\(failure.message)). Transfers are not affected")
+            return nil
+        case .success(let lib):
+            guard let context = lib.mainContextNew(), let loop = lib.mainLoopNew(context, 0) else {
+                logger.warning("no desktop notifications: GLib could not make a main loop. Transfers are not affected")
+                return nil
+            }
+            // libnotify's own warnings (a missing server) go to our log, at debug level:
+            // ours already says it once.
+            _ = lib.logSetHandler("libnotify", LibNotify.allLogLevels, libnotifyLog, Unmanaged.passUnretained(self).toOpaque())
+            logger.debug("libnotify loaded")
+            return Loaded(lib: lib, context: context, loop: loop)
+        }
+    }
+
+    /// Whether libnotify has been loaded (by a post).
+    public var isLoaded: Bool { loadLock.withLock { loaded != nil } }
+
+    /// On the GLib thread, once it has loaded libnotify (it shows nothing before).
+    private var lib: LibNotify { loadLock.withLock { loaded! }.lib }
 
     // MARK: Notifier (any thread)
 
@@ -92,7 +163,26 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
             defer { state.showScheduled = true }
             return !state.showScheduled
         }
-        if schedule { onGLibThread { $0.showNewest() } }
+        guard schedule else { return }
+        enum Next { case show(Loaded), drop, wait }
+        let next: Next = loadLock.withLock {
+            if let loaded { return .show(loaded) }
+            if unavailable { return .drop }
+            // The thread being started shows the inbox once libnotify is loaded.
+            if !loading { startLoading() }
+            return .wait
+        }
+        switch next {
+        case .show(let loaded):
+            onGLibThread(loaded) { $0.showNewest() }
+        case .drop:
+            lock.withLock {
+                state.inbox = nil
+                state.showScheduled = false
+            }
+        case .wait:
+            break
+        }
     }
 
     public func setActionHandler(_ handler: @escaping @Sendable (UInt64, String, String) -> Void) {
@@ -109,14 +199,18 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
 
     public func close(timeout: Double) {
         let alreadyClosed: Bool = lock.withLock {
-            defer { state.closed = true }
+            defer {
+                state.closed = true
+                state.inbox = nil // a thread still loading libnotify shows nothing then
+            }
             return state.closed
         }
-        guard !alreadyClosed else { return }
+        // Not loaded (yet): nothing was shown, and there is no loop to stop.
+        guard !alreadyClosed, let loaded = loadLock.withLock({ loaded }) else { return }
         let done = DispatchSemaphore(value: 0)
-        onGLibThread { notifier in
+        onGLibThread(loaded) { notifier in
             notifier.withdraw()
-            g_main_loop_quit(notifier.loop)
+            loaded.lib.mainLoopQuit(loaded.loop)
             done.signal()
         }
         if done.wait(timeout: .now() + max(0, timeout)) == .timedOut {
@@ -127,9 +221,9 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
     // MARK: The GLib thread
 
     /// Runs `body` on the GLib thread (from its main loop).
-    private func onGLibThread(_ body: @escaping (DesktopNotifier) -> Void) {
+    private func onGLibThread(_ loaded: Loaded, _ body: @escaping (DesktopNotifier) -> Void) {
         let work = Unmanaged.passRetained(GLibWork { body(self) }).toOpaque()
-        g_main_context_invoke_full(context, ferry_g_priority_default(), runGLibWork, work, releaseGLibWork)
+        loaded.lib.invokeFull(loaded.context, LibNotify.priorityDefault, runGLibWork, work, releaseGLibWork)
     }
 
     private func showNewest() {
@@ -152,8 +246,9 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
 
     /// Shows (or replaces) the one notification; false when the server is missing or failed.
     private func show(_ n: DesktopNotification) -> Bool {
-        if notify_is_initted() == 0 {
-            guard notify_init(appName) != 0 else {
+        let lib = lib
+        if lib.isInitialised() == 0 {
+            guard lib.initialise(appName) != 0 else {
                 logOnce("libnotify could not be initialised")
                 return false
             }
@@ -162,34 +257,38 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         let markup = glib.capabilities?.contains("body-markup") ?? false
         let body = markup ? Self.escapeMarkup(n.body) : n.body
 
-        let notification: UnsafeMutablePointer<NotifyNotification>
+        let notification: OpaquePointer
         if let existing = glib.notification {
             // Same object, same id: the server replaces what it shows.
-            notify_notification_update(existing, n.summary, body, n.iconName)
+            _ = lib.update(existing, n.summary, body, n.iconName)
             notification = existing
         } else {
-            guard let created = notify_notification_new(n.summary, body, n.iconName) else {
+            guard let created = lib.newNotification(n.summary, body, n.iconName) else {
                 logOnce("libnotify could not create a notification")
                 return false
             }
-            _ = ferry_notification_connect_closed(created, notificationClosed, Unmanaged.passUnretained(self).toOpaque())
+            // g_signal_connect(created, "closed", handler, self): the handler's real
+            // signature, passed as GLib's untyped GCallback.
+            _ = lib.signalConnectData(UnsafeMutableRawPointer(created), "closed",
+                                      unsafeBitCast(notificationClosed, to: UnsafeMutableRawPointer.self),
+                                      Unmanaged.passUnretained(self).toOpaque(), nil, 0)
             glib.notification = created
             notification = created
         }
-        notify_notification_set_hint_string(notification, "desktop-entry", desktopEntry)
-        notify_notification_set_category(notification, n.category)
-        notify_notification_set_urgency(notification, NotifyUrgency(rawValue: UInt32(n.urgency.rawValue)))
-        notify_notification_set_timeout(notification, NOTIFY_EXPIRES_DEFAULT)
-        notify_notification_clear_actions(notification)
+        lib.setHintString(notification, "desktop-entry", desktopEntry)
+        lib.setCategory(notification, n.category)
+        lib.setUrgency(notification, Int32(n.urgency.rawValue))
+        lib.setTimeout(notification, LibNotify.expiresDefault)
+        lib.clearActions(notification)
         for action in n.actions {
             let box = Unmanaged.passRetained(ActionContext(notifier: self, batch: n.batch, key: action.key)).toOpaque()
-            notify_notification_add_action(notification, action.key, action.label, actionInvoked, box, releaseActionContext)
+            lib.addAction(notification, action.key, action.label, actionInvoked, box, releaseActionContext)
         }
 
-        var error: UnsafeMutablePointer<GError>?
-        guard notify_notification_show(notification, &error) != 0 else {
-            let message = error.map { String(cString: $0.pointee.message) } ?? "unknown error"
-            if let error { g_error_free(error) }
+        var error: UnsafeMutableRawPointer?
+        guard lib.show(notification, &error) != 0 else {
+            let message = error.map { LibNotify.errorMessage($0) } ?? "unknown error"
+            if let error { lib.errorFree(error) }
             // The server may come back as another program with other capabilities.
             glib.capabilities = nil
             logOnce("no desktop notification could be shown: \(message). Transfers are not affected; further failures are not logged until a notification gets through")
@@ -215,14 +314,9 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
     }
 
     private func serverCapabilities() -> Set<String>? {
-        guard let list = notify_get_server_caps() else { return nil }
-        var caps = Set<String>()
-        var node: UnsafeMutablePointer<GList>? = list
-        while let n = node {
-            if let data = n.pointee.data { caps.insert(String(cString: data.assumingMemoryBound(to: CChar.self))) }
-            node = n.pointee.next
-        }
-        g_list_free_full(list, g_free)
+        guard let list = lib.serverCaps() else { return nil }
+        let caps = Set(LibNotify.strings(of: list))
+        lib.listFreeFull(list, lib.free)
         return caps
     }
 
@@ -232,13 +326,19 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         if let n = glib.notification {
             let open = lock.withLock { state.pendingUntil != nil }
             if open, glib.shownActions {
-                var error: UnsafeMutablePointer<GError>?
-                if notify_notification_close(n, &error) == 0, let error { g_error_free(error) }
+                var error: UnsafeMutableRawPointer?
+                if lib.close(n, &error) == 0, let error { lib.errorFree(error) }
             }
-            ferry_notification_unref(n)
+            lib.objectUnref(UnsafeMutableRawPointer(n))
             glib.notification = nil
         }
-        if notify_is_initted() != 0 { notify_uninit() }
+        if lib.isInitialised() != 0 { lib.uninitialise() }
+    }
+
+    /// On the GLib thread, in an action's callback (the only time the token is valid).
+    fileprivate func activationToken(of notification: OpaquePointer?) -> String {
+        guard let notification, let get = lib.activationToken, let token = get(notification) else { return "" }
+        return String(cString: token)
     }
 
     fileprivate func libnotifySaid(_ message: String) {
@@ -273,12 +373,12 @@ private final class GLibWork {
     init(_ body: @escaping () -> Void) { self.body = body }
 }
 
-private let runGLibWork: @convention(c) (gpointer?) -> gboolean = { data in
+private let runGLibWork: LibNotify.SourceFunc = { data in
     if let data { Unmanaged<GLibWork>.fromOpaque(data).takeUnretainedValue().body() }
-    return ferry_g_source_remove()
+    return LibNotify.sourceRemove
 }
 
-private let releaseGLibWork: @convention(c) (gpointer?) -> Void = { data in
+private let releaseGLibWork: LibNotify.DestroyNotify = { data in
     if let data { Unmanaged<GLibWork>.fromOpaque(data).release() }
 }
 
@@ -294,29 +394,29 @@ private final class ActionContext {
     }
 }
 
-private let actionInvoked: @convention(c) (UnsafeMutablePointer<NotifyNotification>?, UnsafeMutablePointer<CChar>?, gpointer?) -> Void = { notification, _, data in
+private let actionInvoked: LibNotify.ActionCallback = { notification, _, data in
     guard let data else { return }
     let context = Unmanaged<ActionContext>.fromOpaque(data).takeUnretainedValue()
     // The activation token is only valid during the callback.
-    let token = notification.flatMap { notify_notification_get_activation_token($0) }.map { String(cString: $0) } ?? ""
+    let token = context.notifier.activationToken(of: notification)
     context.notifier.invoked(batch: context.batch, key: context.key, token: token)
 }
 
-private let releaseActionContext: @convention(c) (gpointer?) -> Void = { data in
+private let releaseActionContext: LibNotify.DestroyNotify = { data in
     if let data { Unmanaged<ActionContext>.fromOpaque(data).release() }
 }
 
 /// The "closed" signal. The user data is the notifier, unretained: it outlives the
 /// notification (`withdraw` unrefs the notification on the GLib thread before the
 /// loop stops, and the notifier is never released before then).
-private let notificationClosed: ferry_notification_closed_cb = { _, data in
+private let notificationClosed: LibNotify.ClosedCallback = { _, data in
     guard let data else { return }
     Unmanaged<DesktopNotifier>.fromOpaque(data).takeUnretainedValue().closed()
 }
 
 /// GLib log messages of the "libnotify" domain. The user data is the notifier,
 /// unretained: it lives until the process exits (as with `notificationClosed`).
-private let libnotifyLog: GLogFunc = { _, _, message, data in
+private let libnotifyLog: LibNotify.LogFunc = { _, _, message, data in
     guard let data else { return }
     Unmanaged<DesktopNotifier>.fromOpaque(data).takeUnretainedValue().libnotifySaid(message.map { String(cString: $0) } ?? "")
 }

@@ -48,6 +48,36 @@ final class NotificationTests: DesktopTestCase {
         XCTAssertEqual(second.actions.first { $0.key == "show" }?.label, "Show File")
     }
 
+    /// libnotify (and GLib, GIO, gdk-pixbuf with it) is loaded by the first notification,
+    /// not at start: a ferryd that has ended no batch does not carry it.
+    func testLibnotifyIsLoadedByTheFirstNotificationNotAtStart() async throws {
+        let notifications = try await startNotificationServer()
+        try await startFerryd()
+        let pid = try XCTUnwrap(ferryd).pid
+        serve("/first.bin", size: 10_000)
+        let session = try await client.openSession("com.example.Lazy")
+        _ = try await client.managedObjects()
+        XCTAssertEqual(try mappedLibraries(pid, matching: ["libnotify", "libglib-2.0", "libgdk_pixbuf"]), [],
+                       "nothing of libnotify before a notification")
+
+        try await batch(session, [server.url("/first.bin")])
+        let calls = try await notifyCalls(notifications, atLeast: 1)
+        XCTAssertEqual(calls.map(\.summary), ["Download complete"])
+        XCTAssertEqual(calls.first?.body, "first.bin (10.0 kB) in ~/Dl")
+        XCTAssertEqual(try mappedLibraries(pid, matching: ["libnotify", "libglib-2.0"]).sorted(),
+                       ["libglib-2.0", "libnotify"], "loaded by the first notification")
+    }
+
+    /// Which of `names` appear among the files process `pid` has mapped.
+    private func mappedLibraries(_ pid: Int32, matching names: [String]) throws -> [String] {
+        // Read to the end: /proc files have no size, and a one-read reader gets the first page only.
+        let file = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/\(pid)/maps"))
+        defer { try? file.close() }
+        let maps = String(decoding: try file.readToEnd() ?? Data(), as: UTF8.self)
+        XCTAssertTrue(maps.contains("[stack]"), "the whole of /proc/\(pid)/maps was read")
+        return names.filter { maps.contains("/\($0)") }
+    }
+
     func testNotificationsEnabledFalseAndSessionNotifyFalseShowNothing() async throws {
         let notifications = try await startNotificationServer()
         try await startFerryd()

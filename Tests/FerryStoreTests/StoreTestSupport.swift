@@ -1,6 +1,7 @@
 import FerryCore
 import Foundation
 import FerryCoreTestSupport
+import FerryTestSupport
 import FerryStore
 import Logging
 import XCTest
@@ -18,40 +19,6 @@ final class TemporaryDirectory {
 
     func files() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
-    }
-}
-
-/// Collects log messages so tests can check what a person would read.
-final class LogCapture: @unchecked Sendable {
-    // Appended from whichever thread logs; read by the test after the call returns.
-    private let lock = NSLock()
-    private var lines: [(Logger.Level, String)] = []
-
-    var logger: Logger {
-        Logger(label: "ferry.test") { _ in CapturingHandler(capture: self) }
-    }
-
-    func append(_ level: Logger.Level, _ message: String) {
-        lock.lock(); defer { lock.unlock() }
-        lines.append((level, message))
-    }
-
-    var messages: [(level: Logger.Level, text: String)] {
-        lock.lock(); defer { lock.unlock() }
-        return lines.map { (level: $0.0, text: $0.1) }
-    }
-
-    struct CapturingHandler: LogHandler {
-        let capture: LogCapture
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            capture.append(event.level, "\(event.message)")
-        }
     }
 }
 

@@ -1,0 +1,38 @@
+import Foundation
+import Logging
+
+/// Collects log messages so tests can check what a person would read.
+public final class LogCapture: @unchecked Sendable {
+    // Appended from whichever thread logs; read by the test after the call returns.
+    private let lock = NSLock()
+    private var lines: [(Logger.Level, String)] = []
+
+    public init() {}
+
+    public var logger: Logger {
+        Logger(label: "ferry.test") { _ in CapturingHandler(capture: self) }
+    }
+
+    public func append(_ level: Logger.Level, _ message: String) {
+        lock.lock(); defer { lock.unlock() }
+        lines.append((level, message))
+    }
+
+    public var messages: [(level: Logger.Level, text: String)] {
+        lock.lock(); defer { lock.unlock() }
+        return lines.map { (level: $0.0, text: $0.1) }
+    }
+
+    struct CapturingHandler: LogHandler {
+        let capture: LogCapture
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            capture.append(event.level, "\(event.message)")
+        }
+    }
+}

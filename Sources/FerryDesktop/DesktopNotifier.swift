@@ -115,11 +115,13 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
                 }
                 return
             }
-            made.lib.pushThreadDefault(made.context)
             loadLock.withLock {
                 loading = false
                 loaded = made
             }
+            // Closed while it loaded (ferryd leaving): nothing to show, no loop to run.
+            guard !lock.withLock({ state.closed }) else { return }
+            made.lib.pushThreadDefault(made.context)
             showNewest()
             made.lib.mainLoopRun(made.loop)
             made.lib.popThreadDefault(made.context)

@@ -129,39 +129,4 @@ public final class TransferMonitor: Sendable {
         for s in subscriptions { client.bus.unsubscribe(s) }
         gatherer.finish()
     }
-
-    /// Waits until every transfer has ended — completed, failed or cancelled, or
-    /// paused (a paused transfer waits for someone to resume it, so waiting on it
-    /// would never end) — and returns their properties (in the order given). `onEvent` sees every event
-    /// for these transfers on the way (for progress displays).
-    public static func waitForAll(_ transfers: [FerryTransfer], client: FerryClient,
-                                  onEvent: (@Sendable (TransferEvent) -> Void)? = nil) async throws -> [TransferInfo] {
-        let monitor = try await start(client)
-        defer { monitor.stop() }
-        var infos: [String: TransferInfo] = [:]
-        for t in transfers { infos[t.path] = try await t.info() }
-        var open = Set(infos.values.filter { !$0.isFinal && $0.state != "paused" }.map(\.path))
-        if open.isEmpty { return transfers.compactMap { infos[$0.path] } }
-        following: for await batch in monitor.batches {
-            for event in batch {
-                onEvent?(event)
-                switch event {
-                case .completed(let path, _, _, _) where open.contains(path):
-                    infos[path] = try await FerryTransfer(client: client, path: path).info()
-                    open.remove(path)
-                case .propertiesChanged(let path, let changed) where open.contains(path):
-                    if let state = changed[FerryInterface.TransferProperty.state.name]?.string, ["completed", "failed", "cancelled", "paused"].contains(state) {
-                        infos[path] = try await FerryTransfer(client: client, path: path).info()
-                        open.remove(path)
-                    }
-                case .serviceVanished:
-                    throw BusError(name: StandardErrors.serviceUnknown, message: "the Ferry service left the bus")
-                default:
-                    break
-                }
-                if open.isEmpty { break following }
-            }
-        }
-        return transfers.compactMap { infos[$0.path] }
-    }
 }

@@ -161,7 +161,7 @@ public final class StallingMount: @unchecked Sendable {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
-        if (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?.contains(" \(mountPoint) ") == true {
+        if ProcFile.contents("/proc/self/mounts")?.contains(" \(mountPoint) ") == true {
             _ = umount2(mountPoint, Int32(MNT_DETACH))
         }
     }

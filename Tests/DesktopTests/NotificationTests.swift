@@ -70,10 +70,7 @@ final class NotificationTests: DesktopTestCase {
 
     /// Which of `names` appear among the files process `pid` has mapped.
     private func mappedLibraries(_ pid: Int32, matching names: [String]) throws -> [String] {
-        // Read to the end: /proc files have no size, and a one-read reader gets the first page only.
-        let file = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/\(pid)/maps"))
-        defer { try? file.close() }
-        let maps = String(decoding: try file.readToEnd() ?? Data(), as: UTF8.self)
+        let maps = try XCTUnwrap(ProcFile.contents("/proc/\(pid)/maps"))
         XCTAssertTrue(maps.contains("[stack]"), "the whole of /proc/\(pid)/maps was read")
         return names.filter { maps.contains("/\($0)") }
     }

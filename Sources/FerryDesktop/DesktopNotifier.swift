@@ -108,11 +108,7 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
                     loading = false
                     unavailable = true
                 }
-                // What was posted meanwhile goes nowhere; later posts are dropped at once.
-                lock.withLock {
-                    state.inbox = nil
-                    state.showScheduled = false
-                }
+                dropPosted() // later posts are dropped at once
                 return
             }
             loadLock.withLock {
@@ -178,12 +174,17 @@ public final class DesktopNotifier: Notifier, @unchecked Sendable {
         case .show(let loaded):
             onGLibThread(loaded) { $0.showNewest() }
         case .drop:
-            lock.withLock {
-                state.inbox = nil
-                state.showScheduled = false
-            }
+            dropPosted()
         case .wait:
             break
+        }
+    }
+
+    /// libnotify is not there: what was posted goes nowhere, and nothing is pending.
+    private func dropPosted() {
+        lock.withLock {
+            state.inbox = nil
+            state.showScheduled = false
         }
     }
 

@@ -127,6 +127,16 @@ public final class BusConnection: @unchecked Sendable {
         queue.async { self.missingObjectErrors.append((prefix, errorName, noun)) }
     }
 
+    /// After handling what one read of the socket brought, waits `seconds` before
+    /// reading again, so that a stream of signals is handled in a few large bursts
+    /// rather than one wake-up (of several threads) per message or two. For a client
+    /// that follows many transfers and can take their news late by that much (a
+    /// display); replies wait as long. 0 (the default) reads as soon as data comes.
+    public func restBetweenReads(_ seconds: Double) {
+        let ns = UInt64(max(0, seconds) * 1_000_000_000)
+        queue.async { self.loop.readRest = ns }
+    }
+
     /// Called when the bus goes away (on the queue).
     public func onDisconnect(_ handler: @escaping @Sendable () -> Void) {
         queue.async { self.disconnectHandlers.append(handler) }

@@ -89,15 +89,7 @@ final class MainLoop: @unchecked Sendable {
         let flags = dbus_watch_get_flags(w.watch)
         // libdispatch on Linux must not release a never-resumed source: each
         // source is resumed at once and later cancelled, never suspended.
-        if flags & DBUS_WATCH_READABLE.rawValue != 0 {
-            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            s.setEventHandler { [weak self, weak w] in
-                guard let self, let w else { return }
-                self.read(w, fd: fd)
-            }
-            s.resume()
-            w.sources.append(s)
-        }
+        if flags & DBUS_WATCH_READABLE.rawValue != 0, !w.resting { armRead(w, fd: fd) }
         if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
             let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
             s.setEventHandler { [weak self, weak w] in
@@ -106,9 +98,23 @@ final class MainLoop: @unchecked Sendable {
                 self.drain()
             }
             s.resume()
-            w.sources.append(s)
+            w.writeSource = s
         }
     }
+
+    private func armRead(_ w: WatchHandle, fd: Int32) {
+        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        s.setEventHandler { [weak self, weak w] in
+            guard let self, let w else { return }
+            self.read(w, fd: fd)
+        }
+        s.resume()
+        w.readSource = s
+    }
+
+    /// Nanoseconds to wait after handling what one read brought before reading
+    /// again (`BusConnection.restBetweenReads`); 0: read as soon as data comes.
+    var readRest: UInt64 = 0
 
     /// Most reads of libdbus's (up to about 4 KiB each) in one wake-up, about 1 MiB;
     /// then what was read is dispatched and the source fires again.
@@ -126,14 +132,36 @@ final class MainLoop: @unchecked Sendable {
     /// it off (its queue of received messages is full). Small messages are
     /// dispatched as they come, as before: reading a burst of small calls ahead of
     /// handling them made ferryd's batch benchmark no faster (about 10 % more CPU).
+    /// With a rest between reads (`readRest`), all that waits is read (up to
+    /// `readsPerWakeUp`) before resting: it came during the last rest.
     func read(_ w: WatchHandle, fd: Int32) {
+        let readOnAbove = readRest > 0 ? 0 : Self.readOnAbove
         for _ in 0..<Self.readsPerWakeUp {
             dbus_watch_handle(w.watch, DBUS_WATCH_READABLE.rawValue)
             guard !w.released, dbus_watch_get_enabled(w.watch) != 0 else { break }
             var waiting: Int32 = 0
-            guard ioctl(fd, UInt(FIONREAD), &waiting) == 0, waiting > Self.readOnAbove else { break }
+            guard ioctl(fd, UInt(FIONREAD), &waiting) == 0, waiting > readOnAbove else { break }
         }
         drain()
+        if readRest > 0 { rest(w, fd: fd) }
+    }
+
+    /// Stops reading for `readRest`: what comes meanwhile waits in the socket and is
+    /// read in one go. The read source is cancelled and made again after the rest
+    /// (never suspended, see `arm`), unless libdbus let go of the watch or changed
+    /// it meanwhile (then `arm` made what it wants, or nothing).
+    private func rest(_ w: WatchHandle, fd: Int32) {
+        guard !w.released, let source = w.readSource else { return }
+        source.cancel()
+        w.readSource = nil
+        w.resting = true
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
+            guard let self, let w, w.resting else { return }
+            w.resting = false
+            guard !w.released, w.readSource == nil, dbus_watch_get_enabled(w.watch) != 0,
+                  dbus_watch_get_flags(w.watch) & DBUS_WATCH_READABLE.rawValue != 0 else { return }
+            self.armRead(w, fd: fd)
+        }
     }
 
     // MARK: Timeouts
@@ -309,11 +337,16 @@ final class WatchHandle {
     let watch: OpaquePointer
     /// libdbus let go of the watch (removed or freed): `watch` must not be read.
     var released = false
-    var sources: [DispatchSourceProtocol] = []
+    var readSource: DispatchSourceRead?
+    var writeSource: DispatchSourceWrite?
+    /// Reading rests (`MainLoop.readRest`): the read source is made again when it ends.
+    var resting = false
     init(watch: OpaquePointer) { self.watch = watch }
     func disarm() {
-        for s in sources { s.cancel() }
-        sources.removeAll()
+        readSource?.cancel()
+        writeSource?.cancel()
+        readSource = nil
+        writeSource = nil
     }
 }
 

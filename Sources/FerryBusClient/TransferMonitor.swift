@@ -125,6 +125,13 @@ public final class TransferMonitor: Sendable {
         return TransferMonitor(client: client, batches: stream, gatherer: gatherer, subscriptions: subs)
     }
 
+    /// Reads the connection's input at most every `seconds` (0: as it comes), so
+    /// that a stream of signals is handled in a few large bursts; replies to calls
+    /// made meanwhile wait as long (see `BusConnection.restBetweenReads`).
+    public func restBetweenReads(_ seconds: Double) {
+        client.bus.restBetweenReads(seconds)
+    }
+
     public func stop() {
         for s in subscriptions { client.bus.unsubscribe(s) }
         gatherer.finish()

@@ -179,7 +179,7 @@ struct Get: AsyncParsableCommand {
                 let objects = try await client.managedObjects()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
             } else if !json && !global.quiet && (!wait || !tty) {
-                for id in ids { Output.line(String(id)) }
+                Output.lines(ids.map { String($0) })
             }
             if wait, let monitor, !created.isEmpty {
                 // Each transfer is followed from its InterfacesAdded, which the monitor

@@ -136,6 +136,8 @@ final class MainLoop: @unchecked Sendable {
     /// `readsPerWakeUp`) before resting: it came during the last rest.
     func read(_ w: WatchHandle, fd: Int32) {
         let readOnAbove = readRest > 0 ? 0 : Self.readOnAbove
+        var waitingAtStart: Int32 = 0
+        if readRest > 0, ioctl(fd, UInt(FIONREAD), &waitingAtStart) != 0 { waitingAtStart = 0 }
         for _ in 0..<Self.readsPerWakeUp {
             dbus_watch_handle(w.watch, DBUS_WATCH_READABLE.rawValue)
             guard !w.released, dbus_watch_get_enabled(w.watch) != 0 else { break }
@@ -143,8 +145,16 @@ final class MainLoop: @unchecked Sendable {
             guard ioctl(fd, UInt(FIONREAD), &waiting) == 0, waiting > readOnAbove else { break }
         }
         drain()
-        if readRest > 0 { rest(w, fd: fd) }
+        if readRest > 0, waitingAtStart < Self.restBelow { rest(w, fd: fd) }
     }
+
+    /// A read that found this much waiting is followed by the next without a rest.
+    /// The socket holds only so much (some 35 KB of small signals; dbus-daemon keeps
+    /// the rest for us and writes it, about 10 KB at a time, as room is made), so a
+    /// rest after each read would let one socketful through per rest, and a stream
+    /// faster than that would fall behind. A read that finds this much is a batch
+    /// already; reading on until one finds less keeps up with any stream.
+    static let restBelow: Int32 = 8 * 1024
 
     /// Stops reading for `readRest`: what comes meanwhile waits in the socket and is
     /// read in one go. The read source is cancelled and made again after the rest

@@ -196,10 +196,13 @@ func acknowledgeShown(_ client: FerryClient, session identifier: String, session
 func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, existing: Set<String>?) async {
     guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
     var existing = existing
-    if existing == nil { existing = Set((try? await client.listTransfers().map(\.path)) ?? []) }
     var last: UInt64?
     for e in events {
-        guard shown.contains(e.transferPath) || !(existing?.contains(e.transferPath) ?? true) else { break }
+        if !shown.contains(e.transferPath) {
+            // Asked for only when an event is not of a shown transfer (a `get` showed all of its own).
+            if existing == nil { existing = Set((try? await client.listTransfers().map(\.path)) ?? []) }
+            guard !(existing?.contains(e.transferPath) ?? true) else { break }
+        }
         last = e.serial
     }
     if let last { try? await session.acknowledgeEvents(upTo: last) }

@@ -89,6 +89,36 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(pending.count, 0, "shown events are acknowledged: \(pending.map(\.kind))")
     }
 
+    /// The CLI acknowledges the events of its session from the oldest up to the first
+    /// of a transfer it did not show that still exists (a script may still ask for
+    /// that one); events of transfers that are gone do not hold the rest back.
+    func testEventsOfTransfersNotShownStayPendingUntilTheyAreGone() async throws {
+        serve("/one.bin", size: 4_000)
+        serve("/two.bin", size: 5_000)
+        serve("/three.bin", size: 6_000)
+        // Made in the CLI's session by another client: the CLI never shows it.
+        let session = try await client.openSession("org.ferry.cli")
+        let one = try await session.download(server.url("/one.bin"), options: ["destination": .string(work + "/one.bin")])
+        try await finish(one)
+
+        let two = try ferry(["get", server.url("/two.bin"), "-o", work + "/two.bin", "--wait"])
+        XCTAssertEqual(two.status, 0, two.stderr)
+        // A piped `get` prints the ids first, a line each.
+        let twoPath = FerryClient.transferPathPrefix + (two.stdout.split(separator: "\n").first.map(String.init) ?? "?")
+        var pending = try await cliSessionPending()
+        XCTAssertEqual(pending.map(\.transferPath), [one.path, twoPath],
+                       "the oldest event is of a transfer the CLI did not show and that exists: nothing acknowledged")
+
+        let removed = try ferry(["rm", String(FerryClient.transferID(one.path))])
+        XCTAssertEqual(removed.status, 0, removed.stderr)
+        let three = try ferry(["get", server.url("/three.bin"), "-o", work + "/three.bin", "--wait"])
+        XCTAssertEqual(three.status, 0, three.stderr)
+        let threePath = FerryClient.transferPathPrefix + (three.stdout.split(separator: "\n").first.map(String.init) ?? "?")
+        pending = try await cliSessionPending()
+        XCTAssertEqual(pending.map(\.transferPath), [twoPath, threePath],
+                       "the gone transfer's event acknowledged; two.bin's (not shown by this get, still there) stops the run")
+    }
+
     /// The README's synopsis: global options before the subcommand.
     func testGlobalOptionsBeforeTheSubcommand() async throws {
         serve("/g.bin", size: 5_000)

@@ -14,6 +14,9 @@ public final class BusConnection: @unchecked Sendable {
     let raw: OpaquePointer
     let loop: MainLoop
     private var closed = false
+    /// Set on `queue` (this connection's own key, so a queue shared by several
+    /// connections answers for each): whether `deinit` runs on it.
+    private let onQueue = DispatchSpecificKey<Bool>()
 
     /// Our unique name on the bus (`:1.42`).
     public let uniqueName: String
@@ -72,6 +75,7 @@ public final class BusConnection: @unchecked Sendable {
         dbus_connection_set_exit_on_disconnect(c, 0)
         loop = MainLoop(raw: c, queue: queue)
         loop.connection = self
+        queue.setSpecific(key: onQueue, value: true)
         loop.install()
     }
 
@@ -79,8 +83,14 @@ public final class BusConnection: @unchecked Sendable {
 
     deinit {
         if !closed {
-            // Nobody else can hold us, so nothing runs on the queue for us now.
-            loop.uninstallFromAnyThread()
+            // A read or a rest's end may be running on the queue right now (they hold
+            // the loop, not us): libdbus's watches are let go of on the queue, after it.
+            let loop = loop
+            if DispatchQueue.getSpecific(key: onQueue) == true {
+                loop.uninstallFromAnyThread()
+            } else {
+                queue.sync { loop.uninstallFromAnyThread() }
+            }
         }
         dbus_connection_unref(raw)
     }
@@ -133,7 +143,8 @@ public final class BusConnection: @unchecked Sendable {
     /// that follows many transfers and can take their news late by that much (a
     /// display); replies wait as long. 0 (the default) reads as soon as data comes.
     public func restBetweenReads(_ seconds: Double) {
-        let ns = UInt64(max(0, seconds) * 1_000_000_000)
+        // At most an hour; NaN and below zero mean no rest.
+        let ns = seconds > 0 ? UInt64(min(seconds, 3600) * 1_000_000_000) : 0
         queue.async { self.loop.readRest = ns }
     }
 

@@ -89,7 +89,15 @@ final class MainLoop: @unchecked Sendable {
         let flags = dbus_watch_get_flags(w.watch)
         // libdispatch on Linux must not release a never-resumed source: each
         // source is resumed at once and later cancelled, never suspended.
-        if flags & DBUS_WATCH_READABLE.rawValue != 0, !w.resting { armRead(w, fd: fd) }
+        if flags & DBUS_WATCH_READABLE.rawValue != 0, !w.resting {
+            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            s.setEventHandler { [weak self, weak w] in
+                guard let self, let w else { return }
+                self.read(w, fd: fd)
+            }
+            s.resume()
+            w.readSource = s
+        }
         if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
             let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
             s.setEventHandler { [weak self, weak w] in
@@ -100,16 +108,6 @@ final class MainLoop: @unchecked Sendable {
             s.resume()
             w.writeSource = s
         }
-    }
-
-    private func armRead(_ w: WatchHandle, fd: Int32) {
-        let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        s.setEventHandler { [weak self, weak w] in
-            guard let self, let w else { return }
-            self.read(w, fd: fd)
-        }
-        s.resume()
-        w.readSource = s
     }
 
     /// Nanoseconds to wait after handling what one read brought before reading
@@ -145,7 +143,7 @@ final class MainLoop: @unchecked Sendable {
             guard ioctl(fd, UInt(FIONREAD), &waiting) == 0, waiting > readOnAbove else { break }
         }
         drain()
-        if readRest > 0, waitingAtStart < Self.restBelow { rest(w, fd: fd) }
+        if readRest > 0, waitingAtStart < Self.restBelow { rest(w) }
     }
 
     /// A read that found this much waiting is followed by the next without a rest.
@@ -157,10 +155,10 @@ final class MainLoop: @unchecked Sendable {
     static let restBelow: Int32 = 8 * 1024
 
     /// Stops reading for `readRest`: what comes meanwhile waits in the socket and is
-    /// read in one go. The read source is cancelled and made again after the rest
-    /// (never suspended, see `arm`), unless libdbus let go of the watch or changed
-    /// it meanwhile (then `arm` made what it wants, or nothing).
-    private func rest(_ w: WatchHandle, fd: Int32) {
+    /// read in one go. The read source is cancelled (never suspended, see `arm`);
+    /// when the rest ends, `arm` makes the watch's sources as libdbus wants them then
+    /// (it may have turned reading off, or let go of the watch, meanwhile).
+    private func rest(_ w: WatchHandle) {
         guard !w.released, let source = w.readSource else { return }
         source.cancel()
         w.readSource = nil
@@ -168,9 +166,7 @@ final class MainLoop: @unchecked Sendable {
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
             guard let self, let w, w.resting else { return }
             w.resting = false
-            guard !w.released, w.readSource == nil, dbus_watch_get_enabled(w.watch) != 0,
-                  dbus_watch_get_flags(w.watch) & DBUS_WATCH_READABLE.rawValue != 0 else { return }
-            self.armRead(w, fd: fd)
+            if !w.released { self.arm(w) }
         }
     }
 

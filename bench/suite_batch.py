@@ -8,6 +8,10 @@
 
 Also ferryd's CPU over each Ferry run, and the manager's `AllFinished` signals per
 batch (counted until 2 s after the last one).
+
+One at a time (a script's loop): 20 of the files fetched one after another, each by its
+own `ferry get URL -d DIR --wait` against its own `curl -s -f -o FILE URL`, alternating;
+the time per file, as information (with --batch-tools, when get and curl are both in).
 """
 
 import filecmp
@@ -145,13 +149,18 @@ def run(ctx, suite):
                   f"cpu {r['cpu']:.3f} s (ferryd {r['cpu_daemon']:.3f}, client {r['cpu_client']:.3f})" + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
             if i >= 1:
                 results.append(r)
+    singles = []
+    if "get" in tools and "curl" in tools:
+        singles = _one_at_a_time(ctx, conn, names[:10 if ctx.quick else 20], dirname, src_dir,
+                                 os.path.join(dest_root, "files"), runs)
     conn.close()
     ferryd.stop()
     h.empty_dir(dest_root)
 
     if tuple(tools) != TOOLS:
         suite.note("some tools only (--batch-tools): no ratios")
-        suite.data = {"files": count, "runs": results}
+        suite.data = {"files": count, "runs": results, "one_at_a_time": singles}
+        _one_at_a_time_row(suite, singles)
         return
     by = {t: [r for r in results if r["tool"] == t] for t in TOOLS}
     suite.data = {"files": count, "file_bytes": 100 * h.KIB, "runs": results, "fdatasync_100KiB_s": sync_cost,
@@ -174,7 +183,47 @@ def run(ctx, suite):
               f"curl {h.fmt_s(suite.data['median_cpu']['curl'])}",
               h.median([x["cpu_daemon"] / max(y["cpu"], 1e-3) for x, y in zip(by["bus"], by["curl"])]), "", None)
     suite.row("disk context: write + fdatasync of 100 KiB", h.fmt_s(sync_cost), "", None, "", None)
+    suite.data["one_at_a_time"] = singles
+    _one_at_a_time_row(suite, singles)
     for tool in ("bus", "get"):
         counts = [r["all_finished"] for r in by[tool]]
         suite.row(f"manager AllFinished per batch ({tool})", " ".join(map(str, counts)), "", None,
                   "1 each", all(c == 1 for c in counts))
+
+
+def _one_at_a_time(ctx, conn, names, dirname, src_dir, dest, runs):
+    """Per round, the files one after another by `ferry get --wait`, then by curl;
+    returns [{"run", "get", "curl"}] with the seconds per file of each."""
+    rounds = []
+    for i in range(1, runs + 1):
+        r = {"run": i}
+        for tool in ("get", "curl"):
+            h.empty_dir(dest)
+            os.sync()
+            t0 = time.perf_counter()
+            for n in names:
+                url = ctx.url(f"{dirname}/{n}")
+                if tool == "get":
+                    code = ctx.ferry("get", "-d", dest, "--wait", url)[0]
+                else:
+                    code = h.timed_run(["curl", "-s", "-f", "-o", os.path.join(dest, n), url])[0]
+                if code != 0:
+                    raise BenchError(f"one at a time: {tool} exited {code} for {n}")
+            r[tool] = (time.perf_counter() - t0) / len(names)
+            problem = _check_files(dest, src_dir, names, i == 1)
+            if problem:
+                raise BenchError(f"one at a time, {tool} run {i}: {problem}")
+        h.remove_all_transfers(conn)
+        h.log(f"batch one at a time run {i}: ferry get --wait {r['get'] * 1000:.1f} ms per file, "
+              f"curl -o {r['curl'] * 1000:.1f} ms")
+        rounds.append(r)
+    return rounds
+
+
+def _one_at_a_time_row(suite, singles):
+    if not singles:
+        return
+    suite.row(f"one at a time ({len(singles)} rounds): ferry get --wait per file / curl -o",
+              h.fmt_s(h.median([r["get"] for r in singles])),
+              f"curl {h.fmt_s(h.median([r['curl'] for r in singles]))}",
+              h.median([r["get"] / max(r["curl"], 1e-4) for r in singles]), "", None)

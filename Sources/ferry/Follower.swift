@@ -24,13 +24,22 @@ protocol FollowSink: AnyObject {
 
 /// How often a follower handles the news of the transfers it follows.
 enum FollowPace {
-    /// Seconds between reads of the bus while following. A batch of 1,000 downloads
-    /// sends the CLI about 8,000 signals over a second or two; read as they come,
-    /// they cost some 3,400 wake-ups of three threads each. Resting 20 ms between
+    /// Seconds between reads of the bus while following a crowd. A batch of 1,000
+    /// downloads sends the CLI about 8,000 signals over a second or two; read as they
+    /// come, they cost some 3,400 wake-ups of three threads each. Resting 20 ms between
     /// reads, a `get` of 1,000 files takes 0.30 s of CPU instead of 0.53 s (the
     /// `Download` pipeline before following reads as data comes). A display redraws
     /// at most every 0.2 s, so nobody sees the wait.
     static let rest = 0.02
+
+    /// Transfers still to end from which the follower rests. A few transfers send a
+    /// few signals, and each rest would only make their end wait: a `get --wait` of
+    /// one small file comes in three or four reads, and resting after each took it
+    /// from 20 to 60 ms (`bench/`, the batch suite's one-at-a-time row).
+    static let crowd = 32
+
+    /// The rest while `live` followed transfers have not ended.
+    static func rest(live: Int) -> Double { live >= crowd ? rest : 0 }
 }
 
 /// Follows transfers live: a state read after subscribing, then the bus events,
@@ -86,13 +95,21 @@ final class Follower {
     func run(_ initial: [TransferInfo], created: [String] = [], monitor: TransferMonitor,
              sink: FollowSink) async throws -> [TransferInfo] {
         awaited = Set(created).subtracting(initial.map(\.path))
-        monitor.restBetweenReads(FollowPace.rest)
-        defer { monitor.restBetweenReads(0) }
+        var rest = 0.0
+        /// Rests while a crowd is followed; reads as news comes for the last few.
+        func pace() {
+            let wanted = FollowPace.rest(live: running.count + awaited.count)
+            guard wanted != rest else { return }
+            rest = wanted
+            monitor.restBetweenReads(wanted)
+        }
+        defer { if rest != 0 { monitor.restBetweenReads(0) } }
         for i in initial {
             if infos[i.path] == nil { order.append(i.path) }
             if i.isFinal { completedSeen.insert(i.path) }
             update(i)
         }
+        pace()
         sink.start(followed)
         if options.untilDone && allEnded {
             sink.end(followed)
@@ -116,6 +133,7 @@ final class Follower {
                 throw CLIError.unreachable("the Ferry service left the bus")
             }
             if done { break following }
+            pace()
         }
         sink.end(followed)
         return followed

@@ -141,11 +141,12 @@ public final class BusConnection: @unchecked Sendable {
     /// reading again, so that a stream of signals is handled in a few large bursts
     /// rather than one wake-up (of several threads) per message or two. For a client
     /// that follows many transfers and can take their news late by that much (a
-    /// display); replies wait as long. 0 (the default) reads as soon as data comes.
+    /// display); replies wait as long. 0 (the default) reads as soon as data comes,
+    /// and set later it ends a rest under way.
     public func restBetweenReads(_ seconds: Double) {
         // At most an hour; NaN and below zero mean no rest.
         let ns = seconds > 0 ? UInt64(min(seconds, 3600) * 1_000_000_000) : 0
-        queue.async { self.loop.readRest = ns }
+        queue.async { self.loop.setReadRest(ns) }
     }
 
     /// Called when the bus goes away (on the queue).

@@ -112,7 +112,18 @@ final class MainLoop: @unchecked Sendable {
 
     /// Nanoseconds to wait after handling what one read brought before reading
     /// again (`BusConnection.restBetweenReads`); 0: read as soon as data comes.
-    var readRest: UInt64 = 0
+    private(set) var readRest: UInt64 = 0
+    /// Watches in a rest now, so that setting the rest to 0 ends theirs at once.
+    private var restingWatches: [WatchHandle] = []
+
+    /// Sets `readRest`; at 0 a rest under way ends now: what waits is read.
+    func setReadRest(_ nanoseconds: UInt64) {
+        readRest = nanoseconds
+        guard nanoseconds == 0 else { return }
+        let ending = restingWatches
+        restingWatches = []
+        for w in ending { endRest(w) }
+    }
 
     /// Most reads of libdbus's (up to about 4 KiB each) in one wake-up, about 1 MiB;
     /// then what was read is dispatched and the source fires again.
@@ -163,11 +174,18 @@ final class MainLoop: @unchecked Sendable {
         source.cancel()
         w.readSource = nil
         w.resting = true
+        restingWatches.append(w)
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
             guard let self, let w, w.resting else { return }
-            w.resting = false
-            if !w.released { self.arm(w) }
+            self.restingWatches.removeAll { $0 === w }
+            self.endRest(w)
         }
+    }
+
+    private func endRest(_ w: WatchHandle) {
+        guard w.resting else { return }
+        w.resting = false
+        if !w.released { arm(w) }
     }
 
     // MARK: Timeouts

@@ -115,4 +115,23 @@ final class ReadRestTests: BusTestCase {
         let sum = try await callSample("Add", [.int32(2), .int32(2)])
         XCTAssertEqual(sum, [.int32(4)])
     }
+
+    /// A follower that stops resting (its crowd has thinned) reads what waits at once,
+    /// not at the end of the rest under way.
+    func testTurningTheRestOffEndsTheRestUnderWay() async throws {
+        let box = try await arrivals(MatchRule(path: "/rest", member: "Tick"))
+        client.restBetweenReads(3600)
+        try server.emitSignal(path: "/rest", interface: "org.ferry.Test.Sig", name: "Tick", arguments: [.string("a")])
+        _ = try await box.next(timeout: 10, "the signal that starts an hour's rest")
+        try server.emitSignal(path: "/rest", interface: "org.ferry.Test.Sig", name: "Tick", arguments: [.string("b")])
+        // Passed on to the client's socket once dbus-daemon answers this.
+        _ = try await server.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                                  method: "GetId")
+        client.restBetweenReads(0)
+        let b = try await box.next(timeout: 10, "the signal that waited in the rest, once the rest is off")
+        XCTAssertEqual(b.text, "b")
+        try server.emitSignal(path: "/rest", interface: "org.ferry.Test.Sig", name: "Tick", arguments: [.string("c")])
+        let c = try await box.next(timeout: 10, "a signal after the rest was turned off")
+        XCTAssertEqual(c.text, "c")
+    }
 }

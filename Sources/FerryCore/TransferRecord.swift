@@ -149,8 +149,14 @@ final class TransferRecord {
     /// An upload has none ("": its destination is the source, never to be touched).
     var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
     var isUpload: Bool { snapshot.kind == .upload }
-    /// The `If-Range` validator: the ETag, else Last-Modified.
-    var validator: String? { etag ?? lastModified }
+    /// The `If-Range` validator: a strong ETag, else Last-Modified. A weak ETag
+    /// (`W/"…"`) says two answers mean the same, not that their bytes are the same: a
+    /// client must not send it in `If-Range` (RFC 9110 §13.1.5), and no range is
+    /// joined to bytes under it.
+    var validator: String? {
+        if let etag, !etag.isEmpty, !etag.hasPrefix("W/") { return etag }
+        return lastModified
+    }
 
     /// Until it is completed, cancelled or removed a transfer owns its final path and
     /// `.part` (a failed one may be resumed).

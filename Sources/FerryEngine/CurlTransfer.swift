@@ -76,6 +76,10 @@ final class CurlTransfer {
     /// A redirect to another origin, which the loop follows in a new handle without
     /// the caller's headers (see `CrossOriginRedirect`).
     private(set) var crossOriginRedirect: String?
+    /// The server sent the asked-for range of a file that changed (its validator is not
+    /// the `If-Range` sent: a server that ignores `If-Range`); the loop fetches the
+    /// whole file again in a new handle, into the same part file cut to 0.
+    private(set) var changedOnServer: String?
     /// The final response was accepted; body bytes go to the file.
     private(set) var responseReady = false
     private(set) var expectedTotal: Int64 = -1
@@ -253,6 +257,10 @@ final class CurlTransfer {
             }
             guard let range = ContentRange(rangeText), let first = range.first, first == request.offset else {
                 return abort(.network("The server sent an unexpected range (\(rangeText)) instead of bytes from \(request.offset)"))
+            }
+            if let validator = request.ifRange, !head.isSameFile(as: validator) {
+                changedOnServer = head.etag ?? head.lastModified ?? "missing"
+                return false
             }
             expectedTotal = range.total ?? -1
             if let error = file.truncate(to: request.offset) { return abort(.disk(error.message)) }

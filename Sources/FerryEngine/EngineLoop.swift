@@ -326,6 +326,10 @@ final class EngineLoop {
             follow(transfer, to: next)
             return
         }
+        if let validator = transfer.changedOnServer {
+            startOver(transfer, because: validator)
+            return
+        }
         let error: FerryError?
         if transfer.alreadyComplete {
             error = nil
@@ -373,6 +377,30 @@ final class EngineLoop {
         }
         logger.debug("transfer \(old.id): redirect to another origin, followed without the caller's headers")
         next.hasher = old.hasher
+        transfers[old.id] = next
+        unthrottle(old)
+        add(next)
+    }
+
+    /// The range the server sent is of a changed file (`CurlTransfer.changedOnServer`):
+    /// the same attempt fetches the whole file in a new handle, without a range, into
+    /// the part file cut to 0 (nothing of the old file is kept, nothing of the new one
+    /// was written).
+    private func startOver(_ old: CurlTransfer, because validator: String) {
+        old.releaseHandle(from: multi)
+        logger.info("transfer \(old.id): the file changed on the server (its validator is now \(validator)); starting over")
+        var request = old.request
+        request.offset = 0
+        request.ifRange = nil
+        request.segments = nil
+        if let error = old.file.truncate(to: 0) {
+            return finish(old, .failed(.disk(error.message), bytesOnDisk: old.bytesOnDisk))
+        }
+        guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: false,
+                                      loop: self, cookies: cookies, redirectsLeft: old.redirectsLeft), next.setupError == CURLE_OK else {
+            return finish(old, .failed(.network("Could not set up the download again (libcurl)"), bytesOnDisk: 0))
+        }
+        if request.computeSHA256 { next.hasher = SHA256() }
         transfers[old.id] = next
         unthrottle(old)
         add(next)

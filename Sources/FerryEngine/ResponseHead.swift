@@ -18,6 +18,18 @@ struct ResponseHead {
     /// `Retry-After` in seconds from now (delta-seconds, or an HTTP date converted).
     var retryAfter: Double?
 
+    /// Whether this answer to a range request sent under `validator` (an ETag, or a
+    /// Last-Modified date: the request's `If-Range`) is of the same file. A server that
+    /// ignores `If-Range` sends the range of a changed file anyway; its validator says so.
+    /// An answer without the kind of validator sent cannot say, and is taken as the same
+    /// file, except a date checked against an answer that brings only an ETag.
+    func isSameFile(as validator: String) -> Bool {
+        if validator.hasPrefix("\"") || validator.hasPrefix("W/") {
+            return etag.map { $0 == validator } ?? true
+        }
+        return lastModified.map { $0 == validator } ?? (etag == nil)
+    }
+
     /// Parses "HTTP/1.1 206 Partial Content" or "HTTP/2 200"; nil if not a status line.
     static func statusLine(_ line: String) -> ResponseHead? {
         guard line.hasPrefix("HTTP/") else { return nil }

@@ -347,11 +347,7 @@ final class SegmentedDownload: EngineAttempt {
     }
 
     private func validatorMatches(_ head: ResponseHead) -> Bool {
-        guard let validator else { return true }
-        if validator.hasPrefix("\"") || validator.hasPrefix("W/") {
-            return head.etag.map { $0 == validator } ?? true
-        }
-        return head.lastModified.map { $0 == validator } ?? (head.etag == nil)
+        validator.map(head.isSameFile(as:)) ?? true
     }
 
     /// A strong ETag, else a Last-Modified date.

@@ -38,6 +38,35 @@ final class PauseResumeTests: XCTestCase {
                        [.resumedAtOffset(t, offset: 6, expected: 100)])
     }
 
+    /// A weak ETag is never an `If-Range` validator: the Last-Modified date is, and
+    /// with a weak ETag alone the transfer is not resumable and starts over.
+    func testAWeakETagIsNotARangeValidator() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let dated = try h.download(s, "https://example.com/dated")
+        h.send(.response(dated, EngineResponse(status: 200, etag: "W/\"abc\"", lastModified: "Tue, 01 Oct 2024 10:00:00 GMT",
+                                               expectedTotal: 100, acceptsRanges: true, effectiveURL: "https://example.com/dated")))
+        h.writePart(dated, [1, 2, 3])
+        h.send(.progress(dated, bytesWritten: 3, totalOnDisk: 3, expected: 100))
+        XCTAssertEqual(h.snapshot(dated)?.resumable, true)
+        XCTAssertFalse(try h.sync { try $0.pause(dated) }.isEmpty, "resume data under the date")
+        h.send(.completed(dated, .stopped(bytesOnDisk: 3)))
+        try h.sync { try $0.resume(dated) }
+        XCTAssertEqual(h.engine.lastRequest(dated)?.offset, 3)
+        XCTAssertEqual(h.engine.lastRequest(dated)?.ifRange, "Tue, 01 Oct 2024 10:00:00 GMT")
+
+        let weak = try h.download(s, "https://example.com/weak")
+        h.send(.response(weak, EngineResponse(status: 200, etag: "W/\"abc\"", expectedTotal: 100, acceptsRanges: true,
+                                              effectiveURL: "https://example.com/weak")))
+        h.writePart(weak, [1, 2, 3])
+        XCTAssertEqual(h.snapshot(weak)?.resumable, false)
+        XCTAssertEqual(try h.sync { try $0.pause(weak) }, [], "no resume data under a weak ETag")
+        h.send(.completed(weak, .stopped(bytesOnDisk: 3)))
+        try h.sync { try $0.resume(weak) }
+        XCTAssertEqual(h.engine.lastRequest(weak)?.offset, 0)
+        XCTAssertNil(h.engine.lastRequest(weak)?.ifRange)
+    }
+
     func testResumeWithoutValidatorStartsOver() throws {
         let h = CoreHarness()
         let s = try h.openSession()

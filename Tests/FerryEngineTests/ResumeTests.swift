@@ -65,6 +65,48 @@ final class ResumeTests: EngineTestCase {
         XCTAssertEqual(log.events(for: 1).compactMap(\.progress).last?.totalOnDisk, Int64(new.count))
     }
 
+    /// A server that ignores `If-Range` sends the asked-for range of the changed file
+    /// (206, new ETag): none of it is written after the old bytes; the whole new file
+    /// is fetched again in the same attempt.
+    func testRangeOfAChangedFileFromAServerIgnoringIfRangeStartsOverFromZero() throws {
+        let old = TestData.bytes(count: size, seed: 31)
+        let new = TestData.bytes(count: size + 77, seed: 32)
+        server.add(path: "/f", body: new, etag: "\"v2\"")
+        server.set(.ignoreIfRange, on: "/f")
+        let part = partPath("f.part")
+        try write(Array(old[..<offset]), to: part)
+
+        let outcome = run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "\"v1\"", sha: true))
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)))
+        XCTAssertTrue(contents(part) == new, "the new file, not the old prefix with the new file's tail")
+        let sent = server.requests(for: "/f")
+        XCTAssertEqual(sent.map { $0.header("Range") }, ["bytes=\(offset)-", nil], "the range, then the whole file")
+        XCTAssertEqual(sent.last?.header("If-Range"), nil)
+        let response = try XCTUnwrap(responses(1).first)
+        XCTAssertEqual(responses(1).count, 1, "the core hears only of the answer that is used")
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.startOffset, 0)
+        XCTAssertEqual(response.etag, "\"v2\"")
+        XCTAssertEqual(log.events(for: 1).compactMap(\.progress).map(\.bytesWritten).reduce(0, +), Int64(new.count))
+        assertWellFormedEvents(1)
+    }
+
+    /// The same with a Last-Modified date as the validator.
+    func testRangeOfAFileWithANewDateFromAServerIgnoringIfRangeStartsOverFromZero() throws {
+        let old = TestData.bytes(count: size, seed: 33)
+        let new = TestData.bytes(count: size - 99, seed: 34)
+        server.add(path: "/f", body: new, etag: nil, lastModified: "Wed, 02 Jul 2025 10:00:00 GMT")
+        server.set(.ignoreIfRange, on: "/f")
+        let part = partPath("f.part")
+        try write(Array(old[..<offset]), to: part)
+
+        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(offset), ifRange: "Tue, 01 Jul 2025 10:00:00 GMT")),
+                       .succeeded(bytesOnDisk: Int64(new.count), sha256: nil))
+        XCTAssertTrue(contents(part) == new, "the new file, not the old prefix with the new file's tail")
+        XCTAssertEqual(server.requests(for: "/f").map { $0.header("Range") }, ["bytes=\(offset)-", nil])
+    }
+
     func testServerWithoutRangeSupportSendsWholeFile() throws {
         let body = TestData.bytes(count: size, seed: 25)
         server.add(path: "/f", body: body, supportsRanges: false)

@@ -140,6 +140,13 @@ extension TransferCoordinator {
         try FileSystemChecks.requireWritableDirectory(directory, role: "directory")
         let owners = Set(index.owners(of: data.destination) + index.owners(of: data.partPath)).sorted()
             .compactMap { transfers[$0] }.filter { $0.holdsClaim }
+        // The partial file is taken over only from the download the data was made from,
+        // with the validator its bytes are of: another download there since (the first
+        // one cancelled, a new one into the same path), or the same one fetching a
+        // changed file since, holds other bytes, which the data's range must not join.
+        if let other = owners.first(where: { !$0.madeResumeData(data) }) {
+            throw FerryError.invalidResumeData("the partial file '\(data.partPath)' now holds transfer \(other.id)'s bytes, not those this resume data was made for; resume transfer \(other.id) instead, or start the download again")
+        }
         if let busy = owners.first(where: { $0.state.isActive }) {
             throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
         }

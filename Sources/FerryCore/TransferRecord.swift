@@ -158,6 +158,12 @@ final class TransferRecord {
         return lastModified
     }
 
+    /// Whether `data` came from this download (a `Pause` of it) and its part file still
+    /// holds bytes under the same validators.
+    func madeResumeData(_ data: ResumeData) -> Bool {
+        snapshot.created == data.created && partPath == data.partPath && etag == data.etag && lastModified == data.lastModified
+    }
+
     /// Until it is completed, cancelled or removed a transfer owns its final path and
     /// `.part` (a failed one may be resumed).
     var holdsClaim: Bool { state != .completed && state != .cancelled }

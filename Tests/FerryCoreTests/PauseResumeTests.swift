@@ -208,6 +208,43 @@ final class PauseResumeTests: XCTestCase {
         XCTAssertEqual(h.observer.events, [])
     }
 
+    /// Resume data of a download whose partial file another download has taken since
+    /// (the first cancelled, a new one into the same path) is refused: its range would
+    /// join the two files. Nothing changes.
+    func testResumeDataIsRefusedOnceAnotherDownloadHoldsThePartialFile() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let first = try resumableTransfer(h, s)
+        let stale = try h.sync { try $0.pause(first) }
+        h.send(.completed(first, .stopped(bytesOnDisk: 6)))
+        try h.sync { try $0.cancel(first) }
+        XCTAssertFalse(h.exists(h.downloads + "/file.bin.part"))
+        h.clock.advance(seconds: 1)
+        let second = try h.download(s, "https://example.com/other.bin") { $0.destination = h.downloads + "/file.bin" }
+        h.send(.response(second, EngineResponse(status: 200, etag: "\"other\"", expectedTotal: 100, acceptsRanges: true,
+                                                effectiveURL: "https://example.com/other.bin")))
+        h.writePart(second, [9, 9, 9, 9, 9, 9, 9, 9])
+        XCTAssertFalse(try h.sync { try $0.pause(second) }.isEmpty)
+        h.send(.completed(second, .stopped(bytesOnDisk: 8)))
+        h.observer.clear()
+
+        XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: stale, options: DownloadOptions()) },
+                            { $0.isInvalidResumeData && $0.message.contains("transfer \(second)") })
+        XCTAssertEqual(h.state(second), .paused, "the download that holds the file is left alone")
+        XCTAssertEqual(try h.sync { try $0.transferIDs() }, [first, second])
+        XCTAssertEqual(h.observer.events, [])
+
+        // The same download after it fetched a changed file: its old resume data is stale too.
+        try h.sync { try $0.resume(second) }
+        h.send(.response(second, EngineResponse(status: 200, etag: "\"other-2\"", expectedTotal: 100, acceptsRanges: true,
+                                                effectiveURL: "https://example.com/other.bin")))
+        let before = try h.sync { try $0.pause(second) }
+        XCTAssertFalse(before.isEmpty)
+        h.send(.completed(second, .stopped(bytesOnDisk: 8)))
+        XCTAssertNoThrow(try h.sync { try $0.resumeDownload(session: s, resumeData: before, options: DownloadOptions()) },
+                         "the data of the file it holds now is taken")
+    }
+
     func testPauseAllResumeAllCancelAllAreScoped() throws {
         let h = CoreHarness()
         let s1 = try h.openSession("one")

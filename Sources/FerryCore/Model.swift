@@ -124,6 +124,11 @@ public struct TransferSnapshot: Sendable, Hashable {
     public var description: String
     /// Final path of a download ("" until chosen).
     public var destination: String
+    /// `destination` as clients see it: "" for a `destination-fd` download, whose path
+    /// is ferryd's private copy (it has no final path).
+    public var shownDestination: String {
+        destination.hasPrefix(StateDirectories.descriptorDownloadsPrefix) ? "" : destination
+    }
     public var state: TransferState
     /// "" unless state == waiting.
     public var waitingReason: String

@@ -21,6 +21,7 @@ public enum StateDirectories {
 
     static let cookies = root + "/cookies"
     static let descriptorDownloads = root + "/fd-downloads"
+    static let descriptorDownloadsPrefix = descriptorDownloads + "/"
 
     /// Makes `path` (and what is missing above it) if it is not there.
     /// - Throws: FileManager's error when it cannot be made, or when something other

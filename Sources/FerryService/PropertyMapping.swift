@@ -17,7 +17,7 @@ enum PropertyMapping {
         (T.url, { .string(Redaction.urlWithoutCredentials($0.url)) }),
         (T.session, { .objectPath(FerryBusNames.sessionPath($0.session)) }),
         (T.description, { .string($0.description) }),
-        (T.destination, { .string($0.destination) }),
+        (T.destination, { .string($0.shownDestination) }),
         (T.state, { .string($0.state.rawValue) }),
         (T.waitingReason, { .string($0.state == .waiting ? $0.waitingReason : "") }),
         (T.bytesTransferred, { .int64($0.bytesTransferred) }),

@@ -314,6 +314,12 @@ final class SandboxedCallerTests: FerryTestCase {
                                                                           "destination": .string(self.home + "/.var/app/\(self.appID)/x")])
         }
         assertFile(target, equals: body)
+
+        // Before it completes too, Destination shows no path (the private copy's is ferryd's).
+        let paused = try await s.download(server.url("/report.pdf"), options: ["destination-fd": .unixFD(fd), "start": .boolean(false)])
+        let pausedInfo = try await paused.info()
+        XCTAssertEqual(pausedInfo.state, "paused")
+        XCTAssertEqual(pausedInfo.destination, "", "ferryd's private copy is not shown")
     }
 
     /// The app swaps a folder of its own for a link to `~/.config/autostart` while its

@@ -31,9 +31,7 @@ enum CurlFailure {
             default: return .network("Could not connect to \(host)")
             }
         case CURLE_OPERATION_TIMEDOUT:
-            if transfer.requestWasSent {
-                return .timeout("No data from \(host) for \(seconds)")
-            }
+            if transfer.requestWasSent { return stalled(transfer) }
             return .timeout("Could not connect to \(host) within \(seconds)")
         case CURLE_PARTIAL_FILE:
             let expected = transfer.expectedTotal >= 0 ? " of \(transfer.expectedTotal)" : ""
@@ -104,6 +102,11 @@ enum CurlFailure {
     }
 
     /// "60 s", "1.5 s".
+    /// Nothing came from the server for `request-timeout`.
+    static func stalled(_ transfer: CurlFailureContext) -> FerryError {
+        .timeout("No data from \(transfer.hostDescription) for \(secondsText(transfer.request.requestTimeout))")
+    }
+
     static func secondsText(_ seconds: Double) -> String {
         let value = max(1, seconds)
         if value == value.rounded() && value < 1e9 { return "\(Int(value)) s" }

@@ -80,6 +80,22 @@ final class CurlTransfer {
     /// the `If-Range` sent: a server that ignores `If-Range`); the loop fetches the
     /// whole file again in a new handle, into the same part file cut to 0.
     private(set) var changedOnServer: String?
+    /// When the body's last bytes came (monotonic ns), or it began.
+    private var lastDataAt: UInt64 = 0
+
+    /// `request-timeout`, as curl is given it.
+    static func stallSeconds(_ request: EngineRequest) -> Double {
+        min(max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60), 86_400)
+    }
+
+    /// When the body, once begun, will have brought nothing for `request-timeout`
+    /// (monotonic ns): the try fails then (`EngineLoop`). nil before the body and while
+    /// the speed limit holds the transfer (that wait is ours, not the server's).
+    var stallDue: UInt64? {
+        guard responseReady, phase == .running, inMulti, !isThrottled, failure == nil else { return nil }
+        return lastDataAt &+ UInt64(Self.stallSeconds(request) * 1_000_000_000)
+    }
+
     /// The final response was accepted; body bytes go to the file.
     private(set) var responseReady = false
     private(set) var expectedTotal: Int64 = -1
@@ -133,8 +149,10 @@ final class CurlTransfer {
         long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
-        // "No data for requestTimeout seconds" = below 1 byte/s for that long.
-        let timeout = min(max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60), 86_400)
+        // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
+        // measures speed over its last 5 s, so once the body has begun a stall is
+        // caught here later than that (`stallDue`, checked by the loop, is on time).
+        let timeout = Self.stallSeconds(request)
         long(CURLOPT_LOW_SPEED_LIMIT, 1)
         long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
         long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
@@ -178,6 +196,7 @@ final class CurlTransfer {
     func resumeAfterThrottle() {
         guard let easy, isThrottled else { return }
         isThrottled = false
+        lastDataAt = monotonicNanoseconds()
         _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
     }
 
@@ -279,6 +298,7 @@ final class CurlTransfer {
             return abort(.disk(error.message))
         }
         responseReady = true
+        lastDataAt = monotonicNanoseconds()
         if file.isRegular, let writeback = PartFileWriteback(fd: fd, from: startOffset) {
             self.writeback = writeback
             nextWritebackAt = writeback.nextRequestAt
@@ -342,6 +362,7 @@ final class CurlTransfer {
         }
         bodyBytes += Int64(count)
         unreportedBytes += Int64(count)
+        lastDataAt = now
         if bytesOnDisk >= nextWritebackAt { startWriteback() }
         if now >= nextProgressAt {
             nextProgressAt = now + Self.progressInterval

@@ -91,14 +91,26 @@ final class EngineLoop {
     }
 
     /// Progress for transfers whose data stopped mid-interval (the write callback
-    /// reports only when data comes); returns how long the poll may sleep.
+    /// reports only when data comes), and the end of those whose body brought nothing
+    /// for `request-timeout`; returns how long the poll may sleep.
     private func reportStalledProgress() -> Int32 {
         let now = monotonicNanoseconds()
         var timeout = Self.pollTimeoutMs
+        var stalled: [CurlTransfer] = []
         for transfer in transfers.values {
             if let due = transfer.reportProgressIfDue(now: now) {
                 timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
             }
+            if let due = transfer.stallDue {
+                if due <= now {
+                    stalled.append(transfer)
+                } else {
+                    timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
+                }
+            }
+        }
+        for transfer in stalled {
+            finish(transfer, .failed(CurlFailure.stalled(transfer), bytesOnDisk: transfer.bytesOnDisk))
         }
         for attempt in otherAttempts.values {
             if let due = attempt.reportProgressIfDue(now: now) {

@@ -66,7 +66,8 @@ final class FailureTests: EngineTestCase {
         }
         XCTAssertEqual(onDisk, 100_000)
         XCTAssertTrue(message.contains("No data"), message)
-        XCTAssertLessThan(Date().timeIntervalSince(started), 15)
+        // On time: curl's own check (its speed is an average over 5 s) took about 7 s.
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4)
     }
 
     func testRedirectToFtpIsRefused() throws {

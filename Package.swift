@@ -71,7 +71,7 @@ let package = Package(
         // The Swift client library: URLSession's background API over the bus; no D-Bus types in its API.
         .target(name: "FerryClient", dependencies: ["FerryBusClient", "DBus", "FerryInterface"]),
         .executableTarget(name: "ferryd", dependencies: [
-            "FerryService", "FerryEngine", "FerryCore", "FerryStore", "FerryDesktop", "FerrySystem",
+            "FerryService", "FerryEngine", "FerryCore", "FerryStore", "FerryDesktop", "FerrySystem", "FerryInterface",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),

@@ -2,6 +2,8 @@
 /// declared once, for the daemon (`FerryService`, `FerryCore`'s errors), the clients
 /// (`FerryBusClient`, `FerryClient`) and the `ferry` CLI.
 public enum FerryInterface {
+    /// Ferry's release: ferryd's `Version` property and both programs' `--version`.
+    public static let releaseVersion = "0.2.0"
     public static let busName = "org.ferry.Ferry1"
     public static let managerPath = "/org/ferry/Ferry1"
     public static let managerInterface = "org.ferry.Ferry1.Manager"

@@ -178,7 +178,8 @@ struct Remove: AsyncParsableCommand {
 func follow(_ client: FerryClient, _ global: GlobalOptions, monitor: TransferMonitor, initial: [TransferInfo],
             sessions: [SessionInfo], options: Follower.Options, json: Bool) async throws -> [TransferInfo] {
     let follower = Follower(options: options)
-    let sink: FollowSink = json ? EventPrinter(json: true) : ProgressDisplay(quiet: global.quiet)
+    // As JSON lines, live progress is `progress` events (at most one a second per transfer).
+    let sink: FollowSink = json ? EventPrinter(json: true, progress: true) : ProgressDisplay(quiet: global.quiet)
     let final = try await follower.run(initial, monitor: monitor, sink: sink)
     await acknowledgeShown(client, session: global.session, sessions: sessions,
                            shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
@@ -363,10 +364,10 @@ final class EventPrinter: FollowSink {
             text = "\(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
         case .resumed(let i, let offset):
             e = EventJSON(event: "resumed", id: i.id, time: JSONOutput.now(), bytesExpected: i.bytesExpected, offset: offset)
-            text = "resumed at \(Format.bytes(offset))"
+            text = "at \(Format.bytes(offset))"
         case .finished(let i, let location):
             e = EventJSON(event: "finished", id: i.id, time: JSONOutput.now(), location: location)
-            text = "finished \(location)"
+            text = location
         case .completed(let i, let serial):
             e = EventJSON(event: "completed", id: i.id, time: JSONOutput.now(), state: i.state, serial: serial,
                           errorName: i.errorName.isEmpty ? nil : i.errorName,
@@ -374,8 +375,11 @@ final class EventPrinter: FollowSink {
             text = i.errorName.isEmpty ? "completed" : "\(i.state): \(i.errorMessage)"
         case .removed(let i):
             e = EventJSON(event: "removed", id: i.id, time: JSONOutput.now())
-            text = "removed"
+            text = ""
         }
-        if json { JSONOutput.line(e) } else { Output.line("\(e.id) \(e.event == "state" || e.event == "completed" ? "" : e.event + " ")\(text)") }
+        // The event's name leads the line, once: "7 finished PATH", "7 resumed at 1.0 MiB";
+        // a state change and a completion say it in their text ("7 running", "7 completed").
+        let named = e.event == "state" || e.event == "completed" ? [text] : [e.event, text]
+        if json { JSONOutput.line(e) } else { Output.line(([String(e.id)] + named.filter { !$0.isEmpty }).joined(separator: " ")) }
     }
 }

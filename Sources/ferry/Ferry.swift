@@ -14,6 +14,10 @@ enum Main {
         // by mprotect(2) a page range at a time (a tenth of `ferry ls`'s time with
         // 10,000 transfers); the main arena grows in larger steps.
         _ = mallopt(-8 /* M_ARENA_MAX */, 1)
+        if let refusal = CommandLineRewrite.nonUTF8Argument() {
+            FileHandle.standardError.write(Data("ferry: \(refusal)\n".utf8))
+            exit(64)
+        }
         await Ferry.main(CommandLineRewrite.rewrite(Array(CommandLine.arguments.dropFirst())))
     }
 }
@@ -28,13 +32,27 @@ struct Ferry: AsyncParsableCommand {
             Exit status: 0 success; 1 a transfer failed or was cancelled; 2 the service refused \
             the request; 3 the service could not be reached; 64 a usage error.
             """,
-        version: "0.2.0",
+        version: FerryInterface.releaseVersion,
         subcommands: [Get.self, Put.self, Post.self, List.self, Show.self, Pause.self, Resume.self, Cancel.self,
                       Remove.self, Watch.self, Wait.self, Events.self, Sessions.self, Config.self])
 }
 
 /// Moves the global options written before the subcommand behind it.
 enum CommandLineRewrite {
+    /// An argument that is not UTF-8 (a file name in another encoding) would reach
+    /// Swift with its bad bytes replaced by U+FFFD, and a download would go to a folder
+    /// of that other name: D-Bus carries only UTF-8, so such a name cannot be passed on.
+    static func nonUTF8Argument() -> String? {
+        for i in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[i] else { continue }
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw))
+            if String(validating: bytes, as: UTF8.self) == nil {
+                return "argument \(i) ('\(String(decoding: bytes, as: UTF8.self))') is not UTF-8; the service takes names in UTF-8 only (rename the file or folder)"
+            }
+        }
+        return nil
+    }
+
     static let valued: Set<String> = ["--session", "--address"]
     static let flags: Set<String> = ["-q", "--quiet"]
 

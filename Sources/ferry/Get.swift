@@ -82,11 +82,11 @@ struct Get: AsyncParsableCommand {
         if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
         if sha256 != nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
-        for h in headers where !h.contains(":") { throw ValidationError("header '\(h)' is not of the form 'Name: value'") }
+        try HeaderArguments.validate(headers)
         if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate (500k, 2M)") }
         if let connections, !(1...16).contains(connections) { throw ValidationError("--connections takes 1 to 16") }
         if let priority, Self.priorities[priority.lowercased()] == nil { throw ValidationError("--priority takes low, normal or high") }
-        if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time (+10m, 23:30, 2026-01-31T23:30:00Z, @1769902200)") }
+        if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time before the year 10000 (+10m, 23:30, 2026-01-31T23:30:00Z, @1769902200)") }
         if let timeout, !(timeout > 0) { throw ValidationError("--timeout takes a number of seconds above 0") }
     }
 
@@ -95,14 +95,7 @@ struct Get: AsyncParsableCommand {
     /// Options every Download of this command gets.
     func downloadOptions() throws -> [String: DBusValue] {
         var options: [String: DBusValue] = [:]
-        if !headers.isEmpty {
-            var d: [String: String] = [:]
-            for h in headers {
-                let parts = h.split(separator: ":", maxSplits: 1)
-                d[parts[0].trimmingCharacters(in: .whitespaces)] = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
-            }
-            options["headers"] = .stringDict(d)
-        }
+        if !headers.isEmpty { options["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
         if overwrite { options["overwrite"] = .boolean(true) }
         if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
         if let connections { options["connections"] = .uint32(connections) }
@@ -250,7 +243,8 @@ enum Checksums {
     /// lines and `#` comments are skipped.
     static func readList(_ path: String) throws -> [Entry] {
         var out: [Entry] = []
-        for (n, raw) in try read(path).split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // Split on any line end: in Swift "\r\n" is one Character, which "\n" is not.
+        for (n, raw) in try read(path).split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
             if line.isEmpty || line.hasPrefix("#") { continue }
             let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
@@ -268,7 +262,7 @@ enum Checksums {
     /// Gives each entry the SHA-256 that `sha256sum` lists for its file name.
     static func apply(sumsFile: String, to entries: inout [Entry], output: String?) throws {
         var sums: [String: String] = [:]
-        for raw in try read(sumsFile).split(separator: "\n") {
+        for raw in try read(sumsFile).split(whereSeparator: \.isNewline) {
             let line = raw.trimmingCharacters(in: .whitespaces)
             guard line.count > 66, !line.hasPrefix("#") else { continue }
             let hex = String(line.prefix(64))
@@ -295,7 +289,13 @@ enum Checksums {
 /// `--start-after` times, in the contract's microseconds since the epoch.
 enum StartTime {
     static func parse(_ text: String, now: Date = Date()) -> UInt64? {
-        func micro(_ d: Date) -> UInt64? { d.timeIntervalSince1970 > 0 ? UInt64(d.timeIntervalSince1970 * 1_000_000) : nil }
+        func micro(_ d: Date) -> UInt64? {
+            // Up to the end of the year 9999: further is a slip of the keyboard (and +1e400
+            // is infinite, @1e30 past what microseconds in 64 bits hold).
+            let seconds = d.timeIntervalSince1970
+            guard seconds.isFinite, seconds > 0, seconds < 253_402_300_800 else { return nil }
+            return UInt64(seconds * 1_000_000)
+        }
         if text.hasPrefix("+") {
             var s = text.dropFirst()
             var unit = 1.0

@@ -27,19 +27,12 @@ struct UploadOptions: ParsableArguments {
     var json = false
 
     func validate() throws {
-        for h in headers where !h.contains(":") { throw ValidationError("header '\(h)' is not of the form 'Name: value'") }
+        try HeaderArguments.validate(headers)
     }
 
     func busOptions(method: String) -> [String: DBusValue] {
         var o: [String: DBusValue] = ["method": .string(method)]
-        if !headers.isEmpty {
-            var d: [String: String] = [:]
-            for h in headers {
-                let parts = h.split(separator: ":", maxSplits: 1)
-                d[parts[0].trimmingCharacters(in: .whitespaces)] = parts.count > 1 ? parts[1].trimmingCharacters(in: .whitespaces) : ""
-            }
-            o["headers"] = .stringDict(d)
-        }
+        if !headers.isEmpty { o["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
         if let contentType { o["content-type"] = .string(contentType) }
         if let description { o["description"] = .string(description) }
         if let responseOutput { o["response-destination"] = .string(absolutePath(responseOutput)) }

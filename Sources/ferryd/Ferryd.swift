@@ -4,6 +4,7 @@ import Dispatch
 import FerryCore
 import FerryDesktop
 import FerryEngine
+import FerryInterface
 import FerryService
 import FerryStore
 import FerrySystem
@@ -13,7 +14,7 @@ import Logging
 /// The transfer daemon: serves org.ferry.Ferry1 on the session bus.
 @main
 struct Ferryd: ParsableCommand {
-    static let version = "0.1.0"
+    static let version = FerryInterface.releaseVersion
 
     static let configuration = CommandConfiguration(
         commandName: "ferryd",

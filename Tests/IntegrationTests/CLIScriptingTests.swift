@@ -62,7 +62,7 @@ final class CLIScriptingTests: FerryTestCase {
         assertFile(dir + "/report.pdf", equals: body)
         XCTAssertEqual(r.stderr, "", "nothing on stderr when all went well")
 
-        FileManager.default.createFile(atPath: work + "/plain", contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: work + "/plain", contents: Data("x".utf8))
         let bad = try ferry(["get", server.url("/files/report.pdf"), "-d", work + "/plain/inner"])
         XCTAssertEqual(bad.status, 2, bad.stdout)
         XCTAssertTrue(bad.stderr.contains("cannot make the directory"), bad.stderr)
@@ -162,6 +162,42 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(rows?.count, 1)
         let missing = try ferry(["get", server.url("/list/a.bin"), "--sha256-file", work + "/SHA256SUMS"])
         XCTAssertEqual(missing.status, 64, "no sum for a.bin: \(missing.stderr)")
+    }
+
+    /// What a script may hand over by mistake: a time past any calendar, a header
+    /// without a name (refused, exit 64, nothing queued), a list written on Windows
+    /// (CRLF line ends: read line by line as any other).
+    func testOddArgumentsAreRefusedOrReadAsMeant() async throws {
+        let a = serve("/crlf/a.bin", size: 3_000, seed: 4)
+        let b = serve("/crlf/b.bin", size: 3_000, seed: 5)
+        for time in ["+1e400", "@1e30", "+999999999999d"] {
+            let r = try ferry(["get", server.url("/crlf/a.bin"), "--start-after", time])
+            XCTAssertEqual(r.status, 64, "\(time): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains("--start-after"), r.stderr)
+        }
+        let nameless = try ferry(["get", server.url("/crlf/a.bin"), "-H", ": v"])
+        XCTAssertEqual(nameless.status, 64, nameless.stderr)
+        XCTAssertTrue(nameless.stderr.contains("no name"), nameless.stderr)
+        XCTAssertEqual(try ferry(["put", server.url("/up"), work + "/nothing", "-H", " : v"]).status, 64)
+        // A folder name in another encoding than UTF-8 (byte 0xFF): refused, not bent.
+        let latin1 = try runTool("/bin/sh", ["-c", "exec \"$0\" get \"$1\" -d \"$2/pre$(printf '\\377')\"", ferryPath,
+                                            server.url("/crlf/a.bin"), work], environment: environment())
+        XCTAssertEqual(latin1.status, 64, latin1.stderr)
+        XCTAssertTrue(latin1.stderr.contains("not UTF-8"), latin1.stderr)
+        XCTAssertFalse((try FileManager.default.contentsOfDirectory(atPath: work)).contains { $0.hasPrefix("pre") })
+        let ls = try ferry(["ls", "--json"])
+        XCTAssertEqual(decode([TransferRow].self, ls.stdout)?.count, 0, "nothing queued: \(ls.stdout)")
+
+        let list = "\(server.url("/crlf/a.bin"))\r\n# b\r\n\(server.url("/crlf/b.bin")) \(TestData.sha256Hex(b))\r\n"
+        try list.write(toFile: work + "/windows.txt", atomically: true, encoding: .utf8)
+        let r = try ferry(["get", "-i", work + "/windows.txt", "-d", work + "/crlf", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertFile(work + "/crlf/a.bin", equals: a)
+        assertFile(work + "/crlf/b.bin", equals: b)
+        try "\(TestData.sha256Hex(a))  a.bin\r\n".write(toFile: work + "/SUMS", atomically: true, encoding: .utf8)
+        let sums = try ferry(["get", server.url("/crlf/a.bin"), "--sha256-file", work + "/SUMS", "-o", work + "/a2.bin", "--wait"])
+        XCTAssertEqual(sums.status, 0, sums.stderr)
+        assertFile(work + "/a2.bin", equals: a)
     }
 
     /// Options reach the service: limit-rate, priority, description, start-after, paused.
@@ -288,17 +324,26 @@ final class CLIScriptingTests: FerryTestCase {
         let slow = try await s.download(server.url("/slow.bin"), options: ["destination": .string(work + "/slow.bin")])
         let watch = try ChildProcess(executable: ferryPath, arguments: ["watch"], environment: environment())
         let events = try ChildProcess(executable: ferryPath, arguments: ["events", "--json"], environment: environment())
+        let eventsText = try ChildProcess(executable: ferryPath, arguments: ["events"], environment: environment())
+        let watchJSON = try ChildProcess(executable: ferryPath, arguments: ["watch", "--json"], environment: environment())
         defer {
-            watch.kill(SIGKILL)
-            events.kill(SIGKILL)
+            for child in [watch, events, eventsText, watchJSON] { child.kill(SIGKILL) }
         }
         try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(slow.id) ") }
         try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"id\":\(slow.id)") }
+        try await waitUntilAsync(timeout: 10) { eventsText.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync(timeout: 10) { watchJSON.stdout.contains("\"id\":\(slow.id)") }
         serve("/late.bin", size: 50_000)
         let late = try await s.download(server.url("/late.bin"), options: ["destination": .string(work + "/late.bin")])
         try await finish(late)
         try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(late.id) completed") }
         try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"event\":\"completed\"") }
+        // Text lines name their event once: "ID finished PATH", "ID completed".
+        try await waitUntilAsync(timeout: 10) { eventsText.stdout.contains("\(late.id) completed") }
+        XCTAssertTrue(eventsText.stdout.contains("\(late.id) finished \(work!)/late.bin\n"), eventsText.stdout)
+        XCTAssertFalse(eventsText.stdout.contains("finished finished"), eventsText.stdout)
+        // watch --json shows live progress as `progress` events (the slow one runs on).
+        try await waitUntilAsync(timeout: 10) { watchJSON.stdout.contains("\"event\":\"progress\"") }
         XCTAssertTrue(watch.isRunning, "watch goes on until Ctrl-C")
         XCTAssertFalse(watch.stdout.contains("\(held.id) "), "a paused transfer is not followed: \(watch.stdout)")
         watch.kill(SIGINT)
@@ -360,7 +405,7 @@ final class CLIScriptingTests: FerryTestCase {
 
     /// `put`/`post`: argument errors are usage errors; a well-formed call reaches the service.
     func testUploadCommands() async throws {
-        FileManager.default.createFile(atPath: work + "/up.txt", contents: Data("hello".utf8))
+        _ = FileManager.default.createFile(atPath: work + "/up.txt", contents: Data("hello".utf8))
         XCTAssertEqual(try ferry(["put", work + "/up.txt"]).status, 64)
         XCTAssertEqual(try ferry(["post", server.url("/form"), "-F", "name=value"]).status, 64, "no file field")
         XCTAssertEqual(try ferry(["post", server.url("/form"), "-F", "a=@x", "-F", "b=@y"]).status, 64, "two file fields")

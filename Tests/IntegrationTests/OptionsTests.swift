@@ -167,5 +167,7 @@ final class OptionsTests: FerryTestCase {
         XCTAssertEqual(r.status, 0)
         let version = try await managerProperty("Version")?.string
         XCTAssertEqual(version, r.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let cli = try runTool(ferryPath, ["--version"], environment: environment())
+        XCTAssertEqual(cli.stdout, r.stdout, "one release: the CLI's version is the daemon's")
     }
 }

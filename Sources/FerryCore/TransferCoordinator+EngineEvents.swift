@@ -87,7 +87,8 @@ extension TransferCoordinator {
     /// Renames the download to the server's name (unique in its directory), moving the
     /// `.part` file if the engine has created it already.
     private func adoptServerName(_ t: TransferRecord, _ name: String) {
-        let newPath = resolver(except: t.id).uniquePath(directory: t.directory, name: name, overwrite: t.options.overwrite)
+        let newPath = resolver(except: t.id).uniquePath(directory: t.directory, name: name, overwrite: t.options.overwrite,
+                                                        own: t.destination)
         guard newPath != t.destination else { return }
         let currentPart = t.enginePartPath ?? t.partPath
         if FileSystemChecks.exists(currentPart) {

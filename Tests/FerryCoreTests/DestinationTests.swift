@@ -71,6 +71,22 @@ final class DestinationTests: XCTestCase {
         XCTAssertEqual(h.destination(explicit), h.root + "/mine.bin", "an explicit file path wins")
     }
 
+    /// The server names the file as the URL did: it keeps its name (its own `.part`
+    /// there does not make the name taken).
+    func testContentDispositionWithTheURLsOwnNameKeepsIt() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, "https://example.com/cd/report.pdf")
+        XCTAssertEqual(h.destination(t), h.downloads + "/report.pdf")
+        h.writePart(t, [1, 2, 3])  // the engine created the part file already
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 3, contentDisposition: "attachment; filename=\"report.pdf\"",
+                                           effectiveURL: "https://example.com/cd/report.pdf")))
+        XCTAssertEqual(h.destination(t), h.downloads + "/report.pdf")
+        h.send(.completed(t, .succeeded(bytesOnDisk: 3, sha256: nil)))
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: h.downloads), ["report.pdf"])
+    }
+
     func testContentDispositionBeforeThePartFileExists() throws {
         let h = CoreHarness()
         let s = try h.openSession()

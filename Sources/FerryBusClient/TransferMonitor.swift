@@ -13,8 +13,11 @@ public enum TransferEvent: Sendable, Equatable {
     case added(path: String, [String: DBusValue])
     /// A transfer object went away (`Remove`, `InterfacesRemoved`).
     case removed(path: String)
-    /// ferryd left the bus (crashed or stopped).
+    /// ferryd left the bus (stopped, crashed, or exited with nothing to do: an
+    /// activatable one comes back at the next call, and its signals reach this monitor).
     case serviceVanished
+    /// The connection to the bus ended: nothing more will come.
+    case busClosed
 }
 
 /// Subscribes to every transfer's signals. Subscriptions are in place when
@@ -121,7 +124,7 @@ public final class TransferMonitor: Sendable {
             guard let args = try? m.arguments(), args.count == 3, args[2].string == "" else { return }
             gatherer.yield(.serviceVanished)
         })
-        client.bus.onDisconnect { gatherer.yield(.serviceVanished) }
+        client.bus.onDisconnect { gatherer.yield(.busClosed) }
         return TransferMonitor(client: client, batches: stream, gatherer: gatherer, subscriptions: subs)
     }
 

@@ -212,6 +212,7 @@ struct Watch: AsyncParsableCommand {
             var options = Follower.Options()
             options.untilDone = untilDone
             options.includePaused = paused
+            options.quiet = global.quiet
             let initial: [TransferInfo]
             if ids.isEmpty {
                 options.followNew = true
@@ -279,6 +280,7 @@ struct Events: AsyncParsableCommand {
             options.followNew = true
             options.includePaused = true
             options.untilDone = false
+            options.quiet = global.quiet
             let onlySession = global.sessionOption
             if let onlySession {
                 // A session made later is looked up when its first transfer comes.

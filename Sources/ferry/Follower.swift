@@ -55,6 +55,8 @@ final class Follower {
         var untilDone = true
         /// Which new transfers to follow.
         var accept: (TransferInfo) -> Bool = { _ in true }
+        /// No note on standard error when the service leaves and following goes on.
+        var quiet = false
     }
 
     private(set) var infos: [String: TransferInfo] = [:]
@@ -116,11 +118,22 @@ final class Follower {
             return followed
         }
         following: for await batch in monitor.batches {
-            var vanished = false
+            var vanished: String?
             let done = Output.burst { () -> Bool in
                 for event in batch {
+                    if case .busClosed = event {
+                        vanished = "the connection to the bus closed"
+                        return true
+                    }
                     if case .serviceVanished = event {
-                        vanished = true
+                        // Waiting for transfers to end: they cannot now. Following until
+                        // Ctrl-C: ferryd also leaves when it has had nothing to do for a
+                        // while, and comes back at the next call (its signals reach us).
+                        guard options.untilDone else {
+                            if !options.quiet { printError("the Ferry service left the bus; following on when it is back") }
+                            continue
+                        }
+                        vanished = "the Ferry service left the bus"
                         return true
                     }
                     if let change = apply(event) { sink.apply(change) }
@@ -128,9 +141,9 @@ final class Follower {
                 }
                 return false
             }
-            if vanished {
+            if let vanished {
                 sink.end(followed)
-                throw CLIError.unreachable("the Ferry service left the bus")
+                throw CLIError.unreachable(vanished)
             }
             if done { break following }
             pace()
@@ -195,7 +208,7 @@ final class Follower {
             running.remove(path)
             order.removeAll { $0 == path }
             return .removed(i)
-        case .serviceVanished:
+        case .serviceVanished, .busClosed:
             return nil
         }
     }

@@ -355,6 +355,35 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertFalse(events.stdout.contains("\\/"))
     }
 
+    /// `events` and `watch` run until Ctrl-C: ferryd leaving the bus (as it does after a
+    /// minute with nothing to do) does not end them; once it is back, they go on.
+    func testEventsAndWatchOutliveFerrydLeavingTheBus() async throws {
+        let s = try await session()
+        // A transfer that runs all along: both commands show it at once, which tells
+        // the test they have subscribed and read the state.
+        serve("/slow.bin", size: 2_000_000)
+        server.set(.slow(bytesPerSecond: 64 * 1024), on: "/slow.bin")
+        let slow = try await s.download(server.url("/slow.bin"), options: ["destination": .string(work + "/slow.bin")])
+        let events = try ChildProcess(executable: ferryPath, arguments: ["events"], environment: environment())
+        let watch = try ChildProcess(executable: ferryPath, arguments: ["watch", "--json"], environment: environment())
+        defer { for child in [events, watch] { child.kill(SIGKILL) } }
+        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\"id\":\(slow.id)") }
+
+        try await stopFerryd()
+        try await waitUntilAsync(timeout: 10) { events.stderr.contains("left the bus") && watch.stderr.contains("left the bus") }
+        XCTAssertTrue(events.isRunning, "events goes on: \(events.stderr)")
+        XCTAssertTrue(watch.isRunning, "watch goes on: \(watch.stderr)")
+
+        try await startFerryd()
+        serve("/after.bin", size: 2_000)
+        let again = try await session()
+        let after = try await again.download(server.url("/after.bin"), options: ["destination": .string(work + "/after.bin")])
+        try await finish(after)
+        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\(after.id) completed") }
+        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\"id\":\(after.id)") }
+    }
+
     /// In an 80-column terminal the display fits: no line wider than 80, a total line, the final state.
     func testProgressInAnEightyColumnTerminal() async throws {
         guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }

@@ -11,10 +11,11 @@ public enum Redaction {
     }
 
     /// The same, with the authority's end chosen.
-    /// - Parameter slashesInAuthority: take the authority to end only at `?` or `#`, so
-    ///   that a URL too broken to say where it ends (`http://u:p/w@host/`, a password
-    ///   with a slash) loses everything up to its last `@` before them: for error
-    ///   messages, which may hide too much but never a password.
+    /// - Parameter slashesInAuthority: for a refused URL's error message, which may hide
+    ///   too much but never a password: the "authority" runs from the scheme's `:` (with
+    ///   or without `//`: `http:u:p@host`, `http:\\u:p@host`) to the last `@` anywhere,
+    ///   so that a URL too broken to say where it ends (a password holding `/`, `?` or
+    ///   `#`) loses all of that.
     public static func urlWithoutCredentials(_ url: String, slashesInAuthority: Bool) -> String {
         var text = url
         // Byte by byte: every delimiter is ASCII, and this runs for each URL shown.
@@ -24,12 +25,16 @@ public enum Redaction {
             while i + 2 < count, !(bytes[i] == UInt8(ascii: ":") && bytes[i + 1] == UInt8(ascii: "/") && bytes[i + 2] == UInt8(ascii: "/")) {
                 i += 1
             }
-            guard i + 2 < count else { return nil }
-            let authority = i + 3
+            var authority = i + 3
+            if i + 2 >= count {
+                // No "://": a refused URL's authority starts after its scheme's ':'.
+                guard slashesInAuthority, let colon = bytes.firstIndex(of: UInt8(ascii: ":")), colon > 0 else { return nil }
+                authority = colon + 1
+            }
             var at: Int?
             var j = authority
-            while j < count, bytes[j] != UInt8(ascii: "?"), bytes[j] != UInt8(ascii: "#"),
-                  slashesInAuthority || bytes[j] != UInt8(ascii: "/") {
+            while j < count, slashesInAuthority || (bytes[j] != UInt8(ascii: "?") && bytes[j] != UInt8(ascii: "#")
+                                                       && bytes[j] != UInt8(ascii: "/")) {
                 if bytes[j] == UInt8(ascii: "@") { at = j }
                 j += 1
             }

@@ -202,11 +202,17 @@ func makeDirectory(_ path: String) throws -> String {
         guard isDir.boolValue else { throw CLIError.refused("\(path) exists and is not a directory") }
         return path
     }
-    do {
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    } catch {
-        let reason = (error as NSError).userInfo[NSUnderlyingErrorKey].map { "\($0)" } ?? error.localizedDescription
-        throw CLIError.refused("cannot make the directory \(path): \(reason)")
+    // Folder by folder with mkdir(2), so that a failure says why in the system's words
+    // ("Permission denied", "Not a directory"), as `mkdir -p` does.
+    var prefix = path.hasPrefix("/") ? "" : "."
+    for name in path.split(separator: "/") {
+        prefix += "/" + name
+        if mkdir(prefix, 0o777) == 0 { continue }
+        let code = errno
+        var st = stat()
+        if code == EEXIST, stat(prefix, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR { continue }
+        let reason = String(cString: strerror(code == EEXIST ? ENOTDIR : code))
+        throw CLIError.refused("cannot make the directory \(path): \(reason) (at \(prefix))")
     }
     return path
 }

@@ -184,7 +184,9 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     /// waiting, then finished), as many as the screen holds, then the total.
     private func frame(columns: Int, rows: Int) -> [String] {
         let all = order.compactMap { infos[$0] }
-        let room = max(1, rows - 2)
+        // A terminal that does not say its size (0 rows: some ptys, `script`) is taken
+        // as 24 rows; at least one transfer line is shown beside "… and N more".
+        let room = max(2, (rows > 0 ? rows : 24) - 2)
         var shown = all
         var hidden = 0
         if all.count > room {

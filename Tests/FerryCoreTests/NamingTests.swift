@@ -71,10 +71,15 @@ final class NamingTests: XCTestCase {
 
     func testRedaction() {
         XCTAssertEqual(RequestURL.redacted("https://user:secret@host/x"), "https://host/x")
-        XCTAssertEqual(RequestURL.redacted("https://host/x?a=b@c"), "https://host/x?a=b@c")
-        // Too broken to say where the authority ends (a slash in the password): an error
-        // message hides everything up to the last @ before the query.
+        // Too broken to say where the authority ends (a slash, '?' or '#' in the password,
+        // no '//'): an error message hides everything from the scheme to the last @.
         XCTAssertEqual(RequestURL.redacted("http://u:p/ss@h/x"), "http://h/x")
+        XCTAssertEqual(RequestURL.redacted("https://host/x?a=b@c"), "https://c", "may hide too much, never a password")
+        for (url, shown) in [("http:user:PW1@h:8080/f", "http:h:8080/f"), ("http:\\\\user:PW2@h/f", "http:h/f"),
+                             ("http://user:PW3?@h/f", "http://h/f"), ("http://user:PW4#@h/f", "http://h/f")] {
+            XCTAssertEqual(RequestURL.redacted(url), shown, url)
+            XCTAssertFerryError(try RequestURL.validate(url), { !$0.message.contains("PW") }, url)
+        }
         XCTAssertFerryError(try RequestURL.validate("http://u:pa/ss@h/x"), { !$0.message.contains("ss") && !$0.message.contains("pa/") })
         let cases: [(String, String)] = [
             ("http://u:p@h:8080/a@b", "http://h:8080/a@b"),           // the last @ before the path

@@ -66,6 +66,7 @@ final class CLIScriptingTests: FerryTestCase {
         let bad = try ferry(["get", server.url("/files/report.pdf"), "-d", work + "/plain/inner"])
         XCTAssertEqual(bad.status, 2, bad.stdout)
         XCTAssertTrue(bad.stderr.contains("cannot make the directory"), bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("Not a directory") && !bad.stderr.contains("Domain="), "in words: \(bad.stderr)")
         XCTAssertEqual(bad.stdout, "")
         let count = try await client.listTransfers().count
         XCTAssertEqual(count, 1, "a refused get queues nothing")
@@ -402,6 +403,26 @@ final class CLIScriptingTests: FerryTestCase {
         for row in rows { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
         XCTAssertTrue(rows.contains { $0.hasPrefix("Total:") }, "a total line: \(rows)")
         XCTAssertTrue(rows.last { $0.hasPrefix("Total:") }?.contains("2 completed") ?? false, rows.suffix(4).joined(separator: "\n"))
+    }
+
+    /// A terminal of 3 rows, or one that does not say its size: transfer lines are shown
+    /// beside the total (the display once kept only "… and N more" and the total).
+    func testProgressInATinyOrSizelessTerminalShowsTransfers() async throws {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        serve("/tiny/one.bin", size: 20_000)
+        serve("/tiny/two.bin", size: 20_000)
+        for rows in [3, 0] {
+            let command = "stty cols 80 rows \(rows); exec \"$0\" get \"$1\" \"$2\" -d \"$3\" --wait --overwrite"
+            let r = try runTool(script, ["-qfec", "sh -c '\(command)' \(ferryPath!) \(server.url("/tiny/one.bin")) \(server.url("/tiny/two.bin")) \(work!)/tiny",
+                                         "/dev/null"], environment: environment(), timeout: 30)
+            XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+            let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+            let rows = plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }
+            // The last frame: the lines up to its total.
+            let end = try XCTUnwrap(rows.lastIndex { $0.hasPrefix("Total:") }, "\(rows)")
+            let last = rows[max(0, end - 2)..<end]
+            XCTAssertTrue(last.contains { $0.contains("one.bin") || $0.contains("two.bin") }, "rows \(rows): a transfer line in \(last)")
+        }
     }
 
     /// A resized terminal (SIGWINCH) gets frames that fit the new width.

@@ -219,7 +219,14 @@ func makeDirectory(_ path: String) throws -> String {
 
 func absolutePath(_ path: String) -> String {
     var p = path
-    if p == "~" || p.hasPrefix("~/") { p = NSString(string: p).expandingTildeInPath }
+    if p == "~" || p.hasPrefix("~/") {
+        // As the shell does: $HOME, else the account's home folder.
+        if let home = ProcessInfo.processInfo.environment["HOME"], home.hasPrefix("/") {
+            p = home + p.dropFirst()
+        } else {
+            p = NSString(string: p).expandingTildeInPath
+        }
+    }
     if !p.hasPrefix("/") { p = FileManager.default.currentDirectoryPath + "/" + p }
     var standard = URL(fileURLWithPath: p).standardizedFileURL.path
     while standard.count > 1 && standard.hasSuffix("/") { standard.removeLast() }

@@ -195,6 +195,10 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         assertFile(work + "/crlf/a.bin", equals: a)
         assertFile(work + "/crlf/b.bin", equals: b)
+        // A quoted ~ (the shell left it) is $HOME's, as the shell would have made it.
+        let tilde = try ferry(["get", server.url("/crlf/a.bin"), "-o", "~/tilde.bin", "--wait"])
+        XCTAssertEqual(tilde.status, 0, tilde.stderr)
+        assertFile(try XCTUnwrap(environment()["HOME"]) + "/tilde.bin", equals: a)
         try "\(TestData.sha256Hex(a))  a.bin\r\n".write(toFile: work + "/SUMS", atomically: true, encoding: .utf8)
         let sums = try ferry(["get", server.url("/crlf/a.bin"), "--sha256-file", work + "/SUMS", "-o", work + "/a2.bin", "--wait"])
         XCTAssertEqual(sums.status, 0, sums.stderr)

@@ -224,7 +224,8 @@ final class PauseResumeTests: XCTestCase {
         h.send(.response(second, EngineResponse(status: 200, etag: "\"other\"", expectedTotal: 100, acceptsRanges: true,
                                                 effectiveURL: "https://example.com/other.bin")))
         h.writePart(second, [9, 9, 9, 9, 9, 9, 9, 9])
-        XCTAssertFalse(try h.sync { try $0.pause(second) }.isEmpty)
+        let older = try h.sync { try $0.pause(second) }
+        XCTAssertFalse(older.isEmpty)
         h.send(.completed(second, .stopped(bytesOnDisk: 8)))
         h.observer.clear()
 
@@ -241,6 +242,8 @@ final class PauseResumeTests: XCTestCase {
         let before = try h.sync { try $0.pause(second) }
         XCTAssertFalse(before.isEmpty)
         h.send(.completed(second, .stopped(bytesOnDisk: 8)))
+        XCTAssertFerryError(try h.sync { try $0.resumeDownload(session: s, resumeData: older, options: DownloadOptions()) },
+                            { $0.isInvalidResumeData && $0.message.contains("transfer \(second)") }, "made before the file changed")
         XCTAssertNoThrow(try h.sync { try $0.resumeDownload(session: s, resumeData: before, options: DownloadOptions()) },
                          "the data of the file it holds now is taken")
     }

@@ -149,14 +149,8 @@ final class TransferRecord {
     /// An upload has none ("": its destination is the source, never to be touched).
     var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
     var isUpload: Bool { snapshot.kind == .upload }
-    /// The `If-Range` validator: a strong ETag, else Last-Modified. A weak ETag
-    /// (`W/"…"`) says two answers mean the same, not that their bytes are the same: a
-    /// client must not send it in `If-Range` (RFC 9110 §13.1.5), and no range is
-    /// joined to bytes under it.
-    var validator: String? {
-        if let etag, !etag.isEmpty, !etag.hasPrefix("W/") { return etag }
-        return lastModified
-    }
+    /// The `If-Range` validator (`RangeValidator.strong`).
+    var validator: String? { RangeValidator.strong(etag: etag, lastModified: lastModified) }
 
     /// Whether `data` came from this download (a `Pause` of it) and its part file still
     /// holds bytes under the same validators.

@@ -101,12 +101,12 @@ enum CurlFailure {
         return "\(shownHost):\(components.port ?? 1080)"
     }
 
-    /// "60 s", "1.5 s".
     /// Nothing came from the server for `request-timeout`.
     static func stalled(_ transfer: CurlFailureContext) -> FerryError {
         .timeout("No data from \(transfer.hostDescription) for \(secondsText(transfer.request.requestTimeout))")
     }
 
+    /// "60 s", "1.5 s".
     static func secondsText(_ seconds: Double) -> String {
         let value = max(1, seconds)
         if value == value.rounded() && value < 1e9 { return "\(Int(value)) s" }

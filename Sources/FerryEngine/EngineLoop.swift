@@ -383,15 +383,9 @@ final class EngineLoop {
             return finish(old, .failed(.tooManyRedirects("More than 10 redirects, starting at \(URLComponents(string: old.request.url)?.host ?? "the server")"),
                                        bytesOnDisk: old.bytesOnDisk))
         }
-        guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: old.sentRange,
-                                      loop: self, cookies: cookies, redirectsLeft: left), next.setupError == CURLE_OK else {
-            return finish(old, .failed(.network("Could not set up the redirected download (libcurl)"), bytesOnDisk: old.bytesOnDisk))
-        }
         logger.debug("transfer \(old.id): redirect to another origin, followed without the caller's headers")
-        next.hasher = old.hasher
-        transfers[old.id] = next
-        unthrottle(old)
-        add(next)
+        replace(old, request: request, resume: old.sentRange, redirectsLeft: left, hasher: old.hasher,
+                unusable: "Could not set up the redirected download (libcurl)", bytesOnDisk: old.bytesOnDisk)
     }
 
     /// The range the server sent is of a changed file (`CurlTransfer.changedOnServer`):
@@ -408,11 +402,21 @@ final class EngineLoop {
         if let error = old.file.truncate(to: 0) {
             return finish(old, .failed(.disk(error.message), bytesOnDisk: old.bytesOnDisk))
         }
-        guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: false,
-                                      loop: self, cookies: cookies, redirectsLeft: old.redirectsLeft), next.setupError == CURLE_OK else {
-            return finish(old, .failed(.network("Could not set up the download again (libcurl)"), bytesOnDisk: 0))
+        replace(old, request: request, resume: false, redirectsLeft: old.redirectsLeft,
+                hasher: request.computeSHA256 ? SHA256() : nil,
+                unusable: "Could not set up the download again (libcurl)", bytesOnDisk: 0)
+    }
+
+    /// Goes on with `old`'s attempt in a new handle for `request` (same part file, same
+    /// attempt, `old`'s handle already released); ends the attempt if curl cannot set
+    /// one up.
+    private func replace(_ old: CurlTransfer, request: EngineRequest, resume: Bool, redirectsLeft: Int, hasher: SHA256?,
+                         unusable: String, bytesOnDisk: Int64) {
+        guard let next = CurlTransfer(request: request, attempt: old.attempt, file: old.file, resume: resume,
+                                      loop: self, cookies: cookies, redirectsLeft: redirectsLeft), next.setupError == CURLE_OK else {
+            return finish(old, .failed(.network(unusable), bytesOnDisk: bytesOnDisk))
         }
-        if request.computeSHA256 { next.hasher = SHA256() }
+        next.hasher = hasher
         transfers[old.id] = next
         unthrottle(old)
         add(next)

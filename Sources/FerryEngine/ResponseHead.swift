@@ -1,3 +1,4 @@
+import FerryCore
 import Foundation
 
 /// One header block of an HTTP response (a redirect, a 1xx, or the final response),
@@ -17,6 +18,9 @@ struct ResponseHead {
     var acceptsByteRanges = false
     /// `Retry-After` in seconds from now (delta-seconds, or an HTTP date converted).
     var retryAfter: Double?
+
+    /// What later range requests for this file are checked against (`If-Range`).
+    var strongValidator: String? { RangeValidator.strong(etag: etag, lastModified: lastModified) }
 
     /// Whether this answer to a range request sent under `validator` (an ETag, or a
     /// Last-Modified date: the request's `If-Range`) is of the same file. A server that

@@ -243,7 +243,7 @@ final class SegmentedDownload: EngineAttempt {
             }
             total = head.contentLength ?? -1
         }
-        let strong = Self.strongValidator(head)
+        let strong = head.strongValidator
         var reason: String?
         if single {
             reason = singleReason
@@ -298,7 +298,7 @@ final class SegmentedDownload: EngineAttempt {
     /// connection, from byte 0.
     private func adoptWholeFile(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
         guard let file else { return false }
-        let changed = validator != nil && Self.strongValidator(head) != validator
+        let changed = validator != nil && head.strongValidator != validator
         cancelAll(except: connection)
         if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
         restartHash()
@@ -348,12 +348,6 @@ final class SegmentedDownload: EngineAttempt {
 
     private func validatorMatches(_ head: ResponseHead) -> Bool {
         validator.map(head.isSameFile(as:)) ?? true
-    }
-
-    /// A strong ETag, else a Last-Modified date.
-    private static func strongValidator(_ head: ResponseHead) -> String? {
-        if let etag = head.etag, !etag.hasPrefix("W/"), !etag.isEmpty { return etag }
-        return head.lastModified
     }
 
     private func emitResponse(_ head: ResponseHead, connection: RangeConnection, startOffset: Int64, acceptsRanges: Bool = false) {

@@ -82,6 +82,28 @@ extension FerryClient {
         return ManagedObjects(sessions: sessions, transfers: transfers)
     }
 
+    /// Every session (not its transfers) from `ListSessions` and a pipelined `GetAll`
+    /// each: what a command that acts on a session by its identifier needs without
+    /// opening (and so creating) it. Sessions removed meanwhile are left out.
+    public func sessionInfos() async throws -> [SessionInfo] {
+        let paths = try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string) ?? []
+        let calls = try paths.map {
+            try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.sessionInterface)])
+        }
+        var sessions: [SessionInfo] = []
+        for (path, result) in zip(paths, await pipeline(calls)) {
+            switch result {
+            case .success(let values): sessions.append(SessionInfo(path: path, properties: values.first?.vardict ?? [:]))
+            case .failure(let e) where Self.goneErrors.contains(e.name): continue
+            case .failure(let e): throw e
+            }
+        }
+        return sessions
+    }
+
+    static let goneErrors: Set<String> = [FerryInterface.ErrorName.noSuchSession.fullName,
+                                          FerryInterface.ErrorName.noSuchTransfer.fullName, StandardErrors.unknownObject]
+
     /// Every session and transfer from `ListSessions`, `ListTransfers` and a pipelined
     /// `GetAll` each. Objects removed between the list and their `GetAll` are left out.
     func managedObjectsOneByOne() async throws -> ManagedObjects {
@@ -92,8 +114,6 @@ extension FerryClient {
         } + transferPaths.map {
             try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.transferInterface)])
         }
-        let gone: Set<String> = [FerryInterface.ErrorName.noSuchSession.fullName, FerryInterface.ErrorName.noSuchTransfer.fullName,
-                                 StandardErrors.unknownObject]
         var sessions: [SessionInfo] = []
         var transfers: [TransferInfo] = []
         transfers.reserveCapacity(transferPaths.count)
@@ -101,7 +121,7 @@ extension FerryClient {
             let values: [DBusValue]
             switch result {
             case .success(let v): values = v
-            case .failure(let e) where gone.contains(e.name): continue
+            case .failure(let e) where Self.goneErrors.contains(e.name): continue
             case .failure(let e): throw e
             }
             guard case .dictionary(_, _, let props)? = values.first else { continue }

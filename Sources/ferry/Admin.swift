@@ -152,7 +152,7 @@ struct ConfigSet: AsyncParsableCommand {
             guard let n = UInt32(value), n > 0 else { throw ValidationError("max-concurrent takes a whole number of at least 1") }
             return .uint32(n)
         case "speed-limit":
-            guard let n = ByteRate.parse(value) else { throw ValidationError("'\(value)' is not a rate (bytes/s: 500k, 2M, 0 = none)") }
+            guard let n = ByteRate.parse(value) else { throw ValidationError("'\(value)' is not a rate of at least 1 byte/s (500k, 2M; 0 = none)") }
             return .uint64(n)
         case "notifications":
             switch value.lowercased() {
@@ -186,6 +186,8 @@ enum ByteRate {
             s.removeLast()
         }
         guard let v = Double(s), v >= 0, v.isFinite, v * multiplier < Double(UInt64.max) else { return nil }
+        // A rate between 0 and 1 byte/s is no rate: 0.4 must not mean "no limit".
+        guard v == 0 || v * multiplier >= 1 else { return nil }
         return UInt64((v * multiplier).rounded())
     }
 }

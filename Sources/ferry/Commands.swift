@@ -82,6 +82,8 @@ struct Show: AsyncParsableCommand {
     @Flag(help: "Print JSON (one transfer: an object; several: an array).")
     var json = false
 
+    func validate() throws { _ = try parseTransferIDs(ids) }
+
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
@@ -110,6 +112,7 @@ struct TargetOptions: ParsableArguments {
     func validate() throws {
         if ids.isEmpty && !all { throw ValidationError("name transfer ids, or --all") }
         if !ids.isEmpty && all { throw ValidationError("name transfer ids or --all, not both") }
+        _ = try parseTransferIDs(ids)
     }
 }
 
@@ -119,11 +122,17 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
            all allMethod: String?, filter: (TransferInfo) -> Bool = { _ in true }) async throws {
     try await runReportingErrors {
         let client = try global.connect()
-        if target.all, let allMethod {
-            let session = try await client.openSession(global.session)
-            try await client.bus.call(destination: FerryClient.busName, path: session.path, interface: FerryClient.sessionInterface,
-                                      method: allMethod)
-            return
+        if target.all {
+            // Looked up, not opened: OpenSession would create a session a typo named.
+            guard let session = try await client.sessionInfos().first(where: { $0.identifier == global.session }) else {
+                if global.sessionNamed { throw CLIError.refused("no session named \(global.session)") }
+                return // the CLI's own session, never used: nothing to act on
+            }
+            if let allMethod {
+                try await client.bus.call(destination: FerryClient.busName, path: session.path, interface: FerryClient.sessionInterface,
+                                          method: allMethod)
+                return
+            }
         }
         let objects = try await client.managedObjects()
         let transfers: [TransferInfo]
@@ -203,6 +212,8 @@ struct Watch: AsyncParsableCommand {
     @Flag(help: "Print events as JSON lines instead of a progress display.")
     var json = false
 
+    func validate() throws { _ = try parseTransferIDs(ids) }
+
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
@@ -240,6 +251,8 @@ struct Wait: AsyncParsableCommand {
 
     @Flag(help: "Print the transfers' final state as JSON (an array).")
     var json = false
+
+    func validate() throws { _ = try parseTransferIDs(ids) }
 
     func run() async throws {
         try await runReportingErrors {

@@ -89,6 +89,10 @@ struct GlobalOptions: ParsableArguments {
     /// The CLI's session: --session, else $FERRY_SESSION, else org.ferry.cli.
     var session: String { sessionOption ?? ProcessInfo.processInfo.environment["FERRY_SESSION"] ?? "org.ferry.cli" }
 
+    /// Whether the user named the session (--session or $FERRY_SESSION) rather than
+    /// leaving the CLI's own.
+    var sessionNamed: Bool { sessionOption != nil || ProcessInfo.processInfo.environment["FERRY_SESSION"] != nil }
+
     @Option(name: .long, help: ArgumentHelp("A D-Bus address to use instead of the session bus.", valueName: "ADDRESS"))
     var address: String?
 

@@ -83,7 +83,7 @@ struct Get: AsyncParsableCommand {
         if sha256 != nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
         try HeaderArguments.validate(headers)
-        if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate (500k, 2M)") }
+        if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate of at least 1 byte/s (500k, 2M)") }
         if let connections, !(1...16).contains(connections) { throw ValidationError("--connections takes 1 to 16") }
         if let priority, Self.priorities[priority.lowercased()] == nil { throw ValidationError("--priority takes low, normal or high") }
         if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time before the year 10000 (+10m, 23:30, 2026-01-31T23:30:00Z, @1769902200)") }

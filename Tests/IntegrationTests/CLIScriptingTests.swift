@@ -180,6 +180,13 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(nameless.status, 64, nameless.stderr)
         XCTAssertTrue(nameless.stderr.contains("no name"), nameless.stderr)
         XCTAssertEqual(try ferry(["put", server.url("/up"), work + "/nothing", "-H", " : v"]).status, 64)
+        // A transfer id that is no number is a usage error naming it, whatever the command.
+        for command in [["show", "abc"], ["pause", "3", "x7"], ["wait", "abc"], ["watch", "abc"]] {
+            let r = try ferry(command)
+            XCTAssertEqual(r.status, 64, "\(command): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains("'\(command.last!)' is not a transfer id"), r.stderr)
+            XCTAssertTrue(r.stderr.contains("Usage: ferry \(command[0]) "), "the command's own usage: \(r.stderr)")
+        }
         // A folder name in another encoding than UTF-8 (byte 0xFF): refused, not bent.
         let latin1 = try runTool("/bin/sh", ["-c", "exec \"$0\" get \"$1\" -d \"$2/pre$(printf '\\377')\"", ferryPath,
                                             server.url("/crlf/a.bin"), work], environment: environment())
@@ -267,6 +274,9 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(try ferry(["config", "set", "speed-limit", "2M"]).status, 0)
         XCTAssertEqual(try ferry(["config", "set", "notifications", "off"]).status, 0)
         XCTAssertEqual(try ferry(["config", "set", "max-concurrent", "zero"]).status, 64)
+        let under = try ferry(["config", "set", "speed-limit", "0.4"])
+        XCTAssertEqual(under.status, 64, "under 1 byte/s is not \"no limit\"")
+        XCTAssertTrue(under.stderr.contains("at least 1 byte/s"), under.stderr)
         let max = try await managerProperty("MaxConcurrentTransfers")?.uint32
         XCTAssertEqual(max, 3)
         struct Manager: Decodable { var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String }

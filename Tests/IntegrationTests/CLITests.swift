@@ -129,6 +129,34 @@ final class CLITests: FerryTestCase {
         XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
     }
 
+    /// `--all` acts on the named session's transfers; a session name that does not
+    /// exist (a typo) is refused and creates nothing, and the CLI's own session, never
+    /// used, has nothing to act on.
+    func testAllActsOnTheNamedSessionAndATypoCreatesNone() async throws {
+        serve("/all.bin", size: 2000)
+        let s = try await session("org.example.Batch")
+        let t = try await s.download(server.url("/all.bin"), options: ["destination": .string(work + "/all.bin"),
+                                                                     "start": .boolean(false)])
+        let before = try await client.listSessions().count
+
+        let typo = try ferry(["resume", "--all", "--session", "org.example.Btach"])
+        XCTAssertEqual(typo.status, 2, typo.stderr)
+        XCTAssertEqual(typo.stderr, "ferry: no session named org.example.Btach\n")
+        let rm = try ferry(["rm", "--all", "--session", "org.example.Btach"])
+        XCTAssertEqual(rm.status, 2, rm.stderr)
+        let own = try ferry(["cancel", "--all"])
+        XCTAssertEqual(own.status, 0, own.stderr)
+        let after = try await client.listSessions().count
+        XCTAssertEqual(after, before, "no session made by a typo or by --all")
+        var state = try await t.info().state
+        XCTAssertEqual(state, "paused", "the other sessions' transfers untouched")
+
+        let cancel = try ferry(["cancel", "--all", "--session", "org.example.Batch"])
+        XCTAssertEqual(cancel.status, 0, cancel.stderr)
+        state = try await t.info().state
+        XCTAssertEqual(state, "cancelled")
+    }
+
     /// An invalid URL: one clear `ferry: …` line on stderr, exit 2, nothing queued.
     func testInvalidUrlIsOneClearError() async throws {
         let r = try ferry(["get", "not a url"])

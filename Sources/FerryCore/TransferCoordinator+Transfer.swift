@@ -15,7 +15,9 @@ extension TransferCoordinator {
         let t = try record(id)
         try TransferStateMachine.check(.pause, state: t.state, transfer: id)
         mutate { pauseTransfer(t) }
-        return resumeData(for: t)
+        let data = resumeData(for: t)
+        if !data.isEmpty { t.resumeDataGiven = true }
+        return data
     }
 
     /// Queues a paused or failed transfer again; it continues from its partial file

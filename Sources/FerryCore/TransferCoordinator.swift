@@ -121,7 +121,9 @@ public final class TransferCoordinator {
     }
 
     /// Stops timers and the engine. Transfer states stay as they are (a restart picks
-    /// them up from the store); no more callbacks are made.
+    /// them up from the store); no more callbacks are made. Ephemeral sessions' transfers
+    /// vanish with the daemon, and so do their partial files (unless `Pause` gave resume
+    /// data that names one).
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
@@ -133,6 +135,10 @@ public final class TransferCoordinator {
         wakeTimer?.cancel()
         wakeTimer = nil
         engine.shutdown()
+        for t in transfers.values where !isPersistent(t.session) && t.state != .completed
+            && !t.partFileHandedOver && !t.resumeDataGiven {
+            deletePartFiles(t)
+        }
     }
 
     /// Runs a change, then moves the downloads that finished in it into place (after one

@@ -21,6 +21,9 @@ final class TransferRecord {
     /// Cancelled because a `ResumeDownload` took its partial file over: the file is
     /// no longer its to delete.
     var partFileHandedOver = false
+    /// `Pause` gave its client resume data that names the partial file: in an
+    /// ephemeral session the file then outlives the daemon, for `ResumeDownload`.
+    var resumeDataGiven = false
     /// Its state with the data each state carries; changed only through its inputs
     /// (the coordinator applies the result with `settle`).
     var life: TransferLife

@@ -101,4 +101,41 @@ final class PersistenceTests: FerryTestCase {
         let events = try await reopened.pendingEvents()
         XCTAssertEqual(events.count, 0, "its events lived in memory only")
     }
+
+    /// An ephemeral session's unfinished downloads vanish with the daemon, and so do
+    /// their `.part` files: none is left in the download folder after a stop. Only a
+    /// partial file that `Pause` handed out resume data for stays, and that data
+    /// continues it in the next ferryd.
+    func testEphemeralPartialFilesGoWithTheDaemon() async throws {
+        let body = serve("/eph.bin", size: 256 * 1024)
+        serve("/plain.bin", size: 256 * 1024, etag: nil, ranges: false)
+        server.set(.stallAfter(bytes: 64 * 1024, times: 3), on: "/eph.bin")
+        server.set(.stallAfter(bytes: 64 * 1024, times: 1), on: "/plain.bin")
+        let eph = try await session("com.example.Private", ["persistent": .boolean(false)])
+        let running = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(work + "/running.bin")])
+        let noData = try await eph.download(server.url("/plain.bin"), options: ["destination": .string(work + "/nodata.bin")])
+        let withData = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(work + "/withdata.bin")])
+        for (t, name) in [(running, "running"), (noData, "nodata"), (withData, "withdata")] {
+            try await waitForState(t, "running")
+            try await waitForFileSize(work + "/\(name).bin.part", atLeast: 64 * 1024)
+        }
+        let none = try await noData.pause()
+        XCTAssertEqual(none, [], "no validator, no resume data")
+        let data = try await withData.pause()
+        XCTAssertFalse(data.isEmpty)
+
+        try await stopFerryd()
+        XCTAssertFalse(exists(work + "/running.bin.part"), "a running download's partial file goes with it")
+        XCTAssertFalse(exists(work + "/nodata.bin.part"), "and a paused one's that no resume data names")
+        XCTAssertTrue(exists(work + "/withdata.bin.part"), "the one resume data names stays for it")
+
+        try await startFerryd()
+        server.clearBehaviours(on: "/eph.bin")
+        let again = try await session("com.example.Private", ["persistent": .boolean(false)])
+        let resumed = try await again.resumeDownload(data)
+        let info = try await finish(resumed)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/withdata.bin", equals: body)
+        XCTAssertEqual(server.requests(for: "/eph.bin").last?.header("Range"), "bytes=\(64 * 1024)-")
+    }
 }

@@ -39,7 +39,7 @@ let package = Package(
         ]),
         // libcurl multi on one engine thread.
         .target(name: "FerryEngine", dependencies: [
-            "CCurl", "FerryCore",
+            "CCurl", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
@@ -103,7 +103,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "FerryEngineTests", dependencies: [
-            "FerryEngine", "FerryCore", "FerryTestSupport", .product(name: "Logging", package: "swift-log"),
+            "FerryEngine", "FerryCore", "FerryInterface", "FerryTestSupport", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "IntegrationTests", dependencies: ["FerryClient", "FerryBusClient", "FerryInterface", "DBus", "FerryTestSupport"]),
         // NetworkManager and logind from python-dbusmock on a private system bus, with the real ferryd.

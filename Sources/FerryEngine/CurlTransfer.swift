@@ -1,6 +1,7 @@
 import CCurl
 import Crypto
 import FerryCore
+import FerryInterface
 import Foundation
 
 /// One attempt of one transfer: its easy handle, its part file and what the response
@@ -83,6 +84,9 @@ final class CurlTransfer {
     /// When the body's last bytes came (monotonic ns), or it began.
     private var lastDataAt: UInt64 = 0
 
+    /// What every request says it comes from: Ferry and its release.
+    static let userAgent = "Ferry/" + FerryInterface.releaseVersion
+
     /// `request-timeout`, as curl is given it.
     static func stallSeconds(_ request: EngineRequest) -> Double {
         min(max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60), 86_400)
@@ -159,7 +163,7 @@ final class CurlTransfer {
         // Limited from the start: smaller chunks give a smoother pace (about four a second).
         let limited = request.speedLimit > 0 ? Int(clamping: request.speedLimit / 4) : Self.bufferSize
         long(CURLOPT_BUFFERSIZE, min(Self.bufferSize, max(16 * 1024, limited)))
-        string(CURLOPT_USERAGENT, "Ferry/0.1")
+        string(CURLOPT_USERAGENT, Self.userAgent)
         if let proxy = request.proxy {
             string(CURLOPT_PROXY, proxy)
             string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says

@@ -29,12 +29,12 @@ struct EasyHandleSetup {
         long(CURLOPT_HTTP_CONTENT_DECODING, 0)
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
-        let timeout = min(max(1, request.requestTimeout.isFinite ? request.requestTimeout : 60), 86_400)
+        let timeout = CurlTransfer.stallSeconds(request)
         long(CURLOPT_LOW_SPEED_LIMIT, 1)
         long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
         long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
         long(CURLOPT_BUFFERSIZE, min(CurlTransfer.bufferSize, max(16 * 1024, receiveBuffer)))
-        string(CURLOPT_USERAGENT, "Ferry/0.1")
+        string(CURLOPT_USERAGENT, CurlTransfer.userAgent)
         if let proxy = request.proxy { string(CURLOPT_PROXY, proxy) }
         for header in request.headers {
             addHeader(header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)")

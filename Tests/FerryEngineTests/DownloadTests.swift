@@ -1,5 +1,6 @@
 import FerryCore
 import FerryEngine
+import FerryInterface
 import FerryTestSupport
 import Foundation
 import XCTest
@@ -28,7 +29,7 @@ final class DownloadTests: EngineTestCase {
         XCTAssertTrue(progress.allSatisfy { $0.expected == Int64(body.count) })
         // 16 MiB arrives in hundreds of chunks; progress is coalesced to 250 ms.
         XCTAssertLessThan(progress.count, 40)
-        XCTAssertEqual(server.requests(for: "/big.bin").first?.header("User-Agent"), "Ferry/0.1")
+        XCTAssertEqual(server.requests(for: "/big.bin").first?.header("User-Agent"), "Ferry/" + FerryInterface.releaseVersion)
         XCTAssertNil(server.requests(for: "/big.bin").first?.header("Range"))
         XCTAssertNil(server.requests(for: "/big.bin").first?.header("Accept-Encoding"))
     }

@@ -174,9 +174,13 @@ final class MainLoop: @unchecked Sendable {
         source.cancel()
         w.readSource = nil
         w.resting = true
+        w.restCount &+= 1
+        let thisRest = w.restCount
         restingWatches.append(w)
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
-            guard let self, let w, w.resting else { return }
+            // Only the rest it was set for: one ended early (`setReadRest(0)`) must not
+            // cut short a later one.
+            guard let self, let w, w.resting, w.restCount == thisRest else { return }
             self.restingWatches.removeAll { $0 === w }
             self.endRest(w)
         }
@@ -365,6 +369,8 @@ final class WatchHandle {
     var writeSource: DispatchSourceWrite?
     /// Reading rests (`MainLoop.readRest`): the read source is made again when it ends.
     var resting = false
+    /// Rests so far: which one a rest's timer belongs to.
+    var restCount: UInt64 = 0
     init(watch: OpaquePointer) { self.watch = watch }
     func disarm() {
         readSource?.cancel()

@@ -134,4 +134,30 @@ final class ReadRestTests: BusTestCase {
         let c = try await box.next(timeout: 10, "a signal after the rest was turned off")
         XCTAssertEqual(c.text, "c")
     }
+
+    /// A rest ended early does not end a later one when its own time comes: the
+    /// follower that turned its rest off and on again still reads in bursts.
+    func testARestEndedEarlyDoesNotCutTheNextShort() async throws {
+        let box = try await arrivals(MatchRule(path: "/rest", member: "Tick"))
+        func tick(_ text: String) throws {
+            try server.emitSignal(path: "/rest", interface: "org.ferry.Test.Sig", name: "Tick", arguments: [.string(text)])
+        }
+        client.restBetweenReads(1)
+        try tick("a")
+        _ = try await box.next(timeout: 10, "the signal that starts a rest of a second")
+        client.restBetweenReads(0) // ends it; its timer is still due within the second
+        client.restBetweenReads(3600)
+        try tick("b")
+        _ = try await box.next(timeout: 10, "the signal that starts an hour's rest")
+        try tick("c")
+        _ = try await server.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                                  method: "GetId")
+        do {
+            let early = try await box.next(timeout: 3, "a signal")
+            XCTFail("'\(early.text)' came while the hour's rest should still hold it: the first rest's timer ended it")
+        } catch is TimedOut {}
+        client.restBetweenReads(0)
+        let c = try await box.next(timeout: 10, "the signal that waited, once the rest is off")
+        XCTAssertEqual(c.text, "c")
+    }
 }

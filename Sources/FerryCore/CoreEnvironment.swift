@@ -27,6 +27,11 @@ public struct CoreEnvironment {
     /// Seconds a pipe or socket given as `destination-fd` may take nothing of the
     /// finished file before the transfer fails.
     public var descriptorStallLimit: Double
+    /// Upload sources (`Upload`'s file or `source-fd`) the core may hold open at once:
+    /// each queued, paused or running upload keeps one. Past it `Upload` is refused
+    /// with `LimitExceeded`, so the files, sockets and bus of every other transfer
+    /// keep the descriptors they need.
+    public var uploadSourceLimit: Int
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -39,6 +44,7 @@ public struct CoreEnvironment {
     ///   - batchSettleTime: 1 second by default.
     ///   - resumeDataSeal: a key of this process's own by default (ferryd keeps one on disk).
     ///   - descriptorStallLimit: 60 seconds by default.
+    ///   - uploadSourceLimit: the process's open-file limit less 256 by default (`uploadSourceBudget`).
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
@@ -47,7 +53,8 @@ public struct CoreEnvironment {
                 checkpointInterval: Double = 5,
                 batchSettleTime: Double = 1,
                 resumeDataSeal: ResumeDataSeal = .ephemeral(),
-                descriptorStallLimit: Double = 60) {
+                descriptorStallLimit: Double = 60,
+                uploadSourceLimit: Int = CoreEnvironment.uploadSourceBudget()) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
@@ -57,6 +64,16 @@ public struct CoreEnvironment {
         self.batchSettleTime = batchSettleTime
         self.resumeDataSeal = resumeDataSeal
         self.descriptorStallLimit = descriptorStallLimit
+        self.uploadSourceLimit = uploadSourceLimit
+    }
+
+    /// Descriptors left for upload sources: the soft open-file limit (`RLIMIT_NOFILE`)
+    /// less 256 for everything else (the state database, the bus, each running
+    /// transfer's sockets and files), at least 16.
+    public static func uploadSourceBudget() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur != rlim_t.max else { return 1 << 20 }
+        return max(16, Int(clamping: limit.rlim_cur) - 256)
     }
 
     /// The wall clock in microseconds since the Unix epoch.

@@ -31,6 +31,10 @@ extension TransferCoordinator {
             }
         }
         _ = try openSessionRecord(session)
+        guard openUploadSources < environment.uploadSourceLimit else {
+            throw FerryError.limitExceeded("\(openUploadSources) uploads are waiting or running, each with its file open: as "
+                + "many as ferryd's open-file limit leaves room for; queue more once some have finished")
+        }
         let requestURL = try RequestURL.validate(url)
         try Self.validate(options)
         let responseDestination = try options.responseDestination.map(validateResponseDestination)
@@ -72,6 +76,7 @@ extension TransferCoordinator {
             }
             add(t)
             handedOver = true
+            openUploadSources += 1
             return id
         }
         return id
@@ -159,6 +164,7 @@ extension TransferCoordinator {
             }
             do {
                 t.uploadSource = try EngineUpload.open(path: t.destination)
+                openUploadSources += 1
             } catch let error as FerryError {
                 return error
             } catch {
@@ -236,12 +242,17 @@ extension TransferCoordinator {
         if t.stopInFlight {
             detachedUploadSources[t.id] = source
         } else {
-            source.closeSource()
+            closeUploadSource(source)
         }
     }
 
     /// An attempt ended: a source kept for it can close now.
     func attemptEndedReleasingSource(_ id: TransferID) {
-        detachedUploadSources.removeValue(forKey: id)?.closeSource()
+        if let source = detachedUploadSources.removeValue(forKey: id) { closeUploadSource(source) }
+    }
+
+    private func closeUploadSource(_ source: EngineUpload) {
+        source.closeSource()
+        openUploadSources -= 1
     }
 }

@@ -71,6 +71,9 @@ public final class TransferCoordinator {
     /// Sources of removed uploads whose attempt has not reported its end yet (the
     /// engine may still be duplicating the descriptor): closed when it does.
     var detachedUploadSources: [TransferID: EngineUpload] = [:]
+    /// Upload sources open now (held by transfers or detached): against
+    /// `environment.uploadSourceLimit`.
+    var openUploadSources = 0
 
     /// Downloads checked and named but not added yet (`prepareDownload`), and their
     /// final and `.part` paths (taken for other downloads meanwhile).

@@ -11,9 +11,12 @@ public enum Ferryd {
     /// runner ignores SIGPIPE and a child would inherit that, where ferryd started from
     /// a shell or by dbus-daemon gets the default (the signal ends it). ferryd must
     /// look after that itself.
-    public static func launch(_ path: String, arguments: [String] = [], environment: [String: String]) throws -> ChildProcess {
+    /// `wrapper` runs it (as `prlimit --nofile=N:N`): its command line comes first.
+    public static func launch(_ path: String, arguments: [String] = [], environment: [String: String],
+                              wrapper: [String] = []) throws -> ChildProcess {
         try withUnblockedSignals {
-            try ChildProcess(executable: "/usr/bin/env", arguments: ["--default-signal=PIPE", path, "--verbose"] + arguments,
+            try ChildProcess(executable: "/usr/bin/env",
+                             arguments: ["--default-signal=PIPE"] + wrapper + [path, "--verbose"] + arguments,
                              environment: environment)
         }
     }

@@ -60,6 +60,13 @@ struct Ferryd: ParsableCommand {
         }
     }
 
+    static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+
     func run() throws {
         // glibc gives each thread that meets contention an arena of its own (up to 8 per
         // core), and memory freed in one arena serves no other: restoring ten thousand
@@ -70,6 +77,11 @@ struct Ferryd: ParsableCommand {
         // copy with EPIPE, not end the daemon (libdbus and libcurl already write to
         // their sockets without the signal; this covers every other descriptor).
         signal(SIGPIPE, SIG_IGN)
+        // Each queued upload holds its file open, and every running transfer its sockets
+        // and files: the soft open-file limit (often 1,024) goes up to the hard one, as
+        // far as the system lets a process go by itself (the core sizes its upload budget
+        // from what this leaves).
+        Ferryd.raiseOpenFileLimit()
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
             h.logLevel = verbose ? .debug : .info

@@ -100,8 +100,8 @@ class FerryTestCase: XCTestCase {
     /// Starts ferryd (with `--no-idle-exit`: no test may depend on finishing within
     /// its idle timeout) and waits (bounded) until it owns org.ferry.Ferry1; then
     /// connects the client and the signal recorder.
-    func startFerryd() async throws {
-        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: environment())
+    func startFerryd(wrapper: [String] = []) async throws {
+        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: environment(), wrapper: wrapper)
         ferryd = p
         if client == nil { client = try FerryClient(address: bus.address) }
         do {

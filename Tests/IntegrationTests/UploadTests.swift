@@ -136,6 +136,49 @@ final class UploadTests: FerryTestCase {
         XCTAssertEqual(server.requests.count, 0)
     }
 
+    /// Each waiting upload holds its file open. ferryd raises its soft open-file limit
+    /// to the hard one, and past what that leaves for uploads `Upload` is refused with
+    /// `LimitExceeded`: downloads keep working, and a finished upload makes room again.
+    func testWaitingUploadsCannotTakeEveryFileDescriptor() async throws {
+        try await stopFerryd()
+        try await startFerryd(wrapper: ["/usr/bin/prlimit", "--nofile=100:320", "--"])
+        let pid = try XCTUnwrap(ferryd?.pid)
+        let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+        let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }.map(String.init) ?? ""
+        XCTAssertEqual(openFiles.split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).prefix(2), ["320", "320"],
+                       "the soft limit raised to the hard one: \(openFiles)")
+
+        server.set(.acceptUploads(), on: "/many")
+        let s = try await session()
+        var queued: [FerryTransfer] = []
+        var refusal: BusError?
+        for i in 0..<70 {
+            let (file, _) = try makeFile("photo\(i).jpg", size: 100)
+            do {
+                queued.append(try await s.upload(server.url("/many"), file: file, options: ["start": .boolean(false)]))
+            } catch let e as BusError {
+                refusal = e
+                break
+            }
+        }
+        XCTAssertEqual(queued.count, 320 - 256, "the budget: the limit less 256 for everything else")
+        XCTAssertEqual(refusal?.name, "org.ferry.Ferry1.Error.LimitExceeded", refusal?.message ?? "no refusal")
+        XCTAssertTrue(refusal?.message.contains("open-file limit") ?? false, refusal?.message ?? "")
+
+        let body = serve("/while.bin", size: 100_000)
+        let d = try await s.download(server.url("/while.bin"), options: ["destination": .string(work + "/while.bin")])
+        let info = try await finish(d)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/while.bin", equals: body)
+
+        try await queued[0].resume()
+        let sent = try await finish(queued[0])
+        XCTAssertEqual(sent.state, "completed", sent.errorMessage)
+        let (file, _) = try makeFile("one-more.jpg", size: 100)
+        _ = try await s.upload(server.url("/many"), file: file, options: ["start": .boolean(false)])
+        await assertDaemonAlive()
+    }
+
     func testFileChangedAfterTheCallFailsWithoutSendingIt() async throws {
         let (file, _) = try makeFile("changing.bin", size: 50_000)
         server.set(.acceptUploads(), on: "/chg")

@@ -382,7 +382,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             return Int(CURL_READFUNC_PAUSE)
         }
         let offset = Int(position - first.start)
-        let n = min(max, first.bytes.count - offset)
+        let n = min(max, first.bytes.count - offset, pacedChunk)
         let now = monotonicNanoseconds()
         guard admit(n, now: now) else { return Int(CURL_READFUNC_PAUSE) }
         first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
@@ -394,7 +394,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// `readBody` for a file on a local disk: read here, then checked (bytes read from a
     /// file that changed are never handed on).
     private func readInPlace(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
-        let want = Int(min(Int64(max), source.size - position))
+        let want = Int(min(Int64(max), source.size - position, Int64(pacedChunk)))
         let now = monotonicNanoseconds()
         guard admit(want, now: now) else { return Int(CURL_READFUNC_PAUSE) }
         var n: Int
@@ -415,6 +415,15 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         return n
     }
 
+    /// The most one read hands libcurl: under a speed limit a quarter second's worth
+    /// (at least 1 KiB), so the limit holds from the first bytes on, as downloads' does;
+    /// else all libcurl asks for. (One whole 512 KiB buffer at once would let a small
+    /// upload through unlimited.)
+    private var pacedChunk: Int {
+        let limit = pacer.limit
+        return limit == 0 ? Int.max : Int(clamping: Swift.max(1024, limit / 4))
+    }
+
     /// Books `count` bytes against the speed limit; false (libcurl is paused until the
     /// loop lets it go on) when they must wait.
     private func admit(_ count: Int, now: UInt64) -> Bool {
@@ -430,7 +439,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private func handedOn(_ count: Int, now: UInt64) {
         position += Int64(count)
         unreportedBytes += Int64(count)
-        if now >= nextProgressAt {
+        // The last bytes are reported at once: the server's answer, which can come only
+        // after them, must not overtake their progress.
+        if now >= nextProgressAt || position == source.size {
             nextProgressAt = now + CurlTransfer.progressInterval
             reportProgress()
         }

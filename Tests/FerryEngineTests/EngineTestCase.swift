@@ -159,14 +159,21 @@ class EngineTestCase: XCTestCase {
 
     /// Asserts the per-transfer event order: at most one response, first; progress
     /// counts add up; exactly one completion, last.
-    func assertWellFormedEvents(_ id: TransferID, file: StaticString = #filePath, line: UInt = #line) {
+    /// One completion, last; at most one response. A download's body (its progress)
+    /// comes after the response; an upload's body goes before the server answers, so
+    /// its progress is all reported before the response.
+    func assertWellFormedEvents(_ id: TransferID, upload: Bool = false, file: StaticString = #filePath, line: UInt = #line) {
         let events = log.events(for: id)
         XCTAssertEqual(events.filter(\.isCompleted).count, 1, "one completion", file: file, line: line)
         XCTAssertTrue(events.last?.isCompleted ?? false, "completion is last", file: file, line: line)
         let responseIndices = events.indices.filter { events[$0].response != nil }
         XCTAssertLessThanOrEqual(responseIndices.count, 1, "at most one response", file: file, line: line)
         if let r = responseIndices.first {
-            XCTAssertFalse(events[..<r].contains { $0.progress != nil }, "no progress before the response", file: file, line: line)
+            if upload {
+                XCTAssertFalse(events[r...].contains { $0.progress != nil }, "no progress after the response", file: file, line: line)
+            } else {
+                XCTAssertFalse(events[..<r].contains { $0.progress != nil }, "no progress before the response", file: file, line: line)
+            }
         }
     }
 }

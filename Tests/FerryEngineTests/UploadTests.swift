@@ -52,7 +52,7 @@ final class UploadTests: EngineTestCase {
         XCTAssertEqual(response.status, 201)
         XCTAssertEqual(response.body.map { String(decoding: $0, as: UTF8.self) },
                        "received \(bytes.count) bytes, sha256 \(TestData.sha256Hex(bytes))\n")
-        assertWellFormedEvents(1)
+        assertWellFormedEvents(1, upload: true)
     }
 
     func testPostMultipartArrivesByteExactWithItsFields() throws {
@@ -86,6 +86,21 @@ final class UploadTests: EngineTestCase {
         XCTAssertEqual(received.method, "POST")
         XCTAssertEqual(received.header("Content-Type"), "application/octet-stream")
         XCTAssertEqual(received.upload?.sha256, TestData.sha256Hex(bytes))
+    }
+
+    /// A speed limit holds from an upload's first bytes: one smaller than libcurl's
+    /// upload buffer (512 KiB) is paced too, not sent in one go.
+    func testASmallUploadKeepsToTheSpeedLimit() throws {
+        let bytes = TestData.bytes(count: 300 * 1024, seed: 74)
+        server.set(.acceptUploads(), on: "/small")
+        let source = try open(try sourceFile(bytes))
+        let started = Date()
+        XCTAssertEqual(run(uploadRequest(1, "/small", source, speedLimit: 100 * 1024), timeout: 60),
+                       .succeeded(bytesOnDisk: Int64(bytes.count), sha256: nil))
+        // 300 KiB at 100 KiB/s takes ~3 s (the first quarter second's worth goes at once);
+        // unlimited on loopback it takes milliseconds.
+        XCTAssertGreaterThan(Date().timeIntervalSince(started), 2)
+        XCTAssertEqual(server.uploads(for: "/small").last?.sha256, TestData.sha256Hex(bytes))
     }
 
     func testProgressCountsBytesSent() throws {

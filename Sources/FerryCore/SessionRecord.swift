@@ -12,6 +12,8 @@ final class SessionRecord {
     var pendingEvents: [PendingEvent] = []
     /// Outcomes since this session's last AllFinished.
     var batch = BatchCounts()
+    /// Batches this session has ended (which one `batch` counts).
+    var batchNumber: UInt64 = 0
     /// The ActiveTransfers value last announced.
     var publishedActive: UInt32 = 0
 

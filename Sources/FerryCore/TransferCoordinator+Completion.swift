@@ -192,6 +192,7 @@ extension TransferCoordinator {
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)
+        if t.state == .failed { t.failureCountedIn = (batchNumber, s.batchNumber) }
         // Within a change the counts go out once, when it ends (a burst of 100 ending
         // downloads is one manager signal, not 100), or before an AllFinished.
         if mutationDepth == 0 { publishAggregates() }
@@ -208,6 +209,7 @@ extension TransferCoordinator {
             publishAggregates()
             let counts = s.batch
             s.batch = BatchCounts()
+            s.batchNumber &+= 1
             emit(.sessionAllFinished(SessionBatchEnd(session: s.id, identifier: s.identifier, counts: counts, applicationID: s.configuration.applicationID,
                                                      hasPendingEvents: !s.pendingEvents.isEmpty)))
         }

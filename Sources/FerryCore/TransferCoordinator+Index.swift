@@ -152,6 +152,7 @@ extension TransferCoordinator {
         publishAggregates() // the counts that say so first
         let counts = batch
         batch = BatchCounts()
+        batchNumber &+= 1
         emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled)))
     }
 }

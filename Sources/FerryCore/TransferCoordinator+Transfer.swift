@@ -103,6 +103,7 @@ extension TransferCoordinator {
             t.snapshot.errorName = ""
             t.snapshot.errorMessage = ""
             t.snapshot.completed = 0
+            uncountFailure(t)
         }
         // A client's start: a fresh set of retries and a fresh resource-timeout.
         t.retriesUsed = 0
@@ -111,6 +112,17 @@ extension TransferCoordinator {
         // user asked for it now).
         settle(t, t.life.resume(startAfter: t.options.startAfter, now: environment.now()))
         publishChanged(t)
+    }
+
+    /// A failed transfer goes again: its failure leaves the batches that have not
+    /// ended yet, so that its next outcome is its only one there (a link renewed with
+    /// `SetUrl` and resumed within the settle time is one download, not a failure and
+    /// a success).
+    func uncountFailure(_ t: TransferRecord) {
+        guard let counted = t.failureCountedIn else { return }
+        t.failureCountedIn = nil
+        if counted.manager == batchNumber, batch.failed > 0 { batch.failed -= 1 }
+        if let s = sessions[t.session], counted.session == s.batchNumber, s.batch.failed > 0 { s.batch.failed -= 1 }
     }
 
     /// Cancels (user, session close, or takeover by resume data) and reports it as a

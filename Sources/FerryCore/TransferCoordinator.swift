@@ -63,6 +63,8 @@ public final class TransferCoordinator {
     var network = NetworkConditions.assumed
     /// Outcomes since the last manager-wide AllFinished.
     var batch = BatchCounts()
+    /// Batches the manager has ended (which one `batch` counts).
+    var batchNumber: UInt64 = 0
     var publishedManager = ManagerSnapshot()
 
     /// Removed transfers whose engine attempt has not reported its end yet, with the

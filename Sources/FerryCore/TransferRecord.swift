@@ -109,6 +109,12 @@ final class TransferRecord {
         get { extrasBox?.delivery }
         set { if newValue != nil || extrasBox != nil { extras.delivery = newValue } }
     }
+    /// The batches (manager's, session's) whose `failed` count holds this transfer's
+    /// failure: a `Resume` within them takes it back out (one transfer, one outcome).
+    var failureCountedIn: (manager: UInt64, session: UInt64)? {
+        get { extrasBox?.failureCountedIn }
+        set { if newValue != nil || extrasBox != nil { extras.failureCountedIn = newValue } }
+    }
     /// An upload's settings (nil for a download).
     var upload: UploadSpec? {
         get { extrasBox?.upload }
@@ -232,6 +238,7 @@ final class TransferExtras {
     var destinationFD: DestinationDescriptor?
     var delivery: DescriptorDelivery?
     var upload: UploadSpec?
+    var failureCountedIn: (manager: UInt64, session: UInt64)?
     var uploadSource: EngineUpload?
     var segments: SegmentMap?
 }

@@ -15,24 +15,39 @@ public struct BatchSummary: Sendable, Equatable {
         public var id: TransferID
         public var name: String
         public var reason: String
+        public var isUpload = false
     }
 
+    /// Downloads that arrived (their files are what the actions show).
     public private(set) var finished: [Finished] = []
+    /// Uploads the servers took (`path`: the name of the file sent, for the text only;
+    /// nothing of theirs is shown in a folder).
+    public private(set) var uploaded: [Finished] = []
     public private(set) var failed: [Failed] = []
+    /// The ids in `failed`: a transfer resumed after its failure and ending again
+    /// within the batch replaces its entry (one transfer, one outcome).
+    private var failedIDs: Set<TransferID> = []
 
     public init() {}
 
-    public var isEmpty: Bool { finished.isEmpty && failed.isEmpty }
+    public var isEmpty: Bool { finished.isEmpty && uploaded.isEmpty && failed.isEmpty }
 
     /// Counts a transfer that reached a final state.
     public mutating func add(_ t: TransferSnapshot) {
+        guard t.state == .completed || t.state == .failed else { return }
+        if failedIDs.remove(t.id) != nil { failed.removeAll { $0.id == t.id } } // rare: only on a failure's rerun
+        let isUpload = t.kind == .upload
         switch t.state {
         case .completed:
-            finished.append(Finished(id: t.id, path: t.destination, bytes: max(t.bytesTransferred, 0)))
-        case .failed:
-            failed.append(Failed(id: t.id, name: Self.displayName(t), reason: Self.reason(t)))
+            let bytes = max(t.bytesTransferred, 0)
+            if isUpload {
+                uploaded.append(Finished(id: t.id, path: Self.displayName(t), bytes: bytes))
+            } else {
+                finished.append(Finished(id: t.id, path: t.destination, bytes: bytes))
+            }
         default:
-            break
+            failed.append(Failed(id: t.id, name: Self.displayName(t), reason: Self.reason(t), isUpload: isUpload))
+            failedIDs.insert(t.id)
         }
     }
 
@@ -48,20 +63,29 @@ public struct BatchSummary: Sendable, Equatable {
 
     /// The notification for this batch. `home` shortens paths to `~/…`.
     public func notification(batch: UInt64, home: String) -> DesktopNotification {
-        let s = finished.count, f = failed.count
+        let s = finished.count, f = failed.count, u = uploaded.count
         let total = finished.reduce(Int64(0)) { $0 + $1.bytes }
         var lines: [String] = []
+        // Named for what the batch held: downloads, uploads, or transfers when both.
+        let uploads = u + failed.filter(\.isUpload).count, all = s + u + f
+        let (one, many, done) = uploads == 0 ? ("Download", "downloads", "downloaded")
+            : uploads == all ? ("Upload", "uploads", "uploaded") : ("Transfer", "transfers", "done")
         let summary: String
         if f == 0 {
-            summary = s == 1 ? "Download complete" : "\(s) downloads complete"
-        } else if s == 0 {
-            summary = f == 1 ? "Download failed" : "\(f) downloads failed"
+            summary = s + u == 1 ? "\(one) complete" : "\(s + u) \(many) complete"
+        } else if s + u == 0 {
+            summary = f == 1 ? "\(one) failed" : "\(f) \(many) failed"
         } else {
-            summary = "\(s) downloaded, \(f) failed"
+            summary = "\(s + u) \(done), \(f) failed"
         }
         let shown = failed.prefix(3)
         for x in shown { lines.append("\(x.name) — \(x.reason)") }
         if f > shown.count { lines.append("and \(f - shown.count) more failed") }
+        if u > 0 {
+            let sent = ByteCount.describe(uploaded.reduce(Int64(0)) { $0 + $1.bytes })
+            lines.append(u == 1 ? "\(uploaded[0].path) (\(sent)) sent"
+                                : "\(u) files (\(sent)) sent")
+        }
         if s > 0 {
             let place: String
             switch folders.count {

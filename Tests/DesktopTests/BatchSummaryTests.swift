@@ -69,6 +69,52 @@ final class BatchSummaryTests: XCTestCase {
         XCTAssertEqual(n.actions.map(\.key), ["retry"])
     }
 
+    /// Uploads are named as uploads, their files are not shown in a folder (they were
+    /// sent, not received); a batch of both says transfers.
+    func testUploadsAreUploads() {
+        func upload(_ id: TransferID, _ path: String, _ state: TransferState, bytes: Int64 = 4_000) -> TransferSnapshot {
+            var t = TransferSnapshot(id: id, session: 1, kind: .upload, url: "https://example.org/up", destination: path, state: state,
+                                     bytesTransferred: bytes, bytesExpected: bytes)
+            if state == .failed {
+                t.errorName = "org.ferry.Ferry1.Error.Http"
+                t.errorMessage = "HTTP 503 Service Unavailable"
+            }
+            return t
+        }
+        var s = BatchSummary()
+        s.add(upload(1, "/home/ada/Pictures/a.jpg", .completed))
+        s.add(upload(2, "/home/ada/Pictures/b.jpg", .completed))
+        var n = s.notification(batch: 1, home: home)
+        XCTAssertEqual(n.summary, "2 uploads complete")
+        XCTAssertEqual(n.body, "2 files (8.0 kB) sent")
+        XCTAssertEqual(n.actions, [], "nothing to show: the files were sent")
+
+        var one = BatchSummary()
+        one.add(upload(3, "/home/ada/Pictures/c.jpg", .failed))
+        n = one.notification(batch: 2, home: home)
+        XCTAssertEqual(n.summary, "Upload failed")
+        XCTAssertEqual(n.body, "c.jpg — 503 Service Unavailable")
+        XCTAssertEqual(n.actions.map(\.key), ["retry"])
+
+        s.add(finished(4, "/home/ada/Downloads/d.txt", 10))
+        n = s.notification(batch: 3, home: home)
+        XCTAssertEqual(n.summary, "3 transfers complete")
+        XCTAssertEqual(n.body, "2 files (8.0 kB) sent\nd.txt (10 bytes) in ~/Downloads")
+        XCTAssertEqual(n.actions.last?.label, "Show File")
+    }
+
+    /// A transfer that failed, was resumed and then completed within the batch is one
+    /// download, shown once by its last outcome (and no Retry for it).
+    func testAFailureResumedWithinTheBatchIsReplacedByItsLastOutcome() {
+        var s = BatchSummary()
+        s.add(failed(1, "/home/ada/Downloads/report.pdf", name: "org.ferry.Ferry1.Error.Http", message: "HTTP 403 Forbidden"))
+        s.add(finished(1, "/home/ada/Downloads/report.pdf", 9))
+        let n = s.notification(batch: 1, home: home)
+        XCTAssertEqual(n.summary, "Download complete")
+        XCTAssertEqual(n.body, "report.pdf (9 bytes) in ~/Downloads")
+        XCTAssertEqual(n.actions.map(\.key), ["default", "show"])
+    }
+
     func testCancelledOnlyIsEmpty() {
         var s = BatchSummary()
         s.add(TransferSnapshot(id: 1, session: 1, url: "https://example.org/c", state: .cancelled))

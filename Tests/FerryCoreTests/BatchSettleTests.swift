@@ -43,6 +43,36 @@ final class BatchSettleTests: XCTestCase {
         XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 1, failed: 1)])
     }
 
+    /// A download that fails, has its link renewed and is resumed within the batch is
+    /// one download: counted once, by its last outcome, in the manager's and the
+    /// session's batch. A failure whose batch has ended stays counted there.
+    func testAFailureResumedWithinTheBatchCountsOnceByItsLastOutcome() throws {
+        let h = CoreHarness(batchSettleTime: 1)
+        let s = try h.openSession()
+        let other = try h.download(s, "https://example.com/other.bin")
+        let t = try h.download(s, "https://example.com/report.pdf")
+        h.fail(t, .http(status: 403, "HTTP 403 Forbidden"))
+        try h.sync { try $0.setURL(t, url: "https://example.com/report.pdf?renewed") }
+        try h.sync { try $0.resume(t) }
+        h.succeed(t)
+        h.succeed(other)
+        h.clock.advance(seconds: 1.1)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 2)])
+        XCTAssertEqual(h.observer.sessionAllFinishedCounts(s), [BatchCounts(succeeded: 2)])
+
+        // Failed, and its batch ended: resuming it later is a new batch's business.
+        let late = try h.download(s, "https://example.com/late.bin")
+        h.fail(late, .http(status: 404, "HTTP 404 Not Found"))
+        h.clock.advance(seconds: 1.1)
+        h.sync { $0.wakeDueTransfers() }
+        try h.sync { try $0.resume(late) }
+        h.succeed(late)
+        h.clock.advance(seconds: 1.1)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 2), BatchCounts(failed: 1), BatchCounts(succeeded: 1)])
+    }
+
     func testNoSettleEndsAtOnce() throws {
         let h = CoreHarness(batchSettleTime: 0)
         let s = try h.openSession()

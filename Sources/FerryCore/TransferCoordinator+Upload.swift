@@ -95,6 +95,10 @@ extension TransferCoordinator {
         }
         try Limits.check(options.description, max: Limits.descriptionBytes, what: "the description")
         try HeaderFields.validate(options.headers)
+        if options.headers.keys.contains(where: { $0.lowercased() == "content-type" }) {
+            throw FerryError.invalidArgument("an upload's Content-Type is its option 'content-type' (with 'form-field', the file "
+                + "part's; the body is multipart/form-data), not a 'headers' entry")
+        }
         guard options.formValues.count <= maxFormValues else {
             throw FerryError.limitExceeded("\(options.formValues.count) form values; at most \(maxFormValues) are accepted")
         }

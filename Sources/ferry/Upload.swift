@@ -28,12 +28,22 @@ struct UploadOptions: ParsableArguments {
 
     func validate() throws {
         try HeaderArguments.validate(headers)
+        if contentType != nil, headerContentType != nil {
+            throw ValidationError("give the file's type once: --content-type or -H 'Content-Type: …'")
+        }
+    }
+
+    /// `-H 'Content-Type: …'`, as curl users write it: the upload's `content-type`
+    /// (the service takes the type only as that option).
+    private var headerContentType: String? {
+        HeaderArguments.dictionary(headers).first { $0.key.lowercased() == "content-type" }?.value
     }
 
     func busOptions(method: String) -> [String: DBusValue] {
         var o: [String: DBusValue] = ["method": .string(method)]
-        if !headers.isEmpty { o["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
-        if let contentType { o["content-type"] = .string(contentType) }
+        let others = HeaderArguments.dictionary(headers).filter { $0.key.lowercased() != "content-type" }
+        if !others.isEmpty { o["headers"] = .stringDict(others) }
+        if let type = contentType ?? headerContentType { o["content-type"] = .string(type) }
         if let description { o["description"] = .string(description) }
         if let responseOutput { o["response-destination"] = .string(absolutePath(responseOutput)) }
         if paused { o["start"] = .boolean(false) }

@@ -485,6 +485,15 @@ final class CLIScriptingTests: FerryTestCase {
             let kind = try await client.transfer(id: id).info().kind
             XCTAssertEqual(kind, "upload", "\(args)")
         }
+        // -H 'Content-Type: …' (as with curl -T) is the file's type; given twice, a usage error.
+        server.set(.acceptUploads(), on: "/typed")
+        let typed = try ferry(["put", work + "/up.txt", server.url("/typed"), "-H", "Content-Type: text/plain", "-H", "X-A: b", "--wait"])
+        XCTAssertEqual(typed.status, 0, typed.stderr)
+        let request = server.requests(for: "/typed").first
+        XCTAssertEqual(request?.header("Content-Type"), "text/plain")
+        XCTAssertEqual(request?.header("X-A"), "b")
+        let twice = try ferry(["put", work + "/up.txt", server.url("/typed"), "-H", "content-type: a/b", "--content-type", "c/d"])
+        XCTAssertEqual(twice.status, 64, twice.stderr)
     }
 
     /// Shell completion: transfer ids come from the service; -d completes folders, -o files.

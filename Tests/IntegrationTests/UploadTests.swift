@@ -72,7 +72,8 @@ final class UploadTests: FerryTestCase {
     func testPostMultipartWithFieldsAndResponseDestination() async throws {
         let (file, body) = try makeFile("photo.jpg", size: 300_000)
         server.set(.acceptUploads(status: 200, body: Array("thanks".utf8)), on: "/form")
-        let s = try await session()
+        // A session whose other requests are JSON: its Content-Type does not reach the form.
+        let s = try await session("com.example.Api", ["headers": .stringDict(["Content-Type": "application/json"])])
         let answerPath = work + "/answer.txt"
         let t = try await s.upload(server.url("/form"), file: file, options: [
             "method": .string("POST"), "form-field": .string("picture"), "content-type": .string("image/jpeg"),
@@ -81,6 +82,9 @@ final class UploadTests: FerryTestCase {
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         let received = try XCTUnwrap(server.uploads(for: "/form").first)
+        let types = server.requests(for: "/form").first?.headers.filter { $0.name.lowercased() == "content-type" }.map(\.value) ?? []
+        XCTAssertEqual(types.count, 1, "one Content-Type: \(types)")
+        XCTAssertTrue(types.first?.hasPrefix("multipart/form-data; boundary=") ?? false, "\(types)")
         let part = try XCTUnwrap(received.part("picture"))
         XCTAssertEqual(part.fileName, "photo.jpg")
         XCTAssertEqual(part.contentType, "image/jpeg")
@@ -121,6 +125,9 @@ final class UploadTests: FerryTestCase {
         let (file, _) = try makeFile("ok.bin", size: 10)
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "relative path") {
             _ = try await s.upload(self.server.url("/x"), file: "ok.bin")
+        }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "Content-Type as a header") {
+            _ = try await s.upload(self.server.url("/x"), file: file, options: ["headers": .stringDict(["content-type": "text/csv"])])
         }
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "form-field with PUT") {
             _ = try await s.upload(self.server.url("/x"), file: file, options: ["form-field": .string("f")])

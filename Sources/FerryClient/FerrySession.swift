@@ -71,17 +71,23 @@ public final class FerrySession: @unchecked Sendable {
     public func cancelAll() async throws { _ = try await core.callSession("CancelAll") }
 
     /// Forgets the session once its transfers have finished (`finishTasksAndInvalidate`).
+    /// The session object stays alive and keeps delivering its tasks' events (to the
+    /// delegate and `FerryTask.value`/`events`) until the last has ended, then leaves the
+    /// bus. (A paused task never ends until it is resumed.)
     public func finishTasksAndInvalidate() async throws {
         _ = try await core.callSession("Close", [.boolean(false)])
-        core.close()
+        core.closeOnceTasksEnd(keeping: self)
     }
 
-    /// Cancels the session's transfers and forgets it (`invalidateAndCancel`).
+    /// Cancels the session's transfers and forgets it (`invalidateAndCancel`). Tasks
+    /// whose cancellation had not arrived yet end with an error.
     public func invalidateAndCancel() async throws {
         _ = try await core.callSession("Close", [.boolean(true)])
         core.close()
     }
 
-    /// Leaves the bus; the session and its transfers go on in the service.
+    /// Leaves the bus; the session and its transfers go on in the service. Its tasks
+    /// that had not ended end with an error here (`invalidState`): open the session
+    /// again to follow them.
     public func detach() { core.close() }
 }

@@ -20,6 +20,9 @@ final class SessionCore: @unchecked Sendable {
     private var subscriptions: [BusConnection.Subscription] = []
     private var attachTask: Task<String, Error>?
     private var closed = false
+    /// The session object while `finishTasksAndInvalidate` waits for its tasks (as a
+    /// URLSession lives until it is invalidated); under `lock`.
+    private var keepAlive: FerrySession?
 
     // Confined to `queue`.
     private var sessionPath: String?
@@ -31,6 +34,8 @@ final class SessionCore: @unchecked Sendable {
     private var locations: [String: String] = [:]
     /// An event no one took was left pending: acknowledging a later one would drop it.
     private var leftPending = false
+    /// `finishTasksAndInvalidate` was called: close once no task is left.
+    private var closeWhenTasksEnd = false
 
     /// A signal, as the bus queue hands it over.
     enum Incoming {
@@ -129,8 +134,20 @@ final class SessionCore: @unchecked Sendable {
         let objects = try await client.managedObjects()
         let pending = try await session.pendingEvents()
         queue.sync {
+            if let earlier = sessionPath, earlier != session.path {
+                // A new session under the same identifier (an ephemeral one vanished with
+                // the service): its events count from 1 again.
+                lastDelivered = 0
+            }
             sessionPath = session.path
             leftPending = false
+            let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
+            for (path, t) in tasks where !listed.contains(path) {
+                tasks[path] = nil
+                handedOut.remove(path)
+                t.complete(.failure(.invalidState("the transfer is gone from the service (an ephemeral session's transfers "
+                    + "end with ferryd, or it was removed)")))
+            }
             let pendingPaths = Set(pending.map(\.transferPath))
             for info in objects.transfers where info.session == session.path {
                 let t = task(info.path)
@@ -265,6 +282,10 @@ final class SessionCore: @unchecked Sendable {
             delegate?.ferrySession(s, task: t, didCompleteWithError: error)
         }
         t.complete(outcome)
+        if closeWhenTasksEnd && !tasks.values.contains(where: { !$0.isCompleted }) {
+            let core = self
+            DispatchQueue.global().async { core.close() }
+        }
         lastDelivered = max(lastDelivered, serial)
         if delegate != nil || handedOut.contains(path) {
             if !leftPending { acknowledge(serial) }
@@ -305,13 +326,36 @@ final class SessionCore: @unchecked Sendable {
         return try await call(path, FerryClient.sessionInterface, method, args)
     }
 
+    /// Leaves the bus. The tasks not ended yet end with an error (the transfers go on in
+    /// the service, but nothing here follows them any more): no one waits forever.
     func close() {
-        let (b, subs) = lock.withLock { () -> (BusConnection?, [BusConnection.Subscription]) in
+        let (b, subs, wasClosed) = lock.withLock { () -> (BusConnection?, [BusConnection.Subscription], Bool) in
+            let was = closed
             closed = true
+            keepAlive = nil
             defer { bus = nil; subscriptions = [] }
-            return (bus, subscriptions)
+            return (bus, subscriptions, was)
         }
         for s in subs { b?.unsubscribe(s) }
         b?.close()
+        guard !wasClosed else { return }
+        queue.async { [self] in
+            for t in tasks.values where !t.isCompleted {
+                t.complete(.failure(.invalidState("the session was detached or invalidated before the transfer ended; "
+                    + "it goes on in the service: open the session again to follow it")))
+            }
+        }
+    }
+
+    /// `finishTasksAndInvalidate`: keeps following (and keeps the session alive) until
+    /// every task known here has ended, then closes.
+    func closeOnceTasksEnd(keeping session: FerrySession) {
+        lock.withLock { keepAlive = session }
+        queue.async { [self] in
+            closeWhenTasksEnd = true
+            if !tasks.values.contains(where: { !$0.isCompleted }) {
+                DispatchQueue.global().async { self.close() }
+            }
+        }
     }
 }

@@ -130,6 +130,45 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(pending, 0, "delivered events are acknowledged")
     }
 
+    /// Nothing waits forever on a session that stopped following: `detach()` ends a
+    /// task still running here with `invalidState` (the download goes on in the
+    /// service); `finishTasksAndInvalidate()` keeps the session and delivers its tasks'
+    /// ends, to the delegate and to `value`, even with the app's reference gone.
+    func testTasksEndWhenTheSessionStopsFollowingThem() async throws {
+        let body = serve("/c/slow.bin", size: 200_000)
+        server.set(.stallAfter(bytes: 50_000, times: 1), on: "/c/slow.bin")
+        let detached = FerrySession(configuration: configuration("org.example.Detached"))
+        let held = try await detached.download(from: URL(string: server.url("/c/slow.bin"))!,
+                                               to: URL(fileURLWithPath: work + "/held.bin"))
+        detached.detach()
+        do {
+            let r = try await withDeadline(10, "the task of a detached session") { try await held.value }
+            XCTFail("a detached session's running task ended with \(r)")
+        } catch let e as FerryError {
+            guard case .invalidState(let m) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(m.contains("detached"), m)
+        }
+        let info = try await client.transfer(id: held.id).info()
+        XCTAssertNotEqual(info.state, "cancelled", "the transfer itself goes on")
+
+        serve("/c/later.bin", size: 150_000)
+        server.set(.stallAfter(bytes: 50_000, times: 1), on: "/c/later.bin")
+        let recorder = Recorder()
+        var finishing: FerrySession? = FerrySession(configuration: configuration("org.example.Finishing"), delegate: recorder)
+        let task = try await finishing!.download(from: URL(string: server.url("/c/later.bin"))!,
+                                                 to: URL(fileURLWithPath: work + "/later.bin"))
+        try await finishing!.finishTasksAndInvalidate()
+        finishing = nil // the app lets go; the session lives until its task ends
+        server.clearBehaviours(on: "/c/later.bin")
+        // The stalled try fails after its request-timeout and is retried; or cancel the wait:
+        try await client.transfer(id: task.id).pause()
+        try await client.transfer(id: task.id).resume()
+        let result = try await withDeadline(30, "the task after finishTasksAndInvalidate") { try await task.value }
+        XCTAssertEqual(result.location?.path, work + "/later.bin")
+        try await recorder.wait(for: "completed \(task.id) ok")
+        _ = body
+    }
+
     /// Refusals and failures are typed `FerryError`s, the HTTP status included.
     func testErrorsAreTyped() async throws {
         let session = FerrySession(configuration: configuration())
@@ -187,6 +226,42 @@ final class FerryClientTests: FerryTestCase {
         defer { once.detach() }
         try await once.attach()
         XCTAssertEqual(third.recorded, [], "acknowledged events are not delivered again")
+    }
+
+    /// An ephemeral session vanishes with ferryd: its running task ends with an error
+    /// when the session attaches again (it does not wait forever), and the new
+    /// session's events, whose serials count from 1 again, are delivered.
+    func testAnEphemeralSessionAfterARestartDeliversItsNewEvents() async throws {
+        serve("/c/e1.bin", size: 2_000)
+        serve("/c/e2.bin", size: 2_000)
+        serve("/c/lost.bin", size: 200_000)
+        server.set(.stallAfter(bytes: 50_000, times: 1), on: "/c/lost.bin")
+        var c = configuration("org.example.Eph")
+        c.isPersistent = false
+        let recorder = Recorder()
+        let session = FerrySession(configuration: c, delegate: recorder)
+        defer { session.detach() }
+        for name in ["e1", "e2"] {
+            let t = try await session.download(from: URL(string: server.url("/c/\(name).bin"))!,
+                                               to: URL(fileURLWithPath: work + "/\(name).bin"))
+            _ = try await t.value
+        }
+        let lost = try await session.download(from: URL(string: server.url("/c/lost.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/lost.bin"))
+        try await stopFerryd()
+        try await startFerryd()
+        do {
+            let r = try await withDeadline(20, "the vanished task") { try await lost.value }
+            XCTFail("a transfer that vanished with ferryd ended with \(r)")
+        } catch let e as FerryError {
+            guard case .invalidState = e else { return XCTFail("\(e)") }
+        }
+        serve("/c/new.bin", size: 3_000)
+        let fresh = try await session.download(from: URL(string: server.url("/c/new.bin"))!,
+                                               to: URL(fileURLWithPath: work + "/new.bin"))
+        let r = try await withDeadline(20, "the new session's first download") { try await fresh.value }
+        XCTAssertEqual(r.location?.path, work + "/new.bin")
+        try await recorder.wait(for: "completed \(fresh.id) ok")
     }
 
     /// A running download survives a restart of ferryd; the session attaches

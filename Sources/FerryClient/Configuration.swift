@@ -39,6 +39,9 @@ extension FerrySession {
         public var applicationID: String?
         /// The D-Bus address to reach Ferry at; nil = the session bus.
         public var busAddress: String?
+        /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
+        /// the service has (a woken session stays as it was opened).
+        var sendsPersistence = true
 
         /// A session whose transfers go on when the app exits, and survive restarts.
         public static func background(identifier: String) -> Configuration {
@@ -57,7 +60,7 @@ extension FerrySession {
 
         /// The `OpenSession` configuration: only what was set.
         var busValue: [String: DBusValue] {
-            var c: [String: DBusValue] = ["persistent": .boolean(isPersistent)]
+            var c: [String: DBusValue] = sendsPersistence ? ["persistent": .boolean(isPersistent)] : [:]
             if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) }
             if let httpAdditionalHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
             if let httpMaximumConnectionsPerHost { c["max-connections-per-host"] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }

@@ -36,6 +36,9 @@ public final class FerryWakeUp: @unchecked Sendable {
                 c.applicationID = applicationID
                 c.busAddress = busAddress
                 configure?(&c)
+                // The session exists (it has events for the app): opening it must not
+                // make an ephemeral one persistent unless `configure` asked for ephemeral.
+                c.sendsPersistence = !c.isPersistent
                 me.opened[identifier] = FerrySession(configuration: c, delegate: delegate)
             }
         }

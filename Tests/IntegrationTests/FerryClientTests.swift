@@ -299,6 +299,7 @@ final class FerryClientTests: FerryTestCase {
 
         var c = configuration("org.example.Wakeful.background")
         c.applicationID = "org.example.Wakeful"
+        c.isPersistent = false // woken, it must stay ephemeral (nothing of it on disk)
         let app = FerrySession(configuration: c)
         let task = try await app.download(from: URL(string: server.url("/c/wake.bin"))!, to: URL(fileURLWithPath: work + "/wake.bin"))
         app.detach()
@@ -310,6 +311,8 @@ final class FerryClientTests: FerryTestCase {
         // The helper acknowledges after its delegate returned.
         let pending = try await pendingCountOnceAcknowledged("org.example.Wakeful.background")
         XCTAssertEqual(pending, 0, "the delivered event was acknowledged")
+        let stored = try await client.openSession("org.example.Wakeful.background").properties()["Configuration"]?.vardict
+        XCTAssertEqual(stored?["persistent"]?.bool, false, "waking the app did not make its ephemeral session persistent")
     }
 
     /// Examples/QueueAndCollect: queues, is killed, comes back and collects.

@@ -85,8 +85,11 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     private let lock = NSLock()
     private var outcome: Result<FerryTaskResult, FerryError>?
     private var waiters: [CheckedContinuation<FerryTaskResult, Error>] = []
-    private let stream: AsyncThrowingStream<FerryTaskEvent, Error>
-    private let continuation: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation
+    /// Outcomes so far (a resumed failed task has more than one); under `lock`.
+    private var completions = 0
+    // Under `lock`: a failed task that is resumed gets a new stream (`reopen`).
+    private var stream: AsyncThrowingStream<FerryTaskEvent, Error>
+    private var continuation: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation
     /// Whether the task uploads (known once the session has seen it).
     var isUpload = false
 
@@ -106,7 +109,9 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     /// The task's events from its creation on (the newest 256 are kept until read);
     /// ends when the task completes, throwing its `FerryError` if it failed. One reader.
-    public var events: AsyncThrowingStream<FerryTaskEvent, Error> { stream }
+    /// A failed task that is resumed (`resume()`, after `setURL`) runs again: read
+    /// `events` and `value` again for its new run.
+    public var events: AsyncThrowingStream<FerryTaskEvent, Error> { lock.withLock { stream } }
 
     /// Waits until the task ends: its result, or its `FerryError`.
     public var value: FerryTaskResult {
@@ -124,18 +129,31 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         }
     }
 
-    func yield(_ e: FerryTaskEvent) { continuation.yield(e) }
+    func yield(_ e: FerryTaskEvent) { lock.withLock { continuation }.yield(e) }
+
+    /// The service runs a failed task again (queued after `Resume`): its outcome is open
+    /// once more, with a new event stream.
+    func reopen(ifCompletions expected: Int? = nil) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard case .failure? = outcome, expected == nil || expected == completions else { return }
+        outcome = nil
+        (stream, continuation) = AsyncThrowingStream.makeStream(of: FerryTaskEvent.self, throwing: Error.self,
+                                                                bufferingPolicy: .bufferingNewest(256))
+    }
 
     func complete(_ r: Result<FerryTaskResult, FerryError>) {
         lock.lock()
         guard outcome == nil else { return lock.unlock() }
         outcome = r
+        completions += 1
         let w = waiters
         waiters = []
+        let stream = continuation
         lock.unlock()
         switch r {
-        case .success: continuation.finish()
-        case .failure(let e): continuation.finish(throwing: e)
+        case .success: stream.finish()
+        case .failure(let e): stream.finish(throwing: e)
         }
         for c in w { c.resume(with: r.mapError { $0 as Error }) }
     }
@@ -154,7 +172,14 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     @discardableResult
     public func pause() async throws -> Data { Data(try await call("Pause").first?.bytes ?? []) }
     /// Paused or failed: queue it again, continuing from the partial file where possible.
-    public func resume() async throws { _ = try await call("Resume") }
+    public func resume() async throws {
+        let before = lock.withLock { completions }
+        _ = try await call("Resume")
+        // Accepted: a failed task runs again. Open its outcome now, so that `value` and
+        // `events` read right after this follow the new run (unless that run already
+        // ended meanwhile).
+        reopen(ifCompletions: before)
+    }
     /// Stops it for good and deletes the partial file.
     public func cancel() async throws { _ = try await call("Cancel") }
     /// Forgets a completed, failed or cancelled task (a downloaded file stays).

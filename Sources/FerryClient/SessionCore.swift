@@ -222,6 +222,7 @@ final class SessionCore: @unchecked Sendable {
             handedOut.remove(path)
         case .state(let path, let state):
             guard let t = tasks[path], let s = TransferState(rawValue: state) else { return }
+            if !s.isFinal { t.reopen() } // a failed task resumed: a new run
             t.yield(.stateChanged(s))
         case .allFinished(let path):
             guard path == sessionPath, let s = session else { return }

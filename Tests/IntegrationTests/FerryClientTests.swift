@@ -390,5 +390,27 @@ final class FerryClientTests: FerryTestCase {
         try await held.resume()
         let moved = try await held.value
         XCTAssertEqual(moved.location?.path, work + "/moved.bin")
+
+        // A failed task resumed after its link was renewed runs again, and `value` and
+        // `events` follow the new run to its end.
+        serve("/c/renewed.bin", size: 40_000, seed: 10)
+        let expired = try await session.download(from: URL(string: server.url("/c/expired.bin"))!,
+                                                 to: URL(fileURLWithPath: work + "/renewed.bin"))
+        do {
+            let r = try await expired.value
+            XCTFail("an absent file downloaded: \(r)")
+        } catch let e as FerryError {
+            guard case .http(let status, _) = e else { return XCTFail("\(e)") }
+            XCTAssertEqual(status, 404)
+        }
+        try await expired.setURL(URL(string: server.url("/c/renewed.bin"))!)
+        try await expired.resume()
+        var states: [TransferState] = []
+        for try await event in expired.events {
+            if case .stateChanged(let s) = event { states.append(s) }
+        }
+        XCTAssertEqual(states.last, .completed, "\(states)")
+        let renewed = try await withDeadline(20, "the resumed task's value") { try await expired.value }
+        XCTAssertEqual(renewed.location?.path, work + "/renewed.bin")
     }
 }

@@ -38,6 +38,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private var fd: Int32 = -1
     /// Where the answer goes when saved to a file.
     private var responseFD: Int32 = -1
+    /// `response-destination` was emptied for this answer (`claimResponseFile`).
+    private var responseFileClaimed = false
 
     /// Next byte of the file to hand to libcurl (a rewind moves it back).
     private var position: Int64 = 0
@@ -95,7 +97,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         if let destination = source.responseDestination {
             // O_NONBLOCK, then only a regular file is kept: a FIFO put there (read by
             // nobody, or by someone who never reads) must not hold up the engine thread.
-            // Truncated only once it is known to be one.
+            // Emptied only once a successful answer comes (`claimResponseFile`): an
+            // upload that fails before keeps what the file held.
             responseFD = destination.withCString {
                 Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
             }
@@ -107,7 +110,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             guard fstat(responseFD, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
                 return finish(.failed(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"), bytesOnDisk: 0))
             }
-            guard DescriptorMode.setNonBlocking(responseFD, false), ftruncate(responseFD, 0) == 0 else {
+            guard DescriptorMode.setNonBlocking(responseFD, false) else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)
                 return finish(.failed(.disk(error.message), bytesOnDisk: 0))
             }
@@ -215,6 +218,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         }
         if let error { return finish(.failed(error, bytesOnDisk: position)) }
         if responseFD >= 0 {
+            if let failure = claimResponseFile() { return finish(.failed(failure, bytesOnDisk: position)) } // an empty answer
             let rc = Glibc.close(responseFD)
             responseFD = -1
             if rc != 0 && errno != EINTR, let path = source.responseDestination {
@@ -510,6 +514,10 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     func receiveResponseBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         guard finalHead != nil, failure == nil else { return 0 }
         if responseFD >= 0 {
+            if let error = claimResponseFile() {
+                failure = error
+                return 0
+            }
             var p = data
             var left = count
             while left > 0 {
@@ -525,6 +533,17 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             keptBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: take))
         }
         return count
+    }
+
+    /// Empties `response-destination` once, when the successful answer's body begins
+    /// (or the answer ends without one): the old contents go only for the new answer.
+    private func claimResponseFile() -> FerryError? {
+        guard !responseFileClaimed else { return nil }
+        responseFileClaimed = true
+        guard ftruncate(responseFD, 0) == 0 else {
+            return .disk(PartFileError(code: errno, action: "writing", path: source.responseDestination ?? "").message)
+        }
+        return nil
     }
 
     private func emitResponse(final: Bool) {

@@ -186,6 +186,27 @@ final class UploadTests: FerryTestCase {
         await assertDaemonAlive()
     }
 
+    /// `response-destination` keeps what it held until a successful answer comes: an
+    /// upload refused by the server leaves the last receipt as it was; the next good
+    /// answer replaces it whole.
+    func testAFailedUploadLeavesTheResponseDestinationAsItWas() async throws {
+        let (file, _) = try makeFile("doc.pdf", size: 20_000)
+        let receipt = work + "/receipt.json"
+        try Data("{\"previous\": true}".utf8).write(to: URL(fileURLWithPath: receipt))
+        server.set(.acceptUploads(status: 403, body: Array("forbidden".utf8)), on: "/refuse")
+        let s = try await session()
+        let refused = try await s.upload(server.url("/refuse"), file: file, options: ["response-destination": .string(receipt)])
+        let failed = try await finish(refused)
+        XCTAssertEqual(failed.state, "failed")
+        XCTAssertEqual(try String(contentsOfFile: receipt, encoding: .utf8), "{\"previous\": true}")
+
+        server.set(.acceptUploads(status: 200, body: Array("ok".utf8)), on: "/take")
+        let taken = try await s.upload(server.url("/take"), file: file, options: ["response-destination": .string(receipt)])
+        let done = try await finish(taken)
+        XCTAssertEqual(done.state, "completed", done.errorMessage)
+        XCTAssertEqual(try String(contentsOfFile: receipt, encoding: .utf8), "ok")
+    }
+
     func testFileChangedAfterTheCallFailsWithoutSendingIt() async throws {
         let (file, _) = try makeFile("changing.bin", size: 50_000)
         server.set(.acceptUploads(), on: "/chg")

@@ -107,17 +107,14 @@ extension FerryClient {
     /// Every session and transfer from `ListSessions`, `ListTransfers` and a pipelined
     /// `GetAll` each. Objects removed between the list and their `GetAll` are left out.
     func managedObjectsOneByOne() async throws -> ManagedObjects {
-        let sessionPaths = try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string) ?? []
+        var sessions = try await sessionInfos()
         let transferPaths = try await callManager("ListTransfers").first?.arrayElements?.compactMap(\.string) ?? []
-        let calls = try sessionPaths.map {
-            try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.sessionInterface)])
-        } + transferPaths.map {
+        let calls = try transferPaths.map {
             try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.transferInterface)])
         }
-        var sessions: [SessionInfo] = []
         var transfers: [TransferInfo] = []
         transfers.reserveCapacity(transferPaths.count)
-        for (i, result) in (await pipeline(calls)).enumerated() {
+        for (path, result) in zip(transferPaths, await pipeline(calls)) {
             let values: [DBusValue]
             switch result {
             case .success(let v): values = v
@@ -125,12 +122,7 @@ extension FerryClient {
             case .failure(let e): throw e
             }
             guard case .dictionary(_, _, let props)? = values.first else { continue }
-            if i < sessionPaths.count {
-                sessions.append(SessionInfo(path: sessionPaths[i], properties: values.first?.vardict ?? [:]))
-            } else {
-                let path = transferPaths[i - sessionPaths.count]
-                transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
-            }
+            transfers.append(TransferInfo(id: Self.transferID(path), path: path, entries: props))
         }
         transfers.sort { $0.id < $1.id }
         sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }

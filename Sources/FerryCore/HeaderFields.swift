@@ -10,6 +10,11 @@ enum HeaderFields {
     static let framing: Set<String> = ["host", "content-length", "transfer-encoding", "connection", "keep-alive",
                                        "proxy-connection", "te", "trailer", "upgrade", "expect", "http2-settings"]
 
+    /// An upload's body headers: Ferry sets them from the upload itself (`content-type`,
+    /// or multipart/form-data with its boundary). Refused in an upload's own `headers`,
+    /// and a session's are left out of its uploads (they are meant for its other requests).
+    static let uploadBody: Set<String> = ["content-type"]
+
     /// Refuses names that are not HTTP tokens, values with line breaks or control
     /// characters (header injection), reserved names and names that differ only in
     /// case. Messages name the header, never its value (it may be a secret).
@@ -48,11 +53,14 @@ enum HeaderFields {
 
     /// Session headers first, then the transfer's, which replace session headers of the
     /// same name (case-insensitive). Sorted by name within each group, so requests are
-    /// reproducible.
-    static func merge(session: [String: String], transfer: [String: String]) -> [(name: String, value: String)] {
-        var result: [(name: String, value: String)] = session.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    /// reproducible. Names in `excluding` (lowercase) are left out of both.
+    static func merge(session: [String: String], transfer: [String: String],
+                      excluding: Set<String> = []) -> [(name: String, value: String)] {
+        var result: [(name: String, value: String)] = session.sorted { $0.key < $1.key }
+            .filter { !excluding.contains($0.key.lowercased()) }.map { ($0.key, $0.value) }
         for (name, value) in transfer.sorted(by: { $0.key < $1.key }) {
             let lower = name.lowercased()
+            guard !excluding.contains(lower) else { continue }
             result.removeAll { $0.name.lowercased() == lower }
             result.append((name, value))
         }

@@ -73,7 +73,8 @@ extension TransferCoordinator {
     func request(for t: TransferRecord) -> EngineRequest {
         let config = sessions[t.session]?.configuration ?? SessionConfiguration()
         var request = EngineRequest(id: t.id, url: t.snapshot.url,
-                                    headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers),
+                                    headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers,
+                                                                excluding: t.isUpload ? HeaderFields.uploadBody : []),
                                     partPath: t.partPath, offset: t.attemptOffset,
                                     ifRange: t.attemptOffset > 0 ? t.validator : nil,
                                     speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,

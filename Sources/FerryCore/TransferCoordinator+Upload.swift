@@ -95,7 +95,7 @@ extension TransferCoordinator {
         }
         try Limits.check(options.description, max: Limits.descriptionBytes, what: "the description")
         try HeaderFields.validate(options.headers)
-        if options.headers.keys.contains(where: { $0.lowercased() == "content-type" }) {
+        if options.headers.keys.contains(where: { HeaderFields.uploadBody.contains($0.lowercased()) }) {
             throw FerryError.invalidArgument("an upload's Content-Type is its option 'content-type' (with 'form-field', the file "
                 + "part's; the body is multipart/form-data), not a 'headers' entry")
         }

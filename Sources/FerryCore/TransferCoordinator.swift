@@ -140,9 +140,11 @@ public final class TransferCoordinator {
         wakeTimer?.cancel()
         wakeTimer = nil
         engine.shutdown()
-        for t in transfers.values where !isPersistent(t.session) && t.state != .completed
-            && !t.partFileHandedOver && !t.resumeDataGiven {
-            deletePartFiles(t)
+        for s in sessions.values where !s.configuration.persistent {
+            for t in index.ids(session: s.id).compactMap({ transfers[$0] })
+            where t.state != .completed && !t.partFileHandedOver && !t.resumeDataGiven {
+                deletePartFiles(t)
+            }
         }
     }
 

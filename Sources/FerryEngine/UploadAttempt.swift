@@ -147,12 +147,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
 
     private func configure(_ easy: UnsafeMutableRawPointer) -> CURLcode {
         var setup = EasyHandleSetup(easy: easy)
-        // The body's type is the upload's own (`content-type`, or multipart with its
-        // boundary): a session's Content-Type header, meant for its other requests, would
-        // go out beside it or, for a form, turn it into another kind of body.
-        var withoutType = request
-        withoutType.headers.removeAll { $0.name.lowercased() == "content-type" }
-        setup.common(withoutType, url: request.url, receiveBuffer: 64 * 1024)
+        // The request's headers hold no Content-Type: the core leaves it out of uploads
+        // (`HeaderFields.uploadBody`); the body's type is set below.
+        setup.common(request, url: request.url, receiveBuffer: 64 * 1024)
         // No "Expect: 100-continue": servers that do not answer it cost a second per attempt.
         setup.addHeader("Expect:")
         let me = Unmanaged.passUnretained(self).toOpaque()

@@ -28,22 +28,24 @@ struct UploadOptions: ParsableArguments {
 
     func validate() throws {
         try HeaderArguments.validate(headers)
-        if contentType != nil, headerContentType != nil {
+        if contentType != nil, splitHeaders.type != nil {
             throw ValidationError("give the file's type once: --content-type or -H 'Content-Type: …'")
         }
     }
 
-    /// `-H 'Content-Type: …'`, as curl users write it: the upload's `content-type`
-    /// (the service takes the type only as that option).
-    private var headerContentType: String? {
-        HeaderArguments.dictionary(headers).first { $0.key.lowercased() == "content-type" }?.value
+    /// The `-H` headers, and apart from them `-H 'Content-Type: …'` as curl users write
+    /// it: the upload's `content-type` (the service takes the type only as that option).
+    private var splitHeaders: (others: [String: String], type: String?) {
+        var others = HeaderArguments.dictionary(headers)
+        let type = others.keys.first { $0.lowercased() == "content-type" }.flatMap { others.removeValue(forKey: $0) }
+        return (others, type)
     }
 
     func busOptions(method: String) -> [String: DBusValue] {
         var o: [String: DBusValue] = ["method": .string(method)]
-        let others = HeaderArguments.dictionary(headers).filter { $0.key.lowercased() != "content-type" }
+        let (others, headerType) = splitHeaders
         if !others.isEmpty { o["headers"] = .stringDict(others) }
-        if let type = contentType ?? headerContentType { o["content-type"] = .string(type) }
+        if let type = contentType ?? headerType { o["content-type"] = .string(type) }
         if let description { o["description"] = .string(description) }
         if let responseOutput { o["response-destination"] = .string(absolutePath(responseOutput)) }
         if paused { o["start"] = .boolean(false) }

@@ -283,10 +283,7 @@ final class SessionCore: @unchecked Sendable {
             delegate?.ferrySession(s, task: t, didCompleteWithError: error)
         }
         t.complete(outcome)
-        if closeWhenTasksEnd && !tasks.values.contains(where: { !$0.isCompleted }) {
-            let core = self
-            DispatchQueue.global().async { core.close() }
-        }
+        if closeWhenTasksEnd { closeIfTasksEnded() }
         lastDelivered = max(lastDelivered, serial)
         if delegate != nil || handedOut.contains(path) {
             if !leftPending { acknowledge(serial) }
@@ -330,13 +327,15 @@ final class SessionCore: @unchecked Sendable {
     /// Leaves the bus. The tasks not ended yet end with an error (the transfers go on in
     /// the service, but nothing here follows them any more): no one waits forever.
     func close() {
-        let (b, subs, wasClosed) = lock.withLock { () -> (BusConnection?, [BusConnection.Subscription], Bool) in
+        let (b, subs, wasClosed, kept) = lock.withLock {
+            () -> (BusConnection?, [BusConnection.Subscription], Bool, FerrySession?) in
             let was = closed
             closed = true
-            keepAlive = nil
-            defer { bus = nil; subscriptions = [] }
-            return (bus, subscriptions, was)
+            defer { bus = nil; subscriptions = []; keepAlive = nil }
+            return (bus, subscriptions, was, keepAlive)
         }
+        // Let go of the session outside the lock: its deinit closes again (and locks).
+        withExtendedLifetime(kept) {}
         for s in subs { b?.unsubscribe(s) }
         b?.close()
         guard !wasClosed else { return }
@@ -354,9 +353,13 @@ final class SessionCore: @unchecked Sendable {
         lock.withLock { keepAlive = session }
         queue.async { [self] in
             closeWhenTasksEnd = true
-            if !tasks.values.contains(where: { !$0.isCompleted }) {
-                DispatchQueue.global().async { self.close() }
-            }
+            closeIfTasksEnded()
         }
+    }
+
+    /// On `queue`: closes, off the queue, once every task known here has ended.
+    private func closeIfTasksEnded() {
+        guard !tasks.values.contains(where: { !$0.isCompleted }) else { return }
+        DispatchQueue.global().async { self.close() }
     }
 }

@@ -154,6 +154,7 @@ final class FerryClientTests: FerryTestCase {
         serve("/c/later.bin", size: 150_000)
         server.set(.stallAfter(bytes: 50_000, times: 1), on: "/c/later.bin")
         let recorder = Recorder()
+        let namesBefore = try await busNames()
         var finishing: FerrySession? = FerrySession(configuration: configuration("org.example.Finishing"), delegate: recorder)
         let task = try await finishing!.download(from: URL(string: server.url("/c/later.bin"))!,
                                                  to: URL(fileURLWithPath: work + "/later.bin"))
@@ -166,7 +167,22 @@ final class FerryClientTests: FerryTestCase {
         let result = try await withDeadline(30, "the task after finishTasksAndInvalidate") { try await task.value }
         XCTAssertEqual(result.location?.path, work + "/later.bin")
         try await recorder.wait(for: "completed \(task.id) ok")
+        // Then it lets go of itself and leaves the bus (its connection's name goes).
+        var names = try await busNames()
+        let deadline = Date().addingTimeInterval(10)
+        while names != namesBefore, Date() < deadline {
+            try await Task.sleep(nanoseconds: 20_000_000)
+            names = try await busNames()
+        }
+        XCTAssertEqual(names, namesBefore, "the finished session's connection left the bus")
         _ = body
+    }
+
+    /// The unique names on the private bus now.
+    func busNames() async throws -> Set<String> {
+        let r = try await client.bus.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                          interface: "org.freedesktop.DBus", method: "ListNames")
+        return Set((r.first?.arrayElements ?? []).compactMap(\.string).filter { $0.hasPrefix(":") })
     }
 
     /// Refusals and failures are typed `FerryError`s, the HTTP status included.

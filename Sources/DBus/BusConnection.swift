@@ -286,6 +286,20 @@ public final class BusConnection: @unchecked Sendable {
         return Subscription(id: id, rule: rule)
     }
 
+    /// Adds several match rules, all or none: when the bus refuses one (its quota of
+    /// rules, a timeout), the ones added before it are removed again, so a caller that
+    /// tries again later holds each rule once.
+    public func subscribe(all rules: [(MatchRule, @Sendable (BusMessage) -> Void)]) async throws -> [Subscription] {
+        var added: [Subscription] = []
+        do {
+            for (rule, handler) in rules { added.append(try await subscribe(rule, handler: handler)) }
+        } catch {
+            for s in added { unsubscribe(s) }
+            throw error
+        }
+        return added
+    }
+
     public func unsubscribe(_ s: Subscription) {
         queue.async { [self] in
             guard subscriptions.removeValue(forKey: s.id) != nil, !closed else { return }

@@ -32,8 +32,16 @@ final class SessionCore: @unchecked Sendable {
     private var buffered: [Incoming] = []
     private var lastDelivered: UInt64 = 0
     private var locations: [String: String] = [:]
-    /// An event no one took was left pending: acknowledging a later one would drop it.
-    private var leftPending = false
+    /// Attached (subscribed, session open, pending events replayed): a `Completed`
+    /// heard while not attached stays pending in the service for the next replay.
+    private var attached = false
+    /// Completions delivered that the app has not taken (no delegate, and the task not
+    /// handed out): their events stay pending for a later run. Path → serial.
+    private var untaken: [String: UInt64] = [:]
+    /// The lowest serial in `untaken`: events are acknowledged up to just below it.
+    private var untakenFloor: UInt64?
+    /// The last serial acknowledged to the service.
+    private var acknowledged: UInt64 = 0
     /// `finishTasksAndInvalidate` was called: close once no task is left.
     private var closeWhenTasksEnd = false
 
@@ -90,57 +98,70 @@ final class SessionCore: @unchecked Sendable {
         let needed = lock.withLock { subscriptions.isEmpty }
         guard needed else { return }
         let transfers = String(FerryClient.transferPathPrefix.dropLast())
-        var subs: [BusConnection.Subscription] = []
-        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: transfers,
-                                                      interface: FerryClient.transferInterface)) { [weak self] m in
-            guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
-            self?.receive(.transfer(path: path, member: member, args: args))
-        })
-        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: transfers,
-                                                      interface: StandardNames.properties, member: "PropertiesChanged")) { [weak self] m in
-            guard let path = m.path, let args = try? m.arguments(), args.count == 3,
-                  let state = args[1].vardict?[FerryInterface.TransferProperty.state.name]?.string else { return }
-            self?.receive(.state(path: path, state))
-        })
-        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath,
-                                                      interface: StandardNames.objectManager)) { [weak self] m in
-            guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
-            if m.member == "InterfacesAdded", args.count == 2,
-               let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict {
-                self?.receive(.added(path: path, props))
-            } else if m.member == "InterfacesRemoved" {
-                self?.receive(.removed(path: path))
-            }
-        })
-        subs.append(try await bus.subscribe(MatchRule(sender: FerryClient.busName, pathNamespace: FerryInterface.managerPath + "/session",
-                                                      interface: FerryClient.sessionInterface, member: "AllFinished")) { [weak self] m in
-            guard let path = m.path else { return }
-            self?.receive(.allFinished(path: path))
-        })
-        subs.append(try await bus.subscribe(MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                                                      member: "NameOwnerChanged", arg0: FerryClient.busName)) { [weak self] m in
-            guard let args = try? m.arguments(), args.count == 3, args[2].string?.isEmpty == false else { return }
-            self?.receive(.serviceBack)
-        })
+        let service = FerryClient.busName
+        // All or none: a refused rule (quota, timeout) leaves no other behind, so the
+        // next attach does not hear each signal twice.
+        let subs = try await bus.subscribe(all: [
+            (MatchRule(sender: service, pathNamespace: transfers, interface: FerryClient.transferInterface), { [weak self] m in
+                guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
+                self?.receive(.transfer(path: path, member: member, args: args))
+            }),
+            (MatchRule(sender: service, pathNamespace: transfers, interface: StandardNames.properties, member: "PropertiesChanged"), { [weak self] m in
+                guard let path = m.path, let args = try? m.arguments(), args.count == 3,
+                      let state = args[1].vardict?[FerryInterface.TransferProperty.state.name]?.string else { return }
+                self?.receive(.state(path: path, state))
+            }),
+            (MatchRule(sender: service, path: FerryClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
+                guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
+                if m.member == "InterfacesAdded", args.count == 2,
+                   let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict {
+                    self?.receive(.added(path: path, props))
+                } else if m.member == "InterfacesRemoved" {
+                    self?.receive(.removed(path: path))
+                }
+            }),
+            (MatchRule(sender: service, pathNamespace: FerryInterface.managerPath + "/session",
+                       interface: FerryClient.sessionInterface, member: "AllFinished"), { [weak self] m in
+                guard let path = m.path else { return }
+                self?.receive(.allFinished(path: path))
+            }),
+            (MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                       member: "NameOwnerChanged", arg0: service), { [weak self] m in
+                guard let args = try? m.arguments(), args.count == 3, args[2].string?.isEmpty == false else { return }
+                self?.receive(.serviceBack)
+            }),
+        ])
         lock.withLock { subscriptions = subs }
     }
 
     private func doAttach() async throws -> String {
         let bus = try connection()
-        queue.sync { replaying = true }
-        try await subscribe(bus)
+        queue.sync { replaying = true; attached = false }
         let client = FerryClient(bus: bus)
-        let session = try await client.openSession(configuration.identifier, configuration: configuration.busValue)
-        let objects = try await client.managedObjects()
-        let pending = try await session.pendingEvents()
+        let session: FerryBusClient.FerrySession
+        let objects: ManagedObjects
+        let pending: [CompletionEvent]
+        do {
+            try await subscribe(bus)
+            session = try await client.openSession(configuration.identifier, configuration: configuration.busValue)
+            objects = try await client.managedObjects()
+            pending = try await session.pendingEvents()
+        } catch {
+            // Not attached: signals go on live (progress, states), but no completion is
+            // taken until an attach replays it; nothing is buffered meanwhile.
+            queue.sync { replaying = false; buffered = [] }
+            throw error
+        }
         queue.sync {
             if let earlier = sessionPath, earlier != session.path {
                 // A new session under the same identifier (an ephemeral one vanished with
                 // the service): its events count from 1 again.
                 lastDelivered = 0
+                acknowledged = 0
+                untaken = [:]
+                untakenFloor = nil
             }
             sessionPath = session.path
-            leftPending = false
             let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
             for (path, t) in tasks where !listed.contains(path) {
                 tasks[path] = nil
@@ -158,6 +179,10 @@ final class SessionCore: @unchecked Sendable {
                                             httpStatus: Int(info.httpStatus), location: info.destination))
                 }
             }
+            // Pending, yet delivered here before: the acknowledgement sent before the
+            // service stopped did not reach it (or the app had not taken the event). What
+            // the app took is acknowledged again once attached.
+            let acknowledgementLost = pending.contains { $0.serial <= lastDelivered }
             var delivered = 0
             for e in pending where e.serial > lastDelivered {
                 let d = e.details
@@ -169,6 +194,9 @@ final class SessionCore: @unchecked Sendable {
                 delivered += 1
             }
             replaying = false
+            attached = true
+            if acknowledgementLost { acknowledged = 0 }
+            acknowledgeTaken()
             let waiting = buffered
             buffered = []
             for i in waiting { process(i) }
@@ -176,6 +204,17 @@ final class SessionCore: @unchecked Sendable {
             if delivered > 0 && active == 0, let s = self.session { delegate?.ferrySessionDidFinishEvents(s) }
         }
         return session.path
+    }
+
+    /// After the service came back: attaches, trying again a few times (after 0.25 s,
+    /// 0.5 s, … up to about a minute) if the service does not answer yet.
+    private func attachAgain() async {
+        var delay: UInt64 = 250_000_000
+        for _ in 0..<8 {
+            if (try? await attach()) != nil || lock.withLock({ closed }) { return }
+            try? await Task.sleep(nanoseconds: delay)
+            delay *= 2
+        }
     }
 
     // MARK: Events (on `queue`)
@@ -201,6 +240,7 @@ final class SessionCore: @unchecked Sendable {
             handedOut.insert(path)
             let t = task(path)
             if let upload { t.isUpload = upload }
+            taken(path)
             return t
         }
     }
@@ -208,8 +248,18 @@ final class SessionCore: @unchecked Sendable {
     func allTasks() -> [FerryTask] {
         queue.sync {
             handedOut.formUnion(tasks.keys)
+            untaken = [:]
+            untakenFloor = nil
+            acknowledgeTaken()
             return tasks.values.sorted { $0.id < $1.id }
         }
+    }
+
+    /// On `queue`: the app now holds `path`; its completion, if one came before, is taken.
+    private func taken(_ path: String) {
+        guard let serial = untaken.removeValue(forKey: path) else { return }
+        if serial == untakenFloor { untakenFloor = untaken.values.min() }
+        acknowledgeTaken()
     }
 
     private func process(_ i: Incoming) {
@@ -229,7 +279,7 @@ final class SessionCore: @unchecked Sendable {
             delegate?.ferrySessionDidFinishEvents(s)
         case .serviceBack:
             lock.withLock { attachTask = nil }
-            Task { try? await self.attach() }
+            Task { await self.attachAgain() }
         case .transfer(let path, let member, let args):
             guard let t = tasks[path] else { return }
             switch (member, args.count) {
@@ -253,7 +303,7 @@ final class SessionCore: @unchecked Sendable {
             case ("Completed", 3):
                 let serial = args[0].uint64 ?? 0
                 let name = args[1].string ?? ""
-                guard serial > lastDelivered else { return }
+                guard attached, serial > lastDelivered else { return }
                 deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
                         errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "")
             default:
@@ -285,11 +335,13 @@ final class SessionCore: @unchecked Sendable {
         t.complete(outcome)
         if closeWhenTasksEnd { closeIfTasksEnded() }
         lastDelivered = max(lastDelivered, serial)
-        if delegate != nil || handedOut.contains(path) {
-            if !leftPending { acknowledge(serial) }
-        } else {
-            leftPending = true
+        if delegate == nil && !handedOut.contains(path) {
+            // No one took it: it stays pending (a later run, or the app's own call
+            // returning this task, takes it).
+            untaken[path] = serial
+            untakenFloor = min(untakenFloor ?? serial, serial)
         }
+        acknowledgeTaken()
     }
 
     static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
@@ -301,10 +353,14 @@ final class SessionCore: @unchecked Sendable {
         return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))
     }
 
-    private func acknowledge(_ serial: UInt64) {
-        guard let path = sessionPath, let bus = lock.withLock({ bus }),
+    /// On `queue`: acknowledges every delivered event up to the first one not taken
+    /// (acknowledging drops every event up to the serial given).
+    private func acknowledgeTaken() {
+        let upTo = min(lastDelivered, untakenFloor.map { $0 - 1 } ?? .max)
+        guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
               let m = try? FerryClient.methodCall(path: path, interface: FerryClient.sessionInterface,
-                                                  method: "AcknowledgeEvents", [.uint64(serial)]) else { return }
+                                                  method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }
+        acknowledged = upTo
         bus.send(m) { _ in }
     }
 

@@ -215,8 +215,10 @@ public final class PrivateBus: @unchecked Sendable {
     /// `activationEnvironment`: extra variables for activated services.
     /// `maxRepliesPerConnection`: calls awaiting replies per connection (the session
     /// bus's 50,000 by default; dbus-daemon's own default is 128).
+    /// `maxMatchRulesPerConnection`: match rules one connection may hold (50,000).
     public init(serviceDirectory: String? = nil, activationEnvironment: [String: String] = [:],
-                maxRepliesPerConnection: Int = 50000, startTimeout: TimeInterval = 10) throws {
+                maxRepliesPerConnection: Int = 50000, maxMatchRulesPerConnection: Int = 50000,
+                startTimeout: TimeInterval = 10) throws {
         guard let daemonPath = findExecutable("dbus-daemon") ?? findExecutable("/usr/bin/dbus-daemon") else {
             throw TestProcessError("dbus-daemon not found")
         }
@@ -237,7 +239,7 @@ public final class PrivateBus: @unchecked Sendable {
               <listen>unix:path=\(xml(socket))</listen>
               <auth>EXTERNAL</auth>
               <limit name="max_replies_per_connection">\(maxRepliesPerConnection)</limit>
-              <limit name="max_match_rules_per_connection">50000</limit>
+              <limit name="max_match_rules_per_connection">\(maxMatchRulesPerConnection)</limit>
               <limit name="max_names_per_connection">50000</limit>
               <limit name="max_incoming_bytes">1000000000</limit>
               <limit name="max_outgoing_bytes">1000000000</limit>

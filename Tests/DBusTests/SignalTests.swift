@@ -102,4 +102,36 @@ final class SignalTests: BusTestCase {
             _ = try await self.client.subscribe(MatchRule(path: "not a path")) { _ in }
         }
     }
+
+    func testSubscribingToSeveralRulesIsAllOrNone() async throws {
+        // A bus that lets a connection hold three rules: four are refused, and the
+        // three added before the refusal are taken back, so three fit afterwards.
+        let small = try PrivateBus(maxMatchRulesPerConnection: 3)
+        defer { small.stop() }
+        let listener = try BusConnection(address: small.address)
+        defer { listener.close() }
+        let sender = try BusConnection(address: small.address)
+        defer { sender.close() }
+        let heard = Mailbox<String>()
+        func rule(_ n: Int) -> (MatchRule, @Sendable (BusMessage) -> Void) {
+            (MatchRule(path: "/r\(n)"), { m in heard.put("\(n):" + ((try? m.arguments().first?.string) ?? "?")) })
+        }
+        do {
+            _ = try await listener.subscribe(all: (1...4).map(rule))
+            XCTFail("a fourth rule was accepted on a bus that allows three")
+        } catch let e as BusError {
+            XCTAssertEqual(e.name, "org.freedesktop.DBus.Error.LimitsExceeded")
+        }
+        _ = try await listener.subscribe(all: (1...3).map(rule))
+        for n in 1...3 {
+            try sender.emitSignal(path: "/r\(n)", interface: "org.ferry.Test.Sig", name: "Ping", arguments: [.string("x")])
+        }
+        var got: [String] = []
+        for _ in 1...3 { got.append(try await heard.next(timeout: 5, "a signal")) }
+        XCTAssertEqual(got.sorted(), ["1:x", "2:x", "3:x"], "each handler once")
+        // Nothing heard twice: a last signal comes next, not a repeat of one before.
+        try sender.emitSignal(path: "/r1", interface: "org.ferry.Test.Sig", name: "Ping", arguments: [.string("end")])
+        let last = try await heard.next(timeout: 5, "the last signal")
+        XCTAssertEqual(last, "1:end")
+    }
 }

@@ -244,6 +244,60 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(third.recorded, [], "acknowledged events are not delivered again")
     }
 
+    /// A previous run's completion, replayed to a session without a delegate, stays
+    /// pending until the app takes its task; once taken, it and the app's later ones
+    /// are acknowledged (before, one event not yet taken stopped every acknowledgement).
+    func testACompletionTakenLaterIsAcknowledged() async throws {
+        serve("/c/take1.bin", size: 2_000)
+        serve("/c/take2.bin", size: 2_000)
+        let id = "org.example.Take"
+        let first = FerrySession(configuration: configuration(id))
+        let t1 = try await first.download(from: URL(string: server.url("/c/take1.bin"))!, to: URL(fileURLWithPath: work + "/take1.bin"))
+        first.detach()
+        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(t1.id)")
+
+        let again = FerrySession(configuration: configuration(id))
+        defer { again.detach() }
+        try await again.attach()
+        let before = try await pendingCount(id)
+        XCTAssertEqual(before, 1, "replayed to no one: kept for whoever takes it")
+        let tasks = try await again.allTasks()
+        XCTAssertEqual(tasks.map(\.id), [t1.id])
+        _ = try await tasks[0].value
+        let t2 = try await again.download(from: URL(string: server.url("/c/take2.bin"))!, to: URL(fileURLWithPath: work + "/take2.bin"))
+        _ = try await withDeadline(20, "the second download") { try await t2.value }
+        let left = try await pendingCountOnceAcknowledged(id)
+        XCTAssertEqual(left, 0, "both completions were taken, so both are acknowledged")
+    }
+
+    /// An event no one took is not dropped by acknowledging a later one, also after
+    /// the session attached again (ferryd restarted): a later run's delegate hears it.
+    func testAnEventNoOneTookSurvivesAReattach() async throws {
+        serve("/c/keep1.bin", size: 2_000)
+        serve("/c/keep2.bin", size: 2_000)
+        let id = "org.example.Keep"
+        let first = FerrySession(configuration: configuration(id))
+        let t1 = try await first.download(from: URL(string: server.url("/c/keep1.bin"))!, to: URL(fileURLWithPath: work + "/keep1.bin"))
+        first.detach()
+        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(t1.id)")
+
+        let again = FerrySession(configuration: configuration(id))
+        try await again.attach()
+        try await stopFerryd()
+        try await startFerryd()
+        let t2 = try await again.download(from: URL(string: server.url("/c/keep2.bin"))!, to: URL(fileURLWithPath: work + "/keep2.bin"))
+        _ = try await withDeadline(20, "the download after the restart") { try await t2.value }
+        _ = try await t2.snapshot() // a call after the acknowledgement, on the same connection
+        again.detach()
+
+        let recorder = Recorder()
+        let later = FerrySession(configuration: configuration(id), delegate: recorder)
+        defer { later.detach() }
+        try await later.attach()
+        XCTAssertTrue(recorder.recorded.contains("completed \(t1.id) ok"),
+                      "the completion no one took reaches the next run: \(recorder.recorded)")
+    }
+
     /// An ephemeral session vanishes with ferryd: its running task ends with an error
     /// when the session attaches again (it does not wait forever), and the new
     /// session's events, whose serials count from 1 again, are delivered.

@@ -8,6 +8,7 @@ let package = Package(
         .executable(name: "ferryd", targets: ["ferryd"]),
         .executable(name: "ferry", targets: ["ferry"]),
         .library(name: "FerryClient", targets: ["FerryClient"]),
+        .library(name: "FerryBusClient", targets: ["FerryBusClient"]),
         .library(name: "DBus", targets: ["DBus"]),
     ],
     dependencies: [

@@ -70,6 +70,8 @@ public struct TransferInfo: Sendable, Equatable {
     public var completed: UInt64
     public var priority: Int32
     public var speedLimit: UInt64
+    /// An upload's server answer: its first 64 KiB (v1.1 `Response`), empty when none.
+    public var response: [UInt8]
 
     private typealias T = FerryInterface.TransferProperty
 
@@ -101,6 +103,7 @@ public struct TransferInfo: Sendable, Equatable {
         T.completed.name: { $0.completed = $1.uint64 ?? 0 },
         T.priority.name: { $0.priority = $1.int32 ?? 0 },
         T.speedLimit.name: { $0.speedLimit = $1.uint64 ?? 0 },
+        T.response.name: { $0.response = $1.bytes ?? [] },
     ]
 
     /// A transfer with no properties known: every field at its default.
@@ -110,7 +113,7 @@ public struct TransferInfo: Sendable, Equatable {
         kind = ""; session = ""; url = ""; description = ""; destination = ""; state = ""; waitingReason = ""
         bytesTransferred = 0; bytesExpected = -1; rate = 0; expectedEnd = 0
         errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
-        created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0
+        created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0; response = []
     }
 
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a

@@ -50,7 +50,7 @@ public final class FerrySession: @unchecked Sendable {
     /// Queues an upload of a local file.
     public func upload(file: URL, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
-        return core.handOut(r.first?.string ?? "/", upload: true)
+        return core.handOut(r.first?.string ?? "/", upload: true, source: file.path)
     }
 
     /// A new download that continues from `FerryTask.pause()`'s resume data.

@@ -18,6 +18,14 @@ public enum FerryTaskEvent: Sendable, Equatable {
 public struct FerryTaskResult: Sendable, Equatable {
     /// Where the download is (for an upload: the file it sent).
     public var location: URL?
+    /// For an upload: the server's answer (its first 64 KiB), nil when it sent none or
+    /// the upload saved it at its `responseDestination`. Nil for a download.
+    public var response: Data?
+
+    public init(location: URL?, response: Data? = nil) {
+        self.location = location
+        self.response = response
+    }
 }
 
 /// A task's properties at one moment.
@@ -48,6 +56,9 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
     public var completed: Date?
     public var priority: TransferPriority
     public var speedLimit: UInt64
+    /// For an upload, once it has an answer: the first 64 KiB of the server's response
+    /// body (nil when none, or when it went to the upload's `responseDestination`).
+    public var response: Data?
 
     init(_ i: TransferInfo) {
         id = i.id
@@ -72,6 +83,7 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
         completed = date(i.completed)
         priority = TransferPriority(rawValue: max(-1, min(1, i.priority))) ?? .normal
         speedLimit = i.speedLimit
+        response = i.response.isEmpty ? nil : Data(i.response)
     }
 }
 
@@ -92,6 +104,8 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     private var continuation: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation
     /// Whether the task uploads (known once the session has seen it).
     var isUpload = false
+    /// An upload's source file (known once the session has seen it); on the session's queue.
+    var source: String?
 
     init(path: String, core: SessionCore) {
         self.path = path

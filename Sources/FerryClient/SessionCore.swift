@@ -32,6 +32,8 @@ final class SessionCore: @unchecked Sendable {
     private var buffered: [Incoming] = []
     private var lastDelivered: UInt64 = 0
     private var locations: [String: String] = [:]
+    /// Uploads' server answers, heard before their `Completed`.
+    private var responses: [String: [UInt8]] = [:]
     /// Attached (subscribed, session open, pending events replayed): a `Completed`
     /// heard while not attached stays pending in the service for the next replay.
     private var attached = false
@@ -48,7 +50,8 @@ final class SessionCore: @unchecked Sendable {
     /// A signal, as the bus queue hands it over.
     enum Incoming {
         case transfer(path: String, member: String, args: [DBusValue])
-        case state(path: String, String)
+        /// PropertiesChanged: a new state, an upload's server answer.
+        case changed(path: String, state: String?, response: [UInt8]?)
         case added(path: String, [String: DBusValue])
         case removed(path: String)
         case allFinished(path: String)
@@ -101,15 +104,17 @@ final class SessionCore: @unchecked Sendable {
         let service = FerryClient.busName
         // All or none: a refused rule (quota, timeout) leaves no other behind, so the
         // next attach does not hear each signal twice.
-        let subs = try await bus.subscribe(all: [
+        let rules: [(MatchRule, @Sendable (BusMessage) -> Void)] = [
             (MatchRule(sender: service, pathNamespace: transfers, interface: FerryClient.transferInterface), { [weak self] m in
                 guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
                 self?.receive(.transfer(path: path, member: member, args: args))
             }),
             (MatchRule(sender: service, pathNamespace: transfers, interface: StandardNames.properties, member: "PropertiesChanged"), { [weak self] m in
-                guard let path = m.path, let args = try? m.arguments(), args.count == 3,
-                      let state = args[1].vardict?[FerryInterface.TransferProperty.state.name]?.string else { return }
-                self?.receive(.state(path: path, state))
+                guard let path = m.path, let args = try? m.arguments(), args.count == 3, let changed = args[1].vardict else { return }
+                let state = changed[FerryInterface.TransferProperty.state.name]?.string
+                let response = changed[FerryInterface.TransferProperty.response.name]?.bytes
+                guard state != nil || response != nil else { return }
+                self?.receive(.changed(path: path, state: state, response: response))
             }),
             (MatchRule(sender: service, path: FerryClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
                 guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
@@ -130,7 +135,8 @@ final class SessionCore: @unchecked Sendable {
                 guard let args = try? m.arguments(), args.count == 3, args[2].string?.isEmpty == false else { return }
                 self?.receive(.serviceBack)
             }),
-        ])
+        ]
+        let subs = try await bus.subscribe(all: rules)
         lock.withLock { subscriptions = subs }
     }
 
@@ -173,10 +179,15 @@ final class SessionCore: @unchecked Sendable {
             for info in objects.transfers where info.session == session.path {
                 let t = task(info.path)
                 t.isUpload = info.kind == "upload"
+                if t.isUpload {
+                    t.source = info.destination
+                    if !info.response.isEmpty { responses[info.path] = info.response }
+                }
                 // Final, and its event was acknowledged before: its outcome is settled.
                 if TransferState(rawValue: info.state)?.isFinal == true && !pendingPaths.contains(info.path) {
                     t.complete(Self.outcome(state: info.state, errorName: info.errorName, errorMessage: info.errorMessage,
-                                            httpStatus: Int(info.httpStatus), location: info.destination))
+                                            httpStatus: Int(info.httpStatus), location: info.destination,
+                                            response: t.isUpload ? responses.removeValue(forKey: info.path) : nil))
                 }
             }
             // Pending, yet delivered here before: the acknowledgement sent before the
@@ -235,11 +246,12 @@ final class SessionCore: @unchecked Sendable {
     }
 
     /// The task for a path the app now holds (its events may be acknowledged).
-    func handOut(_ path: String, upload: Bool? = nil) -> FerryTask {
+    func handOut(_ path: String, upload: Bool? = nil, source: String? = nil) -> FerryTask {
         queue.sync {
             handedOut.insert(path)
             let t = task(path)
             if let upload { t.isUpload = upload }
+            if let source { t.source = source }
             taken(path)
             return t
         }
@@ -266,12 +278,17 @@ final class SessionCore: @unchecked Sendable {
         switch i {
         case .added(let path, let props):
             guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
-            task(path).isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
+            let t = task(path)
+            t.isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
+            if t.isUpload, t.source == nil { t.source = props[FerryInterface.TransferProperty.destination.name]?.string }
         case .removed(let path):
             tasks[path] = nil
             handedOut.remove(path)
-        case .state(let path, let state):
-            guard let t = tasks[path], let s = TransferState(rawValue: state) else { return }
+            responses[path] = nil
+        case .changed(let path, let state, let response):
+            guard let t = tasks[path] else { return }
+            if let response, t.isUpload { responses[path] = response.isEmpty ? nil : response }
+            guard let state, let s = TransferState(rawValue: state) else { return }
             if !s.isFinal { t.reopen() } // a failed task resumed: a new run
             t.yield(.stateChanged(s))
         case .allFinished(let path):
@@ -316,13 +333,16 @@ final class SessionCore: @unchecked Sendable {
     private func deliver(path: String, serial: UInt64, state: String, errorName: String, errorMessage: String,
                          httpStatus: Int, location: String) {
         let t = task(path)
+        let location = t.isUpload ? t.source ?? "" : location // an upload's: the file it sent
         locations[path] = nil
+        let response = t.isUpload ? responses.removeValue(forKey: path) : nil
         var status = httpStatus
         if status == 0 && errorName.hasSuffix(".Http") {
             // The message names the status ("… 404 …"); the event's details carry it when replayed.
             status = errorMessage.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.first { (400...599).contains($0) } ?? 0
         }
-        let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status, location: location)
+        let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status,
+                                   location: location, response: response)
         if case .success(let r) = outcome, let url = r.location, !t.isUpload {
             t.yield(.finished(location: url))
             if let s = session { delegate?.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) }
@@ -345,9 +365,10 @@ final class SessionCore: @unchecked Sendable {
     }
 
     static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
-                        location: String) -> Result<FerryTaskResult, FerryError> {
+                        location: String, response: [UInt8]? = nil) -> Result<FerryTaskResult, FerryError> {
         if state == "completed" && errorName.isEmpty {
-            return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location)))
+            return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location),
+                                            response: response.map { Data($0) }))
         }
         let name = errorName.isEmpty ? (state == "cancelled" ? FerryInterface.ErrorName.cancelled : .network).fullName : errorName
         return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))

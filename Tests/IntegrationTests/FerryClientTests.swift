@@ -298,6 +298,54 @@ final class FerryClientTests: FerryTestCase {
                       "the completion no one took reaches the next run: \(recorder.recorded)")
     }
 
+    /// An upload ends with the file it sent and the server's answer, the same whether
+    /// its completion is heard live, replayed to a later run, or settled before it;
+    /// the delegate is not told an upload "finished downloading".
+    func testAnUploadEndsWithTheFileItSentAndTheServersAnswer() async throws {
+        let answer = Data(#"{"id": 7}"#.utf8)
+        server.set(.acceptUploads(status: 201, body: [UInt8](answer)), on: "/c/up")
+        let file = work + "/photo.jpg"
+        try Data(repeating: 0x5a, count: 30_000).write(to: URL(fileURLWithPath: file))
+        let id = "org.example.Up"
+
+        // Live.
+        let recorder = Recorder()
+        let session = FerrySession(configuration: configuration(id), delegate: recorder)
+        let live = try await session.upload(file: URL(fileURLWithPath: file), to: URL(string: server.url("/c/up"))!)
+        let r = try await withDeadline(20, "the upload") { try await live.value }
+        XCTAssertEqual(r, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer))
+        try await recorder.wait(for: "completed \(live.id) ok")
+        XCTAssertFalse(recorder.recorded.contains { $0.hasPrefix("finished") }, "\(recorder.recorded)")
+        let snapshot = try await live.snapshot()
+        XCTAssertEqual(snapshot.response, answer)
+
+        // Completed while no one followed it: replayed to the next run.
+        var options = UploadOptions()
+        options.startsSuspended = true
+        let away = try await session.upload(file: URL(fileURLWithPath: file), to: URL(string: server.url("/c/up"))!, options: options)
+        session.detach()
+        let path = "/org/ferry/Ferry1/transfer/\(away.id)"
+        try await client.transfer(id: away.id).resume()
+        _ = try await signals.completed(path)
+        let next = Recorder()
+        let again = FerrySession(configuration: configuration(id), delegate: next)
+        try await again.attach()
+        XCTAssertEqual(next.recorded, ["completed \(away.id) ok", "idle"])
+        let replayed = try await again.allTasks().first { $0.id == away.id }?.value
+        XCTAssertEqual(replayed, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer))
+        again.detach()
+
+        // Acknowledged before: settled from its properties.
+        let third = FerrySession(configuration: configuration(id))
+        defer { third.detach() }
+        let settled = try await third.allTasks()
+        XCTAssertEqual(settled.count, 2)
+        for t in settled {
+            let v = try await t.value
+            XCTAssertEqual(v, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer), "task \(t.id)")
+        }
+    }
+
     /// An ephemeral session vanishes with ferryd: its running task ends with an error
     /// when the session attaches again (it does not wait forever), and the new
     /// session's events, whose serials count from 1 again, are delivered.

@@ -47,10 +47,35 @@ public final class FerrySession: @unchecked Sendable {
         return core.handOut(r.first?.string ?? "/", upload: false)
     }
 
+    /// Queues a download written into an open, writable file (a regular file or a pipe)
+    /// instead of a path: how a sandboxed (Flatpak) app saves where the file chooser
+    /// portal let it, outside its own directories. The service copies the file into it
+    /// once complete and verified; the result's `location` is then nil. The session
+    /// passes a copy of the descriptor: `fileHandle` stays the caller's to close.
+    public func download(from url: URL, into fileHandle: FileHandle, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
+        var o = options.busValue(destination: nil)
+        o["destination-fd"] = .unixFD(fileHandle.fileDescriptor)
+        defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
+        let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(o)])
+        return core.handOut(r.first?.string ?? "/", upload: false)
+    }
+
     /// Queues an upload of a local file.
     public func upload(file: URL, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
         return core.handOut(r.first?.string ?? "/", upload: true, source: file.path)
+    }
+
+    /// Queues an upload of an open, readable file (a sandboxed app's file from the file
+    /// chooser portal). The result's `location` is nil. The session passes a copy of the
+    /// descriptor: `fileHandle` stays the caller's to close. Such an upload cannot be
+    /// carried across a restart of the service (it fails, asking for a new upload).
+    public func upload(from fileHandle: FileHandle, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
+        var o = options.busValue
+        o["source-fd"] = .unixFD(fileHandle.fileDescriptor)
+        defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
+        let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(""), .vardict(o)])
+        return core.handOut(r.first?.string ?? "/", upload: true, source: "")
     }
 
     /// A new download that continues from `FerryTask.pause()`'s resume data.

@@ -346,6 +346,34 @@ final class FerryClientTests: FerryTestCase {
         }
     }
 
+    /// A sandboxed app's way: a download into a file it opened (from the file chooser
+    /// portal) and an upload from one; the app keeps and closes its own descriptors.
+    func testDownloadIntoAndUploadFromOpenFiles() async throws {
+        let body = serve("/c/fd.bin", size: 150_000)
+        server.set(.acceptUploads(status: 200, body: Array("stored".utf8)), on: "/c/fd-up")
+        let session = FerrySession(configuration: configuration("org.example.Fd"))
+        defer { session.detach() }
+
+        let target = work + "/chosen.bin"
+        XCTAssertTrue(FileManager.default.createFile(atPath: target, contents: Data("old contents".utf8)))
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: target))
+        let down = try await session.download(from: URL(string: server.url("/c/fd.bin"))!, into: out)
+        let r = try await withDeadline(20, "the download into a descriptor") { try await down.value }
+        XCTAssertEqual(r, FerryTaskResult(location: nil))
+        assertFile(target, equals: body)
+        try out.close() // still the app's: closing it works
+
+        let source = work + "/to-send.bin"
+        let sent = Data((0..<70_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+        try sent.write(to: URL(fileURLWithPath: source))
+        let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: source))
+        let up = try await session.upload(from: input, to: URL(string: server.url("/c/fd-up"))!)
+        let u = try await withDeadline(20, "the upload from a descriptor") { try await up.value }
+        XCTAssertEqual(u, FerryTaskResult(location: nil, response: Data("stored".utf8)))
+        XCTAssertEqual(server.uploads(for: "/c/fd-up").map(\.sha256), [TestData.sha256Hex(sent)])
+        try input.close()
+    }
+
     /// An ephemeral session vanishes with ferryd: its running task ends with an error
     /// when the session attaches again (it does not wait forever), and the new
     /// session's events, whose serials count from 1 again, are delivered.

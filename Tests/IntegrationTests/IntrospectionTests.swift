@@ -202,7 +202,7 @@ final class IntrospectionTests: FerryTestCase {
         expected.bytesTransferred = 11; expected.bytesExpected = 12; expected.rate = 13; expected.expectedEnd = 14
         expected.errorName = "E"; expected.errorMessage = "m"; expected.httpStatus = 206; expected.attempts = 3
         expected.resumable = true; expected.sha256 = "ab"; expected.created = 15; expected.started = 16
-        expected.completed = 17; expected.priority = -1; expected.speedLimit = 18
+        expected.completed = 17; expected.priority = -1; expected.speedLimit = 18; expected.response = [1]
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
         var changed = TransferInfo(id: 1, path: "/t/1")

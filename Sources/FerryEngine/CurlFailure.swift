@@ -103,7 +103,11 @@ enum CurlFailure {
 
     /// Nothing came from the server for `request-timeout`.
     static func stalled(_ transfer: CurlFailureContext) -> FerryError {
-        .timeout("No data from \(transfer.hostDescription) for \(secondsText(transfer.request.requestTimeout))")
+        stalled(host: transfer.hostDescription, request: transfer.request)
+    }
+
+    static func stalled(host: String, request: EngineRequest) -> FerryError {
+        .timeout("No data from \(host) for \(secondsText(request.requestTimeout))")
     }
 
     /// "60 s", "1.5 s".

@@ -15,6 +15,11 @@ protocol EngineAttempt: AnyObject {
     func setSpeedLimit(_ bytesPerSecond: UInt64)
     /// Progress for data that stopped mid-interval; returns when the next report is due.
     func reportProgressIfDue(now: UInt64) -> UInt64?
+    /// When it will have moved no data for `request-timeout` (monotonic ns); nil while
+    /// nothing is owed by the server (not connected yet, held by the speed limit).
+    var stallDue: UInt64? { get }
+    /// `stallDue` passed: the attempt (or its silent connection) fails with a timeout.
+    func stalled(now: UInt64)
     /// Engine shutdown: release handles and close files, no events.
     func abandon()
     /// A background file job (flush, hash) of this attempt finished.

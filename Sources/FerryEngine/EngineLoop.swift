@@ -112,11 +112,20 @@ final class EngineLoop {
         for transfer in stalled {
             finish(transfer, .failed(CurlFailure.stalled(transfer), bytesOnDisk: transfer.bytesOnDisk))
         }
+        var stalledAttempts: [EngineAttempt] = []
         for attempt in otherAttempts.values {
             if let due = attempt.reportProgressIfDue(now: now) {
                 timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
             }
+            if let due = attempt.stallDue {
+                if due <= now {
+                    stalledAttempts.append(attempt)
+                } else {
+                    timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
+                }
+            }
         }
+        for attempt in stalledAttempts { attempt.stalled(now: now) }
         return timeout
     }
 

@@ -39,6 +39,8 @@ final class RangeConnection: PacedHandle {
     /// Why it must end, when a callback decided so.
     var failure: FerryError?
     var isThrottled = false
+    /// When this connection was started or last brought anything (monotonic ns).
+    var lastDataAt: UInt64 = 0
     private unowned let download: SegmentedDownload
 
     var speedLimit: UInt64 { download.pacer.limit }
@@ -105,10 +107,18 @@ final class RangeConnection: PacedHandle {
     func resumeAfterThrottle() {
         guard let easy, isThrottled else { return }
         isThrottled = false
+        lastDataAt = monotonicNanoseconds() // the wait was ours
         _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
     }
 
+    /// When it will have brought nothing for `timeout` ns; nil when it owes nothing.
+    func stallDue(after timeout: UInt64) -> UInt64? {
+        guard easy != nil, !cancelled, !isThrottled, !reachedEnd, failure == nil else { return nil }
+        return lastDataAt &+ timeout
+    }
+
     fileprivate func headerLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        lastDataAt = monotonicNanoseconds()
         if accepted || cancelled { return !cancelled }
         switch reader.take(bytes) {
         case .more: return true
@@ -120,7 +130,8 @@ final class RangeConnection: PacedHandle {
     }
 
     fileprivate func body(_ data: UnsafeRawPointer, _ count: Int) -> Int {
-        download.write(self, data, count)
+        lastDataAt = monotonicNanoseconds()
+        return download.write(self, data, count)
     }
 }
 

@@ -166,6 +166,7 @@ final class SegmentedDownload: EngineAttempt {
         let rc = connection.makeHandle(request: request, url: url, validator: validator,
                                        receiveBuffer: perConnection, cookies: loop.cookies,
                                        separateConnection: maxConnections > 1)
+        connection.lastDataAt = monotonicNanoseconds()
         connections.append(connection)
         guard rc == CURLE_OK, let easy = connection.easy else {
             let why = String(cString: curl_easy_strerror(rc))
@@ -427,6 +428,33 @@ final class SegmentedDownload: EngineAttempt {
                 error = .network("\(EasyHandleSetup.hostDescription(rangeURL)) sent \(connection.position - connection.start) of \(connection.end - connection.start) bytes of a range")
             }
         }
+        connectionEnded(at: index, finishedRange: finishedRange, error: error)
+    }
+
+    /// Whichever connection will first have brought nothing for `request-timeout`
+    /// (curl's own low-speed check averages over 5 s and fired up to 3× late).
+    var stallDue: UInt64? {
+        guard !completed, !flushing else { return nil }
+        let timeout = UInt64(CurlTransfer.stallSeconds(request) * 1_000_000_000)
+        return connections.lazy.compactMap { $0.stallDue(after: timeout) }.min()
+    }
+
+    /// The silent connections end as failed with a timeout, as curl's check would end
+    /// them: their ranges go back to be fetched again, or the download fails.
+    func stalled(now: UInt64) {
+        let timeout = UInt64(CurlTransfer.stallSeconds(request) * 1_000_000_000)
+        let silent = connections.filter { ($0.stallDue(after: timeout) ?? .max) <= now }
+        for connection in silent {
+            guard !completed, let index = connections.firstIndex(where: { $0 === connection }) else { return }
+            connectionEnded(at: index, finishedRange: false,
+                            error: CurlFailure.stalled(host: EasyHandleSetup.hostDescription(rangeURL), request: request))
+        }
+    }
+
+    /// A connection is over: what it fetched counts, it leaves the multi, and its error
+    /// (if any) fails the download or goes against the failures allowed in a row.
+    private func connectionEnded(at index: Int, finishedRange: Bool, error: FerryError?) {
+        let connection = connections[index]
         if single, connection.accepted, finishedRange, connection.end == Int64.max {
             total = connection.position // the length was unknown: the connection's end is the file's
         }

@@ -69,6 +69,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     var speedLimit: UInt64 { pacer.limit }
     var paceAllowsAt: UInt64 { pacer.allowsAt }
     private var isThrottled = false
+    /// When bytes last moved (sent to libcurl, or of the answer); monotonic ns.
+    private var lastActivityAt: UInt64 = 0
 
     init(request: EngineRequest, source: EngineUpload, attempt: UInt64, loop: EngineLoop) {
         self.request = request
@@ -137,7 +139,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private func connect() {
         guard let easy, !connected else { return }
         connected = true
-        nextProgressAt = monotonicNanoseconds() + CurlTransfer.progressInterval
+        lastActivityAt = monotonicNanoseconds()
+        nextProgressAt = lastActivityAt + CurlTransfer.progressInterval
         let rc = loop.add(easy, owner: self)
         guard rc == CURLM_OK else {
             let why = String(cString: curl_multi_strerror(rc))
@@ -230,6 +233,18 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         finish(.stopped(bytesOnDisk: position))
     }
 
+    /// The server took none of the file and sent none of its answer for `request-timeout`
+    /// (curl's own low-speed check averages over 5 s and fired up to 3× late). Not while
+    /// the speed limit or a read of the file (our side) holds the upload.
+    var stallDue: UInt64? {
+        guard connected, !completed, !isThrottled, !waitingForData, failure == nil else { return nil }
+        return lastActivityAt &+ UInt64(CurlTransfer.stallSeconds(request) * 1_000_000_000)
+    }
+
+    func stalled(now: UInt64) {
+        finish(.failed(CurlFailure.stalled(host: EasyHandleSetup.hostDescription(request.url), request: request), bytesOnDisk: position))
+    }
+
     func setSpeedLimit(_ bytesPerSecond: UInt64) {
         pacer.setLimit(bytesPerSecond)
     }
@@ -247,6 +262,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     func resumeAfterThrottle() {
         guard let easy, isThrottled else { return }
         isThrottled = false
+        lastActivityAt = monotonicNanoseconds() // the wait was ours
         _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
     }
 
@@ -369,6 +385,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         }
         if waitingForData, let easy {
             waitingForData = false
+            lastActivityAt = monotonicNanoseconds() // the wait was ours
             _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
         }
     }
@@ -391,7 +408,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         let n = min(max, first.bytes.count - offset, pacedChunk)
         let now = monotonicNanoseconds()
         guard admit(n, now: now) else { return Int(CURL_READFUNC_PAUSE) }
-        first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
+        _ = first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
         handedOn(n, now: now)
         readAhead()
         return n
@@ -443,6 +460,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
 
     /// `count` bytes of the file went to libcurl.
     private func handedOn(_ count: Int, now: UInt64) {
+        lastActivityAt = now
         position += Int64(count)
         unreportedBytes += Int64(count)
         // The last bytes are reported at once: the server's answer, which can come only
@@ -482,6 +500,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     // MARK: - The answer
 
     func receiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        lastActivityAt = monotonicNanoseconds()
         if finalHead != nil { return true } // trailers
         switch reader.take(bytes) {
         case .more:
@@ -509,6 +528,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     func receiveResponseBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
+        lastActivityAt = monotonicNanoseconds()
         guard finalHead != nil, failure == nil else { return 0 }
         if responseFD >= 0 {
             if let error = claimResponseFile() {

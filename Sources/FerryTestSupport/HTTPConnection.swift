@@ -51,6 +51,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
             if let received { server.recordUpload(requestIndex, received) }
             var plan = server.plan(for: head, upload: received)
             if head.method == .HEAD { plan.sendsBody = false }
+            if plan.silent { return }
             respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
         }
     }

@@ -47,6 +47,8 @@ public enum ServerBehaviour: Sendable {
     /// Accept PUT and POST bodies (recorded in `RecordedRequest.upload`) and answer
     /// `status` with `body` (default: "received N bytes, sha256 HEX").
     case acceptUploads(status: Int = 201, body: [UInt8]? = nil)
+    /// Read every request (its body too) and never answer, keeping the connection open.
+    case neverAnswer
 }
 
 /// The behaviours in force for one path.
@@ -67,6 +69,7 @@ struct PathRules {
     var cookies: [String] = []
     var rangeFailures: (remaining: Int, status: Int)?
     var uploads: (status: Int, body: [UInt8]?)?
+    var silent = false
 
     mutating func apply(_ behaviour: ServerBehaviour) {
         switch behaviour {
@@ -85,6 +88,7 @@ struct PathRules {
         case .setCookie(let value): cookies.append(value)
         case .failRangeRequests(let count, let code): rangeFailures = (count, code)
         case .acceptUploads(let status, let body): uploads = (status, body)
+        case .neverAnswer: silent = true
         }
     }
 }
@@ -102,6 +106,8 @@ struct ResponsePlan {
     var bytesPerSecond: Int?
     var cutAfter: Int?
     var cut = Cut.drop
+    /// Send nothing at all (`neverAnswer`).
+    var silent = false
 
     static func text(_ code: Int, _ text: String, extraHeaders: [(String, String)] = []) -> ResponsePlan {
         var headers = HTTPHeaders()

@@ -186,6 +186,11 @@ public final class TestHTTPServer: @unchecked Sendable {
         if let redirect = rule.redirect {
             return .text(redirect.status, "Moved to \(redirect.location)\n", extraHeaders: [("Location", redirect.location)])
         }
+        if rule.silent {
+            var plan = ResponsePlan.text(200, "")
+            plan.silent = true
+            return plan
+        }
         if let accepted = rule.uploads, head.method == .PUT || head.method == .POST {
             let text = "received \(upload?.byteCount ?? 0) bytes, sha256 \(upload?.sha256 ?? "")\n"
             let body = accepted.body.map { ByteBuffer(bytes: $0) } ?? ByteBuffer(string: text)

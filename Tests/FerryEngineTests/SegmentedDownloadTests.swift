@@ -176,6 +176,27 @@ final class SegmentedDownloadTests: EngineTestCase {
         XCTAssertTrue(rangeRequests("/f").dropFirst().contains { asked($0)?.contains(resumedAt) ?? false })
     }
 
+    /// A connection that goes silent is given up after `request-timeout` (curl's own
+    /// check, an average over 5 s, took several times longer), and its range fetched
+    /// by another connection from where it stopped.
+    func testASilentRangeConnectionIsGivenUpOnTime() throws {
+        let body = TestData.bytes(count: size, seed: 93)
+        server.add(path: "/f", body: body)
+        server.set(.slow(bytesPerSecond: 4_000_000), on: "/f")
+        server.set(.stallAfter(bytes: 300_000, times: 1), on: "/f") // the first answer goes silent
+        var r = segmented(1, "/f", connections: 4)
+        r.requestTimeout = 1
+        let started = Date()
+
+        let outcome = run(r, timeout: 60)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(partPath("1.part"), holds: body)
+        XCTAssertTrue(rangeRequests("/f").contains { asked($0)?.contains(300_000) ?? false },
+                      "the silent connection's bytes were asked for again")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4.5)
+    }
+
     func testRangesThatKeepFailingFailTheAttemptWithAMapToContinueFrom() throws {
         let body = TestData.bytes(count: size, seed: 101)
         server.add(path: "/f", body: body)

@@ -35,6 +35,26 @@ final class UploadTests: EngineTestCase {
         return r
     }
 
+    /// A server that takes the file and never answers: the upload fails after its
+    /// `request-timeout` (curl's own check counted the bytes sent in its 5 s average
+    /// and fired about 3× late).
+    func testAnUnansweredUploadTimesOutOnTime() throws {
+        server.set(.neverAnswer, on: "/silent")
+        let source = try open(try sourceFile(TestData.bytes(count: 1_000, seed: 72)))
+        var r = uploadRequest(1, "/silent", source)
+        r.requestTimeout = 2
+        let started = Date()
+
+        let outcome = run(r, timeout: 30)
+
+        guard case .failed(.timeout(let message), _)? = outcome else {
+            return XCTFail("expected a timeout, got \(String(describing: outcome))")
+        }
+        XCTAssertTrue(message.contains("No data from 127.0.0.1:\(server.port) for 2 s"), message)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4.5)
+        XCTAssertEqual(server.uploads(for: "/silent").count, 1, "the file was sent")
+    }
+
     func testPutArrivesByteExact() throws {
         let bytes = TestData.bytes(count: 3_000_123, seed: 70)
         server.set(.acceptUploads(), on: "/up")

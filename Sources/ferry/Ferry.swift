@@ -169,7 +169,7 @@ func describe(_ e: BusError) -> (message: String, code: Int32) {
 
 func printError(_ message: String) {
     Output.flush()
-    FileHandle.standardError.write(Data("ferry: \(message)\n".utf8))
+    FileHandle.standardError.write(Data("ferry: \(Format.shown(message, keepingNewlines: true))\n".utf8))
 }
 
 /// Standard output, flushed per line when it is not a terminal too (scripts
@@ -180,7 +180,13 @@ enum Output {
     private static let bursts = NSLock()
     nonisolated(unsafe) private static var burstDepth = 0
 
+    /// One line (or several joined by newlines) of text, as a terminal may show it.
     static func line(_ s: String) {
+        raw(Format.shown(s, keepingNewlines: true))
+    }
+
+    /// A line written as it is (JSON, already escaped).
+    static func raw(_ s: String) {
         print(s)
         if !inBurst { fflush(stdout) }
     }
@@ -200,7 +206,7 @@ enum Output {
     /// Many lines in one write (a listing of thousands must not flush each).
     static func lines(_ ls: [String]) {
         guard !ls.isEmpty else { return }
-        write(ls.joined(separator: "\n") + "\n")
+        write(ls.lazy.map { Format.shown($0, keepingNewlines: true) }.joined(separator: "\n") + "\n")
     }
 
     static func write(_ s: String) {

@@ -51,9 +51,9 @@ enum Format {
         var rows: [[String]] = [["ID", "STATE", "DONE", "SIZE"] + (showSession ? ["SESSION"] : []) + ["NAME"]]
         for i in infos {
             let size = i.bytesExpected >= 0 ? bytes(i.bytesExpected) : bytes(i.bytesTransferred)
-            var name = name(i)
-            if i.state == "failed" && !i.errorMessage.isEmpty { name += "  — \(i.errorMessage)" }
-            rows.append([String(i.id), stateText(i), percent(i), size] + (showSession ? [sessions[i.session] ?? "?"] : []) + [name])
+            var name = shown(name(i))
+            if i.state == "failed" && !i.errorMessage.isEmpty { name += "  — \(shown(i.errorMessage))" }
+            rows.append([String(i.id), stateText(i), percent(i), size] + (showSession ? [shown(sessions[i.session] ?? "?")] : []) + [name])
         }
         let widths = (0..<rows[0].count - 1).map { c in rows.map { $0[c].count }.max() ?? 0 }
         return rows.map { r in
@@ -84,6 +84,24 @@ enum Format {
         lines.append("  Started:      \(time(i.started))")
         lines.append("  Completed:    \(time(i.completed))")
         return lines.joined(separator: "\n")
+    }
+
+    /// Text from the bus or a server (a description, a file name, a URL, a server's
+    /// message) as a terminal may show it: control characters (C0 but newline and tab
+    /// when kept, DEL, C1) and bidirectional overrides become "?", so no other client
+    /// and no server can move the cursor, retitle the window or reorder a line. JSON
+    /// output is left as encoded (it escapes C0 itself).
+    static func shown(_ s: String, keepingNewlines: Bool = false) -> String {
+        func plain(_ b: UInt8) -> Bool { (b >= 0x20 && b < 0x7F) || (keepingNewlines && (b == 0x0A || b == 0x09)) }
+        if s.utf8.allSatisfy(plain) { return s }
+        var out = String.UnicodeScalarView()
+        for u in s.unicodeScalars {
+            let v = u.value
+            let hidden = (v < 0x20 && !(keepingNewlines && (v == 0x0A || v == 0x09))) || (0x7F...0x9F).contains(v)
+                || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
+            out.append(hidden ? "?" : u)
+        }
+        return String(out)
     }
 
     static func pad(_ s: String, _ width: Int) -> String {

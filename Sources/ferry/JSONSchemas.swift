@@ -334,7 +334,7 @@ enum JSONOutput {
 
     /// One JSON line.
     static func line<T: Encodable>(_ value: T) {
-        Output.line(text(value))
+        Output.raw(text(value))
     }
 
     /// A value as one line of JSON.

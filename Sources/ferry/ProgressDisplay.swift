@@ -220,11 +220,11 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         case "completed":
             tail = " done \(Format.bytes(max(i.bytesTransferred, i.bytesExpected)))"
         case "failed":
-            tail = " failed: \(i.errorMessage)"
+            tail = " failed: \(Format.shown(i.errorMessage))"
         default:
             tail = " \(Format.stateText(i)) \(Format.percent(i))"
         }
-        let name = Format.name(i)
+        let name = Format.shown(Format.name(i))
         // The name gets what is left after the id and tail, at least 12 columns; the
         // bar only when there is room for it.
         let free = columns - head.count - tail.count

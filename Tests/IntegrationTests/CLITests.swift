@@ -71,6 +71,28 @@ final class CLITests: FerryTestCase {
     }
 
     /// `ferry wait ID` exits 0 for a completed transfer and 1 for a failed one.
+    /// Another client's description and file name, and a server's message, cannot
+    /// drive the user's terminal: control characters and bidirectional overrides are
+    /// shown as "?" by ls, show and the failure lines; --json keeps them, escaped.
+    func testOtherClientsTextCannotDriveTheTerminal() async throws {
+        serve("/t.bin", size: 10)
+        let s = try await session()
+        let evil = "\u{1b}]0;pwned\u{07}bill\u{202E}fdp.exe"
+        let t = try await s.download(server.url("/t.bin"), options: [
+            "destination": .string(work + "/x\u{1b}[2Jy.bin"), "description": .string(evil), "start": .boolean(false)])
+        let forbidden: [Character] = ["\u{1b}", "\u{07}", "\u{202E}"]
+        for args in [["ls"], ["ls", "--state", "paused"], ["show", String(t.id)]] {
+            let r = try ferry(args)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertFalse(r.stdout.contains { forbidden.contains($0) }, "\(args): \(r.stdout.debugDescription)")
+            XCTAssertTrue(r.stdout.contains("x?[2Jy.bin"), "\(args): \(r.stdout)")
+        }
+        XCTAssertTrue(try ferry(["show", String(t.id)]).stdout.contains("?]0;pwned?bill?fdp.exe"))
+        let json = try ferry(["show", "--json", String(t.id)])
+        let decoded = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        XCTAssertEqual(decoded?["description"] as? String, evil, "JSON keeps the text as it is")
+    }
+
     func testWaitExitStatus() async throws {
         serve("/w.bin", size: 5000)
         let s = try await session()

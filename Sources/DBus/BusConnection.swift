@@ -280,7 +280,8 @@ public final class BusConnection: @unchecked Sendable {
             try await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
                            method: "AddMatch", arguments: [.string(rule.text)])
         } catch {
-            queue.sync { _ = subscriptions.removeValue(forKey: id) }
+            // Taken back from the bus too: a call that timed out may have added it there.
+            unsubscribe(Subscription(id: id, rule: rule), evenIfUnknown: true)
             throw error
         }
         return Subscription(id: id, rule: rule)
@@ -300,9 +301,11 @@ public final class BusConnection: @unchecked Sendable {
         return added
     }
 
-    public func unsubscribe(_ s: Subscription) {
+    public func unsubscribe(_ s: Subscription) { unsubscribe(s, evenIfUnknown: false) }
+
+    private func unsubscribe(_ s: Subscription, evenIfUnknown: Bool) {
         queue.async { [self] in
-            guard subscriptions.removeValue(forKey: s.id) != nil, !closed else { return }
+            guard subscriptions.removeValue(forKey: s.id) != nil || evenIfUnknown, !closed else { return }
             if let m = try? BusMessage.methodCall(destination: StandardNames.bus, path: StandardNames.busPath,
                                                   interface: StandardNames.bus, member: "RemoveMatch") {
                 try? m.append([.string(s.rule.text)])

@@ -39,6 +39,9 @@ public final class FerrySession: @unchecked Sendable {
     /// (and acknowledged).
     public func attach() async throws { try await core.attach() }
 
+    /// Successful attaches so far (for tests that wait for a re-attach).
+    var attachCount: Int { core.attachCount }
+
     /// Queues a download and returns at once. `destination`: a file path, or an
     /// existing directory (the name then comes from the server or the URL); nil
     /// puts it in the session's download directory.
@@ -51,7 +54,11 @@ public final class FerrySession: @unchecked Sendable {
     /// instead of a path: how a sandboxed (Flatpak) app saves where the file chooser
     /// portal let it, outside its own directories. The service copies the file into it
     /// once complete and verified; the result's `location` is then nil. The session
-    /// passes a copy of the descriptor: `fileHandle` stays the caller's to close.
+    /// passes a copy of the descriptor: keep `fileHandle` open until this returns, then
+    /// it is the caller's to close. Not a file opened for appending (the copy starts at
+    /// its beginning). A pipe's reader sees its end only once the service is done and
+    /// the app has closed its own write end; the service makes the pipe non-blocking,
+    /// which the app's copy shares.
     public func download(from url: URL, into fileHandle: FileHandle, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         var o = options.busValue(destination: nil)
         o["destination-fd"] = .unixFD(fileHandle.fileDescriptor)
@@ -68,7 +75,8 @@ public final class FerrySession: @unchecked Sendable {
 
     /// Queues an upload of an open, readable file (a sandboxed app's file from the file
     /// chooser portal). The result's `location` is nil. The session passes a copy of the
-    /// descriptor: `fileHandle` stays the caller's to close. Such an upload cannot be
+    /// descriptor: keep `fileHandle` open until this returns, then it is the caller's to
+    /// close. Such an upload cannot be
     /// carried across a restart of the service (it fails, asking for a new upload).
     public func upload(from fileHandle: FileHandle, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
         var o = options.busValue

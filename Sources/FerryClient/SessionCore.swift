@@ -19,6 +19,14 @@ final class SessionCore: @unchecked Sendable {
     private var bus: BusConnection?
     private var subscriptions: [BusConnection.Subscription] = []
     private var attachTask: Task<String, Error>?
+    /// A retrying attach (`scheduleAttach`) is under way; under `lock`.
+    private var retrying = false
+    /// Successful attaches so far (tests wait for a re-attach with it); under `lock`.
+    private(set) var attachCount: Int {
+        get { lock.withLock { attachments } }
+        set { lock.withLock { attachments = newValue } }
+    }
+    private var attachments = 0
     private var closed = false
     /// The session object while `finishTasksAndInvalidate` waits for its tasks (as a
     /// URLSession lives until it is invalidated); under `lock`.
@@ -29,6 +37,8 @@ final class SessionCore: @unchecked Sendable {
     private var tasks: [String: FerryTask] = [:]
     private var handedOut: Set<String> = []
     private var replaying = true
+    /// Bumped by each attach: a failed one resets the buffering only if it is the latest.
+    private var attachGeneration = 0
     private var buffered: [Incoming] = []
     private var lastDelivered: UInt64 = 0
     private var locations: [String: String] = [:]
@@ -56,6 +66,8 @@ final class SessionCore: @unchecked Sendable {
         case removed(path: String)
         case allFinished(path: String)
         case serviceBack
+        /// The service left the bus: completions wait for the next attach's replay.
+        case serviceGone
     }
 
     init(configuration: FerrySession.Configuration, delegate: FerrySessionDelegate?) {
@@ -132,8 +144,8 @@ final class SessionCore: @unchecked Sendable {
             }),
             (MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
                        member: "NameOwnerChanged", arg0: service), { [weak self] m in
-                guard let args = try? m.arguments(), args.count == 3, args[2].string?.isEmpty == false else { return }
-                self?.receive(.serviceBack)
+                guard let args = try? m.arguments(), args.count == 3, let owner = args[2].string else { return }
+                self?.receive(owner.isEmpty ? .serviceGone : .serviceBack)
             }),
         ]
         let subs = try await bus.subscribe(all: rules)
@@ -142,7 +154,12 @@ final class SessionCore: @unchecked Sendable {
 
     private func doAttach() async throws -> String {
         let bus = try connection()
-        queue.sync { replaying = true; attached = false }
+        let generation: Int = queue.sync {
+            replaying = true
+            attached = false
+            attachGeneration += 1
+            return attachGeneration
+        }
         let client = FerryClient(bus: bus)
         let session: FerryBusClient.FerrySession
         let objects: ManagedObjects
@@ -154,8 +171,14 @@ final class SessionCore: @unchecked Sendable {
             pending = try await session.pendingEvents()
         } catch {
             // Not attached: signals go on live (progress, states), but no completion is
-            // taken until an attach replays it; nothing is buffered meanwhile.
-            queue.sync { replaying = false; buffered = [] }
+            // taken until an attach replays it (a later attach, if one began, buffers on).
+            queue.sync {
+                guard generation == attachGeneration else { return }
+                replaying = false
+                let waiting = buffered
+                buffered = []
+                for i in waiting { process(i) }
+            }
             throw error
         }
         queue.sync {
@@ -170,8 +193,7 @@ final class SessionCore: @unchecked Sendable {
             sessionPath = session.path
             let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
             for (path, t) in tasks where !listed.contains(path) {
-                tasks[path] = nil
-                handedOut.remove(path)
+                forget(path)
                 t.complete(.failure(.invalidState("the transfer is gone from the service (an ephemeral session's transfers "
                     + "end with ferryd, or it was removed)")))
             }
@@ -183,6 +205,19 @@ final class SessionCore: @unchecked Sendable {
                     t.source = info.destination
                     if !info.response.isEmpty { responses[info.path] = info.response }
                 }
+            }
+            // What came while the listing was read (a transfer made, an upload's answer)
+            // counts for the replay too; the items themselves are processed after it.
+            for i in buffered {
+                switch i {
+                case .added(let path, let props): added(path, props)
+                case .changed(let path, _, let response?) where tasks[path]?.isUpload == true:
+                    responses[path] = response.isEmpty ? nil : response
+                default: break
+                }
+            }
+            for info in objects.transfers where info.session == session.path {
+                let t = task(info.path)
                 // Final, and its event was acknowledged before: its outcome is settled.
                 if TransferState(rawValue: info.state)?.isFinal == true && !pendingPaths.contains(info.path) {
                     t.complete(Self.outcome(state: info.state, errorName: info.errorName, errorMessage: info.errorMessage,
@@ -196,6 +231,9 @@ final class SessionCore: @unchecked Sendable {
             let acknowledgementLost = pending.contains { $0.serial <= lastDelivered }
             var delivered = 0
             for e in pending where e.serial > lastDelivered {
+                // A later event of a task that ended before (it failed, was resumed and
+                // ended again while the app was away): its last run's outcome counts.
+                tasks[e.transferPath]?.reopen()
                 let d = e.details
                 let errorName = d["error-name"]?.string ?? ""
                 deliver(path: e.transferPath, serial: e.serial, state: e.kind == "finished" ? "completed" : e.kind,
@@ -206,6 +244,7 @@ final class SessionCore: @unchecked Sendable {
             }
             replaying = false
             attached = true
+            attachCount += 1
             if acknowledgementLost { acknowledged = 0 }
             acknowledgeTaken()
             let waiting = buffered
@@ -217,14 +256,23 @@ final class SessionCore: @unchecked Sendable {
         return session.path
     }
 
-    /// After the service came back: attaches, trying again a few times (after 0.25 s,
-    /// 0.5 s, … up to about a minute) if the service does not answer yet.
-    private func attachAgain() async {
-        var delay: UInt64 = 250_000_000
-        for _ in 0..<8 {
-            if (try? await attach()) != nil || lock.withLock({ closed }) { return }
-            try? await Task.sleep(nanoseconds: delay)
-            delay *= 2
+    /// Attaches again (after the service came back, or when a completion was heard
+    /// while not attached), trying again after 0.25 s, 0.5 s, … every 30 s at most,
+    /// until it is attached or the session is closed. One such loop at a time.
+    private func scheduleAttach() {
+        let start: Bool = lock.withLock {
+            guard !retrying, !closed else { return false }
+            retrying = true
+            return true
+        }
+        guard start else { return }
+        Task {
+            var delay: UInt64 = 250_000_000
+            while (try? await attach()) == nil && !lock.withLock({ closed }) {
+                try? await Task.sleep(nanoseconds: delay)
+                delay = min(delay * 2, 30_000_000_000)
+            }
+            lock.withLock { retrying = false }
         }
     }
 
@@ -251,7 +299,7 @@ final class SessionCore: @unchecked Sendable {
             handedOut.insert(path)
             let t = task(path)
             if let upload { t.isUpload = upload }
-            if let source { t.source = source }
+            if let source, t.source == nil { t.source = source } // the service's name (from .added) wins
             taken(path)
             return t
         }
@@ -274,20 +322,34 @@ final class SessionCore: @unchecked Sendable {
         acknowledgeTaken()
     }
 
+    /// On `queue`: a transfer of this session appeared (kind and, for an upload, the
+    /// source as the service names it).
+    private func added(_ path: String, _ props: [String: DBusValue]) {
+        guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
+        let t = task(path)
+        t.isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
+        if t.isUpload, let source = props[FerryInterface.TransferProperty.destination.name]?.string { t.source = source }
+    }
+
+    /// On `queue`: the transfer is gone from the service (removed, or vanished with it);
+    /// no one can take its events any more.
+    private func forget(_ path: String) {
+        tasks[path] = nil
+        handedOut.remove(path)
+        responses[path] = nil
+        if untaken[path] != nil { taken(path) }
+    }
+
     private func process(_ i: Incoming) {
         switch i {
         case .added(let path, let props):
-            guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
-            let t = task(path)
-            t.isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
-            if t.isUpload, t.source == nil { t.source = props[FerryInterface.TransferProperty.destination.name]?.string }
+            added(path, props)
         case .removed(let path):
-            tasks[path] = nil
-            handedOut.remove(path)
-            responses[path] = nil
+            forget(path)
         case .changed(let path, let state, let response):
             guard let t = tasks[path] else { return }
-            if let response, t.isUpload { responses[path] = response.isEmpty ? nil : response }
+            // An answer for the run under way (not one heard again after its replay).
+            if let response, t.isUpload, !t.isCompleted { responses[path] = response.isEmpty ? nil : response }
             guard let state, let s = TransferState(rawValue: state) else { return }
             if !s.isFinal { t.reopen() } // a failed task resumed: a new run
             t.yield(.stateChanged(s))
@@ -296,7 +358,10 @@ final class SessionCore: @unchecked Sendable {
             delegate?.ferrySessionDidFinishEvents(s)
         case .serviceBack:
             lock.withLock { attachTask = nil }
-            Task { await self.attachAgain() }
+            scheduleAttach()
+        case .serviceGone:
+            attached = false
+            lock.withLock { attachTask = nil }
         case .transfer(let path, let member, let args):
             guard let t = tasks[path] else { return }
             switch (member, args.count) {
@@ -320,7 +385,12 @@ final class SessionCore: @unchecked Sendable {
             case ("Completed", 3):
                 let serial = args[0].uint64 ?? 0
                 let name = args[1].string ?? ""
-                guard attached, serial > lastDelivered else { return }
+                guard serial > lastDelivered else { return }
+                guard attached else {
+                    // Kept in the service: the next attach replays it.
+                    if !replaying { scheduleAttach() }
+                    return
+                }
                 deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
                         errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "")
             default:
@@ -335,7 +405,7 @@ final class SessionCore: @unchecked Sendable {
         let t = task(path)
         let location = t.isUpload ? t.source ?? "" : location // an upload's: the file it sent
         locations[path] = nil
-        let response = t.isUpload ? responses.removeValue(forKey: path) : nil
+        let response = t.isUpload ? responses[path] : nil
         var status = httpStatus
         if status == 0 && errorName.hasSuffix(".Http") {
             // The message names the status ("… 404 …"); the event's details carry it when replayed.
@@ -343,6 +413,7 @@ final class SessionCore: @unchecked Sendable {
         }
         let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status,
                                    location: location, response: response)
+        if case .success = outcome { responses[path] = nil } // kept after a failure: a retry may not answer anew
         if case .success(let r) = outcome, let url = r.location, !t.isUpload {
             t.yield(.finished(location: url))
             if let s = session { delegate?.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) }
@@ -358,7 +429,7 @@ final class SessionCore: @unchecked Sendable {
         if delegate == nil && !handedOut.contains(path) {
             // No one took it: it stays pending (a later run, or the app's own call
             // returning this task, takes it).
-            untaken[path] = serial
+            if untaken[path] == nil { untaken[path] = serial } // its oldest event holds the rest
             untakenFloor = min(untakenFloor ?? serial, serial)
         }
         acknowledgeTaken()

@@ -1,4 +1,4 @@
-import FerryClient
+@testable import FerryClient
 import FerryTestSupport
 import Foundation
 import XCTest
@@ -283,8 +283,14 @@ final class FerryClientTests: FerryTestCase {
 
         let again = FerrySession(configuration: configuration(id))
         try await again.attach()
+        XCTAssertEqual(again.attachCount, 1)
         try await stopFerryd()
         try await startFerryd()
+        // The session attaches again by itself (the service came back); wait for it, so
+        // the next completion is acknowledged after the re-attach.
+        let deadline = Date().addingTimeInterval(20)
+        while again.attachCount < 2 && Date() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+        XCTAssertEqual(again.attachCount, 2, "attached again after the restart")
         let t2 = try await again.download(from: URL(string: server.url("/c/keep2.bin"))!, to: URL(fileURLWithPath: work + "/keep2.bin"))
         _ = try await withDeadline(20, "the download after the restart") { try await t2.value }
         _ = try await t2.snapshot() // a call after the acknowledgement, on the same connection
@@ -372,6 +378,37 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(u, FerryTaskResult(location: nil, response: Data("stored".utf8)))
         XCTAssertEqual(server.uploads(for: "/c/fd-up").map(\.sha256), [TestData.sha256Hex(sent)])
         try input.close()
+    }
+
+    /// A transfer that failed, was fixed and completed while the app was away: both
+    /// events are replayed, and the task's value is its last run's, the success.
+    func testAFailureMendedWhileAwayEndsInItsLastOutcome() async throws {
+        serve("/c/mended.bin", size: 3_000)
+        let id = "org.example.Mended"
+        let first = FerrySession(configuration: configuration(id))
+        var options = DownloadOptions()
+        options.startsSuspended = true
+        let t = try await first.download(from: URL(string: server.url("/c/missing.bin"))!,
+                                         to: URL(fileURLWithPath: work + "/mended.bin"), options: options)
+        first.detach()
+        let path = "/org/ferry/Ferry1/transfer/\(t.id)"
+        let transfer = client.transfer(id: t.id)
+        try await transfer.resume()
+        let failed = try await signals.completed(path)
+        XCTAssertFalse(failed.errorName.isEmpty, "the missing file fails first")
+        try await transfer.setURL(server.url("/c/mended.bin"))
+        try await transfer.resume()
+        try await signals.wait("the second Completed") { s in s.filter { $0.path == path && $0.member == "Completed" }.count == 2 }
+
+        let recorder = Recorder()
+        let again = FerrySession(configuration: configuration(id), delegate: recorder)
+        defer { again.detach() }
+        try await again.attach()
+        XCTAssertEqual(recorder.recorded.filter { $0.hasPrefix("completed") }.count, 2, "\(recorder.recorded)")
+        XCTAssertEqual(recorder.recorded.last { $0.hasPrefix("completed") }, "completed \(t.id) ok")
+        let task = try await again.allTasks().first { $0.id == t.id }
+        let value = try await XCTUnwrap(task).value
+        XCTAssertEqual(value.location?.path, work + "/mended.bin")
     }
 
     /// An ephemeral session vanishes with ferryd: its running task ends with an error

@@ -124,6 +124,8 @@ final class RangeConnection: PacedHandle {
         case .more: return true
         case .refusedRedirect(let scheme):
             return download.refusedRedirect(self, scheme: scheme)
+        case .redirect(let location):
+            return download.redirected(self, to: location)
         case .final:
             return download.accept(self, reader.head)
         }

@@ -10,6 +10,9 @@ struct ResponseHeadReader {
         case final
         /// A redirect to a scheme other than http/https (refused).
         case refusedRedirect(scheme: String)
+        /// An http(s) redirect's head is complete; curl follows it unless the callback
+        /// stops (a redirect to another origin must not take the caller's headers).
+        case redirect(location: String)
     }
 
     private(set) var head = ResponseHead()
@@ -33,7 +36,7 @@ struct ResponseHeadReader {
                scheme != "http" && scheme != "https" {
                 return .refusedRedirect(scheme: scheme)
             }
-            return .more
+            return head.location.map { .redirect(location: $0) } ?? .more
         }
         return .final
     }

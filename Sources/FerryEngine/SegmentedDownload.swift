@@ -21,7 +21,8 @@ final class SegmentedDownload: EngineAttempt {
     /// Connection failures in a row (without a byte in between) before the attempt fails.
     static let failuresAllowed = 3
 
-    let request: EngineRequest
+    /// Its headers are dropped once a redirect leads to another origin.
+    private(set) var request: EngineRequest
     let attempt: UInt64
     var id: TransferID { request.id }
     private unowned let loop: EngineLoop
@@ -48,6 +49,10 @@ final class SegmentedDownload: EngineAttempt {
     private var failuresInARow = 0
     private var pendingFailure: FerryError?
     private var pendingRestart: String?
+    /// A redirect to another origin, followed here (in a new first connection, without
+    /// the caller's headers) rather than by curl, which would take them there.
+    private var pendingRedirect: (url: String, from: Int64)?
+    private var redirectsFollowed = 0
     private var restarts = 0
     private var flushing = false
     private var completed = false
@@ -331,6 +336,23 @@ final class SegmentedDownload: EngineAttempt {
         return false
     }
 
+    /// Called for each redirect curl is about to follow; false stops the connection.
+    func redirected(_ connection: RangeConnection, to location: String) -> Bool {
+        guard !request.headers.isEmpty, let easy = connection.easy,
+              let next = CrossOriginRedirect.target(of: location, from: EasyHandleSetup.effectiveURL(easy, fallback: request.url))
+        else { return true }
+        guard connection.isFirst else {
+            // A range request sent elsewhere: not followed with the caller's headers.
+            fail(.network("A range request was redirected to another origin (\(EasyHandleSetup.hostDescription(next))); "
+                + "the download's headers are not sent there"), connection)
+            return false
+        }
+        connection.cancelled = true
+        pendingRedirect = (next, connection.start)
+        loop.requestService(self)
+        return false
+    }
+
     func refusedRedirect(_ connection: RangeConnection, scheme: String) -> Bool {
         fail(.network("Redirected to a \(scheme): URL; only http and https are allowed"), connection)
         return false
@@ -480,6 +502,19 @@ final class SegmentedDownload: EngineAttempt {
         connections.removeAll { $0.cancelled }
         if let error = pendingFailure {
             return finish(.failed(error, bytesOnDisk: bytesForOutcome()))
+        }
+        if let redirect = pendingRedirect {
+            pendingRedirect = nil
+            redirectsFollowed += 1
+            guard redirectsFollowed <= 10 else {
+                let host = URLComponents(string: request.url)?.host ?? "the server"
+                return finish(.failed(.tooManyRedirects("More than 10 redirects, starting at \(host)"), bytesOnDisk: bytesForOutcome()))
+            }
+            loop.log(id, "redirect to another origin, followed without the caller's headers")
+            request.headers = []
+            let connection = RangeConnection(download: self, start: redirect.from, end: Int64.max, requestedEnd: nil,
+                                             sentIfRange: redirect.from > 0 && validator != nil, isFirst: true)
+            return launch(connection, url: redirect.url)
         }
         if let reason = pendingRestart {
             pendingRestart = nil

@@ -505,6 +505,17 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         switch reader.take(bytes) {
         case .more:
             return true
+        case .redirect(let location):
+            // curl would take the caller's headers (all but Authorization and Cookie)
+            // to another origin along with the file: not followed.
+            guard !request.headers.isEmpty, let easy,
+                  let next = CrossOriginRedirect.target(of: location, from: EasyHandleSetup.effectiveURL(easy, fallback: request.url))
+            else { return true }
+            finalHead = reader.head
+            emitResponse(final: false)
+            failure = .network("The server redirected the upload to another origin (\(EasyHandleSetup.hostDescription(next))); "
+                + "it was not followed, as the upload's headers must not go there")
+            return false
         case .refusedRedirect(let scheme):
             finalHead = reader.head
             emitResponse(final: false)

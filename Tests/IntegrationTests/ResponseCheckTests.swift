@@ -105,4 +105,43 @@ final class ResponseCheckTests: FerryTestCase {
         XCTAssertEqual(sameInfo.state, "completed", sameInfo.errorMessage)
         XCTAssertEqual(server.requests(for: "/same.bin").last?.header("X-Api-Key"), "s3cret-key")
     }
+
+    /// The same for a download on several connections (curl would follow the first
+    /// request's redirect with the headers, and the range requests went to the new
+    /// origin with all of them, Authorization too) and for an upload (not followed).
+    func testSegmentedDownloadsAndUploadsKeepHeadersWithTheirOrigin() async throws {
+        let other = TestHTTPServer()
+        try other.start()
+        defer { other.stop() }
+        let body = TestData.bytes(count: 6 << 20, seed: 19)
+        other.add(path: "/asset.bin", body: body)
+        other.set(.slow(bytesPerSecond: 8_000_000), on: "/asset.bin")
+        server.set(.redirect(to: other.url("/asset.bin")), on: "/release.bin")
+        other.set(.acceptUploads(), on: "/store")
+        server.set(.redirect(to: other.url("/store"), status: 307), on: "/upload")
+
+        let s = try await session("com.example.Redirects2", ["headers": .stringDict(["X-Session-Key": "SESSION-SECRET"])])
+        let headers: [String: DBusValue] = ["headers": .stringDict(["Authorization": "token GH-SECRET", "X-Api-Key": "s3cret-key"])]
+        let t = try await s.download(server.url("/release.bin"), options: headers.merging([
+            "destination": .string(work + "/asset.bin"), "connections": .uint32(4)]) { $1 })
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/asset.bin", equals: body)
+        XCTAssertEqual(server.requests(for: "/release.bin").first?.header("X-Api-Key"), "s3cret-key")
+        let elsewhere = other.requests(for: "/asset.bin")
+        XCTAssertGreaterThan(elsewhere.filter { $0.header("Range") != nil }.count, 0, "it did use ranges")
+        for request in elsewhere {
+            for name in ["Authorization", "X-Api-Key", "X-Session-Key"] {
+                XCTAssertNil(request.header(name), "\(name) went to the other origin (\(request.header("Range") ?? "no range"))")
+            }
+        }
+
+        let file = work + "/photo.jpg"
+        try Data(repeating: 7, count: 20_000).write(to: URL(fileURLWithPath: file))
+        let up = try await s.upload(server.url("/upload"), file: file, options: headers)
+        let upInfo = try await finish(up)
+        XCTAssertEqual(upInfo.state, "failed")
+        XCTAssertTrue(upInfo.errorMessage.contains("another origin"), upInfo.errorMessage)
+        XCTAssertTrue(other.requests(for: "/store").isEmpty, "nothing, and no header, went to the other origin")
+    }
 }

@@ -53,6 +53,9 @@ final class SegmentedDownload: EngineAttempt {
     /// the caller's headers) rather than by curl, which would take them there.
     private var pendingRedirect: (url: String, from: Int64)?
     private var redirectsFollowed = 0
+    /// Where a first request goes: the URL, or where a redirect to another origin led
+    /// (a start-over goes there too, as the headers no longer go to the first origin).
+    private var firstURL: String
     private var restarts = 0
     private var flushing = false
     private var completed = false
@@ -77,6 +80,7 @@ final class SegmentedDownload: EngineAttempt {
         self.pacer = Pacer(limit: request.speedLimit)
         self.maxConnections = min(max(request.connections, 1), Self.maximumConnections)
         self.rangeURL = request.url
+        self.firstURL = request.url
         if request.computeSHA256 { hasher = SHA256() }
     }
 
@@ -163,7 +167,7 @@ final class SegmentedDownload: EngineAttempt {
     private func startFirst(from: Int64) {
         let connection = RangeConnection(download: self, start: from, end: Int64.max, requestedEnd: nil,
                                          sentIfRange: from > 0 && validator != nil, isFirst: true)
-        launch(connection, url: request.url)
+        launch(connection, url: firstURL)
     }
 
     private func launch(_ connection: RangeConnection, url: String) {
@@ -512,9 +516,8 @@ final class SegmentedDownload: EngineAttempt {
             }
             loop.log(id, "redirect to another origin, followed without the caller's headers")
             request.headers = []
-            let connection = RangeConnection(download: self, start: redirect.from, end: Int64.max, requestedEnd: nil,
-                                             sentIfRange: redirect.from > 0 && validator != nil, isFirst: true)
-            return launch(connection, url: redirect.url)
+            firstURL = redirect.url
+            return startFirst(from: redirect.from)
         }
         if let reason = pendingRestart {
             pendingRestart = nil

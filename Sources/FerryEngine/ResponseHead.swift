@@ -25,13 +25,15 @@ struct ResponseHead {
     /// Whether this answer to a range request sent under `validator` (an ETag, or a
     /// Last-Modified date: the request's `If-Range`) is of the same file. A server that
     /// ignores `If-Range` sends the range of a changed file anyway; its validator says so.
-    /// An answer without the kind of validator sent cannot say, and is taken as the same
-    /// file, except a date checked against an answer that brings only an ETag.
+    /// An answer without the kind of validator sent cannot show it is the same file (a
+    /// 206 carries the ETag a 200 would, RFC 9110 §15.3.7; a mirror after `SetUrl`, or
+    /// a file replaced by one served without it, may send none): taken as changed, so
+    /// the download starts over rather than join two files.
     func isSameFile(as validator: String) -> Bool {
         if validator.hasPrefix("\"") || validator.hasPrefix("W/") {
-            return etag.map { $0 == validator } ?? true
+            return etag == validator
         }
-        return lastModified.map { $0 == validator } ?? (etag == nil)
+        return lastModified == validator
     }
 
     /// Parses "HTTP/1.1 206 Partial Content" or "HTTP/2 200"; nil if not a status line.

@@ -92,6 +92,27 @@ final class ResumeTests: EngineTestCase {
         assertWellFormedEvents(1)
     }
 
+    /// A range without the kind of validator that was sent (a mirror after SetUrl, or a
+    /// file replaced by one served without an ETag) cannot show it is the same file:
+    /// the download starts over rather than join the old bytes to the new file's tail.
+    func testRangeWithoutTheValidatorSentStartsOverFromZero() throws {
+        let old = TestData.bytes(count: size, seed: 35)
+        let new = TestData.bytes(count: size + 500, seed: 36)
+        server.add(path: "/f", body: new, etag: nil)
+        server.add(path: "/d", body: new, etag: nil, lastModified: nil)
+        server.set(.ignoreIfRange, on: "/f") // it sends the range asked for, with no validator
+        server.set(.ignoreIfRange, on: "/d")
+        for (path, validator) in [("/f", "\"v1\""), ("/d", "Tue, 01 Jul 2025 10:00:00 GMT")] {
+            let part = partPath("\(path.dropFirst()).part")
+            try write(Array(old[..<offset]), to: part)
+            let id = TransferID(path == "/f" ? 1 : 2)
+            XCTAssertEqual(run(request(id, path, part: part, offset: Int64(offset), ifRange: validator, sha: true)),
+                           .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)), path)
+            XCTAssertTrue(contents(part) == new, "\(path): the new file, not the old prefix with the new file's tail")
+            XCTAssertEqual(server.requests(for: path).map { $0.header("Range") }, ["bytes=\(offset)-", nil], path)
+        }
+    }
+
     /// The same with a Last-Modified date as the validator.
     func testRangeOfAFileWithANewDateFromAServerIgnoringIfRangeStartsOverFromZero() throws {
         let old = TestData.bytes(count: size, seed: 33)

@@ -53,16 +53,17 @@ struct DestinationResolver {
     }
 
     /// `directory/name` unless taken, else `name (1).ext`, `name (2).ext`… A name is
-    /// taken when a live transfer owns it or its `.part`, or (unless `overwrite`) when
-    /// it or its `.part` exists on disk. `own`, the asker's present path, is free to it
-    /// (its `.part` there is its own).
+    /// taken when a live transfer owns it or its `.part`, or when it or its `.part`
+    /// exists on disk, except that `overwrite` lets the name asked for replace its file
+    /// (never a `name (N).ext` that happens to exist: that is someone else's file).
+    /// `own`, the asker's present path, is free to it (its `.part` there is its own).
     func uniquePath(directory: String, name: String, overwrite: Bool, own: String? = nil) -> String {
         let chosen = UniqueFileName.first(name) { candidate in
             let path = FileSystemChecks.join(directory, candidate)
             if path == own { return false }
             let part = path + ".part"
             if isClaimed(path) || isClaimed(part) { return true }
-            if overwrite { return false }
+            if overwrite && candidate == name { return false }
             return FileSystemChecks.exists(path) || FileSystemChecks.exists(part)
         }
         return FileSystemChecks.join(directory, chosen)

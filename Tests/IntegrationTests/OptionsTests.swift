@@ -121,6 +121,23 @@ final class OptionsTests: FerryTestCase {
         assertFile(work + "/o (1).bin", equals: body)
     }
 
+    /// overwrite replaces the file at the name asked for only: when another transfer
+    /// holds that name, the new one goes to a free "name (N)", never over a user's
+    /// existing "name (1)".
+    func testOverwriteNeverReplacesAFileUnderAnotherName() async throws {
+        let body = serve("/report.pdf", size: 2000)
+        let dest = work + "/report.pdf"
+        let s = try await session()
+        _ = try await s.download(server.url("/report.pdf"), options: ["destination": .string(dest), "start": .boolean(false)])
+        try Data("the user's own file".utf8).write(to: URL(fileURLWithPath: work + "/report (1).pdf"))
+        let t = try await s.download(server.url("/report.pdf"), options: ["destination": .string(dest), "overwrite": .boolean(true)])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, work + "/report (2).pdf")
+        assertFile(work + "/report (2).pdf", equals: body)
+        XCTAssertEqual(try String(contentsOfFile: work + "/report (1).pdf", encoding: .utf8), "the user's own file")
+    }
+
     /// connections > 1 still produces exactly the right file.
     func testConnectionsOptionYieldsTheRightFile() async throws {
         let body = serve("/multi.bin", size: 1 << 20)

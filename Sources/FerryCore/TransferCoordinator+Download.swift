@@ -165,6 +165,8 @@ extension TransferCoordinator {
             t.etag = data.etag
             t.lastModified = data.lastModified
             t.segments = segments
+            // Data is made only for a part file that can be continued: without a map, a prefix.
+            t.partIsPrefix = segments == nil && data.offset > 0
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)

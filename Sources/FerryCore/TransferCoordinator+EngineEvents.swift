@@ -55,6 +55,7 @@ extension TransferCoordinator {
             t.segments = nil
             stageTransfer(t)
         }
+        if t.options.connections > 1 { t.partIsPrefix = r.connections <= 1 && t.segments == nil }
         t.etag = r.etag
         t.lastModified = r.lastModified
         t.snapshot.httpStatus = UInt32(clamping: r.status)

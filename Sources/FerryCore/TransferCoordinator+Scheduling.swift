@@ -47,11 +47,12 @@ extension TransferCoordinator {
                 // The engine asks for the missing ranges only.
                 offset = map.bytesDone
                 logger.debug("transfer \(t.id): continuing \(map.done.count) ranges (\(map.bytesDone) of \(map.total) bytes on disk)")
-            } else if t.snapshot.resumable, t.validator != nil, size > 0, t.options.connections <= 1 {
+            } else if t.snapshot.resumable, t.validator != nil, size > 0, t.partIsContinuable {
                 offset = size
             }
-            // (A download with several connections and no range map starts over: its
-            // part file may have holes, so its size says nothing.)
+            // (A download with several connections, no range map and no attempt known to
+            // have run on one connection starts over: its part file may have holes, so
+            // its size says nothing.)
             let connections = connectionCount(t)
             kind = connections > 1 ? .segmented(connections: UInt32(connections)) : .download
             t.enginePartPath = t.partPath
@@ -82,6 +83,7 @@ extension TransferCoordinator {
         request.upload = engineUpload(t)
         if !t.isUpload {
             request.connections = connectionCount(t)
+            if t.attemptOffset > 0 || t.segments != nil { request.knownTotal = t.snapshot.bytesExpected }
             if let map = t.segments, let validator = t.validator {
                 request.segments = map
                 request.ifRange = validator

@@ -35,6 +35,10 @@ public struct EngineRequest: Sendable, Equatable {
     /// attempt), fetched under the validator in `ifRange`: only the missing ranges are
     /// requested. Takes the place of `offset`. Without `ifRange` the engine starts over.
     public var segments: SegmentMap? = nil
+    /// The file's length as announced with the bytes on disk (-1: unknown). A 416 that
+    /// says the file ends where the part file does completes the download only if it
+    /// agrees: else the bytes on disk were cut short, and it starts over.
+    public var knownTotal: Int64 = -1
     /// Makes this an upload of the given file (`partPath` is then unused).
     public var upload: EngineUpload? = nil
     /// Where cookies come from and go to; nil = no cookies at all.
@@ -55,7 +59,7 @@ public struct EngineRequest: Sendable, Equatable {
             && a.offset == b.offset && a.ifRange == b.ifRange && a.speedLimit == b.speedLimit
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
-            && a.cookieJar == b.cookieJar
+            && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal
     }
 }
 

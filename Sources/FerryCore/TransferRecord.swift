@@ -141,6 +141,19 @@ final class TransferRecord {
         }
     }
 
+    /// A download asked to use several connections whose last attempt ran on one (no
+    /// length, no range support, a host limit of one): its part file is a plain prefix,
+    /// which a resume may continue. Memory only: after a restart such a download starts
+    /// over, as a file written by several connections may have holes its size hides.
+    var partIsPrefix: Bool {
+        get { extrasBox?.partIsPrefix ?? false }
+        set { if newValue || extrasBox != nil { extras.partIsPrefix = newValue } }
+    }
+
+    /// What is in the part file can be continued: its ranges are mapped, or it is a
+    /// prefix (one connection wrote it).
+    var partIsContinuable: Bool { segments != nil || options.connections <= 1 || partIsPrefix }
+
     init(snapshot: TransferSnapshot, life: TransferLife, options: DownloadOptions, host: String, directory: String,
          serverMayName: Bool) {
         self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot; self.life = life
@@ -241,4 +254,5 @@ final class TransferExtras {
     var failureCountedIn: (manager: UInt64, session: UInt64)?
     var uploadSource: EngineUpload?
     var segments: SegmentMap?
+    var partIsPrefix = false
 }

@@ -78,8 +78,9 @@ final class CurlTransfer {
     /// the caller's headers (see `CrossOriginRedirect`).
     private(set) var crossOriginRedirect: String?
     /// The server sent the asked-for range of a file that changed (its validator is not
-    /// the `If-Range` sent: a server that ignores `If-Range`); the loop fetches the
-    /// whole file again in a new handle, into the same part file cut to 0.
+    /// the `If-Range` sent: a server that ignores `If-Range`), or a 416 that does not
+    /// fit the bytes on disk; the loop fetches the whole file again in a new handle,
+    /// into the same part file cut to 0.
     private(set) var changedOnServer: String?
     /// When the body's last bytes came (monotonic ns), or it began.
     private var lastDataAt: UInt64 = 0
@@ -261,9 +262,15 @@ final class CurlTransfer {
             return abort(.network("\(hostDescription) sent an impossible Content-Length (\(length))"))
         }
         if status >= 400 {
-            if status == 416, sentRange, let range = head.contentRange.flatMap(ContentRange.init),
-               range.first == nil, range.total == request.offset {
-                // "bytes */TOTAL" with TOTAL == our offset: the part file is already complete.
+            if status == 416, sentRange {
+                guard head.showsCompleteFile(offset: request.offset, validator: request.ifRange,
+                                             knownTotal: request.knownTotal) else {
+                    // The range is past the end of what the server has now: the file
+                    // changed (or what arrived before was cut short); it starts over.
+                    changedOnServer = "it answered a range from byte \(request.offset) with 416 and \(head.contentRange ?? "no Content-Range")"
+                    return false
+                }
+                // The part file is already complete.
                 if let error = file.truncate(to: request.offset) { return abort(.disk(error.message)) }
                 expectedTotal = request.offset
                 alreadyComplete = true
@@ -282,7 +289,7 @@ final class CurlTransfer {
                 return abort(.network("The server sent an unexpected range (\(rangeText)) instead of bytes from \(request.offset)"))
             }
             if let validator = request.ifRange, !head.isSameFile(as: validator) {
-                changedOnServer = head.etag ?? head.lastModified ?? "missing"
+                changedOnServer = "its validator is now \(head.etag ?? head.lastModified ?? "missing")"
                 return false
             }
             expectedTotal = range.total ?? -1

@@ -347,8 +347,8 @@ final class EngineLoop {
             follow(transfer, to: next)
             return
         }
-        if let validator = transfer.changedOnServer {
-            startOver(transfer, because: validator)
+        if let reason = transfer.changedOnServer {
+            startOver(transfer, because: reason)
             return
         }
         let error: FerryError?
@@ -401,13 +401,14 @@ final class EngineLoop {
     /// the same attempt fetches the whole file in a new handle, without a range, into
     /// the part file cut to 0 (nothing of the old file is kept, nothing of the new one
     /// was written).
-    private func startOver(_ old: CurlTransfer, because validator: String) {
+    private func startOver(_ old: CurlTransfer, because reason: String) {
         old.releaseHandle(from: multi)
-        logger.info("transfer \(old.id): the file changed on the server (its validator is now \(validator)); starting over")
+        logger.info("transfer \(old.id): the file changed on the server (\(reason)); starting over")
         var request = old.request
         request.offset = 0
         request.ifRange = nil
         request.segments = nil
+        request.knownTotal = -1
         if let error = old.file.truncate(to: 0) {
             return finish(old, .failed(.disk(error.message), bytesOnDisk: old.bytesOnDisk))
         }

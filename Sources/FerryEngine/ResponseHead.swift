@@ -36,6 +36,28 @@ struct ResponseHead {
         return lastModified == validator
     }
 
+    /// Whether this answer names another file than `validator`: it carries a validator
+    /// of the kind sent, and a different one. (An error answer such as a 416 need not
+    /// carry one: its absence proves nothing either way.)
+    func contradicts(_ validator: String) -> Bool {
+        if validator.hasPrefix("\"") || validator.hasPrefix("W/") {
+            return etag.map { $0 != validator } ?? false
+        }
+        return lastModified.map { $0 != validator } ?? false
+    }
+
+    /// Whether a 416 to a range request from `offset` under `validator` says the part
+    /// file already holds the whole file: "bytes */TOTAL" with TOTAL the offset, no other
+    /// validator, and (when known) the length announced before for these bytes. Any
+    /// other 416 (a file that shrank, a response cut short whose server now says its
+    /// length is what arrived) means the file on disk is not the one on the server.
+    func showsCompleteFile(offset: Int64, validator: String?, knownTotal: Int64) -> Bool {
+        guard status == 416, let range = contentRange.flatMap(ContentRange.init), range.first == nil,
+              range.total == offset else { return false }
+        if let validator, contradicts(validator) { return false }
+        return knownTotal < 0 || knownTotal == offset
+    }
+
     /// Parses "HTTP/1.1 206 Partial Content" or "HTTP/2 200"; nil if not a status line.
     static func statusLine(_ line: String) -> ResponseHead? {
         guard line.hasPrefix("HTTP/") else { return nil }

@@ -57,6 +57,8 @@ final class SegmentedDownload: EngineAttempt {
     /// (a start-over goes there too, as the headers no longer go to the first origin).
     private var firstURL: String
     private var restarts = 0
+    /// The attempt began with an empty part file (neither a range map nor an offset).
+    private var beganFresh = false
     private var flushing = false
     private var completed = false
     /// SHA-256 of the file's first `hashedUpTo` bytes (when asked for), advanced in the
@@ -160,6 +162,7 @@ final class SegmentedDownload: EngineAttempt {
             if map.isComplete { return alreadyComplete() }
             return service()
         }
+        beganFresh = plan.isFresh
         startFirst(from: plan.from)
     }
 
@@ -205,6 +208,9 @@ final class SegmentedDownload: EngineAttempt {
             if connection.requestedEnd != nil && status == 416 {
                 return restart(because: "the file changed on the server (a range it had is gone)", connection)
             }
+            if connection.requestedEnd != nil, ![408, 429, 503].contains(status), let handled = rangesRefused(connection, head) {
+                return handled
+            }
             emitResponse(head, connection: connection, startOffset: connection.start)
             if status >= 400 {
                 fail(.http(status: status, head.statusDescription), connection)
@@ -218,16 +224,36 @@ final class SegmentedDownload: EngineAttempt {
         return adoptWholeFile(connection, head)
     }
 
+    /// A range request refused (403, 500…) by a server that sent the file to the first
+    /// request: one connection goes on, as it would with `connections` 1. The first
+    /// connection, whose answer is the rest of the file, takes all of it when it is still
+    /// under way; when it has ended, a download begun from nothing starts over on one
+    /// connection (what is lost is the first connection's share, just fetched). nil: a
+    /// refusal no connection of this attempt can make up for (the attempt fails with it).
+    private func rangesRefused(_ connection: RangeConnection, _ head: ResponseHead) -> Bool? {
+        let reason = "the server refused a range request (\(head.statusDescription))"
+        if total >= 0, let first = connections.first(where: {
+            $0.isFirst && $0.accepted && !$0.cancelled && !$0.reachedEnd && $0.failure == nil
+        }) {
+            loop.log(id, "one connection from here: \(reason)")
+            maxConnections = 1
+            first.end = total
+            cancelAll(except: first)
+            return false
+        }
+        if beganFresh { return restart(because: reason, connection) }
+        return nil
+    }
+
     private func acceptFirst(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
         guard let file else { return false }
         if head.status == 416 {
-            // "bytes */TOTAL" with TOTAL == our offset: the part file is already complete.
-            guard let range = head.contentRange.flatMap(ContentRange.init), range.first == nil,
-                  range.total == connection.start else {
-                emitResponse(head, connection: connection, startOffset: connection.start)
-                fail(.http(status: 416, head.statusDescription), connection)
-                return false
+            guard head.showsCompleteFile(offset: connection.start, validator: validator, knownTotal: request.knownTotal) else {
+                // Past the end of the file the server has now: it changed, or what
+                // arrived before was cut short.
+                return restart(because: "the file changed on the server (a range from byte \(connection.start) got 416 and \(head.contentRange ?? "no Content-Range"))", connection)
             }
+            // The part file is already complete.
             total = connection.start
             done = SegmentMap(total: total, done: [0..<total])
             connection.end = total

@@ -30,6 +30,7 @@ final class PauseResumeTests: XCTestCase {
         let request = try XCTUnwrap(h.engine.lastRequest(t))
         XCTAssertEqual(request.offset, 6)
         XCTAssertEqual(request.ifRange, "\"abc\"", "the ETag is preferred over Last-Modified")
+        XCTAssertEqual(request.knownTotal, 100, "the length announced with the bytes on disk, to check a 416 against")
         XCTAssertEqual(h.snapshot(t)?.attempts, 2)
         h.observer.clear()
         h.send(.response(t, EngineResponse(status: 206, etag: "\"abc\"", expectedTotal: 100, startOffset: 6, acceptsRanges: true,

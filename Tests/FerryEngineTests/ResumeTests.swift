@@ -174,12 +174,67 @@ final class ResumeTests: EngineTestCase {
         server.add(path: "/f", body: body)
         let part = partPath("f.part")
         try write(body, to: part)
+        var r = request(1, "/f", part: part, offset: Int64(size), ifRange: "\"v1\"", sha: true)
+        r.knownTotal = Int64(size)
 
-        XCTAssertEqual(run(request(1, "/f", part: part, offset: Int64(size), ifRange: "\"v1\"", sha: true)),
-                       .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(run(r), .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(server.requests(for: "/f").count, 1, "nothing fetched again")
         XCTAssertEqual(contents(part), body)
         XCTAssertEqual(responses(1).first?.startOffset, Int64(size))
         XCTAssertEqual(responses(1).first?.expectedTotal, Int64(size))
+    }
+
+    /// The file shrank on the server while the download was paused past the new end,
+    /// and the server ignores If-Range: its 416 ("bytes */NEW") is no reason to fail, nor
+    /// proof of a complete file. The download starts over and gets the new file.
+    func testA416FromAFileThatShrankStartsOverFromZero() throws {
+        let old = TestData.bytes(count: size, seed: 37)
+        let new = TestData.bytes(count: 500_000, seed: 38)
+        server.add(path: "/f", body: new, etag: "\"v2\"")
+        server.set(.ignoreIfRange, on: "/f")
+        let part = partPath("f.part")
+        try write(Array(old[..<900_000]), to: part)
+        var r = request(1, "/f", part: part, offset: 900_000, ifRange: "\"v1\"", sha: true)
+        r.knownTotal = Int64(size)
+
+        XCTAssertEqual(run(r), .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)))
+        XCTAssertTrue(contents(part) == new, "the new file, not the old prefix")
+        XCTAssertEqual(server.requests(for: "/f").map { $0.header("Range") }, ["bytes=900000-", nil],
+                       "the range (416), then the whole file")
+        XCTAssertEqual(responses(1).map(\.startOffset), [0], "the core hears only of the answer used: no resume at 900,000")
+        assertWellFormedEvents(1)
+    }
+
+    /// A 416 saying the file ends where the part file does, from a server that said
+    /// before (under the same ETag) that it was longer: the bytes on disk were cut short
+    /// (the server closed early, then fibs about its length); they never become the file.
+    func testA416AtTheEndOfAFileCutShortIsNotTakenAsComplete() throws {
+        let body = TestData.bytes(count: 300_000, seed: 39)
+        server.add(path: "/f", body: body, etag: "\"v1\"")
+        let part = partPath("f.part")
+        try write(body, to: part)
+        var r = request(1, "/f", part: part, offset: Int64(body.count), ifRange: "\"v1\"")
+        r.knownTotal = 400_000 // what the first answer announced
+
+        XCTAssertEqual(run(r), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(server.requests(for: "/f").map { $0.header("Range") }, ["bytes=300000-", nil],
+                       "the 416 did not end the download: the whole file was fetched again")
+        XCTAssertEqual(responses(1).map(\.status), [200])
+    }
+
+    /// A 416 at the part file's end that carries another ETag is of another file.
+    func testA416WithAnotherETagIsNotTakenAsComplete() throws {
+        let old = TestData.bytes(count: size, seed: 40)
+        let new = TestData.bytes(count: size, seed: 41)
+        server.add(path: "/f", body: new, etag: "\"v2\"")
+        server.set(.ignoreIfRange, on: "/f")
+        let part = partPath("f.part")
+        try write(old, to: part)
+        var r = request(1, "/f", part: part, offset: Int64(size), ifRange: "\"v1\"", sha: true)
+        r.knownTotal = Int64(size)
+
+        XCTAssertEqual(run(r), .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(new)))
+        XCTAssertTrue(contents(part) == new)
     }
 
     func testDroppedConnectionThenResumeCompletesTheFile() throws {

@@ -312,6 +312,57 @@ final class SegmentedDownloadTests: EngineTestCase {
         XCTAssertGreaterThanOrEqual(rangeRequests("/f").count, 3, "two refused, the rest fetched by the connections left")
     }
 
+    /// A server that sends the file to a plain request but refuses every range (403, or
+    /// 500): the first connection, whose answer is the whole file, goes on to its end,
+    /// as it would with one connection; the download does not fail.
+    func testServerRefusingRangesEndsOnTheFirstConnection() throws {
+        for (id, status) in [(TransferID(1), 403), (TransferID(2), 500)] {
+            let body = TestData.bytes(count: size, seed: UInt64(90 + id))
+            let path = "/refusing\(status)"
+            server.add(path: path, body: body)
+            server.set(.slow(bytesPerSecond: 4_000_000), on: path)
+            server.set(.failRangeRequests(Int.max, status: status), on: path)
+
+            let outcome = run(segmented(id, path, connections: 4), timeout: 60)
+
+            XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)), "\(status)")
+            assertFile(partPath("\(id).part"), holds: body)
+            let plain = server.requests(for: path).filter { $0.header("Range") == nil }
+            XCTAssertEqual(plain.count, 1, "one plain request brought the whole file (\(status))")
+            XCTAssertGreaterThanOrEqual(rangeRequests(path).count, 1, "ranges were tried (\(status))")
+        }
+    }
+
+    /// Unthrottled, the first connection may have fetched its share before the refusals
+    /// come: then the download starts over on one connection. Either way it ends whole.
+    func testServerRefusingRangesAtFullSpeedStillGivesTheFile() throws {
+        let body = TestData.bytes(count: size, seed: 93)
+        server.add(path: "/f", body: body)
+        server.set(.failRangeRequests(Int.max, status: 403), on: "/f")
+
+        let outcome = run(segmented(1, "/f", connections: 8), timeout: 60)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(partPath("1.part"), holds: body)
+    }
+
+    /// A segmented download continued from an offset whose file shrank on the server
+    /// (which ignores If-Range): the 416 makes it start over, not fail.
+    func testA416FromAFileThatShrankStartsOver() throws {
+        let old = TestData.bytes(count: size, seed: 95)
+        let new = TestData.bytes(count: 2 << 20, seed: 96)
+        server.add(path: "/f", body: new, etag: "\"v2\"")
+        server.set(.ignoreIfRange, on: "/f")
+        let part = partPath("f.part")
+        try write(Array(old[..<(3 << 20)]), to: part)
+        var r = segmented(1, "/f", connections: 4, part: part, ifRange: "\"v1\"", offset: 3 << 20)
+        r.knownTotal = Int64(size)
+
+        XCTAssertEqual(run(r, timeout: 60), .succeeded(bytesOnDisk: Int64(new.count), sha256: TestData.sha256Hex(new)))
+        assertFile(part, holds: new)
+        XCTAssertEqual(server.requests(for: "/f").first?.header("Range"), "bytes=\(3 << 20)-")
+    }
+
     func testCompleteMapFinishesWithoutFetching() throws {
         let body = TestData.bytes(count: 2 << 20, seed: 99)
         server.add(path: "/f", body: body)

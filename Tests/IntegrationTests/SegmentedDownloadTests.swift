@@ -126,4 +126,64 @@ final class SegmentedDownloadTests: FerryTestCase {
         let afterBytes = after.reduce(0) { $0 + $1.bodyBytesSent }
         XCTAssertLessThan(afterBytes, body.count - Self.size / 4, "the ranges on disk were not fetched again")
     }
+
+    /// A download asked to use several connections that ran on one (its session allows
+    /// one connection per host) wrote a plain prefix: Pause hands out resume data for
+    /// it, and both ResumeDownload and Resume continue after the bytes on disk rather
+    /// than fetch them again.
+    func testADownloadThatRanOnOneConnectionContinuesWhereItStopped() async throws {
+        let body = serve("/one.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 1024 * 1024), on: "/one.bin")
+        let s = try await session("com.example.OnePerHost", ["max-connections-per-host": .uint32(1)])
+        let first = try await s.download(server.url("/one.bin"), options: ["destination": .string(work + "/one.bin"),
+                                                                          "connections": .uint32(4)])
+        try await waitForProgress(first, atLeast: Int64(Self.size / 4))
+        let data = try await first.pause()
+        XCTAssertFalse(data.isEmpty, "its bytes can be continued")
+        try await waitForState(first, "paused")
+        let keptFirst = try XCTUnwrap(fileSize(work + "/one.bin.part"))
+        var seen = server.requests(for: "/one.bin").count
+
+        let second = try await s.resumeDownload(data, options: ["connections": .uint32(4)])
+        try await waitForProgress(second, atLeast: Int64(Self.size / 2))
+        _ = try await second.pause()
+        try await waitForState(second, "paused")
+        let keptSecond = try XCTUnwrap(fileSize(work + "/one.bin.part"))
+        let resumed = server.requests(for: "/one.bin").dropFirst(seen)
+        XCTAssertEqual(resumed.map { $0.header("Range") }, ["bytes=\(keptFirst)-"], "ResumeDownload continued the prefix")
+        XCTAssertEqual(resumed.first?.header("If-Range"), "\"v1\"")
+        seen = server.requests(for: "/one.bin").count
+
+        server.clearBehaviours(on: "/one.bin")
+        try await second.resume()
+        let info = try await finish(second, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/one.bin", equals: body)
+        XCTAssertEqual(server.requests(for: "/one.bin").dropFirst(seen).map { $0.header("Range") }, ["bytes=\(keptSecond)-"],
+                       "Resume continued the prefix")
+    }
+
+    /// Waits for a Progress signal of `t` with at least `bytes` on disk.
+    private func waitForProgress(_ t: FerryTransfer, atLeast bytes: Int64) async throws {
+        try await signals.wait("\(bytes) bytes of \(t.path)", timeout: 20) { s in
+            s.contains { $0.path == t.path && $0.member == "Progress" && ($0.args.count > 1 ? $0.args[1].int64 ?? 0 : 0) >= bytes }
+        }
+    }
+
+    /// A server that sends the file to a plain request but refuses every range request
+    /// (403): the download takes one connection, as with `connections` 1, and completes
+    /// in its first attempt.
+    func testAServerRefusingRangesStillGivesTheFile() async throws {
+        let body = serve("/norange.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 4 * 1024 * 1024), on: "/norange.bin")
+        server.set(.failRangeRequests(Int.max, status: 403), on: "/norange.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/norange.bin"), options: ["destination": .string(work + "/norange.bin"),
+                                                                           "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.attempts, 1)
+        assertFile(work + "/norange.bin", equals: body)
+        XCTAssertGreaterThanOrEqual(rangeRequests("/norange.bin"), 1, "ranges were tried")
+    }
 }

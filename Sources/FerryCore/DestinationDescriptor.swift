@@ -35,7 +35,8 @@ public final class DestinationDescriptor: @unchecked Sendable {
     public init(fd: Int32) { self.fd = fd }
     deinit { close(fd) }
 
-    /// nil when `fd` can receive a download (an open, writable regular file or pipe), else why not.
+    /// nil when `fd` can receive a download (an open, writable regular file not in
+    /// append mode, or a pipe or socket), else why not.
     public static func refusal(_ fd: Int32) -> FerryError? {
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0 else { return .invalidDestination("destination-fd is not an open file descriptor") }
@@ -46,6 +47,11 @@ public final class DestinationDescriptor: @unchecked Sendable {
         let mode = fcntl(fd, F_GETFL)
         guard mode >= 0, mode & O_ACCMODE == O_WRONLY || mode & O_ACCMODE == O_RDWR else {
             return .invalidDestination("destination-fd is not open for writing")
+        }
+        guard type != S_IFREG || mode & O_APPEND == 0 else {
+            // Every write would go to the end, after what the file held: the file is
+            // written from its start, so open it without O_APPEND.
+            return .invalidDestination("destination-fd is open for appending (O_APPEND); the file is written from its start: open it without O_APPEND")
         }
         return nil
     }

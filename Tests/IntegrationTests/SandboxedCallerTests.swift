@@ -277,7 +277,7 @@ final class SandboxedCallerTests: FerryTestCase {
     /// A sandboxed app receives a file where it may not name a path through a
     /// descriptor it passes (`destination-fd`): the file arrives complete and verified,
     /// no partial file appears beside it, and ferryd's private copy is gone. A
-    /// descriptor not open for writing, or of the wrong type, is refused.
+    /// descriptor not open for writing, open for appending, or of the wrong type, is refused.
     func testDestinationFDReceivesTheVerifiedFile() async throws {
         let body = serve("/report.pdf", size: 300_000)
         let evil = try await sandboxedClient(appID)
@@ -305,6 +305,11 @@ final class SandboxedCallerTests: FerryTestCase {
         defer { close(readOnly) }
         await assertBusError(ok + "InvalidDestination", "a read-only descriptor") {
             try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(readOnly)])
+        }
+        let appending = open(target, O_WRONLY | O_APPEND | O_CLOEXEC)
+        defer { close(appending) }
+        await assertBusError(ok + "InvalidDestination", "a descriptor open for appending (the file would be written after its old contents)") {
+            try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .unixFD(appending)])
         }
         await assertBusError(ok + "InvalidArgument", "destination-fd as a string") {
             try await s.download(self.server.url("/report.pdf"), options: ["destination-fd": .string(target)])

@@ -21,10 +21,17 @@ public struct FerryTaskResult: Sendable, Equatable {
     /// For an upload: the server's answer (its first 64 KiB), nil when it sent none or
     /// the upload saved it at its `responseDestination`. Nil for a download.
     public var response: Data?
+    /// The bytes written (a download) or sent (an upload); nil when not known.
+    public var bytes: Int64?
+    /// The file's SHA-256 (hex) when the download was given the `sha256` option (it was
+    /// checked against it); nil otherwise, and for an upload.
+    public var sha256: String?
 
-    public init(location: URL?, response: Data? = nil) {
+    public init(location: URL?, response: Data? = nil, bytes: Int64? = nil, sha256: String? = nil) {
         self.location = location
         self.response = response
+        self.bytes = bytes
+        self.sha256 = sha256
     }
 }
 

@@ -44,6 +44,10 @@ final class SessionCore: @unchecked Sendable {
     private var locations: [String: String] = [:]
     /// Uploads' server answers, heard before their `Completed`.
     private var responses: [String: [UInt8]] = [:]
+    /// The last `Progress` total of each transfer: its bytes when it completes.
+    private var totals: [String: Int64] = [:]
+    /// `Sha256` of downloads that had the option, heard before their `Completed`.
+    private var digests: [String: String] = [:]
     /// Attached (subscribed, session open, pending events replayed): a `Completed`
     /// heard while not attached stays pending in the service for the next replay.
     private var attached = false
@@ -60,8 +64,8 @@ final class SessionCore: @unchecked Sendable {
     /// A signal, as the bus queue hands it over.
     enum Incoming {
         case transfer(path: String, member: String, args: [DBusValue])
-        /// PropertiesChanged: a new state, an upload's server answer.
-        case changed(path: String, state: String?, response: [UInt8]?)
+        /// PropertiesChanged: a new state, an upload's server answer, a download's digest.
+        case changed(path: String, state: String?, response: [UInt8]?, sha256: String? = nil)
         case added(path: String, [String: DBusValue])
         case removed(path: String)
         case allFinished(path: String)
@@ -125,8 +129,9 @@ final class SessionCore: @unchecked Sendable {
                 guard let path = m.path, let args = try? m.arguments(), args.count == 3, let changed = args[1].vardict else { return }
                 let state = changed[FerryInterface.TransferProperty.state.name]?.string
                 let response = changed[FerryInterface.TransferProperty.response.name]?.bytes
-                guard state != nil || response != nil else { return }
-                self?.receive(.changed(path: path, state: state, response: response))
+                let sha256 = changed[FerryInterface.TransferProperty.sha256.name]?.string
+                guard state != nil || response != nil || sha256 != nil else { return }
+                self?.receive(.changed(path: path, state: state, response: response, sha256: sha256))
             }),
             (MatchRule(sender: service, path: FerryClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
                 guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
@@ -211,7 +216,7 @@ final class SessionCore: @unchecked Sendable {
             for i in buffered {
                 switch i {
                 case .added(let path, let props): added(path, props)
-                case .changed(let path, _, let response?) where tasks[path]?.isUpload == true:
+                case .changed(let path, _, let response?, _) where tasks[path]?.isUpload == true:
                     responses[path] = response.isEmpty ? nil : response
                 default: break
                 }
@@ -222,7 +227,8 @@ final class SessionCore: @unchecked Sendable {
                 if TransferState(rawValue: info.state)?.isFinal == true && !pendingPaths.contains(info.path) {
                     t.complete(Self.outcome(state: info.state, errorName: info.errorName, errorMessage: info.errorMessage,
                                             httpStatus: Int(info.httpStatus), location: info.destination,
-                                            response: t.isUpload ? responses.removeValue(forKey: info.path) : nil))
+                                            response: t.isUpload ? responses.removeValue(forKey: info.path) : nil,
+                                            bytes: info.bytesTransferred, sha256: info.sha256))
                 }
             }
             // Pending, yet delivered here before: the acknowledgement sent before the
@@ -239,7 +245,7 @@ final class SessionCore: @unchecked Sendable {
                 deliver(path: e.transferPath, serial: e.serial, state: e.kind == "finished" ? "completed" : e.kind,
                         errorName: errorName.isEmpty && e.kind == "cancelled" ? FerryInterface.ErrorName.cancelled.fullName : errorName,
                         errorMessage: d["error-message"]?.string ?? "", httpStatus: Int(d["http-status"]?.uint32 ?? 0),
-                        location: d["location"]?.string ?? "")
+                        location: d["location"]?.string ?? "", bytes: d["bytes"]?.int64, sha256: d["sha256"]?.string)
                 delivered += 1
             }
             replaying = false
@@ -337,6 +343,8 @@ final class SessionCore: @unchecked Sendable {
         tasks[path] = nil
         handedOut.remove(path)
         responses[path] = nil
+        totals[path] = nil
+        digests[path] = nil
         if untaken[path] != nil { taken(path) }
     }
 
@@ -346,8 +354,9 @@ final class SessionCore: @unchecked Sendable {
             added(path, props)
         case .removed(let path):
             forget(path)
-        case .changed(let path, let state, let response):
+        case .changed(let path, let state, let response, let sha256):
             guard let t = tasks[path] else { return }
+            if let sha256, !t.isCompleted { digests[path] = sha256.isEmpty ? nil : sha256 }
             // An answer for the run under way (not one heard again after its replay).
             if let response, t.isUpload, !t.isCompleted { responses[path] = response.isEmpty ? nil : response }
             guard let state, let s = TransferState(rawValue: state) else { return }
@@ -367,6 +376,7 @@ final class SessionCore: @unchecked Sendable {
             switch (member, args.count) {
             case ("Progress", 3):
                 let (written, total, expected) = (args[0].int64 ?? 0, args[1].int64 ?? 0, args[2].int64 ?? -1)
+                totals[path] = total
                 t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
                 if let s = session {
                     if t.isUpload {
@@ -392,7 +402,8 @@ final class SessionCore: @unchecked Sendable {
                     return
                 }
                 deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
-                        errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "")
+                        errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "",
+                        bytes: totals[path], sha256: digests[path])
             default:
                 break
             }
@@ -401,10 +412,12 @@ final class SessionCore: @unchecked Sendable {
 
     /// Hands one completion to the task and the delegate, then acknowledges it.
     private func deliver(path: String, serial: UInt64, state: String, errorName: String, errorMessage: String,
-                         httpStatus: Int, location: String) {
+                         httpStatus: Int, location: String, bytes: Int64?, sha256: String?) {
         let t = task(path)
         let location = t.isUpload ? t.source ?? "" : location // an upload's: the file it sent
         locations[path] = nil
+        totals[path] = nil
+        digests[path] = nil
         let response = t.isUpload ? responses[path] : nil
         var status = httpStatus
         if status == 0 && errorName.hasSuffix(".Http") {
@@ -412,7 +425,7 @@ final class SessionCore: @unchecked Sendable {
             status = errorMessage.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.first { (400...599).contains($0) } ?? 0
         }
         let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status,
-                                   location: location, response: response)
+                                   location: location, response: response, bytes: bytes, sha256: sha256)
         if case .success = outcome { responses[path] = nil } // kept after a failure: a retry may not answer anew
         if case .success(let r) = outcome, let url = r.location, !t.isUpload {
             t.yield(.finished(location: url))
@@ -436,10 +449,12 @@ final class SessionCore: @unchecked Sendable {
     }
 
     static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
-                        location: String, response: [UInt8]? = nil) -> Result<FerryTaskResult, FerryError> {
+                        location: String, response: [UInt8]? = nil, bytes: Int64? = nil,
+                        sha256: String? = nil) -> Result<FerryTaskResult, FerryError> {
         if state == "completed" && errorName.isEmpty {
             return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location),
-                                            response: response.map { Data($0) }))
+                                            response: response.map { Data($0) }, bytes: bytes,
+                                            sha256: sha256.flatMap { $0.isEmpty ? nil : $0 }))
         }
         let name = errorName.isEmpty ? (state == "cancelled" ? FerryInterface.ErrorName.cancelled : .network).fullName : errorName
         return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))

@@ -319,7 +319,7 @@ final class FerryClientTests: FerryTestCase {
         let session = FerrySession(configuration: configuration(id), delegate: recorder)
         let live = try await session.upload(file: URL(fileURLWithPath: file), to: URL(string: server.url("/c/up"))!)
         let r = try await withDeadline(20, "the upload") { try await live.value }
-        XCTAssertEqual(r, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer))
+        XCTAssertEqual(r, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer, bytes: 30_000))
         try await recorder.wait(for: "completed \(live.id) ok")
         XCTAssertFalse(recorder.recorded.contains { $0.hasPrefix("finished") }, "\(recorder.recorded)")
         let snapshot = try await live.snapshot()
@@ -338,7 +338,7 @@ final class FerryClientTests: FerryTestCase {
         try await again.attach()
         XCTAssertEqual(next.recorded, ["completed \(away.id) ok", "idle"])
         let replayed = try await again.allTasks().first { $0.id == away.id }?.value
-        XCTAssertEqual(replayed, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer))
+        XCTAssertEqual(replayed, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer, bytes: 30_000))
         again.detach()
 
         // Acknowledged before: settled from its properties.
@@ -348,7 +348,45 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(settled.count, 2)
         for t in settled {
             let v = try await t.value
-            XCTAssertEqual(v, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer), "task \(t.id)")
+            XCTAssertEqual(v, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer, bytes: 30_000), "task \(t.id)")
+        }
+    }
+
+    /// A download with the `sha256` option ends with its bytes and its checked digest,
+    /// the same whether heard live, replayed to a later run, or settled from its
+    /// properties (its event acknowledged before).
+    func testADownloadEndsWithItsBytesAndDigest() async throws {
+        let body = serve("/c/digest.bin", size: 120_000)
+        let digest = TestData.sha256Hex(body)
+        let id = "org.example.Digest"
+        var options = DownloadOptions()
+        options.sha256 = digest
+
+        let session = FerrySession(configuration: configuration(id))
+        let live = try await session.download(from: URL(string: server.url("/c/digest.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/live.bin"), options: options)
+        let r = try await withDeadline(20, "the download") { try await live.value }
+        XCTAssertEqual(r, FerryTaskResult(location: URL(fileURLWithPath: work + "/live.bin"), bytes: 120_000, sha256: digest))
+
+        options.startsSuspended = true
+        let away = try await session.download(from: URL(string: server.url("/c/digest.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/away.bin"), options: options)
+        session.detach()
+        try await client.transfer(id: away.id).resume()
+        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(away.id)")
+        let again = FerrySession(configuration: configuration(id))
+        let replayed = try await again.allTasks().first { $0.id == away.id }?.value
+        XCTAssertEqual(replayed, FerryTaskResult(location: URL(fileURLWithPath: work + "/away.bin"), bytes: 120_000, sha256: digest))
+        again.detach()
+
+        let third = FerrySession(configuration: configuration(id))
+        defer { third.detach() }
+        let settled = try await third.allTasks()
+        XCTAssertEqual(settled.count, 2)
+        for t in settled {
+            let v = try await t.value
+            XCTAssertEqual(v.bytes, 120_000, "task \(t.id)")
+            XCTAssertEqual(v.sha256, digest, "task \(t.id)")
         }
     }
 
@@ -365,7 +403,7 @@ final class FerryClientTests: FerryTestCase {
         let out = try FileHandle(forWritingTo: URL(fileURLWithPath: target))
         let down = try await session.download(from: URL(string: server.url("/c/fd.bin"))!, into: out)
         let r = try await withDeadline(20, "the download into a descriptor") { try await down.value }
-        XCTAssertEqual(r, FerryTaskResult(location: nil))
+        XCTAssertEqual(r, FerryTaskResult(location: nil, bytes: 150_000))
         assertFile(target, equals: body)
         try out.close() // still the app's: closing it works
 
@@ -375,7 +413,7 @@ final class FerryClientTests: FerryTestCase {
         let input = try FileHandle(forReadingFrom: URL(fileURLWithPath: source))
         let up = try await session.upload(from: input, to: URL(string: server.url("/c/fd-up"))!)
         let u = try await withDeadline(20, "the upload from a descriptor") { try await up.value }
-        XCTAssertEqual(u, FerryTaskResult(location: nil, response: Data("stored".utf8)))
+        XCTAssertEqual(u, FerryTaskResult(location: nil, response: Data("stored".utf8), bytes: 70_000))
         XCTAssertEqual(server.uploads(for: "/c/fd-up").map(\.sha256), [TestData.sha256Hex(sent)])
         try input.close()
     }

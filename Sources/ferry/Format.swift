@@ -80,10 +80,20 @@ enum Format {
         lines.append("  Attempts:     \(i.attempts)")
         lines.append("  Resumable:    \(i.resumable ? "yes" : "no")")
         if !i.sha256.isEmpty { lines.append("  SHA-256:      \(i.sha256)") }
+        if !i.response.isEmpty { lines.append("  Response:     \(responseText(i.response))") }
         lines.append("  Created:      \(time(i.created))")
         lines.append("  Started:      \(time(i.started))")
         lines.append("  Completed:    \(time(i.completed))")
         return lines.joined(separator: "\n")
+    }
+
+    /// An upload's server answer on one line: its start as text (line breaks as spaces,
+    /// at most 200 characters, then "…" and its size).
+    static func responseText(_ bytes: [UInt8]) -> String {
+        let text = String(decoding: bytes, as: UTF8.self)
+            .replacingOccurrences(of: "\r\n", with: " ").replacingOccurrences(of: "\n", with: " ")
+        let cut = text.count > 200 ? String(text.prefix(200)) + "… (\(Self.bytes(Int64(bytes.count))))" : text
+        return shown(cut)
     }
 
     /// Text from the bus or a server (a description, a file name, a URL, a server's

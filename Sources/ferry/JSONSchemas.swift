@@ -34,6 +34,8 @@ struct TransferJSON: Codable, Equatable {
     var completed: UInt64
     var priority: Int32
     var speedLimit: UInt64
+    /// An upload's server answer (its first 64 KiB) as text; absent when there is none.
+    var response: String?
 
     init(_ i: TransferInfo, sessions: [String: String] = [:]) {
         id = i.id
@@ -60,6 +62,7 @@ struct TransferJSON: Codable, Equatable {
         completed = i.completed
         priority = i.priority
         speedLimit = i.speedLimit
+        response = i.response.isEmpty ? nil : String(decoding: i.response, as: UTF8.self)
     }
 
     enum CodingKeys: String, CodingKey {
@@ -87,6 +90,7 @@ struct TransferJSON: Codable, Equatable {
         case completed
         case priority
         case speedLimit = "speed_limit"
+        case response
     }
 }
 

@@ -494,6 +494,19 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(request?.header("X-A"), "b")
         let twice = try ferry(["put", work + "/up.txt", server.url("/typed"), "-H", "content-type: a/b", "--content-type", "c/d"])
         XCTAssertEqual(twice.status, 64, twice.stderr)
+
+        // The server's answer: in --json and in show (one line, its controls made harmless).
+        server.set(.acceptUploads(status: 201, body: Array("{\"id\": 7,\n \"note\": \"\u{1B}]0;x\u{07}\"}".utf8)), on: "/answer")
+        let answered = try ferry(["put", work + "/up.txt", server.url("/answer"), "--wait", "--json"])
+        XCTAssertEqual(answered.status, 0, answered.stderr)
+        let objects = try JSONSerialization.jsonObject(with: Data(answered.stdout.utf8)) as? [[String: Any]]
+        XCTAssertEqual(objects?.first?["response"] as? String, "{\"id\": 7,\n \"note\": \"\u{1B}]0;x\u{07}\"}", "exact in JSON")
+        let id = try XCTUnwrap(objects?.first?["id"] as? Int)
+        let shown = try ferry(["show", String(id)])
+        XCTAssertEqual(shown.status, 0, shown.stderr)
+        XCTAssertTrue(shown.stdout.contains("  Response:     {\"id\": 7,  \"note\": \"?]0;x?\"}\n"), shown.stdout)
+        let plain = try ferry(["show", String(id), "--json"])
+        XCTAssertNotNil((try JSONSerialization.jsonObject(with: Data(plain.stdout.utf8)) as? [String: Any])?["response"])
     }
 
     /// Shell completion: transfer ids come from the service; -d completes folders, -o files.

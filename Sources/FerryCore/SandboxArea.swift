@@ -49,6 +49,30 @@ public struct SandboxArea: Sendable, Equatable {
         return real == realRoot || real.hasPrefix(realRoot + "/")
     }
 
+    /// Opens the folder of `path` (following links) and keeps it only if its real path,
+    /// read back from the descriptor, is inside the area: what is then done relative to
+    /// it (`openat`, `unlinkat` with the returned name) stays inside, whatever is swapped
+    /// on the way afterwards. nil when it is not inside or cannot be opened. The caller
+    /// closes the descriptor.
+    public func openFolder(of path: String) -> (folder: Int32, name: String)? {
+        let name = FileSystemChecks.baseName(path)
+        guard !name.isEmpty, name != ".", name != ".." else { return nil }
+        let folder = open(FileSystemChecks.directoryName(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard folder >= 0 else { return nil }
+        guard holds(folder) else {
+            close(folder)
+            return nil
+        }
+        return (folder, name)
+    }
+
+    /// Whether the open file or folder `fd` really is inside the area (its path read
+    /// back from `/proc/self/fd`).
+    public func holds(_ fd: Int32) -> Bool {
+        guard let real = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)") else { return false }
+        return containsResolved(real)
+    }
+
     private static func lexists(_ path: String) -> Bool {
         var st = stat()
         return lstat(path, &st) == 0

@@ -91,7 +91,16 @@ extension TransferCoordinator {
             }
         }
         request.cookieJar = cookieJar(for: t.session)
+        request.confinedTo = confinement(of: t)
         return request
+    }
+
+    /// Where a sandboxed application's transfer may write by path: its app directory;
+    /// nil for an unconfined caller's, and for a `destination-fd` download's partial
+    /// file (in ferryd's own folder, not a path the app named).
+    func confinement(of t: TransferRecord) -> SandboxArea? {
+        guard let owner = sessions[t.session]?.owner, !isDescriptorDownload(t) else { return nil }
+        return SandboxArea(appID: owner)
     }
 
     /// A download's connections: its `connections` option, at most the session's

@@ -48,6 +48,7 @@ extension TransferCoordinator {
                 throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
             }
             source = try EngineUpload.open(path: FileSystemChecks.normalize(file))
+            if let owner = sessions[session]?.owner, let opened = source { try Self.confine(opened, to: owner) }
         }
         guard let opened = source else { throw FerryError.fileNotFound("the file to upload cannot be opened") }
         let spec = UploadSpec(method: options.method, contentType: options.contentType, formField: options.formField,
@@ -158,6 +159,17 @@ extension TransferCoordinator {
 
     // MARK: - Attempts
 
+    /// A sandboxed application's source file, as opened: its real path (read back from
+    /// the descriptor, so a link flipped after the call's check changes nothing) must be
+    /// inside the app's directory. The caller closes it when this throws.
+    static func confine(_ source: EngineUpload, to owner: String) throws {
+        let area = SandboxArea(appID: owner)
+        guard area.holds(source.fd) else {
+            throw FerryError.accessDenied("a sandboxed application may upload only files inside its own directory "
+                + "'\(area.root)/'; pass the file as 'source-fd' instead")
+        }
+    }
+
     /// Before an upload's attempt: its source is open and is the file the client
     /// asked for (reopened from its path after a restart); else why it cannot go.
     func uploadSourceRefusal(_ t: TransferRecord) -> FerryError? {
@@ -167,7 +179,11 @@ extension TransferCoordinator {
                 return .fileNotFound("its source-fd was lost when ferryd restarted; start the upload again with a new descriptor")
             }
             do {
-                t.uploadSource = try EngineUpload.open(path: t.destination)
+                let reopened = try EngineUpload.open(path: t.destination)
+                if let owner = sessions[t.session]?.owner {
+                    do { try Self.confine(reopened, to: owner) } catch { reopened.closeSource(); throw error }
+                }
+                t.uploadSource = reopened
                 openUploadSources += 1
             } catch let error as FerryError {
                 return error

@@ -41,6 +41,10 @@ public struct EngineRequest: Sendable, Equatable {
     public var knownTotal: Int64 = -1
     /// Makes this an upload of the given file (`partPath` is then unused).
     public var upload: EngineUpload? = nil
+    /// A sandboxed application's download or upload: the part file and the
+    /// response-destination are opened relative to their folder as opened and checked
+    /// to be inside this area (nil: an unconfined caller's).
+    public var confinedTo: SandboxArea? = nil
     /// Where cookies come from and go to; nil = no cookies at all.
     public var cookieJar: EngineCookieJar? = nil
 
@@ -59,7 +63,7 @@ public struct EngineRequest: Sendable, Equatable {
             && a.offset == b.offset && a.ifRange == b.ifRange && a.speedLimit == b.speedLimit
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
-            && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal
+            && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal && a.confinedTo == b.confinedTo
     }
 }
 

@@ -548,7 +548,7 @@ struct OpenedPart {
     /// bytes claimed, else cuts it to nothing. Runs on a file job.
     static func open(for request: EngineRequest) -> Result<OpenedPart, Failure> {
         let file: PartFile
-        switch PartFile.open(request.partPath) {
+        switch PartFile.open(request.partPath, within: request.confinedTo) {
         case .success(let opened): file = opened
         case .failure(let error): return .failure(Failure(error: error, bytesOnDisk: 0))
         }

@@ -38,8 +38,22 @@ final class PartFile {
     /// FIFO without a reader, or whose reader takes nothing, fails the attempt instead
     /// of holding up the engine thread; nothing but a plain file is ever moved into
     /// place (the core checks).
-    static func open(_ path: String) -> Result<PartFile, PartFileError> {
-        let existing = path.withCString { Glibc.open($0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
+    static func open(_ path: String, within area: SandboxArea? = nil) -> Result<PartFile, PartFileError> {
+        // Everything below is done relative to the folder: for a sandboxed application's
+        // download, the folder as opened, once its real path shows it is inside the app's
+        // directory, so a folder on the way swapped for a link sends nothing elsewhere.
+        let place: (folder: Int32, name: String)
+        if let area {
+            guard let opened = area.openFolder(of: path) else {
+                return .failure(PartFileError(code: EACCES, action: "opening (its folder is no longer inside the application's directory)", path: path))
+            }
+            place = opened
+        } else {
+            place = (AT_FDCWD, path)
+        }
+        defer { if place.folder != AT_FDCWD { Glibc.close(place.folder) } }
+        let (folder, name) = place
+        let existing = name.withCString { openat(folder, $0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
         if existing >= 0 {
             var st = stat()
@@ -61,34 +75,39 @@ final class PartFile {
         }
         if openError != ENOENT {
             // A symbolic link or a foreign file at our name: unlink never follows a link.
-            if path.withCString({ unlink($0) }) != 0 && errno != ENOENT {
+            if name.withCString({ unlinkat(folder, $0, 0) }) != 0 && errno != ENOENT {
                 return .failure(PartFileError(code: errno, action: "replacing (it is a link or not ours)", path: path))
             }
         }
-        return (createUnnamedThenLink(path) ?? createNamed(path)).map {
+        return (createUnnamedThenLink(path, folder: folder, name: name) ?? createNamed(path, folder: folder, name: name)).map {
             PartFile(path: path, fd: $0, isRegular: true, initialSize: 0)
         }
     }
 
-    /// Creates the new, empty file at `path` (`O_CREAT | O_EXCL`: never in place of
-    /// something there).
-    static func createNamed(_ path: String) -> Result<Int32, PartFileError> {
-        let fd = path.withCString { Glibc.open($0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, partFileMode) }
+    /// Creates the new, empty file at `name` in `folder` (`O_CREAT | O_EXCL`: never in
+    /// place of something there).
+    static func createNamed(_ path: String, folder: Int32 = AT_FDCWD, name: String? = nil) -> Result<Int32, PartFileError> {
+        let fd = (name ?? path).withCString { openat(folder, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, partFileMode) }
         return fd < 0 ? .failure(PartFileError(code: errno, action: "creating", path: path)) : .success(fd)
     }
 
-    /// Creates the new, empty file without a name (`O_TMPFILE`), then gives it `path`
-    /// (`linkat`, which like `O_EXCL` never replaces what is there). The same file as
-    /// an `O_CREAT | O_EXCL` open, but the file system finds the new inode without
-    /// holding the directory's lock: on ext4 without a journal, which skips inodes
-    /// deleted in the last minute, that search can take a millisecond, and every other
-    /// create, rename and unlink in the folder (the core moving finished downloads into
-    /// place) would wait for it. Nil where the file system or kernel cannot (the caller
-    /// then creates the file the usual way).
-    static func createUnnamedThenLink(_ path: String) -> Result<Int32, PartFileError>? {
-        guard let slash = path.lastIndex(of: "/") else { return nil }
-        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
-        let fd = directory.withCString { Glibc.open($0, oTmpFile | O_WRONLY | O_CLOEXEC, partFileMode) }
+    /// Creates the new, empty file without a name (`O_TMPFILE`), then gives it `name`
+    /// in `folder` (`linkat`, which like `O_EXCL` never replaces what is there). The
+    /// same file as an `O_CREAT | O_EXCL` open, but the file system finds the new inode
+    /// without holding the directory's lock: on ext4 without a journal, which skips
+    /// inodes deleted in the last minute, that search can take a millisecond, and every
+    /// other create, rename and unlink in the folder (the core moving finished downloads
+    /// into place) would wait for it. Nil where the file system or kernel cannot (the
+    /// caller then creates the file the usual way).
+    static func createUnnamedThenLink(_ path: String, folder: Int32 = AT_FDCWD, name: String? = nil) -> Result<Int32, PartFileError>? {
+        let fd: Int32
+        if folder == AT_FDCWD {
+            guard let slash = path.lastIndex(of: "/") else { return nil }
+            let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+            fd = directory.withCString { Glibc.open($0, oTmpFile | O_WRONLY | O_CLOEXEC, partFileMode) }
+        } else {
+            fd = openat(folder, ".", oTmpFile | O_WRONLY | O_CLOEXEC, partFileMode)
+        }
         guard fd >= 0 else {
             let code = errno
             // The file system cannot (EOPNOTSUPP), the kernel does not know O_TMPFILE
@@ -100,7 +119,7 @@ final class PartFile {
         // systems; a private umask (077) must still give a private file.
         if let mask = processUmask { _ = fchmod(fd, partFileMode & ~mask) }
         let linked = "/proc/self/fd/\(fd)".withCString { source in
-            path.withCString { linkat(AT_FDCWD, source, AT_FDCWD, $0, AT_SYMLINK_FOLLOW) }
+            (name ?? path).withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) }
         }
         guard linked == 0 else {
             let code = errno

@@ -139,7 +139,7 @@ final class SegmentedDownload: EngineAttempt {
             return .oneConnection(FerryEngine.OpenedPart.open(for: request))
         }
         let file: PartFile
-        switch PartFile.open(request.partPath) {
+        switch PartFile.open(request.partPath, within: request.confinedTo) {
         case .success(let opened): file = opened
         case .failure(let error): return .failed(error)
         }

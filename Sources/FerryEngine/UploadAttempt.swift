@@ -101,8 +101,21 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             // nobody, or by someone who never reads) must not hold up the engine thread.
             // Emptied only once a successful answer comes (`claimResponseFile`): an
             // upload that fails before keeps what the file held.
-            responseFD = destination.withCString {
-                Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
+            // A sandboxed application's file is opened relative to its folder as opened
+            // and checked to be inside the app's directory: a folder on the way swapped
+            // for a link since the call sends the answer nowhere else.
+            if let area = request.confinedTo {
+                guard let (folder, name) = area.openFolder(of: destination) else {
+                    return finish(.failed(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(area.root)/'; the answer was not written"), bytesOnDisk: 0))
+                }
+                responseFD = name.withCString {
+                    openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
+                }
+                Glibc.close(folder)
+            } else {
+                responseFD = destination.withCString {
+                    Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
+                }
             }
             guard responseFD >= 0 else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)

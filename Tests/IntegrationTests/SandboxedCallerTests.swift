@@ -356,4 +356,50 @@ final class SandboxedCallerTests: FerryTestCase {
         let left = try FileManager.default.contentsOfDirectory(atPath: autostart)
         XCTAssertEqual(left, [], "nothing reaches autostart")
     }
+
+    /// Files of the user outside the app's directory, reached by swapping one of the
+    /// app's folders for a link while its transfers wait: the download's `.part` there
+    /// is neither written, cut nor deleted (Resume, then Cancel), and the upload's
+    /// `response-destination` there is not overwritten (black-box hunt g, findings 1, 3).
+    func testAFolderSwappedForALinkReachesNoFileOutside() async throws {
+        serve("/part.bin", size: 1 << 20)
+        server.set(.stallAfter(bytes: 256 * 1024, times: 1), on: "/part.bin")
+        server.set(.acceptUploads(status: 200, body: Array("attacker's answer".utf8)), on: "/receipt")
+        let appDir = try appDirectory(appID)
+        let folder = appDir + "/data/swap"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try Data(repeating: 1, count: 1000).write(to: URL(fileURLWithPath: appDir + "/data/photo.jpg"))
+        let victim = home + "/Downloads"
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        let usersPart = Data("the user's own partial download".utf8)
+        let usersFile = Data("the user's own file".utf8)
+        try usersPart.write(to: URL(fileURLWithPath: victim + "/x.bin.part"))
+        try usersFile.write(to: URL(fileURLWithPath: victim + "/notes.txt"))
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Swap")
+        let down = try await s.download(server.url("/part.bin"), options: ["destination": .string(folder + "/x.bin")])
+        try await waitForFileSize(folder + "/x.bin.part", atLeast: 256 * 1024)
+        _ = try await down.pause()
+        try await waitForState(down, "paused")
+        let up = try await s.upload(server.url("/receipt"), file: appDir + "/data/photo.jpg",
+                                    options: ["response-destination": .string(folder + "/notes.txt"), "start": .boolean(false)])
+
+        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
+        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: victim)
+        let mark = signals.all.count
+        try await down.resume()
+        try await up.resume()
+        try await waitForState(down, ["failed", "completed"], since: mark, timeout: 20)
+        try await waitForState(up, ["failed", "completed"], since: mark, timeout: 20)
+        let downInfo = try await down.info(), upInfo = try await up.info()
+        XCTAssertEqual(downInfo.state, "failed")
+        XCTAssertEqual(downInfo.errorName, ok + "Disk", downInfo.errorMessage)
+        XCTAssertEqual(upInfo.state, "failed")
+        XCTAssertEqual(upInfo.errorName, ok + "Disk", upInfo.errorMessage)
+        try await down.cancel()
+        XCTAssertEqual(FileManager.default.contents(atPath: victim + "/x.bin.part"), usersPart, "the user's .part is untouched")
+        XCTAssertEqual(FileManager.default.contents(atPath: victim + "/notes.txt"), usersFile, "the user's file is untouched")
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: victim)), ["x.bin.part", "notes.txt"])
+    }
 }

@@ -5,6 +5,16 @@ import Dispatch
 /// opened by an unconfined caller carries none. Unconfined callers may use every
 /// session; a sandboxed caller only those it owns.
 enum SessionOwnership {
+    /// A sandboxed caller's session identifiers are its app id or start with it and a
+    /// dot: any other name may be one an unconfined client (the `ferry` CLI's
+    /// `org.ferry.cli`, another app before it is installed) opens later, which would then
+    /// join the sandboxed app's session and hand it its transfers and headers.
+    static func checkIdentifier(_ identifier: String, by owner: String?) throws {
+        guard let owner, identifier != owner, !identifier.hasPrefix(owner + ".") else { return }
+        throw FerryError.accessDenied("a sandboxed application's session identifiers start with its app id: "
+            + "use '\(owner)' or '\(owner).NAME', not '\(identifier)'")
+    }
+
     /// A sandboxed caller may not take over another application's session identifier:
     /// the identifier is taken, which is said plainly (answering `NoSuchSession` would
     /// invite it to open it, and opening a new one under the same name is impossible).

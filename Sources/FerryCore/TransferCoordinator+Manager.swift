@@ -11,6 +11,7 @@ extension TransferCoordinator {
                             owner: String? = nil) throws -> (id: SessionID, created: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
         try SessionValidation.validateIdentifier(identifier)
+        try SessionOwnership.checkIdentifier(identifier, by: owner)
         try SessionValidation.validate(configuration, fileManager: fileManager)
         return try mutate {
             // A closing session no longer answers to its identifier: opening it again

@@ -262,6 +262,14 @@ final class SandboxedCallerTests: FerryTestCase {
         let value6 = try await other.listTransfers().map(\.path)
         XCTAssertEqual(value6, [])
         await assertBusError(ok + "AccessDenied", "another app re-opening it") { try await other.openSession("\(self.appID).Keep") }
+        // Only names of its own: a name the CLI (or any unconfined client) opens later
+        // would join the app's session (black-box hunt g, finding 4).
+        await assertBusError(ok + "AccessDenied", "the CLI's session name") { try await other.openSession("org.ferry.cli") }
+        await assertBusError(ok + "AccessDenied", "a name that only starts like the app id") {
+            try await again.openSession("\(self.appID)Evil.Session")
+        }
+        let cliSessions = try await client.listSessions()
+        XCTAssertEqual(cliSessions.count, 1, "no session was made by the refused calls")
         await assertBusError(ok + "NoSuchTransfer", "another app resuming it") {
             try await self.call(other, t.path, FerryClient.transferInterface, "Resume")
         }

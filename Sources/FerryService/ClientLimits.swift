@@ -20,9 +20,11 @@ public struct ClientLimits: Sendable, Equatable {
 
 extension FerryBusService {
     /// Refuses an `OpenSession` that would make a new session (not re-attach to one
-    /// of that identifier) when the cap is reached. On the core's queue.
-    func checkSessionLimit(_ core: TransferCoordinator, identifier: String) throws {
-        let ids = core.sessionIDs
+    /// of that identifier) when the client's cap is reached. A client is a sandboxed
+    /// application (its sessions count, no one else's: one app cannot lock the others
+    /// and the user out), or the user's unconfined clients together. On the core's queue.
+    func checkSessionLimit(_ core: TransferCoordinator, identifier: String, owner: String?) throws {
+        let ids = core.sessionIDs.filter { core.sessionOwner($0) == owner }
         guard ids.count >= limits.sessionsPerClient else { return }
         // Re-attaching is always fine. (A closing session does not answer to its
         // identifier any more, but counts until it is gone.)

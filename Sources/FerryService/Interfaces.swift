@@ -14,7 +14,7 @@ extension FerryBusService {
                            out: [ArgSpec("session", "o")]) { [unowned self] inv in
                     run(inv) { core in
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
-                        try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "")
+                        try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "", owner: inv.sandboxAppID)
                         try self.confine(inv, configuration: update)
                         let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
                                                            owner: inv.sandboxAppID)

@@ -410,4 +410,24 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: victim + "/notes.txt"), usersFile, "the user's file is untouched")
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: victim)), ["x.bin.part", "notes.txt"])
     }
+
+    /// Each application's sessions count against its own cap: one app holding the most
+    /// it may locks neither another app nor the user's own clients out (black-box hunt
+    /// g, finding 5).
+    func testEachApplicationHasItsOwnSessionCap() async throws {
+        try await stopFerryd()
+        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--max-sessions-per-client", "2"],
+                                  environment: environment())
+        ferryd = p
+        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        let greedy = try await sandboxedClient(appID)
+        _ = try await greedy.openSession("\(appID).A")
+        _ = try await greedy.openSession("\(appID).B")
+        await assertBusError(ok + "LimitExceeded", "the app's third session") { try await greedy.openSession("\(self.appID).C") }
+        let other = try await sandboxedClient("org.example.Other")
+        _ = try await other.openSession("org.example.Other.A")
+        _ = try await client.openSession("com.example.User.A")
+        _ = try await client.openSession("com.example.User.B")
+        await assertBusError(ok + "LimitExceeded", "the user's third session") { try await self.client.openSession("com.example.User.C") }
+    }
 }

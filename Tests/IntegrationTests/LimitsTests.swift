@@ -147,10 +147,7 @@ final class LimitsTests: FerryTestCase {
     /// the caps (the defaults, 1,000 and 100,000, are too many for a test).
     func testSessionAndTransferCounts() async throws {
         try await stopFerryd()
-        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--max-sessions-per-client", "3",
-                                                          "--max-transfers-per-session", "4"], environment: environment())
-        ferryd = p
-        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        try await startFerryd(["--max-sessions-per-client", "3", "--max-transfers-per-session", "4"])
 
         var sessions: [FerrySession] = []
         for i in 0..<3 { sessions.append(try await client.openSession("com.example.Count\(i)")) }

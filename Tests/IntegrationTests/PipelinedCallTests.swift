@@ -97,10 +97,7 @@ final class PipelinedCallTests: FerryTestCase {
     /// not added yet: six pipelined calls into a session capped at four get four transfers.
     func testTheTransferCapHoldsWithinAGroup() async throws {
         try await stopFerryd()
-        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--max-transfers-per-session", "4"],
-                                  environment: environment())
-        ferryd = p
-        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        try await startFerryd(["--max-transfers-per-session", "4"])
         serve("/cap.bin", size: 10)
         let s = try await session()
         let calls = (0..<6).map { download(server.url("/cap.bin"), ["destination": .string(work + "/cap\($0).bin"), "start": .boolean(false)]) }

@@ -416,10 +416,7 @@ final class SandboxedCallerTests: FerryTestCase {
     /// g, finding 5).
     func testEachApplicationHasItsOwnSessionCap() async throws {
         try await stopFerryd()
-        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit", "--max-sessions-per-client", "2"],
-                                  environment: environment())
-        ferryd = p
-        try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
+        try await startFerryd(["--max-sessions-per-client", "2"])
         let greedy = try await sandboxedClient(appID)
         _ = try await greedy.openSession("\(appID).A")
         _ = try await greedy.openSession("\(appID).B")

@@ -426,5 +426,7 @@ final class SandboxedCallerTests: FerryTestCase {
         _ = try await client.openSession("com.example.User.A")
         _ = try await client.openSession("com.example.User.B")
         await assertBusError(ok + "LimitExceeded", "the user's third session") { try await self.client.openSession("com.example.User.C") }
+        let appsSession = try await client.openSession("\(appID).A")
+        XCTAssertFalse(appsSession.path.isEmpty, "re-opening an existing session is never refused, an app's included")
     }
 }

@@ -66,6 +66,23 @@ public struct SandboxArea: Sendable, Equatable {
         return (folder, name)
     }
 
+    /// Where to open, create or remove `path`: for a confined caller (`area`), its folder
+    /// as opened and checked (`openFolder`) and its last name; else the path itself, from
+    /// the working directory (`AT_FDCWD`). nil when the folder is not inside the area.
+    /// The caller closes `folder` unless it is `AT_FDCWD`.
+    public static func place(of path: String, within area: SandboxArea?) -> (folder: Int32, name: String)? {
+        guard let area else { return (AT_FDCWD, path) }
+        return area.openFolder(of: path)
+    }
+
+    /// Removes `path` (never through a link, never outside the area: relative to its
+    /// folder as opened and checked). True when it is gone or was not there.
+    public func removeIfPresent(_ path: String) -> Bool {
+        guard let (folder, name) = openFolder(of: path) else { return false }
+        defer { close(folder) }
+        return unlinkat(folder, name, 0) == 0 || errno == ENOENT
+    }
+
     /// Whether the open file or folder `fd` really is inside the area (its path read
     /// back from `/proc/self/fd`).
     public func holds(_ fd: Int32) -> Bool {

@@ -16,8 +16,7 @@ extension TransferCoordinator {
         let folder = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard folder >= 0 else { throw Self.finishFailure("opening '\(directory)'", errno) }
         defer { close(folder) }
-        guard let real = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(folder)"),
-              area.containsResolved(real) else {
+        guard area.holds(folder) else {
             throw FerryError.disk("'\(directory)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")
         }
         let part = FileSystemChecks.baseName(t.partPath)

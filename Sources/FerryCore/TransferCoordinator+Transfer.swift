@@ -1,4 +1,3 @@
-import Glibc
 import Dispatch
 
 extension TransferCoordinator {
@@ -173,19 +172,10 @@ extension TransferCoordinator {
 
     func deletePartFiles(_ t: TransferRecord) {
         t.segments = nil
-        if let area = confinement(of: t) {
-            // A sandboxed application's: removed relative to the folder as opened and
-            // checked, never through a folder swapped for a link.
-            for path in partPaths(t) {
-                guard let (folder, name) = area.openFolder(of: path) else { continue }
-                if unlinkat(folder, name, 0) != 0 && errno != ENOENT {
-                    logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
-                }
-                close(folder)
-            }
-            return
-        }
-        for path in partPaths(t) where !FileSystemChecks.removeIfPresent(path, fileManager: fileManager) {
+        // A sandboxed application's are removed relative to their folder as opened and
+        // checked, never through a folder swapped for a link.
+        let area = confinement(of: t)
+        for path in partPaths(t) where !(area?.removeIfPresent(path) ?? FileSystemChecks.removeIfPresent(path, fileManager: fileManager)) {
             logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
         }
     }

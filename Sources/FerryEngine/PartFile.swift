@@ -42,17 +42,10 @@ final class PartFile {
         // Everything below is done relative to the folder: for a sandboxed application's
         // download, the folder as opened, once its real path shows it is inside the app's
         // directory, so a folder on the way swapped for a link sends nothing elsewhere.
-        let place: (folder: Int32, name: String)
-        if let area {
-            guard let opened = area.openFolder(of: path) else {
-                return .failure(PartFileError(code: EACCES, action: "opening (its folder is no longer inside the application's directory)", path: path))
-            }
-            place = opened
-        } else {
-            place = (AT_FDCWD, path)
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else {
+            return .failure(PartFileError(code: EACCES, action: "opening (its folder is no longer inside the application's directory)", path: path))
         }
-        defer { if place.folder != AT_FDCWD { Glibc.close(place.folder) } }
-        let (folder, name) = place
+        defer { if folder != AT_FDCWD { Glibc.close(folder) } }
         let existing = name.withCString { openat(folder, $0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
         if existing >= 0 {

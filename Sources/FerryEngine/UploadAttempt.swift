@@ -104,19 +104,13 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             // A sandboxed application's file is opened relative to its folder as opened
             // and checked to be inside the app's directory: a folder on the way swapped
             // for a link since the call sends the answer nowhere else.
-            if let area = request.confinedTo {
-                guard let (folder, name) = area.openFolder(of: destination) else {
-                    return finish(.failed(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(area.root)/'; the answer was not written"), bytesOnDisk: 0))
-                }
-                responseFD = name.withCString {
-                    openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
-                }
-                Glibc.close(folder)
-            } else {
-                responseFD = destination.withCString {
-                    Glibc.open($0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
-                }
+            guard let (folder, name) = SandboxArea.place(of: destination, within: request.confinedTo) else {
+                return finish(.failed(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(request.confinedTo?.root ?? "")/'; the answer was not written"), bytesOnDisk: 0))
             }
+            responseFD = name.withCString {
+                openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
+            }
+            if folder != AT_FDCWD { Glibc.close(folder) }
             guard responseFD >= 0 else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)
                 return finish(.failed(.disk(error.message), bytesOnDisk: 0))

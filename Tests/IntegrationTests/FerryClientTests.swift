@@ -251,10 +251,7 @@ final class FerryClientTests: FerryTestCase {
         serve("/c/take1.bin", size: 2_000)
         serve("/c/take2.bin", size: 2_000)
         let id = "org.example.Take"
-        let first = FerrySession(configuration: configuration(id))
-        let t1 = try await first.download(from: URL(string: server.url("/c/take1.bin"))!, to: URL(fileURLWithPath: work + "/take1.bin"))
-        first.detach()
-        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(t1.id)")
+        let t1 = try await downloadCompletedWhileAway(id, "take1.bin")
 
         let again = FerrySession(configuration: configuration(id))
         defer { again.detach() }
@@ -276,10 +273,7 @@ final class FerryClientTests: FerryTestCase {
         serve("/c/keep1.bin", size: 2_000)
         serve("/c/keep2.bin", size: 2_000)
         let id = "org.example.Keep"
-        let first = FerrySession(configuration: configuration(id))
-        let t1 = try await first.download(from: URL(string: server.url("/c/keep1.bin"))!, to: URL(fileURLWithPath: work + "/keep1.bin"))
-        first.detach()
-        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(t1.id)")
+        let t1 = try await downloadCompletedWhileAway(id, "keep1.bin")
 
         let again = FerrySession(configuration: configuration(id))
         try await again.attach()
@@ -345,6 +339,16 @@ final class FerryClientTests: FerryTestCase {
         let sent = FerryTaskResult(location: URL(fileURLWithPath: file), response: answer, bytes: 30_000)
         let settled = try await settledValues(id)
         XCTAssertEqual(settled, [sent, sent])
+    }
+
+    /// A download (of `/c/NAME` into `work/NAME`) by a run that left at once: it
+    /// completed with no one following the session.
+    private func downloadCompletedWhileAway(_ id: String, _ name: String) async throws -> FerryTask {
+        let first = FerrySession(configuration: configuration(id))
+        let t = try await first.download(from: URL(string: server.url("/c/" + name))!, to: URL(fileURLWithPath: work + "/" + name))
+        first.detach()
+        _ = try await signals.completed("/org/ferry/Ferry1/transfer/\(t.id)")
+        return t
     }
 
     /// The values of a session's tasks in a run after their events were acknowledged:

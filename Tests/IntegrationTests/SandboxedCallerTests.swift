@@ -349,13 +349,8 @@ final class SandboxedCallerTests: FerryTestCase {
 
         let evil = try await sandboxedClient(appID)
         let s = try await evil.openSession("\(appID).Swap")
-        let t = try await s.download(server.url("/swap.bin"), options: ["destination": .string(folder + "/x.desktop")])
-        try await waitForFileSize(folder + "/x.desktop.part", atLeast: 256 * 1024)
-        _ = try await t.pause()
-        try await waitForState(t, "paused")
-
-        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
-        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: autostart)
+        let t = try await pausedAfterTheStall(s, "/swap.bin", into: folder + "/x.desktop")
+        try swapForALink(folder, to: autostart)
         try await t.resume()
         try await waitForState(t, ["failed", "completed"], since: 0, timeout: 20)
         let info = try await t.info()
@@ -363,6 +358,22 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
         let left = try FileManager.default.contentsOfDirectory(atPath: autostart)
         XCTAssertEqual(left, [], "nothing reaches autostart")
+    }
+
+    /// A download of the app's, from a path served to stall after 256 KiB, paused once
+    /// its `.part` holds them.
+    private func pausedAfterTheStall(_ s: FerrySession, _ path: String, into destination: String) async throws -> FerryTransfer {
+        let t = try await s.download(server.url(path), options: ["destination": .string(destination)])
+        try await waitForFileSize(destination + ".part", atLeast: 256 * 1024)
+        _ = try await t.pause()
+        try await waitForState(t, "paused")
+        return t
+    }
+
+    /// The app's move: its `folder` becomes a link to `target`.
+    private func swapForALink(_ folder: String, to target: String) throws {
+        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
+        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: target)
     }
 
     /// Files of the user outside the app's directory, reached by swapping one of the
@@ -386,15 +397,11 @@ final class SandboxedCallerTests: FerryTestCase {
 
         let evil = try await sandboxedClient(appID)
         let s = try await evil.openSession("\(appID).Swap")
-        let down = try await s.download(server.url("/part.bin"), options: ["destination": .string(folder + "/x.bin")])
-        try await waitForFileSize(folder + "/x.bin.part", atLeast: 256 * 1024)
-        _ = try await down.pause()
-        try await waitForState(down, "paused")
+        let down = try await pausedAfterTheStall(s, "/part.bin", into: folder + "/x.bin")
         let up = try await s.upload(server.url("/receipt"), file: appDir + "/data/photo.jpg",
                                     options: ["response-destination": .string(folder + "/notes.txt"), "start": .boolean(false)])
 
-        try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
-        try FileManager.default.createSymbolicLink(atPath: folder, withDestinationPath: victim)
+        try swapForALink(folder, to: victim)
         let mark = signals.all.count
         try await down.resume()
         try await up.resume()

@@ -94,7 +94,7 @@ extension TransferCoordinator {
         let currentPart = t.enginePartPath ?? t.partPath
         if FileSystemChecks.exists(currentPart) {
             do {
-                try fileManager.moveItem(atPath: currentPart, toPath: newPath + ".part")
+                try movePartFile(from: currentPart, to: newPath + ".part", within: confinement(of: t))
             } catch {
                 logger.warning("could not rename partial file to the server's name; keeping the URL's name",
                                metadata: ["transfer": "\(t.id)", "error": "\(error)"])
@@ -184,7 +184,7 @@ extension TransferCoordinator {
         guard let enginePath = t.enginePartPath, enginePath != t.partPath else { return }
         if FileSystemChecks.exists(enginePath) {
             do {
-                try fileManager.moveItem(atPath: enginePath, toPath: t.partPath)
+                try movePartFile(from: enginePath, to: t.partPath, within: confinement(of: t))
             } catch {
                 logger.warning("could not move partial file", metadata: ["transfer": "\(t.id)", "error": "\(error)"])
                 return
@@ -196,6 +196,25 @@ extension TransferCoordinator {
 }
 
 extension TransferCoordinator {
+    /// Gives a download's `.part` file a new name (the server's, or the current one after
+    /// a rename cut short) without ever replacing what is there. For a sandboxed
+    /// application's download (`area`) both names are taken relative to their folders as
+    /// opened and checked, so a folder swapped for a link meanwhile renames nothing
+    /// outside the app's directory.
+    func movePartFile(from source: String, to target: String, within area: SandboxArea?) throws {
+        guard let from = SandboxArea.place(of: source, within: area) else { throw Self.outside(source, area) }
+        defer { if from.folder != AT_FDCWD { close(from.folder) } }
+        guard let to = SandboxArea.place(of: target, within: area) else { throw Self.outside(target, area) }
+        defer { if to.folder != AT_FDCWD { close(to.folder) } }
+        if try AtomicReplace.move(from, to: to) == .targetExists {
+            throw FerryError.disk("could not move '\(source)' to '\(target)': a file is there")
+        }
+    }
+
+    private static func outside(_ path: String, _ area: SandboxArea?) -> FerryError {
+        .disk("the folder of '\(path)' is no longer inside the application's directory '\(area?.root ?? "")/'")
+    }
+
     /// A download this small whose validators are lost in a crash is fetched again whole
     /// (`handleResponse`): a moment's work on any connection.
     static let smallFileBytes: Int64 = 256 << 10

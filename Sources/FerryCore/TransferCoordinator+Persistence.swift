@@ -158,7 +158,7 @@ extension TransferCoordinator {
                 orphans.append(stored.snapshot.id)
                 continue
             }
-            let t = restoredTransfer(stored)
+            let t = restoredTransfer(stored, owner: restoredSessions[stored.snapshot.session]?.owner)
             // Many transfers share a folder and a host: one copy of each string.
             t.directory = interned(t.directory, in: &strings)
             t.host = interned(t.host, in: &strings)
@@ -194,14 +194,14 @@ extension TransferCoordinator {
     }
 
     /// A stored transfer as the restarted daemon takes it up.
-    private func restoredTransfer(_ stored: StoredTransfer) -> TransferRecord {
+    private func restoredTransfer(_ stored: StoredTransfer, owner: String?) -> TransferRecord {
         let t = TransferRecord(stored: stored)
         // A Content-Disposition rename may have been cut short: bring the bytes to the
         // current name.
         if stored.partPath != t.partPath, FileSystemChecks.exists(stored.partPath),
            !FileSystemChecks.exists(t.partPath) {
             do {
-                try fileManager.moveItem(atPath: stored.partPath, toPath: t.partPath)
+                try movePartFile(from: stored.partPath, to: t.partPath, within: confinement(of: t, owner: owner))
             } catch {
                 logger.warning("could not move partial file", metadata: ["transfer": "\(t.id)", "error": "\(error)"])
             }

@@ -99,7 +99,13 @@ extension TransferCoordinator {
     /// nil for an unconfined caller's, and for a `destination-fd` download's partial
     /// file (in ferryd's own folder, not a path the app named).
     func confinement(of t: TransferRecord) -> SandboxArea? {
-        guard let owner = sessions[t.session]?.owner, !isDescriptorDownload(t) else { return nil }
+        confinement(of: t, owner: sessions[t.session]?.owner)
+    }
+
+    /// The same for a transfer whose session's owner (its app id, nil for an
+    /// unconfined caller) is known (while restoring).
+    func confinement(of t: TransferRecord, owner: String?) -> SandboxArea? {
+        guard let owner, !isDescriptorDownload(t) else { return nil }
         return SandboxArea(appID: owner)
     }
 

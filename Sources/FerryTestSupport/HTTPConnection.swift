@@ -52,7 +52,19 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
             var plan = server.plan(for: head, upload: received)
             if head.method == .HEAD { plan.sendsBody = false }
             if plan.silent { return }
-            respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
+            guard plan.held else {
+                respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
+                return
+            }
+            let path = RecordedRequest(method: "", uri: head.uri, headers: []).path
+            let loop = context.eventLoop
+            let bound = NIOLoopBound((self, context), eventLoop: loop)
+            server.answer(path) {
+                loop.execute {
+                    let (connection, context) = bound.value
+                    connection.respond(context: context, plan: plan, keepAlive: head.isKeepAlive)
+                }
+            }
         }
     }
 

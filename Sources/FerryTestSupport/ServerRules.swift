@@ -49,6 +49,9 @@ public enum ServerBehaviour: Sendable {
     case acceptUploads(status: Int = 201, body: [UInt8]? = nil)
     /// Read every request (its body too) and never answer, keeping the connection open.
     case neverAnswer
+    /// Read each request and hold its answer back until `TestHTTPServer.release(_:)`
+    /// (a server slow to answer, for what a client does meanwhile).
+    case holdAnswers
 }
 
 /// The behaviours in force for one path.
@@ -70,6 +73,7 @@ struct PathRules {
     var rangeFailures: (remaining: Int, status: Int)?
     var uploads: (status: Int, body: [UInt8]?)?
     var silent = false
+    var held = false
 
     mutating func apply(_ behaviour: ServerBehaviour) {
         switch behaviour {
@@ -89,6 +93,7 @@ struct PathRules {
         case .failRangeRequests(let count, let code): rangeFailures = (count, code)
         case .acceptUploads(let status, let body): uploads = (status, body)
         case .neverAnswer: silent = true
+        case .holdAnswers: held = true
         }
     }
 }
@@ -108,6 +113,8 @@ struct ResponsePlan {
     var cut = Cut.drop
     /// Send nothing at all (`neverAnswer`).
     var silent = false
+    /// Wait for `TestHTTPServer.release(_:)` before answering (`holdAnswers`).
+    var held = false
 
     static func text(_ code: Int, _ text: String, extraHeaders: [(String, String)] = []) -> ResponsePlan {
         var headers = HTTPHeaders()

@@ -19,6 +19,8 @@ public final class TestHTTPServer: @unchecked Sendable {
     private var resources: [String: ServedResource] = [:]
     private var rules: [String: PathRules] = [:]
     private var recorded: [RecordedRequest] = []
+    /// Answers held back (`holdAnswers`) by path, sent on `release`.
+    private var heldAnswers: [String: [() -> Void]] = [:]
     private var group: MultiThreadedEventLoopGroup?
     private var channel: Channel?
     private var boundPort = 0
@@ -113,6 +115,33 @@ public final class TestHTTPServer: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Sends the answers held back for `path` (`holdAnswers`) and stops holding them.
+    public func release(_ path: String) {
+        lock.lock()
+        rules[path]?.held = false
+        let answers = heldAnswers.removeValue(forKey: path) ?? []
+        lock.unlock()
+        for answer in answers { answer() }
+    }
+
+    /// Whether an answer for `path` is being held back.
+    public func isHoldingAnswer(for path: String) -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        return !(heldAnswers[path] ?? []).isEmpty
+    }
+
+    /// Runs `answer` now, or on `release(path)` while answers to `path` are held.
+    func answer(_ path: String, _ answer: @escaping () -> Void) {
+        lock.lock()
+        guard rules[path]?.held == true else {
+            lock.unlock()
+            answer()
+            return
+        }
+        heldAnswers[path, default: []].append(answer)
+        lock.unlock()
+    }
+
     /// Removes every behaviour of `path`: it is served normally again.
     public func clearBehaviours(on path: String) {
         lock.lock()
@@ -165,6 +194,7 @@ public final class TestHTTPServer: @unchecked Sendable {
             rule.replacement = nil
         }
         var plan = basePlan(for: head, path: path, rule: &rule, upload: upload)
+        plan.held = rule.held
         for cookie in rule.cookies { plan.headers.add(name: "Set-Cookie", value: cookie) }
         return plan
     }

@@ -59,6 +59,29 @@ final class FileOperationTests: XCTestCase {
         XCTAssertThrowsError(try AtomicReplace.moveByLink(folder + "/gone.part", to: folder + "/gone"))
     }
 
+    /// Names relative to an open folder stay in that folder, even once its path leads
+    /// elsewhere (what a sandboxed app's `.part` rename relies on).
+    func testMoveRelativeToAnOpenFolderStaysInIt() throws {
+        try FileManager.default.createDirectory(atPath: folder + "/mine", withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: folder + "/other", withIntermediateDirectories: false)
+        try write("body", "mine/a.part")
+        try write("theirs", "other/a.part")
+        let opened = open(folder + "/mine", O_RDONLY | O_DIRECTORY)
+        XCTAssertGreaterThanOrEqual(opened, 0)
+        defer { close(opened) }
+        try FileManager.default.moveItem(atPath: folder + "/mine", toPath: folder + "/mine-old")
+        XCTAssertEqual(symlink(folder + "/other", folder + "/mine"), 0)
+
+        try write("taken", "mine-old/t.part")
+        XCTAssertEqual(try AtomicReplace.move((opened, "a.part"), to: (opened, "t.part")), .targetExists)
+        XCTAssertEqual(try AtomicReplace.move((opened, "a.part"), to: (opened, "b.part")), .moved)
+        XCTAssertEqual(read("mine-old/b.part"), "body")
+        XCTAssertNil(read("mine-old/a.part"))
+        XCTAssertEqual(read("other/a.part"), "theirs", "the file the path now leads to is untouched")
+        XCTAssertNil(read("other/b.part"))
+        XCTAssertEqual(read("mine-old/t.part"), "taken")
+    }
+
     func testMoveNoReplaceOfAMissingFileThrowsADiskError() {
         XCTAssertThrowsError(try AtomicReplace.moveNoReplace(folder + "/none.part", to: folder + "/none")) { error in
             guard case FerryError.disk(let message) = error else { return XCTFail("\(error)") }

@@ -418,6 +418,35 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: victim)), ["x.bin.part", "notes.txt"])
     }
 
+    /// The server's name (Content-Disposition) arriving after the app swapped its folder
+    /// for a link: the `.part` is not renamed there, so the user's file of the URL's
+    /// `.part` name outside keeps its name and bytes, and the download fails with `Disk`.
+    func testAServerNameAfterAFolderSwapRenamesNothingOutside() async throws {
+        serve("/x.bin", size: 200_000, contentDisposition: "attachment; filename=\"server.bin\"")
+        server.set(.holdAnswers, on: "/x.bin")
+        let appDir = try appDirectory(appID)
+        let folder = appDir + "/data/named"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let victim = home + "/Documents"
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        let usersPart = Data("the user's own partial download".utf8)
+        try usersPart.write(to: URL(fileURLWithPath: victim + "/x.bin.part"))
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Named")
+        let t = try await s.download(server.url("/x.bin"), options: ["destination": .string(folder)])
+        try await waitUntilAsync("the request, its answer held") { server.isHoldingAnswer(for: "/x.bin") }
+        try await waitUntilAsync("the engine's .part") { FileManager.default.fileExists(atPath: folder + "/x.bin.part") }
+        try swapForALink(folder, to: victim)
+        server.release("/x.bin")
+        try await waitForState(t, ["failed", "completed"], since: 0, timeout: 20)
+        let info = try await t.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
+        XCTAssertEqual(FileManager.default.contents(atPath: victim + "/x.bin.part"), usersPart, "the user's file keeps its bytes")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: victim), ["x.bin.part"], "nothing renamed or added outside")
+    }
+
     /// Each application's sessions count against its own cap: one app holding the most
     /// it may locks neither another app nor the user's own clients out (black-box hunt
     /// g, finding 5).

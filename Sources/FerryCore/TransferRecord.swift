@@ -143,8 +143,9 @@ final class TransferRecord {
 
     /// A download asked to use several connections whose last attempt ran on one (no
     /// length, no range support, a host limit of one): its part file is a plain prefix,
-    /// which a resume may continue. Memory only: after a restart such a download starts
-    /// over, as a file written by several connections may have holes its size hides.
+    /// which a resume may continue. Stored; after a restart it holds only while the file
+    /// is no longer than the bytes checkpointed with it (`restoredTransfer`): a file
+    /// written by several connections may have holes its size hides.
     var partIsPrefix: Bool {
         get { extrasBox?.partIsPrefix ?? false }
         set { if newValue || extrasBox != nil { extras.partIsPrefix = newValue } }
@@ -202,7 +203,8 @@ final class TransferRecord {
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
-                              finishingPath: finishingPath, upload: upload, segments: segments)
+                              finishingPath: finishingPath, upload: upload, segments: segments,
+                              partIsPrefix: partIsPrefix)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -219,6 +221,7 @@ final class TransferRecord {
         finishingPath = stored.finishingPath
         upload = stored.upload
         segments = stored.segments
+        partIsPrefix = stored.partIsPrefix
         // Kept only when it differs from the usual `.part` path (one string less each).
         if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue

@@ -82,12 +82,15 @@ public struct StoredTransfer: Sendable, Hashable {
     public var upload: UploadSpec?
     /// A segmented download's ranges on disk (under `etag`/`lastModified`).
     public var segments: SegmentMap?
+    /// A download asked for several connections whose last attempt ran on one: its part
+    /// file is a plain prefix (for the bytes checkpointed in `snapshot`).
+    public var partIsPrefix: Bool
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
                 retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil,
-                upload: UploadSpec? = nil, segments: SegmentMap? = nil) {
-        self.upload = upload; self.segments = segments
+                upload: UploadSpec? = nil, segments: SegmentMap? = nil, partIsPrefix: Bool = false) {
+        self.upload = upload; self.segments = segments; self.partIsPrefix = partIsPrefix
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
         self.lastModified = lastModified; self.notBefore = notBefore; self.retriesUsed = retriesUsed

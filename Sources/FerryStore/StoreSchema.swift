@@ -92,9 +92,14 @@ enum StoreSchema {
                 ALTER TABLE transfers ADD COLUMN response BLOB;
                 """)
         }
+        // A download asked for several connections whose part file one connection wrote
+        // (a plain prefix, which a resume after a restart may continue).
+        migrator.registerMigration("5-part-prefix") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN part_is_prefix INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "4-uploads-segments"
+    static let latest = "5-part-prefix"
 }

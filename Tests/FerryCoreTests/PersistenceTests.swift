@@ -146,6 +146,38 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(s2, s + 1)
     }
 
+    /// A download asked for four connections whose attempt ran on one wrote a plain
+    /// prefix: paused, it continues after a restart from its bytes (as it would without
+    /// one). A part file grown past the bytes stored with that mark (a later attempt's
+    /// ranges, written before the daemon stored their response) is not taken as a
+    /// prefix: the download starts over.
+    func testAOneConnectionPrefixIsContinuedAfterARestartUpToItsCheckpoint() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        func pausedPrefix(_ url: String) throws -> TransferID {
+            let t = try h.download(s, url) { $0.connections = 4 }
+            XCTAssertEqual(h.engine.lastRequest(t)?.connections, 4)
+            h.send(.response(t, EngineResponse(status: 200, etag: "\"p\"", expectedTotal: 100 << 20, acceptsRanges: true,
+                                               effectiveURL: url)))
+            h.writePart(t, Array(repeating: 1, count: 400))
+            h.send(.progress(t, bytesWritten: 400, totalOnDisk: 400, expected: 100 << 20))
+            XCTAssertFalse(try h.sync { try $0.pause(t) }.isEmpty, "a prefix can be continued")
+            h.send(.completed(t, .stopped(bytesOnDisk: 400)))
+            return t
+        }
+        let kept = try pausedPrefix("https://example.com/kept.bin")
+        let grown = try pausedPrefix("https://example.com/grown.bin")
+        h.writePart(grown, Array(repeating: 1, count: 900))
+
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.snapshot(kept)?.resumable, true)
+        try h2.sync { try $0.resume(kept) }
+        XCTAssertEqual(h2.engine.lastRequest(kept)?.offset, 400, "continued after its 400 bytes")
+        XCTAssertEqual(h2.engine.lastRequest(kept)?.ifRange, "\"p\"")
+        try h2.sync { try $0.resume(grown) }
+        XCTAssertEqual(h2.engine.lastRequest(grown)?.offset, 0, "more on disk than was stored as a prefix: started over")
+    }
+
     func testAcknowledgedEventsStayAcknowledgedAfterRestart() throws {
         let h = CoreHarness()
         let s = try h.openSession()

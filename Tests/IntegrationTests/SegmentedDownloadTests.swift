@@ -132,15 +132,8 @@ final class SegmentedDownloadTests: FerryTestCase {
     /// it, and both ResumeDownload and Resume continue after the bytes on disk rather
     /// than fetch them again.
     func testADownloadThatRanOnOneConnectionContinuesWhereItStopped() async throws {
-        let body = serve("/one.bin", size: Self.size)
-        server.set(.slow(bytesPerSecond: 1024 * 1024), on: "/one.bin")
-        let s = try await session("com.example.OnePerHost", ["max-connections-per-host": .uint32(1)])
-        let first = try await s.download(server.url("/one.bin"), options: ["destination": .string(work + "/one.bin"),
-                                                                          "connections": .uint32(4)])
-        try await waitForProgress(first, atLeast: Int64(Self.size / 4))
-        let data = try await first.pause()
+        let (s, first, data, body) = try await pausedOneConnectionPrefix("/one.bin")
         XCTAssertFalse(data.isEmpty, "its bytes can be continued")
-        try await waitForState(first, "paused")
         let keptFirst = try XCTUnwrap(fileSize(work + "/one.bin.part"))
         var seen = server.requests(for: "/one.bin").count
 
@@ -161,6 +154,37 @@ final class SegmentedDownloadTests: FerryTestCase {
         assertFile(work + "/one.bin", equals: body)
         XCTAssertEqual(server.requests(for: "/one.bin").dropFirst(seen).map { $0.header("Range") }, ["bytes=\(keptSecond)-"],
                        "Resume continued the prefix")
+    }
+
+    /// The same prefix, paused, survives ferryd's kill -9: `Resume` afterwards continues
+    /// after the bytes on disk.
+    func testAOneConnectionPrefixIsContinuedAfterACrash() async throws {
+        let (_, t, _, body) = try await pausedOneConnectionPrefix("/crash.bin")
+        let kept = try XCTUnwrap(fileSize(work + "/crash.bin.part"))
+
+        try await killAndRestart()
+        let seen = server.requests(for: "/crash.bin").count
+        server.clearBehaviours(on: "/crash.bin")
+        try await t.resume()
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/crash.bin", equals: body)
+        XCTAssertEqual(server.requests(for: "/crash.bin").dropFirst(seen).map { $0.header("Range") }, ["bytes=\(kept)-"],
+                       "Resume after the crash continued the prefix")
+    }
+
+    /// A download of `path` asked for four connections in a session allowing one per
+    /// host, paused after a quarter of the file: its session, the transfer, its resume
+    /// data and the file's bytes.
+    private func pausedOneConnectionPrefix(_ path: String) async throws -> (FerrySession, FerryTransfer, [UInt8], [UInt8]) {
+        let body = serve(path, size: Self.size)
+        server.set(.slow(bytesPerSecond: 1024 * 1024), on: path)
+        let s = try await session("com.example.OnePerHost", ["max-connections-per-host": .uint32(1)])
+        let t = try await s.download(server.url(path), options: ["destination": .string(work + path), "connections": .uint32(4)])
+        try await waitForProgress(t, atLeast: Int64(Self.size / 4))
+        let data = try await t.pause()
+        try await waitForState(t, "paused")
+        return (s, t, data, body)
     }
 
     /// Waits for a Progress signal of `t` with at least `bytes` on disk.

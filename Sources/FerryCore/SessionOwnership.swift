@@ -32,6 +32,14 @@ extension TransferCoordinator {
         return sessions[id]?.owner
     }
 
+    /// Whether `OpenSession(identifier)` would re-open a session rather than make one:
+    /// one of that identifier that is not closing (a closing session no longer answers
+    /// to its identifier).
+    public func hasOpenSession(identifier: String) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions.values.contains { $0.identifier == identifier && !$0.isClosing }
+    }
+
     /// Whether a caller (nil = unconfined, else its app id) may see and use the session.
     public func session(_ id: SessionID, isVisibleTo caller: String?) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))

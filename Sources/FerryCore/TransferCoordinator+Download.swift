@@ -154,7 +154,8 @@ extension TransferCoordinator {
             let id = nextTransferID
             var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
                                             destination: data.destination, state: .queued,
-                                            bytesTransferred: partSize ?? 0, bytesExpected: data.expected,
+                                            bytesTransferred: segments == nil ? data.offset : partSize ?? 0,
+                                            bytesExpected: data.expected,
                                             created: environment.now(), priority: options.priority,
                                             speedLimit: options.speedLimit)
             snapshot.resumable = data.etag != nil || data.lastModified != nil
@@ -165,8 +166,11 @@ extension TransferCoordinator {
             t.etag = data.etag
             t.lastModified = data.lastModified
             t.segments = segments
-            // Data is made only for a part file that can be continued: without a map, a prefix.
+            // Data is made only for a part file that can be continued: without a map, a
+            // prefix of the data's length (what is on disk after it may be ranges a later
+            // attempt on several connections wrote, with holes between).
             t.partIsPrefix = segments == nil && data.offset > 0
+            if t.partIsPrefix { t.prefixLimit = data.offset }
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)

@@ -56,6 +56,7 @@ extension TransferCoordinator {
             stageTransfer(t)
         }
         if t.options.connections > 1 { t.partIsPrefix = r.connections <= 1 && t.segments == nil }
+        t.prefixLimit = nil // the engine cut the part file where this response starts
         t.etag = r.etag
         t.lastModified = r.lastModified
         t.snapshot.httpStatus = UInt32(clamping: r.status)
@@ -127,8 +128,9 @@ extension TransferCoordinator {
     private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {
         attemptEndedReleasingSource(id)
         guard let t = transfers[id] else {
-            // A removed transfer's attempt ended: clean up what it may have left.
-            for path in detachedStops.removeValue(forKey: id) ?? [] { FileSystemChecks.removeIfPresent(path, fileManager: fileManager) }
+            // A removed transfer's attempt ended: clean up what it may have left (a
+            // sandboxed app's relative to its folder as opened and checked, as always).
+            if let (paths, area) = detachedStops.removeValue(forKey: id) { removePartFiles(paths, within: area) }
             return
         }
         settlePartFile(t)

@@ -154,7 +154,7 @@ extension TransferCoordinator {
         } else if t.state == .cancelled && !t.partFileHandedOver {
             leftovers = partPaths(t)
         }
-        if t.stopInFlight { detachedStops[t.id] = leftovers }
+        if t.stopInFlight { detachedStops[t.id] = (leftovers, confinement(of: t)) }
         releaseUploadSource(t, forgetting: true)
         unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
@@ -174,9 +174,15 @@ extension TransferCoordinator {
         t.segments = nil
         // A sandboxed application's are removed relative to their folder as opened and
         // checked, never through a folder swapped for a link.
-        let area = confinement(of: t)
-        for path in partPaths(t) where !(area?.removeIfPresent(path) ?? FileSystemChecks.removeIfPresent(path, fileManager: fileManager)) {
-            logger.warning("could not delete partial file", metadata: ["path": "\(path)", "transfer": "\(t.id)"])
+        removePartFiles(partPaths(t), within: confinement(of: t))
+    }
+
+    /// Removes `.part` files: for a sandboxed application's transfer (`area`), each
+    /// relative to its folder as opened and checked, never through a folder swapped
+    /// for a link.
+    func removePartFiles(_ paths: [String], within area: SandboxArea?) {
+        for path in paths where !(area?.removeIfPresent(path) ?? FileSystemChecks.removeIfPresent(path, fileManager: fileManager)) {
+            logger.warning("could not delete partial file", metadata: ["path": "\(path)"])
         }
     }
 

@@ -47,8 +47,19 @@ extension TransferCoordinator {
             guard file.hasPrefix("/") else {
                 throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
             }
-            source = try EngineUpload.open(path: FileSystemChecks.normalize(file))
-            if let owner = sessions[session]?.owner, let opened = source { try Self.confine(opened, to: owner) }
+            let owner = sessions[session]?.owner
+            do {
+                source = try EngineUpload.open(path: FileSystemChecks.normalize(file))
+            } catch let error as FerryError {
+                // A sandboxed app learns nothing of files outside its directory: a path
+                // that leads outside now (a link flipped since the service's check)
+                // is refused as one that does not, whether the file is there or not.
+                if let owner, !SandboxArea(appID: owner).contains(FileSystemChecks.normalize(file)) {
+                    throw Self.outsideArea(owner)
+                }
+                throw error
+            }
+            if let owner, let opened = source { try Self.confine(opened, to: owner) }
         }
         guard let opened = source else { throw FerryError.fileNotFound("the file to upload cannot be opened") }
         let spec = UploadSpec(method: options.method, contentType: options.contentType, formField: options.formField,
@@ -163,11 +174,12 @@ extension TransferCoordinator {
     /// the descriptor, so a link flipped after the call's check changes nothing) must be
     /// inside the app's directory. The caller closes it when this throws.
     static func confine(_ source: EngineUpload, to owner: String) throws {
-        let area = SandboxArea(appID: owner)
-        guard area.holds(source.fd) else {
-            throw FerryError.accessDenied("a sandboxed application may upload only files inside its own directory "
-                + "'\(area.root)/'; pass the file as 'source-fd' instead")
-        }
+        guard SandboxArea(appID: owner).holds(source.fd) else { throw outsideArea(owner) }
+    }
+
+    private static func outsideArea(_ owner: String) -> FerryError {
+        .accessDenied("a sandboxed application may upload only files inside its own directory "
+            + "'\(SandboxArea(appID: owner).root)/'; pass the file as 'source-fd' instead")
     }
 
     /// Before an upload's attempt: its source is open and is the file the client
@@ -181,7 +193,14 @@ extension TransferCoordinator {
             do {
                 let reopened = try EngineUpload.open(path: t.destination)
                 if let owner = sessions[t.session]?.owner {
-                    do { try Self.confine(reopened, to: owner) } catch { reopened.closeSource(); throw error }
+                    do {
+                        try Self.confine(reopened, to: owner)
+                    } catch {
+                        reopened.closeSource()
+                        // A transfer failure, as any other place a folder swap leads outside.
+                        return .disk("\(t.destination) is no longer inside the application's directory "
+                            + "'\(SandboxArea(appID: owner).root)/' (a folder on the way was swapped for a link); nothing was sent")
+                    }
                 }
                 t.uploadSource = reopened
                 openUploadSources += 1

@@ -68,8 +68,10 @@ public final class TransferCoordinator {
     var publishedManager = ManagerSnapshot()
 
     /// Removed transfers whose engine attempt has not reported its end yet, with the
-    /// files to delete when it does (a cancelled transfer's `.part`).
-    var detachedStops: [TransferID: [String]] = [:]
+    /// files to delete when it does (a cancelled transfer's `.part`) and, for a
+    /// sandboxed application's, the area they are removed within (its session may be
+    /// gone by then).
+    var detachedStops: [TransferID: (paths: [String], area: SandboxArea?)] = [:]
     /// Sources of removed uploads whose attempt has not reported its end yet (the
     /// engine may still be duplicating the descriptor): closed when it does.
     var detachedUploadSources: [TransferID: EngineUpload] = [:]

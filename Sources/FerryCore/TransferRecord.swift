@@ -151,6 +151,14 @@ final class TransferRecord {
         set { if newValue || extrasBox != nil { extras.partIsPrefix = newValue } }
     }
 
+    /// The most of the part file's prefix a resume may keep, until a response takes
+    /// the file from there: the offset of the resume data a `ResumeDownload` was made
+    /// from (the file may have grown since, by ranges with holes between). nil: all.
+    var prefixLimit: Int64? {
+        get { extrasBox?.prefixLimit }
+        set { if newValue != nil || extrasBox != nil { extras.prefixLimit = newValue } }
+    }
+
     /// What is in the part file can be continued: its ranges are mapped, or it is a
     /// prefix (one connection wrote it).
     var partIsContinuable: Bool { segments != nil || options.connections <= 1 || partIsPrefix }
@@ -258,4 +266,5 @@ final class TransferExtras {
     var uploadSource: EngineUpload?
     var segments: SegmentMap?
     var partIsPrefix = false
+    var prefixLimit: Int64?
 }

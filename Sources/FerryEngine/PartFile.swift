@@ -23,9 +23,11 @@ final class PartFile {
     let isRegular: Bool
     /// Size when opened.
     let initialSize: Int64
+    /// A sandboxed application's directory, within which the file's name is reached.
+    let area: SandboxArea?
 
-    private init(path: String, fd: Int32, isRegular: Bool, initialSize: Int64) {
-        self.path = path; self.fd = fd; self.isRegular = isRegular; self.initialSize = initialSize
+    private init(path: String, fd: Int32, isRegular: Bool, initialSize: Int64, area: SandboxArea?) {
+        self.path = path; self.fd = fd; self.isRegular = isRegular; self.initialSize = initialSize; self.area = area
     }
 
     /// Opens the part file for writing without truncating it; creates it (mode 0644)
@@ -56,11 +58,11 @@ final class PartFile {
                 return .failure(PartFileError(code: code, action: "opening", path: path))
             }
             if (st.st_mode & S_IFMT) != S_IFREG {
-                return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0))
+                return .success(PartFile(path: path, fd: existing, isRegular: false, initialSize: 0, area: area))
             }
             DescriptorMode.setNonBlocking(existing, false)
             if st.st_uid == geteuid() && st.st_nlink == 1 {
-                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size)))
+                return .success(PartFile(path: path, fd: existing, isRegular: true, initialSize: Int64(st.st_size), area: area))
             }
             Glibc.close(existing) // another file's second name, or not ours: take the name back
         } else if openError != ENOENT && openError != ELOOP {
@@ -73,7 +75,7 @@ final class PartFile {
             }
         }
         return (createUnnamedThenLink(path, folder: folder, name: name) ?? createNamed(path, folder: folder, name: name)).map {
-            PartFile(path: path, fd: $0, isRegular: true, initialSize: 0)
+            PartFile(path: path, fd: $0, isRegular: true, initialSize: 0, area: area)
         }
     }
 
@@ -151,13 +153,17 @@ final class PartFile {
     }
 
     /// Removes the file when it is still empty and still the one at `path` (a failed
-    /// attempt that wrote nothing leaves no 0-byte `.part` behind).
+    /// attempt that wrote nothing leaves no 0-byte `.part` behind); a sandboxed
+    /// application's relative to its folder as opened and checked, like the open.
     func removeIfEmpty() {
         guard fd >= 0, isRegular else { return } // never a device or pipe someone else made
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return }
+        defer { if folder != AT_FDCWD { Glibc.close(folder) } }
         var mine = stat(), there = stat()
-        guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_size == 0, lstat(path, &there) == 0,
+        guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_size == 0,
+              fstatat(folder, name, &there, AT_SYMLINK_NOFOLLOW) == 0,
               mine.st_dev == there.st_dev, mine.st_ino == there.st_ino else { return }
-        _ = unlink(path)
+        _ = unlinkat(folder, name, 0)
     }
 
     /// Closes without syncing (stopped or failed attempts).

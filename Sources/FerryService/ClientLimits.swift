@@ -24,17 +24,12 @@ extension FerryBusService {
     /// application (its sessions count, no one else's: one app cannot lock the others
     /// and the user out), or the user's unconfined clients together. On the core's queue.
     func checkSessionLimit(_ core: TransferCoordinator, identifier: String, owner: String?) throws {
-        let all = core.sessionIDs
-        let ids = all.filter { core.sessionOwner($0) == owner }
+        let ids = core.sessionIDs.filter { core.sessionOwner($0) == owner }
         guard ids.count >= limits.sessionsPerClient else { return }
         // Re-attaching is always fine, to any session the caller may open (an unconfined
-        // client re-opening an app's session included). (A closing session does not
-        // answer to its identifier any more, but counts until it is gone.)
-        let attaches = all.contains { id in
-            guard let s = core.session(id) else { return false }
-            return s.identifier == identifier
-        }
-        guard !attaches else { return }
+        // client re-opening an app's session included). A closing session counts until
+        // it is gone, and opening its identifier makes a new session: not a re-attach.
+        guard !core.hasOpenSession(identifier: identifier) else { return }
         throw FerryError.limitExceeded("there are \(ids.count) sessions already, the most one client may have (\(limits.sessionsPerClient)); close some (Session.Close) first")
     }
 

@@ -139,6 +139,36 @@ final class PauseResumeTests: XCTestCase {
         XCTAssertTrue(h.observer.events.contains(.resumedAtOffset(n, offset: 6, expected: 100)))
     }
 
+    /// Resume data older than the part file: after it was made the transfer went on
+    /// (here with ranges, holes between) and was paused again. ResumeDownload with the
+    /// old data keeps only the prefix the data stands for; the engine cuts the file
+    /// there at its response, and later attempts go on from the file's size.
+    func testResumeDownloadWithOlderDataKeepsOnlyItsPrefix() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try resumableTransfer(h, s)
+        let old = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        try h.sync { try $0.resume(t) }
+        h.send(.response(t, EngineResponse(status: 206, etag: "\"abc\"", lastModified: "Tue, 01 Oct 2024 10:00:00 GMT", expectedTotal: 100, startOffset: 6, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, Array(repeating: 1, count: 60))
+        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<10, 50..<60]))))
+        _ = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 10)))
+
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: DownloadOptions()) }
+        XCTAssertEqual(h.engine.lastRequest(n)?.offset, 6, "from the data's 6 bytes, not the file's 60")
+        XCTAssertEqual(h.snapshot(n)?.bytesTransferred, 6)
+        h.send(.response(n, EngineResponse(status: 206, etag: "\"abc\"", expectedTotal: 100, startOffset: 6, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        h.writePart(n, Array(repeating: 1, count: 30))
+        _ = try h.sync { try $0.pause(n) }
+        h.send(.completed(n, .stopped(bytesOnDisk: 30)))
+        try h.sync { try $0.resume(n) }
+        XCTAssertEqual(h.engine.lastRequest(n)?.offset, 30, "once cut there, the file is the prefix again")
+    }
+
     /// ResumeDownload can arrive before the paused transfer's attempt has reported its
     /// end: that end must not delete the partial file the new transfer took over.
     func testTakeoverBeforeTheOldAttemptEndedKeepsThePartialFile() throws {

@@ -173,5 +173,11 @@ final class LimitsTests: FerryTestCase {
         // Closing a session makes room for another.
         try await sessions[2].close(cancelTransfers: true)
         _ = try await client.openSession("com.example.Count3")
+        // A session closed without cancelling its paused transfers stays (closing) and
+        // counts; opening its identifier again would make a new one, beyond the cap.
+        try await s.close(cancelTransfers: false)
+        await assertBusError(Self.limitExceeded, "a new session under a closing one's identifier") {
+            try await self.client.openSession("com.example.Count0")
+        }
     }
 }

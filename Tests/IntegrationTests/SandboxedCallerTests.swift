@@ -423,21 +423,7 @@ final class SandboxedCallerTests: FerryTestCase {
     /// `.part` name outside keeps its name and bytes, and the download fails with `Disk`.
     func testAServerNameAfterAFolderSwapRenamesNothingOutside() async throws {
         serve("/x.bin", size: 200_000, contentDisposition: "attachment; filename=\"server.bin\"")
-        server.set(.holdAnswers, on: "/x.bin")
-        let appDir = try appDirectory(appID)
-        let folder = appDir + "/data/named"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let victim = home + "/Documents"
-        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
-        let usersPart = Data("the user's own partial download".utf8)
-        try usersPart.write(to: URL(fileURLWithPath: victim + "/x.bin.part"))
-
-        let evil = try await sandboxedClient(appID)
-        let s = try await evil.openSession("\(appID).Named")
-        let t = try await s.download(server.url("/x.bin"), options: ["destination": .string(folder)])
-        try await waitUntilAsync("the request, its answer held") { server.isHoldingAnswer(for: "/x.bin") }
-        try await waitUntilAsync("the engine's .part") { FileManager.default.fileExists(atPath: folder + "/x.bin.part") }
-        try swapForALink(folder, to: victim)
+        let (_, t, victim, usersPart) = try await heldDownloadInSwappedFolder("/x.bin", destination: "", victim: "Documents")
         server.release("/x.bin")
         try await waitForState(t, ["failed", "completed"], since: 0, timeout: 20)
         let info = try await t.info()
@@ -445,6 +431,76 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
         XCTAssertEqual(FileManager.default.contents(atPath: victim + "/x.bin.part"), usersPart, "the user's file keeps its bytes")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: victim), ["x.bin.part"], "nothing renamed or added outside")
+    }
+
+    /// A download cancelled and forgotten at once (its session closed with
+    /// `Close(true)`) while its attempt is still stopping, after the app swapped its
+    /// folder for a link: the `.part` left when the attempt ends is removed only within
+    /// the app's directory, so the user's file of that name outside stays.
+    func testAClosedSessionsLeftoversAreRemovedOnlyInside() async throws {
+        serve("/left.bin", size: 200_000)
+        let (s, _, victim, usersPart) = try await heldDownloadInSwappedFolder("/left.bin", destination: "/left.bin", victim: "Downloads")
+        try await s.close(cancelTransfers: true)
+        // Refused twice, each logged: at the cancel, and when the stopped attempt ends.
+        func refusals() -> Int { (ferryd?.log ?? "").components(separatedBy: "could not delete partial file").count - 1 }
+        try await waitUntilAsync("the stopped attempt's end") {
+            refusals() >= 2 || !FileManager.default.fileExists(atPath: victim + "/left.bin.part")
+        }
+        XCTAssertEqual(FileManager.default.contents(atPath: victim + "/left.bin.part"), usersPart, "the user's file stays")
+        server.release("/left.bin")
+    }
+
+    /// The app downloads `path` (answers held back) into a folder of its own (plus
+    /// `destination`: "" names the folder alone), then swaps that folder for a link to
+    /// `~/VICTIM`, which holds the user's file named like the download's `.part`. Gives
+    /// the session, the transfer, the victim folder and the user's bytes.
+    private func heldDownloadInSwappedFolder(_ path: String, destination: String, victim name: String) async throws
+        -> (FerrySession, FerryTransfer, String, Data) {
+        server.set(.holdAnswers, on: path)
+        let folder = try appDirectory(appID) + "/data/swapped"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let victim = home + "/" + name
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        let usersPart = Data("the user's own partial download".utf8)
+        try usersPart.write(to: URL(fileURLWithPath: victim + path + ".part"))
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Swapped")
+        let t = try await s.download(server.url(path), options: ["destination": .string(folder + destination)])
+        try await waitUntilAsync("the request, its answer held") { server.isHoldingAnswer(for: path) }
+        try await waitUntilAsync("the engine's .part") { FileManager.default.fileExists(atPath: folder + path + ".part") }
+        try swapForALink(folder, to: victim)
+        return (s, t, victim, usersPart)
+    }
+
+    /// An upload queued before a restart of ferryd reopens its source by path: with the
+    /// source's folder swapped for a link meanwhile, the file it now leads to (the
+    /// user's, of the same name) is not sent, and the upload fails with `Disk`.
+    func testAnUploadReopenedAfterARestartSendsNothingFromOutside() async throws {
+        server.set(.acceptUploads(), on: "/up")
+        let appDir = try appDirectory(appID)
+        let folder = appDir + "/data/outbox"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try Data(repeating: 1, count: 1000).write(to: URL(fileURLWithPath: folder + "/photo.jpg"))
+        let victim = home + "/Pictures"
+        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        try Data(repeating: 2, count: 1000).write(to: URL(fileURLWithPath: victim + "/photo.jpg"))
+
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Outbox")
+        let queued = try await s.upload(server.url("/up"), file: folder + "/photo.jpg", options: ["start": .boolean(false)])
+        try await killAndRestart()
+        try swapForALink(folder, to: victim)
+
+        let again = try await sandboxedClient(appID)
+        let up = FerryTransfer(client: again, path: queued.path)
+        let mark = signals.all.count
+        try await up.resume()
+        try await waitForState(up, ["failed", "completed"], since: mark, timeout: 20)
+        let info = try await up.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, ok + "Disk", info.errorMessage)
+        XCTAssertEqual(server.uploads(for: "/up").count, 0, "nothing was sent")
     }
 
     /// Each application's sessions count against its own cap: one app holding the most

@@ -52,6 +52,17 @@ enum FileSystemChecks {
         return Int64(info.st_size)
     }
 
+    /// The same for a sandboxed application's file (`area`): looked up relative to its
+    /// folder as opened and checked, so nothing outside the app's directory is measured.
+    static func fileSize(_ path: String, within area: SandboxArea?) -> Int64? {
+        guard let area else { return fileSize(path) }
+        guard let (folder, name) = area.openFolder(of: path) else { return nil }
+        defer { close(folder) }
+        var info = stat()
+        guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(info.st_size)
+    }
+
     /// Deletes a file if present; true when nothing is left.
     @discardableResult
     static func removeIfPresent(_ path: String, fileManager: FileManager = .default) -> Bool {

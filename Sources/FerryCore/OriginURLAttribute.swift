@@ -22,6 +22,22 @@ public enum OriginURLAttribute {
         return value.withUTF8 { bytes in lsetxattr(path, name, bytes.baseAddress, bytes.count, 0) == 0 }
     }
 
+    /// The same for the file `name` in the open `folder` (a sandboxed application's:
+    /// opened without following a link, so the attribute lands on that very file).
+    @discardableResult
+    public static func set(folder: Int32, name: String, url: String) -> Bool {
+        guard let fsetxattr else { return false }
+        let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var value = withoutCredentials(url)
+        return value.withUTF8 { bytes in fsetxattr(fd, Self.name, bytes.baseAddress, bytes.count, 0) == 0 }
+    }
+
+    private typealias FSetXattr = @convention(c) (Int32, UnsafePointer<CChar>, UnsafeRawPointer?, Int, Int32) -> Int32
+    /// glibc's `fsetxattr(2)`, which Swift's Glibc module does not declare.
+    private static let fsetxattr: FSetXattr? = dlsym(nil, "fsetxattr").map { unsafeBitCast($0, to: FSetXattr.self) }
+
     private typealias SetXattr = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeRawPointer?, Int, Int32) -> Int32
     /// glibc's `lsetxattr(2)`, which Swift's Glibc module does not declare.
     private static let lsetxattr: SetXattr? = dlsym(nil, "lsetxattr").map { unsafeBitCast($0, to: SetXattr.self) }

@@ -24,6 +24,7 @@ extension TransferCoordinator {
         guard fstatat(folder, part, &st, AT_SYMLINK_NOFOLLOW) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
             throw FerryError.disk("the partial file '\(t.partPath)' is no longer a plain file in '\(directory)'")
         }
+        OriginURLAttribute.set(folder: folder, name: part, url: t.snapshot.url)
         if t.options.overwrite {
             recordFinishing(t, target: t.destination, digest: digest)
             guard renameat(folder, part, folder, FileSystemChecks.baseName(t.destination)) == 0 else {

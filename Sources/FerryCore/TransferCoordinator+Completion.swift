@@ -13,7 +13,7 @@ extension TransferCoordinator {
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = bytesOnDisk }
         var digest = engineSHA256?.lowercased()
         if let wanted = t.options.sha256?.lowercased() {
-            if digest == nil { digest = FileDigest.sha256(path: t.partPath) }
+            if digest == nil { digest = FileDigest.sha256(path: t.partPath, within: confinement(of: t)) }
             guard digest == wanted else {
                 // The final name never holds an unverified file; nor is the bad one kept.
                 deletePartFiles(t)
@@ -26,8 +26,9 @@ extension TransferCoordinator {
             startDelivery(t, bytesOnDisk: bytesOnDisk, digest: digest)
             return
         }
-        // On the .part, so the file never appears under its final name without it.
-        OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
+        // On the .part, so the file never appears under its final name without it (a
+        // sandboxed application's is given it through its folder, as it is moved).
+        if confinement(of: t) == nil { OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url) }
         if mutationDepth > 0, isPersistent(t.session), sessions[t.session]?.owner == nil {
             // Where it goes is stored with the others that finish in this change, in one
             // write, before any of them moves (`finishPendingMoves`).
@@ -227,10 +228,13 @@ extension TransferCoordinator {
 
 /// SHA-256 of a file, read in chunks.
 enum FileDigest {
-    /// nil when the file cannot be read to its end.
-    static func sha256(path: String) -> String? {
+    /// nil when the file cannot be read to its end. A sandboxed application's file
+    /// (`area`) is opened relative to its folder as opened and checked.
+    static func sha256(path: String, within area: SandboxArea? = nil) -> String? {
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
+        defer { if folder != AT_FDCWD { close(folder) } }
         // O_NONBLOCK: a FIFO put at the name does not hang the core.
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var hasher = SHA256()

@@ -15,7 +15,7 @@ extension TransferCoordinator {
         if t.isUpload { return uploadSourceRefusal(t) }
         let expected = t.snapshot.bytesExpected
         guard expected > 0 else { return nil }
-        let onDisk = FileSystemChecks.fileSize(t.partPath) ?? 0
+        let onDisk = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
         return spaceShortage(t, bytesToWrite: expected - onDisk)
     }
 

@@ -127,7 +127,7 @@ extension TransferCoordinator {
             }
             segments = map
         }
-        let partSize = FileSystemChecks.fileSize(data.partPath)
+        let partSize = FileSystemChecks.fileSize(data.partPath, within: sessions[session]?.owner.map { SandboxArea(appID: $0) })
         if data.offset > 0 {
             guard let size = partSize else {
                 throw FerryError.invalidResumeData("the partial file '\(data.partPath)' no longer exists; start the download again")

@@ -215,7 +215,7 @@ extension TransferCoordinator {
             t.enginePartPath = nil
         } else if !t.state.isFinal {
             // The file's real size wins over the last checkpoint.
-            let size = FileSystemChecks.fileSize(t.partPath) ?? 0
+            let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t, owner: owner)) ?? 0
             // A prefix is trusted only up to what was checkpointed with the mark: more on
             // disk may be the ranges of a later attempt on several connections whose
             // response the daemon died before storing (that file starts over).

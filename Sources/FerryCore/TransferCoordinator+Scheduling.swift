@@ -41,7 +41,7 @@ extension TransferCoordinator {
             kind = .upload // always from byte 0
             t.enginePartPath = nil
         } else {
-            let size = FileSystemChecks.fileSize(t.partPath) ?? 0
+            let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
             if t.segments != nil && (t.validator == nil || size == 0) { t.segments = nil }
             if let map = t.segments {
                 // The engine asks for the missing ranges only.

@@ -267,9 +267,9 @@ final class EngineLoop {
         logger.debug("transfer \(id): attempt \(attempt) starts at \(transfer.startOffset)")
         if resume && request.computeSHA256 {
             transfer.phase = .hashingPrefix
-            let (path, length, inbox) = (request.partPath, request.offset, self.inbox)
+            let (path, length, inbox, reader) = (request.partPath, request.offset, self.inbox, file.openForReading())
             fileJobs.async {
-                inbox.post(.prefixHashed(id, attempt: attempt, PartFile.hashPrefix(path: path, length: length)))
+                inbox.post(.prefixHashed(id, attempt: attempt, PartFile.hashPrefix(reader, path: path, length: length)))
             }
         } else {
             if request.computeSHA256 { transfer.hasher = SHA256() }

@@ -197,10 +197,11 @@ final class PartFile {
         return failure
     }
 
-    /// SHA-256 of the first `length` bytes of `path`, read through its own descriptor.
-    /// Runs on a background queue (a large prefix takes seconds to hash).
-    static func hashPrefix(path: String, length: Int64) -> Result<SHA256, PartFileError> {
-        hashRange(path: path, from: 0, to: length, continuing: SHA256())
+    /// SHA-256 of the first `length` bytes of the file open for reading as `reader`
+    /// (`openForReading`, closed here). Runs on a background queue (a large prefix
+    /// takes seconds to hash).
+    static func hashPrefix(_ reader: Int32, path: String, length: Int64) -> Result<SHA256, PartFileError> {
+        hashRange(reader, path: path, from: 0, to: length, continuing: SHA256())
     }
 }
 

@@ -2,13 +2,22 @@ import Crypto
 import Foundation
 
 extension PartFile {
-    /// Continues `hasher` over bytes `from..<to` of `path`, read through its own
-    /// descriptor. Runs on a background queue: a segmented download hashes its
-    /// contiguous prefix while the rest is still coming.
-    static func hashRange(path: String, from: Int64, to: Int64, continuing hasher: SHA256) -> Result<SHA256, PartFileError> {
-        // O_NONBLOCK: a FIFO put at the name does not hang the open (nor, empty, the reads).
-        let fd = path.withCString { Glibc.open($0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        if fd < 0 { return .failure(PartFileError(code: errno, action: "reading", path: path)) }
+    /// The open file once more, for reading on a background job: through
+    /// `/proc/self/fd`, so it is this file whatever its name now leads to (a sandboxed
+    /// app's folder swapped for a link). O_NONBLOCK: a FIFO does not hang the reads.
+    /// -1 when it cannot be opened. Call on the thread that owns the file.
+    func openForReading() -> Int32 {
+        guard fd >= 0 else { return -1 }
+        return "/proc/self/fd/\(fd)".withCString { Glibc.open($0, O_RDONLY | O_NONBLOCK | O_CLOEXEC) }
+    }
+
+    /// Continues `hasher` over bytes `from..<to` of the file open for reading as
+    /// `reader` (from `openForReading`; closed here; -1 fails the hash);
+    /// `path` names it in errors. Runs on a background queue: a segmented download
+    /// hashes its contiguous prefix while the rest is still coming.
+    static func hashRange(_ reader: Int32, path: String, from: Int64, to: Int64, continuing hasher: SHA256) -> Result<SHA256, PartFileError> {
+        if reader < 0 { return .failure(PartFileError(code: EBADF, action: "opening for reading", path: path)) }
+        let fd = reader
         defer { Glibc.close(fd) }
         var hasher = hasher
         let chunk = 1 << 20

@@ -612,15 +612,17 @@ final class SegmentedDownload: EngineAttempt {
             flushing = false
             return finish(.failed(.disk(error.message), bytesOnDisk: bytesForOutcome()))
         }
+        let reader = hasher != nil ? file.openForReading() : -1
         let (fd, path, isRegular) = (file.handOver(), file.path, file.isRegular)
         let (id, attempt, length, hasher, hashedUpTo) = (self.id, self.attempt, total, self.hasher, self.hashedUpTo)
         let loop = self.loop
         loop.fileJobs.async {
             var result: Result<String?, PartFileError>
             if let error = PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular) {
+                if reader >= 0 { close(reader) }
                 result = .failure(error)
             } else if let hasher {
-                result = PartFile.hashRange(path: path, from: hashedUpTo, to: length, continuing: hasher).map { hasher in
+                result = PartFile.hashRange(reader, path: path, from: hashedUpTo, to: length, continuing: hasher).map { hasher in
                     hasher.finalize().map { String(format: "%02x", $0) }.joined() as String?
                 }
             } else {
@@ -699,8 +701,9 @@ final class SegmentedDownload: EngineAttempt {
         guard frontier - hashedUpTo >= Self.hashStep else { return }
         hashing = true
         let (id, attempt, epoch, path, from, loop) = (self.id, self.attempt, hashEpoch, file.path, hashedUpTo, self.loop)
+        let reader = file.openForReading()
         loop.fileJobs.async {
-            let result = PartFile.hashRange(path: path, from: from, to: frontier, continuing: hasher)
+            let result = PartFile.hashRange(reader, path: path, from: from, to: frontier, continuing: hasher)
             loop.postHashResult(id, attempt: attempt, epoch: epoch, upTo: frontier, result)
         }
     }

@@ -32,6 +32,21 @@ final class PartFileTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder), ["a.iso.part"], "nothing else is left in the folder")
     }
 
+    /// A resumed prefix is hashed from the open file itself, not from whatever its name
+    /// leads to by then (a folder swapped for a link, a file put in its place).
+    func testTheHashReadsTheOpenFileNotItsName() throws {
+        let path = folder + "/h.part"
+        let part = try PartFile.open(path).get()
+        defer { part.close() }
+        let mine: [UInt8] = Array("the download's own bytes".utf8)
+        XCTAssertEqual(write(part.fd, mine, mine.count), mine.count)
+        try FileManager.default.moveItem(atPath: path, toPath: folder + "/elsewhere")
+        try Data("someone else's file at the name".utf8).write(to: URL(fileURLWithPath: path))
+
+        let digest = try PartFile.hashPrefix(part.openForReading(), path: path, length: Int64(mine.count)).get()
+        XCTAssertEqual(digest.finalize().map { String(format: "%02x", $0) }.joined(), TestData.sha256Hex(mine))
+    }
+
     func testTheUnnamedFileIsTheNamedOneAndFollowsTheUmask() throws {
         let path = folder + "/private.part"
         let mask = umask(0o022)

@@ -90,10 +90,7 @@ final class DownloadTests: FerryTestCase {
         let dest = work + "/origin.bin"
         let t = try await s.download(server.url("/origin.bin"), options: ["destination": .string(dest)])
         try await finish(t)
-        let r = try runTool(python, ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.xdg.origin.url').decode())", dest],
-                            environment: environment())
-        XCTAssertEqual(r.status, 0, "no user.xdg.origin.url on the finished file: \(r.stderr)")
-        XCTAssertEqual(r.stdout, server.url("/origin.bin"))
+        XCTAssertEqual(try originURL(of: dest), server.url("/origin.bin"))
     }
 
     /// A directory as destination: the name comes from the URL, and a second download

@@ -301,6 +301,15 @@ class FerryTestCase: XCTestCase {
         return (t, body)
     }
 
+    /// The file's `user.xdg.origin.url`, read as any other program would (Python's
+    /// os.getxattr); nil (and a test failure) when it has none.
+    func originURL(of path: String) throws -> String? {
+        let r = try runTool("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.xdg.origin.url').decode())", path],
+                            environment: environment())
+        XCTAssertEqual(r.status, 0, "no user.xdg.origin.url on \(path): \(r.stderr)")
+        return r.status == 0 ? r.stdout : nil
+    }
+
     /// Waits (bounded, polling the disk) until the file at `path` holds at least `bytes`.
     func waitForFileSize(_ path: String, atLeast bytes: Int, timeout: TimeInterval = 10) async throws {
         let deadline = Date().addingTimeInterval(timeout)

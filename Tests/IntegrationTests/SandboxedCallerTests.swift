@@ -221,6 +221,7 @@ final class SandboxedCallerTests: FerryTestCase {
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         assertFile(appDir + "/data/payload.bin", equals: body)
+        XCTAssertEqual(try originURL(of: appDir + "/data/payload.bin"), url, "its origin, as any other download's")
         // Again: a unique name beside it; with overwrite, in its place.
         let second = try await finish(try await s.download(url, options: ["destination": .string(appDir + "/data/payload.bin")]))
         XCTAssertEqual(second.destination, appDir + "/data/payload (1).bin", second.errorMessage)

@@ -49,6 +49,13 @@ extension TransferCoordinator {
             t.snapshot.httpStatus = UInt32(clamping: r.status)
             return
         }
+        if r.rangesRefused {
+            t.segments = nil
+            t.partIsPrefix = false // ranges beyond the connection's bytes may be on disk
+            t.snapshot.resumable = false
+            publishChanged(t, stage: true)
+            return
+        }
         if r.startOffset == 0 && t.segments != nil {
             // The file changed on the server (or ranges stopped): the engine started over
             // on one connection, and the ranges on disk are void.

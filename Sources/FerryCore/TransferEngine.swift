@@ -104,6 +104,11 @@ public struct EngineResponse: Sendable, Equatable {
     /// `responseDestination`. An upload's `.response` comes once the answer is complete
     /// (after its progress events), except for a failure status (sent at once).
     public var body: [UInt8]? = nil
+    /// A second word in the same attempt of a download on several connections: the
+    /// server sent the file but refuses range requests, so one connection goes on to the
+    /// end. The ranges on disk no longer count, and the download cannot be resumed (its
+    /// next attempt starts over: a range request would be refused again).
+    public var rangesRefused = false
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,
                 startOffset: Int64 = 0, contentDisposition: String? = nil, acceptsRanges: Bool = false,
@@ -135,7 +140,9 @@ public enum EngineOutcome: Sendable, Equatable {
 /// Sent by the engine, in order per transfer, on the engine's thread. The receiver
 /// hops to its own queue.
 public enum EngineEvent: Sendable, Equatable {
-    /// Once per attempt, when the final response's headers are in (before any body).
+    /// Once per attempt, when the final response's headers are in (before any body);
+    /// again when a segmented download starts over within the attempt, or finds its
+    /// range requests refused (`EngineResponse.rangesRefused`).
     case response(TransferID, EngineResponse)
     /// Coalesced by the engine: at most one every 250 ms per transfer.
     /// `bytesWritten` since the previous progress event; `totalOnDisk` includes the

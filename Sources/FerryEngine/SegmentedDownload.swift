@@ -232,6 +232,7 @@ final class SegmentedDownload: EngineAttempt {
     /// refusal no connection of this attempt can make up for (the attempt fails with it).
     private func rangesRefused(_ connection: RangeConnection, _ head: ResponseHead) -> Bool? {
         let reason = "the server refused a range request (\(head.statusDescription))"
+        if single { return false } // one connection goes on already: this one was cut
         if total >= 0, let first = connections.first(where: {
             $0.isFirst && $0.accepted && !$0.cancelled && !$0.reachedEnd && $0.failure == nil
         }) {
@@ -239,6 +240,18 @@ final class SegmentedDownload: EngineAttempt {
             maxConnections = 1
             first.end = total
             cancelAll(except: first)
+            // From here the download is one connection's, as with a server that accepts
+            // no ranges: no map (the other connections' bytes no longer count), and
+            // nothing to resume (a range request would be refused again).
+            single = true
+            singleReason = reason
+            done = nil
+            var word = EngineResponse(status: first.start > 0 ? 206 : 200, expectedTotal: total, startOffset: first.start,
+                                      effectiveURL: rangeURL)
+            word.connections = 1
+            word.singleConnectionReason = reason
+            word.rangesRefused = true
+            loop.emit(.response(id, word))
             return false
         }
         if beganFresh { return restart(because: reason, connection) }

@@ -330,6 +330,11 @@ final class SegmentedDownloadTests: EngineTestCase {
             let plain = server.requests(for: path).filter { $0.header("Range") == nil }
             XCTAssertEqual(plain.count, 1, "one plain request brought the whole file (\(status))")
             XCTAssertGreaterThanOrEqual(rangeRequests(path).count, 1, "ranges were tried (\(status))")
+            // The core is told: no map to continue, nothing to resume.
+            let events = log.events(for: id)
+            let word = try XCTUnwrap(events.lastIndex { $0.response?.rangesRefused == true }, "the refusal is reported (\(status))")
+            XCTAssertFalse(events[word...].contains { if case .segments = $0 { return true } else { return false } },
+                           "no range map after it (\(status))")
         }
     }
 

@@ -194,6 +194,35 @@ final class SegmentedDownloadTests: FerryTestCase {
         }
     }
 
+    /// Paused once the server has refused its range requests, the download is like one
+    /// from a server without ranges: no resume data, `Resumable` false, and `Resume`
+    /// starts it over and completes (continuing its range map would only be refused).
+    func testAServerRefusingRangesCanBePausedAndResumed() async throws {
+        let body = serve("/refuses.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 1024 * 1024), on: "/refuses.bin")
+        server.set(.failRangeRequests(Int.max, status: 403), on: "/refuses.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/refuses.bin"), options: ["destination": .string(work + "/refuses.bin"),
+                                                                           "connections": .uint32(4)])
+        // Answered (a status), then refused: Resumable, true with the first answer, is false.
+        let deadline = Date().addingTimeInterval(20)
+        while true {
+            let info = try await t.info()
+            if info.httpStatus != 0, !info.resumable, rangeRequests("/refuses.bin") >= 1 { break }
+            if Date() > deadline { return XCTFail("the refused ranges did not make it unresumable: \(info)") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        let data = try await t.pause()
+        XCTAssertEqual(data, [], "nothing to resume from")
+        try await waitForState(t, "paused")
+        server.clearBehaviours(on: "/refuses.bin")
+        server.set(.failRangeRequests(Int.max, status: 403), on: "/refuses.bin")
+        try await t.resume()
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/refuses.bin", equals: body)
+    }
+
     /// A server that sends the file to a plain request but refuses every range request
     /// (403): the download takes one connection, as with `connections` 1, and completes
     /// in its first attempt.

@@ -9,11 +9,22 @@ enum SessionOwnership {
     /// dot: any other name may be one an unconfined client (the `ferry` CLI's
     /// `org.ferry.cli`, another app before it is installed) opens later, which would then
     /// join the sandboxed app's session and hand it its transfers and headers.
+    /// Ferry's own names (`org.ferry.*`: the CLI's `org.ferry.cli`) are never a
+    /// sandboxed caller's, whatever its app id says: an app installed as `org.ferry.cli`
+    /// would otherwise open the CLI's session first.
     static func checkIdentifier(_ identifier: String, by owner: String?) throws {
-        guard let owner, identifier != owner, !identifier.hasPrefix(owner + ".") else { return }
+        guard let owner else { return }
+        if identifier == reservedPrefix.dropLast() || identifier.hasPrefix(reservedPrefix) {
+            throw FerryError.accessDenied("session identifiers starting with '\(reservedPrefix)' are Ferry's own clients'; "
+                + "a sandboxed application cannot open '\(identifier)'")
+        }
+        guard identifier != owner, !identifier.hasPrefix(owner + ".") else { return }
         throw FerryError.accessDenied("a sandboxed application's session identifiers start with its app id: "
             + "use '\(owner)' or '\(owner).NAME', not '\(identifier)'")
     }
+
+    /// Identifiers only unconfined callers may open.
+    static let reservedPrefix = "org.ferry."
 
     /// A sandboxed caller may not take over another application's session identifier:
     /// the identifier is taken, which is said plainly (answering `NoSuchSession` would

@@ -269,6 +269,11 @@ final class SandboxedCallerTests: FerryTestCase {
         await assertBusError(ok + "AccessDenied", "a name that only starts like the app id") {
             try await again.openSession("\(self.appID)Evil.Session")
         }
+        // Not even by an app whose id is the CLI's name.
+        let namesake = try await sandboxedClient("org.ferry.cli")
+        await assertBusError(ok + "AccessDenied", "the CLI's session name, by an app of that id") {
+            try await namesake.openSession("org.ferry.cli")
+        }
         let cliSessions = try await client.listSessions()
         XCTAssertEqual(cliSessions.count, 1, "no session was made by the refused calls")
         await assertBusError(ok + "NoSuchTransfer", "another app resuming it") {

@@ -158,12 +158,18 @@ extension TransferCoordinator {
     }
 
     /// A `source-fd`: an open, readable regular file.
+    /// `O_PATH` (Linux; not in Swift's Glibc module): a descriptor that names a file but
+    /// cannot read it.
+    private static let openPathFlag: Int32 = 0o10000000
+
     private static func describeSource(fd: Int32) throws -> EngineUpload {
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0 else { throw FerryError.invalidArgument("source-fd is not an open file descriptor") }
         guard st.st_mode & S_IFMT == S_IFREG else { throw FerryError.invalidArgument("source-fd must be a regular file") }
         let mode = fcntl(fd, F_GETFL)
-        guard mode >= 0, mode & O_ACCMODE != O_WRONLY else { throw FerryError.invalidArgument("source-fd is not open for reading") }
+        guard mode >= 0, mode & O_ACCMODE != O_WRONLY, mode & openPathFlag == 0 else {
+            throw FerryError.invalidArgument("source-fd is not open for reading")
+        }
         return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: EngineUpload.nanoseconds(st.st_mtim),
                             device: UInt64(st.st_dev))
     }

@@ -338,6 +338,15 @@ final class UploadTests: FerryTestCase {
             try await self.call(s.path, FerryClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/fd")), .string(file), .vardict(["source-fd": .unixFD(fd)])])
         }
+        // A descriptor that names the file but cannot read it (O_PATH) is refused at the
+        // call, not found out part-way through the upload.
+        let pathOnly = open(file, 0o10000000 | O_CLOEXEC) // O_PATH
+        XCTAssertGreaterThanOrEqual(pathOnly, 0)
+        defer { close(pathOnly) }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "an O_PATH source-fd") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+                                [.string(self.server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(pathOnly)])])
+        }
         let afterRefusal = await descriptors(settlingAt: before)
         XCTAssertEqual(afterRefusal, before, "a refused descriptor was closed: \(targets())")
     }

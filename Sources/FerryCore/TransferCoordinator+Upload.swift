@@ -35,6 +35,11 @@ extension TransferCoordinator {
             throw FerryError.limitExceeded("\(openUploadSources) uploads are waiting or running, each with its file open: as "
                 + "many as ferryd's open-file limit leaves room for; queue more once some have finished")
         }
+        if let app = sessions[session]?.owner, let held = openUploadSourcesByApp[app], held >= Self.uploadSourceShare(environment) {
+            throw FerryError.limitExceeded("this application has \(held) uploads waiting or running, each with its file open: "
+                + "the most one application may (a quarter of what ferryd's open-file limit leaves room for); "
+                + "queue more once some have finished")
+        }
         let requestURL = try RequestURL.validate(url)
         try Self.validate(options)
         let responseDestination = try options.responseDestination.map(validateResponseDestination)
@@ -88,7 +93,7 @@ extension TransferCoordinator {
             }
             add(t)
             handedOver = true
-            openUploadSources += 1
+            countUploadSource(of: sessions[session]?.owner, by: 1)
             return id
         }
         return id
@@ -209,7 +214,7 @@ extension TransferCoordinator {
                     }
                 }
                 t.uploadSource = reopened
-                openUploadSources += 1
+                countUploadSource(of: sessions[t.session]?.owner, by: 1)
             } catch let error as FerryError {
                 return error
             } catch {
@@ -284,20 +289,35 @@ extension TransferCoordinator {
         if !forgetting && t.state == .failed && t.upload?.fromDescriptor == true { return }
         if !forgetting && !t.state.isFinal { return }
         t.uploadSource = nil
+        let app = sessions[t.session]?.owner
         if t.stopInFlight {
-            detachedUploadSources[t.id] = source
+            detachedUploadSources[t.id] = (source, app)
         } else {
-            closeUploadSource(source)
+            closeUploadSource(source, app: app)
         }
     }
 
     /// An attempt ended: a source kept for it can close now.
     func attemptEndedReleasingSource(_ id: TransferID) {
-        if let source = detachedUploadSources.removeValue(forKey: id) { closeUploadSource(source) }
+        if let (source, app) = detachedUploadSources.removeValue(forKey: id) { closeUploadSource(source, app: app) }
     }
 
-    private func closeUploadSource(_ source: EngineUpload) {
+    private func closeUploadSource(_ source: EngineUpload, app: String?) {
         source.closeSource()
-        openUploadSources -= 1
+        countUploadSource(of: app, by: -1)
+    }
+
+    /// Counts an upload source opened (1) or closed (-1), also against the sandboxed
+    /// application `app` (nil: an unconfined caller's).
+    private func countUploadSource(of app: String?, by change: Int) {
+        openUploadSources += change
+        guard let app else { return }
+        let held = (openUploadSourcesByApp[app] ?? 0) + change
+        openUploadSourcesByApp[app] = held > 0 ? held : nil
+    }
+
+    /// The upload sources one sandboxed application may hold open at once.
+    static func uploadSourceShare(_ environment: CoreEnvironment) -> Int {
+        max(1, environment.uploadSourceLimit / 4)
     }
 }

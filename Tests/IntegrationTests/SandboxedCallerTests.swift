@@ -509,6 +509,39 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(server.uploads(for: "/up").count, 0, "nothing was sent")
     }
 
+    /// Each waiting upload holds its file open, within a budget (here 64: the open-file
+    /// limit, 320, less 256). One application may hold a quarter of it: past that its
+    /// `Upload` is refused with `LimitExceeded`, and the user's uploads still go.
+    func testOneApplicationCannotTakeEveryUploadsRoom() async throws {
+        try await stopFerryd()
+        try await startFerryd(wrapper: ["/usr/bin/prlimit", "--nofile=100:320", "--"])
+        server.set(.acceptUploads(), on: "/many")
+        let photo = try appDirectory(appID) + "/data/photo.jpg"
+        try Data(repeating: 1, count: 100).write(to: URL(fileURLWithPath: photo))
+        let evil = try await sandboxedClient(appID)
+        let s = try await evil.openSession("\(appID).Many")
+        var queued = 0
+        var refusal: BusError?
+        for _ in 0..<70 { // more than the whole budget
+            do {
+                _ = try await s.upload(server.url("/many"), file: photo, options: ["start": .boolean(false)])
+                queued += 1
+            } catch let e as BusError {
+                refusal = e
+                break
+            }
+        }
+        XCTAssertEqual(queued, 64 / 4, "a quarter of the budget")
+        XCTAssertEqual(refusal?.name, ok + "LimitExceeded", refusal?.message ?? "no refusal")
+
+        let mine = work + "/mine.jpg"
+        try Data(repeating: 2, count: 100).write(to: URL(fileURLWithPath: mine))
+        let user = try await client.openSession("com.example.User")
+        let up = try await user.upload(server.url("/many"), file: mine)
+        let info = try await finish(up)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+    }
+
     /// Each application's sessions count against its own cap: one app holding the most
     /// it may locks neither another app nor the user's own clients out (black-box hunt
     /// g, finding 5).

@@ -170,7 +170,7 @@ extension TransferCoordinator {
             // prefix of the data's length (what is on disk after it may be ranges a later
             // attempt on several connections wrote, with holes between).
             t.partIsPrefix = segments == nil && data.offset > 0
-            if t.partIsPrefix { t.prefixLimit = data.offset }
+            if segments == nil { t.prefixLimit = data.offset }
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)

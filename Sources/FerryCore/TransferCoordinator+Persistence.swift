@@ -220,7 +220,7 @@ extension TransferCoordinator {
             // disk may be the ranges of a later attempt on several connections whose
             // response the daemon died before storing (that file starts over).
             if t.partIsPrefix && size > stored.snapshot.bytesTransferred { t.partIsPrefix = false }
-            t.snapshot.bytesTransferred = size
+            t.snapshot.bytesTransferred = min(size, t.prefixLimit ?? size)
         }
         t.snapshot.rate = 0
         t.snapshot.expectedEnd = 0

@@ -188,7 +188,8 @@ extension TransferCoordinator {
 
     func resumeData(for t: TransferRecord) -> [UInt8] {
         guard !t.isUpload, t.snapshot.resumable, t.validator != nil, t.partIsContinuable else { return [] }
-        let offset = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
+        let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
+        let offset = min(size, t.prefixLimit ?? size)
         let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
                               etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)

@@ -154,6 +154,7 @@ final class TransferRecord {
     /// The most of the part file's prefix a resume may keep, until a response takes
     /// the file from there: the offset of the resume data a `ResumeDownload` was made
     /// from (the file may have grown since, by ranges with holes between). nil: all.
+    /// Stored; its own resume data (`Pause` before that response) says no more.
     var prefixLimit: Int64? {
         get { extrasBox?.prefixLimit }
         set { if newValue != nil || extrasBox != nil { extras.prefixLimit = newValue } }
@@ -212,7 +213,7 @@ final class TransferRecord {
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
                               finishingPath: finishingPath, upload: upload, segments: segments,
-                              partIsPrefix: partIsPrefix)
+                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -230,6 +231,7 @@ final class TransferRecord {
         upload = stored.upload
         segments = stored.segments
         partIsPrefix = stored.partIsPrefix
+        prefixLimit = stored.prefixLimit
         // Kept only when it differs from the usual `.part` path (one string less each).
         if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue

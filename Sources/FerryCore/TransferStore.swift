@@ -85,12 +85,16 @@ public struct StoredTransfer: Sendable, Hashable {
     /// A download asked for several connections whose last attempt ran on one: its part
     /// file is a plain prefix (for the bytes checkpointed in `snapshot`).
     public var partIsPrefix: Bool
+    /// The most of the part file a download made from resume data may keep until a
+    /// response cuts the file there (the data's offset); nil: all of it.
+    public var prefixLimit: Int64?
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
                 retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil,
-                upload: UploadSpec? = nil, segments: SegmentMap? = nil, partIsPrefix: Bool = false) {
-        self.upload = upload; self.segments = segments; self.partIsPrefix = partIsPrefix
+                upload: UploadSpec? = nil, segments: SegmentMap? = nil, partIsPrefix: Bool = false,
+                prefixLimit: Int64? = nil) {
+        self.upload = upload; self.segments = segments; self.partIsPrefix = partIsPrefix; self.prefixLimit = prefixLimit
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
         self.lastModified = lastModified; self.notBefore = notBefore; self.retriesUsed = retriesUsed

@@ -97,9 +97,13 @@ enum StoreSchema {
         migrator.registerMigration("5-part-prefix") { db in
             try db.execute(sql: "ALTER TABLE transfers ADD COLUMN part_is_prefix INTEGER NOT NULL DEFAULT 0")
         }
+        // The most of the part file a download made from resume data may keep (NULL: all).
+        migrator.registerMigration("6-prefix-limit") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN prefix_limit INTEGER")
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "5-part-prefix"
+    static let latest = "6-prefix-limit"
 }

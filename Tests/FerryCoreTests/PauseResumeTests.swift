@@ -146,16 +146,7 @@ final class PauseResumeTests: XCTestCase {
     func testResumeDownloadWithOlderDataKeepsOnlyItsPrefix() throws {
         let h = CoreHarness()
         let s = try h.openSession()
-        let t = try resumableTransfer(h, s)
-        let old = try h.sync { try $0.pause(t) }
-        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
-        try h.sync { try $0.resume(t) }
-        h.send(.response(t, EngineResponse(status: 206, etag: "\"abc\"", lastModified: "Tue, 01 Oct 2024 10:00:00 GMT", expectedTotal: 100, startOffset: 6, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
-        h.writePart(t, Array(repeating: 1, count: 60))
-        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<10, 50..<60]))))
-        _ = try h.sync { try $0.pause(t) }
-        h.send(.completed(t, .stopped(bytesOnDisk: 10)))
+        let old = try olderDataThanThePartFile(h, s)
 
         let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: DownloadOptions()) }
         XCTAssertEqual(h.engine.lastRequest(n)?.offset, 6, "from the data's 6 bytes, not the file's 60")
@@ -167,6 +158,41 @@ final class PauseResumeTests: XCTestCase {
         h.send(.completed(n, .stopped(bytesOnDisk: 30)))
         try h.sync { try $0.resume(n) }
         XCTAssertEqual(h.engine.lastRequest(n)?.offset, 30, "once cut there, the file is the prefix again")
+    }
+
+    /// The same limit holds for what the new transfer hands out and across a restart,
+    /// until a response has cut the file: `Pause` before its first answer gives resume
+    /// data for the old prefix only, and after a crash its attempt still starts there.
+    func testTheLimitOfOlderDataHoldsInItsResumeDataAndAcrossARestart() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let old = try olderDataThanThePartFile(h, s)
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: DownloadOptions()) }
+        let again = try h.sync { try $0.pause(n) }
+        h.send(.completed(n, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(try h.sync { try $0.openResumeData(again) }.offset, 6, "not the file's 60 bytes")
+        XCTAssertEqual(h.snapshot(n)?.bytesTransferred, 6)
+
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.snapshot(n)?.bytesTransferred, 6, "after a restart too")
+        try h2.sync { try $0.resume(n) }
+        XCTAssertEqual(h2.engine.lastRequest(n)?.offset, 6)
+    }
+
+    /// Resume data (offset 6) of a transfer that then went on with ranges (holes
+    /// between, the part file 60 bytes) and was paused again.
+    private func olderDataThanThePartFile(_ h: CoreHarness, _ s: SessionID) throws -> [UInt8] {
+        let t = try resumableTransfer(h, s)
+        let old = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        try h.sync { try $0.resume(t) }
+        h.send(.response(t, EngineResponse(status: 206, etag: "\"abc\"", lastModified: "Tue, 01 Oct 2024 10:00:00 GMT", expectedTotal: 100,
+                                           startOffset: 6, acceptsRanges: true, effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, Array(repeating: 1, count: 60))
+        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<10, 50..<60]))))
+        _ = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 10)))
+        return old
     }
 
     /// ResumeDownload can arrive before the paused transfer's attempt has reported its

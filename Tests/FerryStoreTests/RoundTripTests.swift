@@ -45,7 +45,7 @@ final class RoundTripTests: XCTestCase {
                               partPath: "/home/u/Dl/old name.mp3.part", etag: "W/\"x\"",
                               lastModified: "Tue, 01 Oct 2024 10:00:00 GMT", notBefore: UInt64(Int64.max) + 5,
                               retriesUsed: 3, resourceStarted: 1_700_000_000_000_004,
-                              finishingPath: "/home/u/Dl/a b (1).mp3", partIsPrefix: true)
+                              finishingPath: "/home/u/Dl/a b (1).mp3", partIsPrefix: true, prefixLimit: 4096)
     }
 
     func testEveryFieldRoundTrips() throws {

@@ -7,7 +7,7 @@ final class SchemaTests: XCTestCase {
     func testMigrationsOnAnEmptyDatabase() throws {
         let dir = TemporaryDirectory()
         let store = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix"])
+        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit"])
         XCTAssertEqual(try store.load(), StoreContents(), "nothing stored yet")
         let (mode, sync) = try store.database.read { db in
             (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))
@@ -41,7 +41,7 @@ final class SchemaTests: XCTestCase {
             }
         }
         let store = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix"])
+        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit"])
         let contents = try store.load()
         XCTAssertEqual(contents.sessions.map(\.identifier), ["com.example.Old"])
         XCTAssertEqual(contents.sessions.first?.configuration.retries, 2)
@@ -50,6 +50,7 @@ final class SchemaTests: XCTestCase {
         XCTAssertEqual(contents.transfers.first?.snapshot.state, .paused)
         XCTAssertEqual(contents.transfers.first?.options, DownloadOptions())
         XCTAssertEqual(contents.transfers.first?.partIsPrefix, false, "an old row marks no prefix")
+        XCTAssertNil(contents.transfers.first?.prefixLimit, "nor a limit")
         XCTAssertEqual(contents.events[3]?.map(\.serial), [5])
         XCTAssertEqual(contents.counters, StoreCounters(nextSessionID: 4, nextTransferID: 8, nextSerial: 6))
         XCTAssertNil(contents.settings)
@@ -61,7 +62,7 @@ final class SchemaTests: XCTestCase {
         let dir = TemporaryDirectory()
         try SQLiteTransferStore(path: dir.database).write([.setCounters(StoreCounters(nextSessionID: 9))])
         let again = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try again.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix"])
+        XCTAssertEqual(try again.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit"])
         XCTAssertEqual(try again.load().counters.nextSessionID, 9)
     }
 }

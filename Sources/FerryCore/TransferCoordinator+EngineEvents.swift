@@ -34,7 +34,18 @@ extension TransferCoordinator {
     }
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
-        guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        guard let t = transfers[id] else { return }
+        if r.rangesRefused, !t.isUpload, t.state == .running || t.stopInFlight {
+            // Taken even from an attempt being stopped (paused meanwhile): its range map
+            // is void either way, and a Resume must not continue it.
+            t.segments = nil
+            t.partIsPrefix = false // ranges beyond the connection's bytes may be on disk
+            t.snapshot.resumable = false
+            t.snapshot.bytesTransferred = max(r.startOffset, 0) // the bytes that still count
+            publishChanged(t, stage: true)
+            return
+        }
+        guard t.state == .running, !t.stopInFlight else { return }
         if t.isUpload {
             handleUploadResponse(t, r)
             return
@@ -47,13 +58,6 @@ extension TransferCoordinator {
             t.retryAfter = r.retryAfter
             t.failedResponseStatus = r.status
             t.snapshot.httpStatus = UInt32(clamping: r.status)
-            return
-        }
-        if r.rangesRefused {
-            t.segments = nil
-            t.partIsPrefix = false // ranges beyond the connection's bytes may be on disk
-            t.snapshot.resumable = false
-            publishChanged(t, stage: true)
             return
         }
         if r.startOffset == 0 && t.segments != nil {

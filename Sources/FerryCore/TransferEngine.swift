@@ -108,6 +108,7 @@ public struct EngineResponse: Sendable, Equatable {
     /// server sent the file but refuses range requests, so one connection goes on to the
     /// end. The ranges on disk no longer count, and the download cannot be resumed (its
     /// next attempt starts over: a range request would be refused again).
+    /// `startOffset` then gives the bytes on disk that still count (the connection's).
     public var rangesRefused = false
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,

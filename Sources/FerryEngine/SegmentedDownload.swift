@@ -246,7 +246,7 @@ final class SegmentedDownload: EngineAttempt {
             single = true
             singleReason = reason
             done = nil
-            var word = EngineResponse(status: first.start > 0 ? 206 : 200, expectedTotal: total, startOffset: first.start,
+            var word = EngineResponse(status: first.start > 0 ? 206 : 200, expectedTotal: total, startOffset: first.position,
                                       effectiveURL: rangeURL)
             word.connections = 1
             word.singleConnectionReason = reason

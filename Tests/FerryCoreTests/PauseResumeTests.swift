@@ -179,6 +179,30 @@ final class PauseResumeTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(n)?.offset, 6)
     }
 
+    /// The engine's word that the server refuses range requests counts even when it
+    /// comes from an attempt being paused: the range map and `Resumable` go, and
+    /// `Resume` starts over rather than continue ranges the server would refuse.
+    func testRefusedRangesCountEvenFromAnAttemptBeingPaused() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s) { $0.connections = 4 }
+        var first = EngineResponse(status: 200, etag: "\"abc\"", expectedTotal: 100, acceptsRanges: true,
+                                   effectiveURL: "https://example.com/file.bin")
+        first.connections = 4
+        h.send(.response(t, first))
+        h.writePart(t, Array(repeating: 1, count: 60))
+        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<20, 50..<60]))))
+        _ = try h.sync { try $0.pause(t) }
+        var word = EngineResponse(status: 200, expectedTotal: 100, startOffset: 20, effectiveURL: "https://example.com/file.bin")
+        word.rangesRefused = true
+        h.send(.response(t, word), .completed(t, .stopped(bytesOnDisk: 20)))
+        XCTAssertEqual(h.snapshot(t)?.resumable, false)
+        try h.sync { try $0.resume(t) }
+        let request = try XCTUnwrap(h.engine.lastRequest(t))
+        XCTAssertNil(request.segments, "no map to continue")
+        XCTAssertEqual(request.offset, 0, "it starts over")
+    }
+
     /// Resume data (offset 6) of a transfer that then went on with ranges (holes
     /// between, the part file 60 bytes) and was paused again.
     private func olderDataThanThePartFile(_ h: CoreHarness, _ s: SessionID) throws -> [UInt8] {

@@ -160,7 +160,16 @@ final class SegmentedDownloadTests: FerryTestCase {
     /// after the bytes on disk.
     func testAOneConnectionPrefixIsContinuedAfterACrash() async throws {
         let (_, t, _, body) = try await pausedOneConnectionPrefix("/crash.bin")
-        let kept = try XCTUnwrap(fileSize(work + "/crash.bin.part"))
+        // The stopped attempt's byte count is what is stored with the prefix: killed
+        // before that, ferryd would rightly start over. Wait until it shows on the bus.
+        let deadline = Date().addingTimeInterval(10)
+        var kept = -1
+        while kept < 0 {
+            let size = fileSize(work + "/crash.bin.part") ?? -1
+            if try await t.info().bytesTransferred == Int64(size) { kept = size; break }
+            if Date() > deadline { return XCTFail("the paused download's bytes were not stored") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
 
         try await killAndRestart()
         let seen = server.requests(for: "/crash.bin").count

@@ -31,14 +31,8 @@ extension TransferCoordinator {
             }
         }
         _ = try openSessionRecord(session)
-        guard openUploadSources < environment.uploadSourceLimit else {
-            throw FerryError.limitExceeded("\(openUploadSources) uploads are waiting or running, each with its file open: as "
-                + "many as ferryd's open-file limit leaves room for; queue more once some have finished")
-        }
-        if let app = sessions[session]?.owner, let held = openUploadSourcesByApp[app], held >= Self.uploadSourceShare(environment) {
-            throw FerryError.limitExceeded("this application has \(held) uploads waiting or running, each with its file open: "
-                + "the most one application may (a quarter of what ferryd's open-file limit leaves room for); "
-                + "queue more once some have finished")
+        if let full = uploadSourceRoomMissing(for: sessions[session]?.owner) {
+            throw FerryError.limitExceeded(full + "; queue more once some have finished")
         }
         let requestURL = try RequestURL.validate(url)
         try Self.validate(options)
@@ -201,6 +195,10 @@ extension TransferCoordinator {
             if spec.fromDescriptor {
                 return .fileNotFound("its source-fd was lost when ferryd restarted; start the upload again with a new descriptor")
             }
+            // Reopened files count as those opened at the call: no restart makes room for more.
+            if let full = uploadSourceRoomMissing(for: sessions[t.session]?.owner) {
+                return .disk(full + "; resume this upload once some have finished")
+            }
             do {
                 let reopened = try EngineUpload.open(path: t.destination)
                 if let owner = sessions[t.session]?.owner {
@@ -314,6 +312,20 @@ extension TransferCoordinator {
         guard let app else { return }
         let held = (openUploadSourcesByApp[app] ?? 0) + change
         openUploadSourcesByApp[app] = held > 0 ? held : nil
+    }
+
+    /// Why no further upload source may be opened (for the sandboxed application `app`,
+    /// nil: an unconfined caller), nil when one may.
+    private func uploadSourceRoomMissing(for app: String?) -> String? {
+        if openUploadSources >= environment.uploadSourceLimit {
+            return "\(openUploadSources) uploads are waiting or running, each with its file open: as many as ferryd's "
+                + "open-file limit leaves room for"
+        }
+        if let app, let held = openUploadSourcesByApp[app], held >= Self.uploadSourceShare(environment) {
+            return "this application has \(held) uploads waiting or running, each with its file open: the most one "
+                + "application may (a quarter of what ferryd's open-file limit leaves room for)"
+        }
+        return nil
     }
 
     /// The upload sources one sandboxed application may hold open at once.

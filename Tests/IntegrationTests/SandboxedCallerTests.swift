@@ -513,25 +513,14 @@ final class SandboxedCallerTests: FerryTestCase {
     /// limit, 320, less 256). One application may hold a quarter of it: past that its
     /// `Upload` is refused with `LimitExceeded`, and the user's uploads still go.
     func testOneApplicationCannotTakeEveryUploadsRoom() async throws {
-        try await stopFerryd()
-        try await startFerryd(wrapper: ["/usr/bin/prlimit", "--nofile=100:320", "--"])
+        try await startWithABudgetOf64()
         server.set(.acceptUploads(), on: "/many")
         let photo = try appDirectory(appID) + "/data/photo.jpg"
         try Data(repeating: 1, count: 100).write(to: URL(fileURLWithPath: photo))
         let evil = try await sandboxedClient(appID)
         let s = try await evil.openSession("\(appID).Many")
-        var queued = 0
-        var refusal: BusError?
-        for _ in 0..<70 { // more than the whole budget
-            do {
-                _ = try await s.upload(server.url("/many"), file: photo, options: ["start": .boolean(false)])
-                queued += 1
-            } catch let e as BusError {
-                refusal = e
-                break
-            }
-        }
-        XCTAssertEqual(queued, 64 / 4, "a quarter of the budget")
+        let (queued, refusal) = try await queueUploads(s, of: photo, upTo: 70) // more than the whole budget
+        XCTAssertEqual(queued.count, 64 / 4, "a quarter of the budget")
         XCTAssertEqual(refusal?.name, ok + "LimitExceeded", refusal?.message ?? "no refusal")
 
         let mine = work + "/mine.jpg"
@@ -540,6 +529,39 @@ final class SandboxedCallerTests: FerryTestCase {
         let up = try await user.upload(server.url("/many"), file: mine)
         let info = try await finish(up)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
+
+        // A restart closes the queued uploads' files, to be opened again when they
+        // start: those count too, so the app gains no room by restarts.
+        ferryd?.kill(SIGKILL)
+        _ = ferryd?.waitForExit(timeout: 10)
+        try await startWithABudgetOf64()
+        let (more, _) = try await queueUploads(s, of: photo, upTo: 64 / 4)
+        XCTAssertEqual(more.count, 64 / 4, "a restart's queued uploads hold no file until they start")
+        let mark = signals.all.count
+        try await queued[0].resume()
+        try await waitForState(queued[0], ["failed", "completed"], since: mark, timeout: 20)
+        let reopened = try await queued[0].info()
+        XCTAssertEqual(reopened.state, "failed", "its file is not opened beyond the app's share")
+        XCTAssertEqual(reopened.errorName, ok + "Disk", reopened.errorMessage)
+    }
+
+    /// ferryd with an open-file limit of 320: 64 for uploads' files.
+    private func startWithABudgetOf64() async throws {
+        try await stopFerryd()
+        try await startFerryd(wrapper: ["/usr/bin/prlimit", "--nofile=100:320", "--"])
+    }
+
+    /// Queues paused uploads of `file` until `count` or a refusal.
+    private func queueUploads(_ s: FerrySession, of file: String, upTo count: Int) async throws -> ([FerryTransfer], BusError?) {
+        var queued: [FerryTransfer] = []
+        for _ in 0..<count {
+            do {
+                queued.append(try await s.upload(server.url("/many"), file: file, options: ["start": .boolean(false)]))
+            } catch let e as BusError {
+                return (queued, e)
+            }
+        }
+        return (queued, nil)
     }
 
     /// Each application's sessions count against its own cap: one app holding the most

@@ -138,14 +138,24 @@ public final class TransferCoordinator {
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
+        isShutDown = true
+        wakeTimer?.cancel()
+        wakeTimer = nil
+        // The engine first: once it has stopped, no byte is written any more.
+        engine.shutdown()
+        // A one-connection prefix of a download asked for several connections counts
+        // after a restart only up to the bytes stored with it: its real size now, so a
+        // clean stop loses none of it. Once, at the end: a scan is fine here.
+        for t in transfers.values where t.partIsPrefix && (t.state == .running || t.stopInFlight) {
+            if let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) {
+                t.snapshot.bytesTransferred = size
+                stageTransfer(t)
+            }
+        }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes too: a clean stop loses nothing.
         for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
-        isShutDown = true
-        wakeTimer?.cancel()
-        wakeTimer = nil
-        engine.shutdown()
         for s in sessions.values where !s.configuration.persistent {
             for t in index.ids(session: s.id).compactMap({ transfers[$0] })
             where t.state != .completed && !t.partFileHandedOver && !t.resumeDataGiven {

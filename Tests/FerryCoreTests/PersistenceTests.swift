@@ -178,6 +178,25 @@ final class PersistenceTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(grown)?.offset, 0, "more on disk than was stored as a prefix: started over")
     }
 
+    /// Running when ferryd stops cleanly, such a prefix keeps every byte: the engine
+    /// stops first, then the file's real size is stored with the mark, and the restarted
+    /// daemon continues after it.
+    func testAOneConnectionPrefixRunningAtACleanStopKeepsItsBytes() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let url = "https://example.com/running.bin"
+        let t = try h.download(s, url) { $0.connections = 4 }
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"p\"", expectedTotal: 100 << 20, acceptsRanges: true,
+                                           effectiveURL: url)))
+        h.writePart(t, Array(repeating: 1, count: 400))
+        h.send(.progress(t, bytesWritten: 400, totalOnDisk: 400, expected: 100 << 20))
+        h.writePart(t, Array(repeating: 1, count: 900)) // written after the last progress event
+
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.state(t), .running)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 900, "continued after all 900 bytes, not started over")
+    }
+
     func testAcknowledgedEventsStayAcknowledgedAfterRestart() throws {
         let h = CoreHarness()
         let s = try h.openSession()

@@ -60,7 +60,7 @@ extension FerryBusService {
     /// value of another type is refused and any descriptor in it closed.
     func destinationDescriptor(_ value: DBusValue?) throws -> DestinationDescriptor? {
         guard let value else { return nil }
-        guard case .unixFD(let fd) = value.unwrapped else {
+        guard value.signature == "h", case .unixFD(let fd) = value.unwrapped else { // no variant inside the variant
             // The invocation closes any descriptor in it when it answers (once).
             throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
@@ -84,7 +84,7 @@ extension FerryBusService {
     /// too could close a descriptor opened meanwhile under the same number).
     func sourceDescriptor(_ value: DBusValue?) throws -> Int32? {
         guard let value else { return nil }
-        guard case .unixFD(let fd) = value.unwrapped else {
+        guard value.signature == "h", case .unixFD(let fd) = value.unwrapped else { // no variant inside the variant
             throw FerryError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return fd

@@ -347,6 +347,18 @@ final class UploadTests: FerryTestCase {
             try await self.call(s.path, FerryClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(pathOnly)])])
         }
+        // Descriptor options follow the rule of every option: no variant inside the variant.
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a source-fd inside a second variant") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+                                [.string(self.server.url("/fd")), .string(""), .vardict(["source-fd": .variant(.unixFD(fd))])])
+        }
+        let writable = open(work + "/into.bin", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        XCTAssertGreaterThanOrEqual(writable, 0)
+        defer { close(writable) }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a destination-fd inside a second variant") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Download",
+                                [.string(self.server.url("/fd")), .vardict(["destination-fd": .variant(.unixFD(writable))])])
+        }
         let afterRefusal = await descriptors(settlingAt: before)
         XCTAssertEqual(afterRefusal, before, "a refused descriptor was closed: \(targets())")
     }

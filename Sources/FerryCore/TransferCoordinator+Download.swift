@@ -150,11 +150,17 @@ extension TransferCoordinator {
         if let busy = owners.first(where: { $0.state.isActive }) {
             throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
         }
+        // The download the data came from learnt since that it cannot be resumed (the
+        // server refuses range requests): what the data says of the file is void, and the
+        // new transfer starts over rather than continue ranges that would be refused.
+        let unresumable = owners.contains { !$0.snapshot.resumable }
+        if unresumable { segments = nil }
+        let keep = unresumable ? 0 : data.offset
         return try mutate {
             let id = nextTransferID
             var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
                                             destination: data.destination, state: .queued,
-                                            bytesTransferred: segments == nil ? data.offset : partSize ?? 0,
+                                            bytesTransferred: segments == nil ? keep : partSize ?? 0,
                                             bytesExpected: data.expected,
                                             created: environment.now(), priority: options.priority,
                                             speedLimit: options.speedLimit)
@@ -169,8 +175,8 @@ extension TransferCoordinator {
             // Data is made only for a part file that can be continued: without a map, a
             // prefix of the data's length (what is on disk after it may be ranges a later
             // attempt on several connections wrote, with holes between).
-            t.partIsPrefix = segments == nil && data.offset > 0
-            if segments == nil { t.prefixLimit = data.offset }
+            t.partIsPrefix = segments == nil && keep > 0
+            if segments == nil { t.prefixLimit = keep }
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)

@@ -138,23 +138,27 @@ public final class TransferCoordinator {
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !isShutDown else { return }
+        // What running transfers learnt but did not write yet (a small file's validators,
+        // `handleResponse`) goes first, before anything that could hang on a stuck file:
+        // a clean stop loses nothing.
+        for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
+        flushStore()
         isShutDown = true
         wakeTimer?.cancel()
         wakeTimer = nil
-        // The engine first: once it has stopped, no byte is written any more.
+        // Then the engine: once it has stopped, no byte is written any more.
         engine.shutdown()
         // A one-connection prefix of a download asked for several connections counts
         // after a restart only up to the bytes stored with it: its real size now, so a
-        // clean stop loses none of it. Once, at the end: a scan is fine here.
-        for t in transfers.values where t.partIsPrefix && (t.state == .running || t.stopInFlight) {
+        // clean stop loses none of it. Only when the current attempt's answer was taken
+        // (it has reported progress): one still unheard of may have gone on several
+        // connections, with holes the size would hide. Once, at the end: a scan is fine.
+        for t in transfers.values where t.partIsPrefix && t.lastProgress != nil && (t.state == .running || t.stopInFlight) {
             if let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) {
                 t.snapshot.bytesTransferred = size
                 stageTransfer(t)
             }
         }
-        // What running transfers learnt but did not write yet (a small file's validators,
-        // `handleResponse`) goes too: a clean stop loses nothing.
-        for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
         for s in sessions.values where !s.configuration.persistent {
             for t in index.ids(session: s.id).compactMap({ transfers[$0] })

@@ -185,13 +185,7 @@ final class PauseResumeTests: XCTestCase {
     func testRefusedRangesCountEvenFromAnAttemptBeingPaused() throws {
         let h = CoreHarness()
         let s = try h.openSession()
-        let t = try h.download(s) { $0.connections = 4 }
-        var first = EngineResponse(status: 200, etag: "\"abc\"", expectedTotal: 100, acceptsRanges: true,
-                                   effectiveURL: "https://example.com/file.bin")
-        first.connections = 4
-        h.send(.response(t, first))
-        h.writePart(t, Array(repeating: 1, count: 60))
-        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<20, 50..<60]))))
+        let t = try segmentedTransferWithAMap(h, s)
         _ = try h.sync { try $0.pause(t) }
         var word = EngineResponse(status: 200, expectedTotal: 100, startOffset: 20, effectiveURL: "https://example.com/file.bin")
         word.rangesRefused = true
@@ -201,6 +195,37 @@ final class PauseResumeTests: XCTestCase {
         let request = try XCTUnwrap(h.engine.lastRequest(t))
         XCTAssertNil(request.segments, "no map to continue")
         XCTAssertEqual(request.offset, 0, "it starts over")
+    }
+
+    /// Resume data handed out before the refusal came carries the range map: given to
+    /// ResumeDownload once the download it came from knows better, the map is void and
+    /// the new transfer starts over.
+    func testResumeDataFromBeforeARefusalStartsOver() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try segmentedTransferWithAMap(h, s)
+        let data = try h.sync { try $0.pause(t) }
+        XCTAssertFalse(data.isEmpty)
+        var word = EngineResponse(status: 200, expectedTotal: 100, startOffset: 20, effectiveURL: "https://example.com/file.bin")
+        word.rangesRefused = true
+        h.send(.response(t, word), .completed(t, .stopped(bytesOnDisk: 20)))
+
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: data, options: DownloadOptions()) }
+        let request = try XCTUnwrap(h.engine.lastRequest(n))
+        XCTAssertNil(request.segments, "the map is void")
+        XCTAssertEqual(request.offset, 0, "it starts over")
+    }
+
+    /// A download on four connections with ranges 0..<20 and 50..<60 of 100 on disk.
+    private func segmentedTransferWithAMap(_ h: CoreHarness, _ s: SessionID) throws -> TransferID {
+        let t = try h.download(s) { $0.connections = 4 }
+        var first = EngineResponse(status: 200, etag: "\"abc\"", expectedTotal: 100, acceptsRanges: true,
+                                   effectiveURL: "https://example.com/file.bin")
+        first.connections = 4
+        h.send(.response(t, first))
+        h.writePart(t, Array(repeating: 1, count: 60))
+        h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<20, 50..<60]))))
+        return t
     }
 
     /// Resume data (offset 6) of a transfer that then went on with ranges (holes

@@ -184,17 +184,40 @@ final class PersistenceTests: XCTestCase {
     func testAOneConnectionPrefixRunningAtACleanStopKeepsItsBytes() throws {
         let h = CoreHarness()
         let s = try h.openSession()
-        let url = "https://example.com/running.bin"
-        let t = try h.download(s, url) { $0.connections = 4 }
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"p\"", expectedTotal: 100 << 20, acceptsRanges: true,
-                                           effectiveURL: url)))
-        h.writePart(t, Array(repeating: 1, count: 400))
-        h.send(.progress(t, bytesWritten: 400, totalOnDisk: 400, expected: 100 << 20))
+        let t = try runningPrefix(h, s, "https://example.com/running.bin")
         h.writePart(t, Array(repeating: 1, count: 900)) // written after the last progress event
 
         let h2 = h.restarted()
         XCTAssertEqual(h2.state(t), .running)
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 900, "continued after all 900 bytes, not started over")
+    }
+
+    /// But not when the attempt under way has not been heard from: resumed, it may have
+    /// gone on several connections (holes past the prefix) before ferryd stopped, so the
+    /// size is not stored as a prefix and the download starts over.
+    func testAPrefixWhoseNewAttemptWasNotHeardFromIsNotTrustedAtACleanStop() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try runningPrefix(h, s, "https://example.com/resumed.bin")
+        _ = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 400)))
+        try h.sync { try $0.resume(t) }
+        h.writePart(t, Array(repeating: 1, count: 900)) // ranges of the new attempt, its answer not handled yet
+
+        let h2 = h.restarted()
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0, "started over, not continued after possible holes")
+    }
+
+    /// A download asked for four connections running on one (its answer taken), 400
+    /// bytes of it reported.
+    private func runningPrefix(_ h: CoreHarness, _ s: SessionID, _ url: String) throws -> TransferID {
+        let t = try h.download(s, url) { $0.connections = 4 }
+        var answer = EngineResponse(status: 200, etag: "\"p\"", expectedTotal: 100 << 20, acceptsRanges: true, effectiveURL: url)
+        answer.connections = 1
+        h.send(.response(t, answer))
+        h.writePart(t, Array(repeating: 1, count: 400))
+        h.send(.progress(t, bytesWritten: 400, totalOnDisk: 400, expected: 100 << 20))
+        return t
     }
 
     func testAcknowledgedEventsStayAcknowledgedAfterRestart() throws {

@@ -218,8 +218,10 @@ extension TransferCoordinator {
             let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t, owner: owner)) ?? 0
             // A prefix is trusted only up to what was checkpointed with the mark: more on
             // disk may be the ranges of a later attempt on several connections whose
-            // response the daemon died before storing (that file starts over).
-            if t.partIsPrefix && size > stored.snapshot.bytesTransferred { t.partIsPrefix = false }
+            // response the daemon died before storing (that file starts over). One with a
+            // stored limit (made from resume data) keeps only that much anyway: no more
+            // than its limit is continued, and the rest is cut at the next answer.
+            if t.partIsPrefix && t.prefixLimit == nil && size > stored.snapshot.bytesTransferred { t.partIsPrefix = false }
             t.snapshot.bytesTransferred = min(size, t.prefixLimit ?? size)
         }
         t.snapshot.rate = 0

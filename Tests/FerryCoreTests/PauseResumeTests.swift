@@ -179,6 +179,23 @@ final class PauseResumeTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(n)?.offset, 6)
     }
 
+    /// The same on several connections: after a restart the old prefix (6 bytes) is
+    /// still continued, not fetched again from byte 0.
+    func testTheLimitOfOlderDataKeepsItsPrefixOnSeveralConnectionsAcrossARestart() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let old = try olderDataThanThePartFile(h, s)
+        var options = DownloadOptions()
+        options.connections = 4
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: options) }
+        _ = try h.sync { try $0.pause(n) }
+        h.send(.completed(n, .stopped(bytesOnDisk: 6)))
+
+        let h2 = h.restarted(crashed: true)
+        try h2.sync { try $0.resume(n) }
+        XCTAssertEqual(h2.engine.lastRequest(n)?.offset, 6, "the old prefix, not from zero")
+    }
+
     /// The engine's word that the server refuses range requests counts even when it
     /// comes from an attempt being paused: the range map and `Resumable` go, and
     /// `Resume` starts over rather than continue ranges the server would refuse.

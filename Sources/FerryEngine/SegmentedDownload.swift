@@ -688,7 +688,9 @@ final class SegmentedDownload: EngineAttempt {
     /// What an offset resume may keep: the contiguous prefix (see `EngineOutcome`).
     private func bytesForOutcome() -> Int64 {
         if let map = currentMap() { return map.contiguousPrefix }
-        return connections.first.map { $0.accepted ? $0.position : 0 } ?? 0
+        // A first connection not answered yet has cut nothing: the prefix it was to
+        // continue from is still on disk.
+        return connections.first.map { $0.accepted ? $0.position : $0.isFirst ? $0.start : 0 } ?? 0
     }
 
     // MARK: - Hashing the prefix

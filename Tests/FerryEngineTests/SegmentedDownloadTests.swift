@@ -351,6 +351,24 @@ final class SegmentedDownloadTests: EngineTestCase {
         assertFile(partPath("1.part"), holds: body)
     }
 
+    /// Stopped before its first answer, an attempt continuing a prefix reports the
+    /// prefix as still on disk (nothing was cut), so it is not stored as 0 bytes.
+    func testAPrefixStoppedBeforeItsFirstAnswerKeepsItsBytes() throws {
+        let body = TestData.bytes(count: size, seed: 97)
+        server.add(path: "/held", body: body)
+        server.set(.holdAnswers, on: "/held")
+        let part = partPath("held.part")
+        try write(Array(body[..<(1 << 20)]), to: part)
+        engine.start(segmented(1, "/held", connections: 4, part: part, ifRange: "\"v1\"", offset: 1 << 20))
+        let deadline = Date().addingTimeInterval(10)
+        while !server.isHoldingAnswer(for: "/held") && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        XCTAssertTrue(server.isHoldingAnswer(for: "/held"), "the request, its answer held")
+        engine.stop(1)
+        XCTAssertEqual(log.outcome(of: 1, timeout: 10), .stopped(bytesOnDisk: 1 << 20))
+        XCTAssertEqual(contents(part), Array(body[..<(1 << 20)]), "the prefix is untouched")
+        server.release("/held")
+    }
+
     /// A segmented download continued from an offset whose file shrank on the server
     /// (which ignores If-Range): the 416 makes it start over, not fail.
     func testA416FromAFileThatShrankStartsOver() throws {

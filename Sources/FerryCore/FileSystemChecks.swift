@@ -47,17 +47,14 @@ enum FileSystemChecks {
     /// (nil), so no size of a file elsewhere is ever reported. One lstat(2):
     /// FileManager's attribute dictionary also looks up the owner's names.
     static func fileSize(_ path: String) -> Int64? {
-        var info = stat()
-        guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return Int64(info.st_size)
+        fileSize(path, within: nil)
     }
 
     /// The same for a sandboxed application's file (`area`): looked up relative to its
     /// folder as opened and checked, so nothing outside the app's directory is measured.
     static func fileSize(_ path: String, within area: SandboxArea?) -> Int64? {
-        guard let area else { return fileSize(path) }
-        guard let (folder, name) = area.openFolder(of: path) else { return nil }
-        defer { close(folder) }
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
+        defer { SandboxArea.release(folder) }
         var info = stat()
         guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
         return Int64(info.st_size)

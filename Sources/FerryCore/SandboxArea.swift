@@ -69,10 +69,15 @@ public struct SandboxArea: Sendable, Equatable {
     /// Where to open, create or remove `path`: for a confined caller (`area`), its folder
     /// as opened and checked (`openFolder`) and its last name; else the path itself, from
     /// the working directory (`AT_FDCWD`). nil when the folder is not inside the area.
-    /// The caller closes `folder` unless it is `AT_FDCWD`.
+    /// The caller gives `folder` back with `release`.
     public static func place(of path: String, within area: SandboxArea?) -> (folder: Int32, name: String)? {
         guard let area else { return (AT_FDCWD, path) }
         return area.openFolder(of: path)
+    }
+
+    /// Closes a folder `place(of:within:)` opened (`AT_FDCWD` is not open: nothing to do).
+    public static func release(_ folder: Int32) {
+        if folder != AT_FDCWD { close(folder) }
     }
 
     /// Removes `path` (never through a link, never outside the area: relative to its

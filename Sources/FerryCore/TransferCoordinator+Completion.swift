@@ -232,7 +232,7 @@ enum FileDigest {
     /// (`area`) is opened relative to its folder as opened and checked.
     static func sha256(path: String, within area: SandboxArea? = nil) -> String? {
         guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
-        defer { if folder != AT_FDCWD { close(folder) } }
+        defer { SandboxArea.release(folder) }
         // O_NONBLOCK: a FIFO put at the name does not hang the core.
         let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }

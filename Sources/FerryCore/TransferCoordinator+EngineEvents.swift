@@ -216,9 +216,9 @@ extension TransferCoordinator {
     /// outside the app's directory.
     func movePartFile(from source: String, to target: String, within area: SandboxArea?) throws {
         guard let from = SandboxArea.place(of: source, within: area) else { throw Self.outside(source, area) }
-        defer { if from.folder != AT_FDCWD { close(from.folder) } }
+        defer { SandboxArea.release(from.folder) }
         guard let to = SandboxArea.place(of: target, within: area) else { throw Self.outside(target, area) }
-        defer { if to.folder != AT_FDCWD { close(to.folder) } }
+        defer { SandboxArea.release(to.folder) }
         if try AtomicReplace.move(from, to: to) == .targetExists {
             throw FerryError.disk("could not move '\(source)' to '\(target)': a file is there")
         }

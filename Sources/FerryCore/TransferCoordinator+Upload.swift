@@ -156,11 +156,11 @@ extension TransferCoordinator {
         return normalized
     }
 
-    /// A `source-fd`: an open, readable regular file.
     /// `O_PATH` (Linux; not in Swift's Glibc module): a descriptor that names a file but
     /// cannot read it.
     private static let openPathFlag: Int32 = 0o10000000
 
+    /// A `source-fd`: an open, readable regular file.
     private static func describeSource(fd: Int32) throws -> EngineUpload {
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0 else { throw FerryError.invalidArgument("source-fd is not an open file descriptor") }

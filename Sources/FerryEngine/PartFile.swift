@@ -47,7 +47,7 @@ final class PartFile {
         guard let (folder, name) = SandboxArea.place(of: path, within: area) else {
             return .failure(PartFileError(code: EACCES, action: "opening (its folder is no longer inside the application's directory)", path: path))
         }
-        defer { if folder != AT_FDCWD { Glibc.close(folder) } }
+        defer { SandboxArea.release(folder) }
         let existing = name.withCString { openat(folder, $0, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         let openError = existing < 0 ? errno : 0
         if existing >= 0 {
@@ -158,7 +158,7 @@ final class PartFile {
     func removeIfEmpty() {
         guard fd >= 0, isRegular else { return } // never a device or pipe someone else made
         guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return }
-        defer { if folder != AT_FDCWD { Glibc.close(folder) } }
+        defer { SandboxArea.release(folder) }
         var mine = stat(), there = stat()
         guard fstat(fd, &mine) == 0, (mine.st_mode & S_IFMT) == S_IFREG, mine.st_size == 0,
               fstatat(folder, name, &there, AT_SYMLINK_NOFOLLOW) == 0,

@@ -18,6 +18,9 @@ final class SegmentedDownload: EngineAttempt {
     static let maximumConnections = 16
     /// No range is split below this.
     static let minimumRange: Int64 = 1 << 20
+    /// Answers that say "not now" to a range request (busy, too many requests, took too
+    /// long): its range goes back to the pool; any other refusal is `rangesRefused`.
+    private static let busyStatuses: Set<Int> = [408, 429, 503]
     /// Connection failures in a row (without a byte in between) before the attempt fails.
     static let failuresAllowed = 3
 
@@ -199,7 +202,7 @@ final class SegmentedDownload: EngineAttempt {
     func accept(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
         let status = head.status
         if status >= 300 && !(status == 416 && connection.isFirst && connection.start > 0) {
-            if connection.requestedEnd != nil && [408, 429, 503].contains(status) && connections.count > 1 {
+            if connection.requestedEnd != nil && Self.busyStatuses.contains(status) && connections.count > 1 {
                 // Busy: fewer connections, and its range goes back to the pool.
                 connection.refused = true
                 maxConnections = max(1, connections.count - 1)
@@ -208,7 +211,7 @@ final class SegmentedDownload: EngineAttempt {
             if connection.requestedEnd != nil && status == 416 {
                 return restart(because: "the file changed on the server (a range it had is gone)", connection)
             }
-            if connection.requestedEnd != nil, ![408, 429, 503].contains(status), let handled = rangesRefused(connection, head) {
+            if connection.requestedEnd != nil, !Self.busyStatuses.contains(status), let handled = rangesRefused(connection, head) {
                 return handled
             }
             emitResponse(head, connection: connection, startOffset: connection.start)

@@ -110,7 +110,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             responseFD = name.withCString {
                 openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
             }
-            if folder != AT_FDCWD { Glibc.close(folder) }
+            SandboxArea.release(folder)
             guard responseFD >= 0 else {
                 let error = PartFileError(code: errno, action: "opening", path: destination)
                 return finish(.failed(.disk(error.message), bytesOnDisk: 0))

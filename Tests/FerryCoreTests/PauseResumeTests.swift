@@ -165,11 +165,7 @@ final class PauseResumeTests: XCTestCase {
     /// data for the old prefix only, and after a crash its attempt still starts there.
     func testTheLimitOfOlderDataHoldsInItsResumeDataAndAcrossARestart() throws {
         let h = CoreHarness()
-        let s = try h.openSession()
-        let old = try olderDataThanThePartFile(h, s)
-        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: DownloadOptions()) }
-        let again = try h.sync { try $0.pause(n) }
-        h.send(.completed(n, .stopped(bytesOnDisk: 6)))
+        let (n, again) = try pausedTakeoverOfOlderData(h, try h.openSession())
         XCTAssertEqual(try h.sync { try $0.openResumeData(again) }.offset, 6, "not the file's 60 bytes")
         XCTAssertEqual(h.snapshot(n)?.bytesTransferred, 6)
 
@@ -183,13 +179,7 @@ final class PauseResumeTests: XCTestCase {
     /// still continued, not fetched again from byte 0.
     func testTheLimitOfOlderDataKeepsItsPrefixOnSeveralConnectionsAcrossARestart() throws {
         let h = CoreHarness()
-        let s = try h.openSession()
-        let old = try olderDataThanThePartFile(h, s)
-        var options = DownloadOptions()
-        options.connections = 4
-        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: options) }
-        _ = try h.sync { try $0.pause(n) }
-        h.send(.completed(n, .stopped(bytesOnDisk: 6)))
+        let (n, _) = try pausedTakeoverOfOlderData(h, try h.openSession(), connections: 4)
 
         let h2 = h.restarted(crashed: true)
         try h2.sync { try $0.resume(n) }
@@ -243,6 +233,20 @@ final class PauseResumeTests: XCTestCase {
         h.writePart(t, Array(repeating: 1, count: 60))
         h.send(.segments(t, try XCTUnwrap(SegmentMap(total: 100, done: [0..<20, 50..<60]))))
         return t
+    }
+
+    /// A transfer made by ResumeDownload (on `connections`) from resume data older than
+    /// its part file (`olderDataThanThePartFile`), paused before its first answer: the
+    /// transfer and the resume data that Pause gave.
+    private func pausedTakeoverOfOlderData(_ h: CoreHarness, _ s: SessionID,
+                                           connections: UInt32 = 1) throws -> (TransferID, [UInt8]) {
+        let old = try olderDataThanThePartFile(h, s)
+        var options = DownloadOptions()
+        options.connections = connections
+        let n = try h.sync { try $0.resumeDownload(session: s, resumeData: old, options: options) }
+        let again = try h.sync { try $0.pause(n) }
+        h.send(.completed(n, .stopped(bytesOnDisk: 6)))
+        return (n, again)
     }
 
     /// Resume data (offset 6) of a transfer that then went on with ranges (holes

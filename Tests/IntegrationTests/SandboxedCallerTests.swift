@@ -376,6 +376,15 @@ final class SandboxedCallerTests: FerryTestCase {
         return t
     }
 
+    /// A folder of the app's own (`~/.var/app/APPID/data/NAME`) and one of the user's
+    /// outside it (`~/VICTIM`), both made: the two sides of a folder swap.
+    private func folders(_ name: String, victim: String) throws -> (folder: String, victim: String) {
+        let folder = try appDirectory(appID) + "/data/" + name
+        let outside = home + "/" + victim
+        for path in [folder, outside] { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) }
+        return (folder, outside)
+    }
+
     /// The app's move: its `folder` becomes a link to `target`.
     private func swapForALink(_ folder: String, to target: String) throws {
         try FileManager.default.moveItem(atPath: folder, toPath: folder + "-old")
@@ -391,11 +400,8 @@ final class SandboxedCallerTests: FerryTestCase {
         server.set(.stallAfter(bytes: 256 * 1024, times: 1), on: "/part.bin")
         server.set(.acceptUploads(status: 200, body: Array("attacker's answer".utf8)), on: "/receipt")
         let appDir = try appDirectory(appID)
-        let folder = appDir + "/data/swap"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let (folder, victim) = try folders("swap", victim: "Downloads")
         try Data(repeating: 1, count: 1000).write(to: URL(fileURLWithPath: appDir + "/data/photo.jpg"))
-        let victim = home + "/Downloads"
-        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
         let usersPart = Data("the user's own partial download".utf8)
         let usersFile = Data("the user's own file".utf8)
         try usersPart.write(to: URL(fileURLWithPath: victim + "/x.bin.part"))
@@ -463,10 +469,7 @@ final class SandboxedCallerTests: FerryTestCase {
     private func heldDownloadInSwappedFolder(_ path: String, destination: String, victim name: String) async throws
         -> (FerrySession, FerryTransfer, String, Data) {
         server.set(.holdAnswers, on: path)
-        let folder = try appDirectory(appID) + "/data/swapped"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let victim = home + "/" + name
-        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
+        let (folder, victim) = try folders("swapped", victim: name)
         let usersPart = Data("the user's own partial download".utf8)
         try usersPart.write(to: URL(fileURLWithPath: victim + path + ".part"))
 
@@ -484,12 +487,8 @@ final class SandboxedCallerTests: FerryTestCase {
     /// user's, of the same name) is not sent, and the upload fails with `Disk`.
     func testAnUploadReopenedAfterARestartSendsNothingFromOutside() async throws {
         server.set(.acceptUploads(), on: "/up")
-        let appDir = try appDirectory(appID)
-        let folder = appDir + "/data/outbox"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let (folder, victim) = try folders("outbox", victim: "Pictures")
         try Data(repeating: 1, count: 1000).write(to: URL(fileURLWithPath: folder + "/photo.jpg"))
-        let victim = home + "/Pictures"
-        try FileManager.default.createDirectory(atPath: victim, withIntermediateDirectories: true)
         try Data(repeating: 2, count: 1000).write(to: URL(fileURLWithPath: victim + "/photo.jpg"))
 
         let evil = try await sandboxedClient(appID)

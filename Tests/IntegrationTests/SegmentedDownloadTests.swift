@@ -135,7 +135,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         let (s, first, data, body) = try await pausedOneConnectionPrefix("/one.bin")
         XCTAssertFalse(data.isEmpty, "its bytes can be continued")
         let keptFirst = try XCTUnwrap(fileSize(work + "/one.bin.part"))
-        var seen = server.requests(for: "/one.bin").count
+        let seen = server.requests(for: "/one.bin").count
 
         let second = try await s.resumeDownload(data, options: ["connections": .uint32(4)])
         try await waitForProgress(second, atLeast: Int64(Self.size / 2))
@@ -145,15 +145,8 @@ final class SegmentedDownloadTests: FerryTestCase {
         let resumed = server.requests(for: "/one.bin").dropFirst(seen)
         XCTAssertEqual(resumed.map { $0.header("Range") }, ["bytes=\(keptFirst)-"], "ResumeDownload continued the prefix")
         XCTAssertEqual(resumed.first?.header("If-Range"), "\"v1\"")
-        seen = server.requests(for: "/one.bin").count
 
-        server.clearBehaviours(on: "/one.bin")
-        try await second.resume()
-        let info = try await finish(second, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/one.bin", equals: body)
-        XCTAssertEqual(server.requests(for: "/one.bin").dropFirst(seen).map { $0.header("Range") }, ["bytes=\(keptSecond)-"],
-                       "Resume continued the prefix")
+        try await resumeServedNormally(second, "/one.bin", continuingAfter: keptSecond, equals: body, "Resume continued the prefix")
     }
 
     /// The same prefix, paused, survives ferryd's kill -9: `Resume` afterwards continues
@@ -172,14 +165,20 @@ final class SegmentedDownloadTests: FerryTestCase {
         }
 
         try await killAndRestart()
-        let seen = server.requests(for: "/crash.bin").count
-        server.clearBehaviours(on: "/crash.bin")
+        try await resumeServedNormally(t, "/crash.bin", continuingAfter: kept, equals: body, "Resume after the crash continued the prefix")
+    }
+
+    /// Lets the server serve `path` normally again and resumes `t`: it completes as
+    /// `body` (at `work + path`), its one new request asking for the bytes after `kept`.
+    private func resumeServedNormally(_ t: FerryTransfer, _ path: String, continuingAfter kept: Int, equals body: [UInt8],
+                                      _ what: String) async throws {
+        let seen = server.requests(for: path).count
+        server.clearBehaviours(on: path)
         try await t.resume()
         let info = try await finish(t, timeout: 30)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/crash.bin", equals: body)
-        XCTAssertEqual(server.requests(for: "/crash.bin").dropFirst(seen).map { $0.header("Range") }, ["bytes=\(kept)-"],
-                       "Resume after the crash continued the prefix")
+        assertFile(work + path, equals: body)
+        XCTAssertEqual(server.requests(for: path).dropFirst(seen).map { $0.header("Range") }, ["bytes=\(kept)-"], what)
     }
 
     /// A download of `path` asked for four connections in a session allowing one per

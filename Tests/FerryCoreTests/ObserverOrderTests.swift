@@ -31,6 +31,7 @@ final class ObserverOrderTests: XCTestCase {
             .transferChanged(t, .running),  // response: HttpStatus, Resumable, BytesExpected
             .progress(t, written: 4, total: 4, expected: 8),
             .transferChanged(t, .paused),
+            .progress(t, written: 0, total: 4, expected: 8),  // the stop has settled: the bytes kept
             .transferChanged(t, .queued),
             .transferChanged(t, .running),
             .transferChanged(t, .running),  // response: HttpStatus 206

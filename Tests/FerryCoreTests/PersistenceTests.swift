@@ -55,6 +55,35 @@ final class PersistenceTests: XCTestCase {
                       "one transaction holds both")
     }
 
+    /// Paused, a download's attempt stops a moment later with bytes that came in since
+    /// its last Progress: one more Progress counts them, and they are stored before it
+    /// is announced (a client may kill ferryd then and still continue from there).
+    func testAPausedDownloadsLastProgressComesAfterItsBytesAreStored() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"x\"", expectedTotal: 8, acceptsRanges: true,
+                                           effectiveURL: "https://example.com/file.bin")))
+        h.writePart(t, [1, 2, 3, 4])
+        h.send(.progress(t, bytesWritten: 4, totalOnDisk: 4, expected: 8))
+        _ = try h.sync { try $0.pause(t) }
+        var storedWhenAnnounced: Int64?
+        h.sync { _ in
+            h.observer.onEvent = { [unowned h] event in // h owns the observer
+                if case .progress(t, _, 6, _) = event { storedWhenAnnounced = self.stored(h, t)?.snapshot.bytesTransferred }
+            }
+        }
+        h.observer.clear()
+        h.writePart(t, [1, 2, 3, 4, 5, 6])
+        h.send(.progress(t, bytesWritten: 2, totalOnDisk: 6, expected: 8)) // the stopping attempt's last bytes
+        XCTAssertEqual(h.observer.events.filter { if case .progress = $0 { return true } else { return false } }, [],
+                       "nothing is announced before the attempt has stopped")
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.observer.events.filter { if case .progress = $0 { return true } else { return false } },
+                       [.progress(t, written: 2, total: 6, expected: 8)])
+        XCTAssertEqual(storedWhenAnnounced, 6, "the count is stored before the Progress announces it")
+    }
+
     func testStoreFailureRefusesDownloadAndChangesNothing() throws {
         let h = CoreHarness()
         let s = try h.openSession()

@@ -210,6 +210,20 @@ class FerryTestCase: XCTestCase {
         }
     }
 
+    /// Waits until a paused download's attempt has stopped: the Progress that follows
+    /// its State `paused` carries the bytes kept, stored before it is sent.
+    /// - Returns: that count.
+    @discardableResult
+    func waitUntilPauseSettled(_ t: FerryTransfer, timeout: TimeInterval = 10) async throws -> Int64 {
+        func settled(_ s: [RecordedSignal]) -> RecordedSignal? {
+            guard let paused = s.lastIndex(where: { $0.path == t.path && $0.member == "PropertiesChanged"
+                                                    && $0.changed["State"]?.string == "paused" }) else { return nil }
+            return s[(paused + 1)...].first { $0.path == t.path && $0.member == "Progress" }
+        }
+        try await signals.wait("a Progress after \(t.path) paused", timeout: timeout) { settled($0) != nil }
+        return settled(signals.all)?.args[1].int64 ?? -1
+    }
+
     func sha256(ofFile path: String) -> String? {
         guard let d = FileManager.default.contents(atPath: path) else { return nil }
         return TestData.sha256Hex(d)

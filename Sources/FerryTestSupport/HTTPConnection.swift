@@ -154,7 +154,13 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelWritabilityChanged()
     }
 
+    func channelActive(context: ChannelHandlerContext) {
+        server.connectionOpened()
+        context.fireChannelActive()
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
+        server.connectionClosed()
         pacing?.cancel()
         pacing = nil
         stream = nil

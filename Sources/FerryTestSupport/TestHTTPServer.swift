@@ -24,6 +24,7 @@ public final class TestHTTPServer: @unchecked Sendable {
     private var group: MultiThreadedEventLoopGroup?
     private var channel: Channel?
     private var boundPort = 0
+    private var connections = 0
 
     public init() {}
 
@@ -39,6 +40,15 @@ public final class TestHTTPServer: @unchecked Sendable {
     public func url(_ path: String) -> String {
         "http://127.0.0.1:\(port)\(path)"
     }
+
+    /// Client connections open now (the server has not yet seen them close).
+    public var openConnections: Int {
+        lock.lock(); defer { lock.unlock() }
+        return connections
+    }
+
+    func connectionOpened() { lock.lock(); connections += 1; lock.unlock() }
+    func connectionClosed() { lock.lock(); connections -= 1; lock.unlock() }
 
     /// Every request received so far, oldest first.
     public var requests: [RecordedRequest] {

@@ -344,21 +344,21 @@ final class CLIScriptingTests: FerryTestCase {
         defer {
             for child in [watch, events, eventsText, watchJSON] { child.kill(SIGKILL) }
         }
-        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(slow.id) ") }
-        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"id\":\(slow.id)") }
-        try await waitUntilAsync(timeout: 10) { eventsText.stdout.contains("\(slow.id) ") }
-        try await waitUntilAsync(timeout: 10) { watchJSON.stdout.contains("\"id\":\(slow.id)") }
+        try await waitUntilAsync("what the followers print") { watch.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync("what the followers print") { events.stdout.contains("\"id\":\(slow.id)") }
+        try await waitUntilAsync("what the followers print") { eventsText.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync("what the followers print") { watchJSON.stdout.contains("\"id\":\(slow.id)") }
         serve("/late.bin", size: 50_000)
         let late = try await s.download(server.url("/late.bin"), options: ["destination": .string(work + "/late.bin")])
         try await finish(late)
-        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\(late.id) completed") }
-        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\"event\":\"completed\"") }
+        try await waitUntilAsync("what the followers print") { watch.stdout.contains("\(late.id) completed") }
+        try await waitUntilAsync("what the followers print") { events.stdout.contains("\"event\":\"completed\"") }
         // Text lines name their event once: "ID finished PATH", "ID completed".
-        try await waitUntilAsync(timeout: 10) { eventsText.stdout.contains("\(late.id) completed") }
+        try await waitUntilAsync("what the followers print") { eventsText.stdout.contains("\(late.id) completed") }
         XCTAssertTrue(eventsText.stdout.contains("\(late.id) finished \(work!)/late.bin\n"), eventsText.stdout)
         XCTAssertFalse(eventsText.stdout.contains("finished finished"), eventsText.stdout)
         // watch --json shows live progress as `progress` events (the slow one runs on).
-        try await waitUntilAsync(timeout: 10) { watchJSON.stdout.contains("\"event\":\"progress\"") }
+        try await waitUntilAsync("what the followers print") { watchJSON.stdout.contains("\"event\":\"progress\"") }
         XCTAssertTrue(watch.isRunning, "watch goes on until Ctrl-C")
         XCTAssertFalse(watch.stdout.contains("\(held.id) "), "a paused transfer is not followed: \(watch.stdout)")
         watch.kill(SIGINT)
@@ -382,11 +382,11 @@ final class CLIScriptingTests: FerryTestCase {
         let events = try ChildProcess(executable: ferryPath, arguments: ["events"], environment: environment())
         let watch = try ChildProcess(executable: ferryPath, arguments: ["watch", "--json"], environment: environment())
         defer { for child in [events, watch] { child.kill(SIGKILL) } }
-        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\(slow.id) ") }
-        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\"id\":\(slow.id)") }
+        try await waitUntilAsync("what the followers print") { events.stdout.contains("\(slow.id) ") }
+        try await waitUntilAsync("what the followers print") { watch.stdout.contains("\"id\":\(slow.id)") }
 
         try await stopFerryd()
-        try await waitUntilAsync(timeout: 10) { events.stderr.contains("left the bus") && watch.stderr.contains("left the bus") }
+        try await waitUntilAsync("what the followers print") { events.stderr.contains("left the bus") && watch.stderr.contains("left the bus") }
         XCTAssertTrue(events.isRunning, "events goes on: \(events.stderr)")
         XCTAssertTrue(watch.isRunning, "watch goes on: \(watch.stderr)")
 
@@ -395,8 +395,8 @@ final class CLIScriptingTests: FerryTestCase {
         let again = try await session()
         let after = try await again.download(server.url("/after.bin"), options: ["destination": .string(work + "/after.bin")])
         try await finish(after)
-        try await waitUntilAsync(timeout: 10) { events.stdout.contains("\(after.id) completed") }
-        try await waitUntilAsync(timeout: 10) { watch.stdout.contains("\"id\":\(after.id)") }
+        try await waitUntilAsync("what the followers print") { events.stdout.contains("\(after.id) completed") }
+        try await waitUntilAsync("what the followers print") { watch.stdout.contains("\"id\":\(after.id)") }
     }
 
     /// In an 80-column terminal the display fits: no line wider than 80, a total line, the final state.
@@ -603,13 +603,5 @@ final class CLIScriptingTests: FerryTestCase {
                           extraEnv: ["DBUS_SESSION_BUS_ADDRESS": small.address, "XDG_STATE_HOME": home + "/small-bus-state"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasSuffix(".part") }.count, 300)
-    }
-
-    func waitUntilAsync(timeout: TimeInterval, _ condition: () -> Bool) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while !condition() {
-            if Date() > deadline { throw TimedOut(description: "condition not met in \(timeout) s") }
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
     }
 }

@@ -224,6 +224,16 @@ class FerryTestCase: XCTestCase {
         return settled(signals.all)?.args[1].int64 ?? -1
     }
 
+    /// Waits until `condition` holds (checked every 10 ms), for what the daemon or the
+    /// test server does but tells nobody on the bus.
+    func waitUntilAsync(_ what: String, timeout: TimeInterval = 10, _ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            if Date() > deadline { throw TimedOut(description: "waited \(timeout) s for \(what)") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+
     func sha256(ofFile path: String) -> String? {
         guard let d = FileManager.default.contents(atPath: path) else { return nil }
         return TestData.sha256Hex(d)

@@ -71,14 +71,6 @@ final class SandboxedCallerTests: FerryTestCase {
         return direct.flatMap { [$0] + children(of: $0) }
     }
 
-    func waitUntilAsync(_ what: String, timeout: TimeInterval = 10, _ condition: () -> Bool) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while !condition() {
-            if Date() > deadline { throw TimedOut(description: "waited \(timeout) s for \(what)") }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-    }
-
     /// The app's own directory, `~/.var/app/APPID`.
     func appDirectory(_ appID: String) throws -> String {
         let dir = home + "/.var/app/\(appID)"

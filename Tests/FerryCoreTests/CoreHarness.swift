@@ -100,6 +100,15 @@ final class CoreHarness {
         _ = FileManager.default.createFile(atPath: target, contents: Data(bytes))
     }
 
+    /// Plays the start of an attempt: a 200 with a strong ETag for `total` bytes, the
+    /// first of them written into the part file and reported.
+    func answerAndWrite(_ id: TransferID, _ written: [UInt8], total: Int64, etag: String = "\"x\"") {
+        send(.response(id, EngineResponse(status: 200, etag: etag, expectedTotal: total, acceptsRanges: true,
+                                          effectiveURL: "https://example.com/file.bin")))
+        writePart(id, written)
+        send(.progress(id, bytesWritten: Int64(written.count), totalOnDisk: Int64(written.count), expected: total))
+    }
+
     /// Plays a whole successful attempt: response, body into the part file, progress, end.
     func succeed(_ id: TransferID, body: [UInt8] = Array("hello".utf8), etag: String? = "\"v1\"",
                  contentDisposition: String? = nil, computeSHA: Bool = false) {

@@ -7,10 +7,7 @@ final class ObserverOrderTests: XCTestCase {
         let s = try h.openSession()
         h.observer.clear()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"x\"", expectedTotal: 8, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
-        h.writePart(t, [1, 2, 3, 4])
-        h.send(.progress(t, bytesWritten: 4, totalOnDisk: 4, expected: 8))
+        h.answerAndWrite(t, [1, 2, 3, 4], total: 8)
         _ = try h.sync { try $0.pause(t) }
         h.send(.completed(t, .stopped(bytesOnDisk: 4)))
         try h.sync { try $0.resume(t) }

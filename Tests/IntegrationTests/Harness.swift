@@ -98,9 +98,8 @@ class FerryTestCase: XCTestCase {
     }
 
     /// Starts ferryd (with `--no-idle-exit`: no test may depend on finishing within
-    /// its idle timeout) and waits (bounded) until it owns org.ferry.Ferry1; then
-    /// connects the client and the signal recorder.
-    /// Starts ferryd (`arguments` after `--no-idle-exit`: caps and the like) and waits for its name.
+    /// its idle timeout; `arguments` after it: caps and the like) and waits (bounded)
+    /// until it owns org.ferry.Ferry1; then connects the client and the signal recorder.
     func startFerryd(_ arguments: [String] = [], wrapper: [String] = []) async throws {
         let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"] + arguments, environment: environment(), wrapper: wrapper)
         ferryd = p
@@ -116,14 +115,31 @@ class FerryTestCase: XCTestCase {
 
     /// Kills ferryd with SIGKILL, waits for its bus name to go, and starts it again.
     func killAndRestart() async throws {
+        try await killFerryd()
+        try await startFerryd()
+    }
+
+    /// Kills ferryd with SIGKILL and waits until it has exited and its bus name is gone
+    /// (so the next `startFerryd` cannot mistake the dead one's name for the new one's).
+    func killFerryd() async throws {
         guard let p = ferryd else { return XCTFail("ferryd is not running") }
         p.kill(SIGKILL)
         XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
-        let deadline = Date().addingTimeInterval(5)
-        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
+        try await waitForNameToGo()
+    }
+
+    /// Waits (10 s at most) until nobody owns org.ferry.Ferry1. `strict`: throw if someone
+    /// still does then (with another ferryd waiting to take the name, it may never be
+    /// free for long: a stop does not insist).
+    private func waitForNameToGo(strict: Bool = true) async throws {
+        let deadline = Date().addingTimeInterval(10)
+        while try await client.bus.nameHasOwner(FerryClient.busName) {
+            if Date() > deadline {
+                if strict { throw TimedOut(description: "the stopped ferryd's bus name was still owned after 10 s") }
+                return
+            }
             try await Task.sleep(nanoseconds: 10_000_000)
         }
-        try await startFerryd()
     }
 
     /// Stops ferryd (SIGTERM, bounded) and waits until its name is gone.
@@ -135,10 +151,7 @@ class FerryTestCase: XCTestCase {
             p.kill(SIGKILL)
             _ = p.waitForExit(timeout: 5)
         }
-        let deadline = Date().addingTimeInterval(5)
-        while try await client.bus.nameHasOwner(FerryClient.busName), Date() < deadline {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        try await waitForNameToGo(strict: false)
     }
 
     override func tearDown() async throws {

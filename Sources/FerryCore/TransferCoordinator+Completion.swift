@@ -88,7 +88,7 @@ extension TransferCoordinator {
     /// completes, its event stored with its final state, then both announced.
     func completeFinished(_ t: TransferRecord, location: String, bytesOnDisk: Int64, digest: String?) {
         t.finishingPath = nil
-        sendFinalProgress(t)
+        sendFinalProgress(t, from: t.attemptOffset)
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
@@ -156,15 +156,6 @@ extension TransferCoordinator {
         t.finishingPath = target
         t.snapshot.sha256 = digest ?? ""
         stageTransfer(t)
-    }
-
-    /// One more transferProgress with the final counts, unless the last one had them.
-    private func sendFinalProgress(_ t: TransferRecord) {
-        let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
-        if let last = t.lastProgress, last.total == total, last.expected == expected { return }
-        let written = total - (t.lastProgress?.total ?? t.attemptOffset)
-        t.lastProgress = (total, expected)
-        emitProgress(t, bytesWritten: max(written, 0))
     }
 
     /// The transfer fails for good (until resumed).

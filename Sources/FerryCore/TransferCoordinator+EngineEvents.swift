@@ -157,7 +157,13 @@ extension TransferCoordinator {
                 // An upload keeps nothing: its next attempt sends the file from byte 0.
                 t.snapshot.bytesTransferred = t.isUpload ? 0 : outcome.bytesOnDisk
                 stageTransfer(t)
-                if t.state == .paused && !t.isUpload { sendPausedProgress(t) }
+                // A paused download's attempt has stopped: one more Progress with the bytes
+                // kept, even when the last one had them. Delivered after the count is
+                // stored, it tells a client that the pause has settled: what it shows is
+                // what `Resume` continues from, here or after ferryd restarts.
+                if t.state == .paused && !t.isUpload {
+                    sendFinalProgress(t, from: t.snapshot.bytesTransferred, evenIfSent: true)
+                }
             }
             releaseUploadSource(t)
             return
@@ -180,17 +186,6 @@ extension TransferCoordinator {
             settle(t)
             publishChanged(t)
         }
-    }
-
-    /// A paused download's attempt has stopped: one more Progress with the bytes kept,
-    /// even when the last one had them. Delivered after the count is stored, it tells a
-    /// client that the pause has settled: what it shows is what `Resume` continues
-    /// from, here or after ferryd restarts (a crash before it may start over).
-    private func sendPausedProgress(_ t: TransferRecord) {
-        let total = t.snapshot.bytesTransferred
-        let written = total - (t.lastProgress?.total ?? total)
-        t.lastProgress = (total, t.snapshot.bytesExpected)
-        emitProgress(t, bytesWritten: max(written, 0))
     }
 
     /// A segmented download's ranges on disk: kept with the validator, and stored at

@@ -49,6 +49,17 @@ extension TransferCoordinator {
                                            notify: sessions[t.session]?.configuration.notify ?? true)))
     }
 
+    /// One more Progress with the transfer's final counts, unless the last one had them
+    /// (`evenIfSent`: then too). Its `bytes_written` counts from the last one's total,
+    /// or from `base` when there was none.
+    func sendFinalProgress(_ t: TransferRecord, from base: Int64, evenIfSent: Bool = false) {
+        let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
+        if !evenIfSent, let last = t.lastProgress, last.total == total, last.expected == expected { return }
+        let written = total - (t.lastProgress?.total ?? base)
+        t.lastProgress = (total, expected)
+        emitProgress(t, bytesWritten: max(written, 0))
+    }
+
     /// A progress event with the transfer's rate and expected end, and the manager's
     /// rates once a second (a sum over the running transfers only).
     func emitProgress(_ t: TransferRecord, bytesWritten: Int64) {

@@ -48,7 +48,7 @@ extension TransferCoordinator {
                 offset = map.bytesDone
                 logger.debug("transfer \(t.id): continuing \(map.done.count) ranges (\(map.bytesDone) of \(map.total) bytes on disk)")
             } else if t.snapshot.resumable, t.validator != nil, size > 0, t.partIsContinuable {
-                offset = min(size, t.prefixLimit ?? size)
+                offset = t.continuableBytes(ofPartSize: size)
             }
             // (A download with several connections, no range map and no attempt known to
             // have run on one connection starts over: its part file may have holes, so

@@ -188,8 +188,7 @@ extension TransferCoordinator {
 
     func resumeData(for t: TransferRecord) -> [UInt8] {
         guard !t.isUpload, t.snapshot.resumable, t.validator != nil, t.partIsContinuable else { return [] }
-        let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
-        let offset = min(size, t.prefixLimit ?? size)
+        let offset = t.continuableBytes(ofPartSize: FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0)
         let data = ResumeData(url: t.snapshot.url, destination: t.destination, partPath: t.partPath, offset: offset,
                               etag: t.etag, lastModified: t.lastModified, expected: t.snapshot.bytesExpected,
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)

@@ -259,7 +259,7 @@ extension TransferCoordinator {
     func finishUpload(_ t: TransferRecord, bytesSent: Int64) {
         t.snapshot.bytesTransferred = bytesSent
         t.snapshot.bytesExpected = t.upload?.size ?? bytesSent
-        sendFinalUploadProgress(t)
+        sendFinalProgress(t, from: 0) // an upload's attempt sends from byte 0
         t.snapshot.completed = environment.now()
         t.life.complete()
         settle(t)
@@ -269,14 +269,6 @@ extension TransferCoordinator {
         publishChanged(t)
         emitCompleted(t, serial: serial, error: nil)
         reachedFinalState(t)
-    }
-
-    private func sendFinalUploadProgress(_ t: TransferRecord) {
-        let total = t.snapshot.bytesTransferred, expected = t.snapshot.bytesExpected
-        if let last = t.lastProgress, last.total == total, last.expected == expected { return }
-        let written = total - (t.lastProgress?.total ?? 0)
-        t.lastProgress = (total, expected)
-        emitProgress(t, bytesWritten: max(written, 0))
     }
 
     /// Closes an upload's source once nothing can use it again: completed, cancelled or

@@ -160,6 +160,10 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.prefixLimit = newValue } }
     }
 
+    /// How much of a part file of `size` bytes may be continued: all of it, or no more
+    /// than `prefixLimit`.
+    func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
+
     /// What is in the part file can be continued: its ranges are mapped, or it is a
     /// prefix (one connection wrote it).
     var partIsContinuable: Bool { segments != nil || options.connections <= 1 || partIsPrefix }

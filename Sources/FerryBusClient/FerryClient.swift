@@ -122,10 +122,36 @@ public struct FerrySession: Sendable, Hashable {
     public func resumeAll() async throws { _ = try await call("ResumeAll") }
     public func cancelAll() async throws { _ = try await call("CancelAll") }
 
-    /// Completion events not acknowledged yet, oldest first.
+    /// Completion events not acknowledged yet, oldest first: read a page at a time
+    /// (`PendingEventsAfter`), so that more than one reply may carry are read too; from
+    /// a service without it, in one `PendingEvents` call.
     public func pendingEvents() async throws -> [CompletionEvent] {
-        let r = try await call("PendingEvents")
-        return (r.first?.arrayElements ?? []).compactMap(CompletionEvent.init)
+        var all: [CompletionEvent] = []
+        var after: UInt64 = 0
+        while true {
+            let raw: [DBusValue]
+            do {
+                raw = try await rawPendingEvents(after: after, limit: 0)
+            } catch let e as BusError where e.name == StandardErrors.unknownMethod && all.isEmpty && after == 0 {
+                let r = try await call("PendingEvents")
+                return (r.first?.arrayElements ?? []).compactMap(CompletionEvent.init)
+            }
+            // The next page starts after the last serial given, also when an entry of
+            // this one could not be read.
+            guard let last = raw.last?.structFields?.first?.uint64, last > after else { return all }
+            all += raw.compactMap(CompletionEvent.init)
+            after = last
+        }
+    }
+
+    /// One page of `pendingEvents()`: the events with a serial above `after`, oldest
+    /// first, at most `limit` (0: as many as fit in the service's page).
+    public func pendingEvents(after: UInt64, limit: UInt32 = 0) async throws -> [CompletionEvent] {
+        try await rawPendingEvents(after: after, limit: limit).compactMap(CompletionEvent.init)
+    }
+
+    private func rawPendingEvents(after: UInt64, limit: UInt32) async throws -> [DBusValue] {
+        try await call("PendingEventsAfter", [.uint64(after), .uint32(limit)]).first?.arrayElements ?? []
     }
 
     public func acknowledgeEvents(upTo serial: UInt64) async throws { _ = try await call("AcknowledgeEvents", [.uint64(serial)]) }

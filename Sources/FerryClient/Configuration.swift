@@ -42,6 +42,11 @@ extension FerrySession {
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
         /// the service has (a woken session stays as it was opened).
         var sendsPersistence = true
+        /// The headers and proxy as `storedConfiguration()` read them (values hidden,
+        /// credentials dropped): sent back unchanged, they would replace the real ones,
+        /// so they are not sent unless changed.
+        var readHeaders: [String: String]?
+        var readProxy: URL?
 
         /// A session whose transfers go on when the app exits, and survive restarts.
         public static func background(identifier: String) -> Configuration {
@@ -58,11 +63,31 @@ extension FerrySession {
             self.isPersistent = isPersistent
         }
 
+        /// From the service's `Configuration` property (every key set; an empty proxy
+        /// or application id is none).
+        init(identifier: String, stored c: [String: DBusValue]) {
+            self.init(identifier: identifier, isPersistent: c["persistent"]?.bool ?? true)
+            downloadDirectory = c["directory"]?.string.flatMap { $0.isEmpty ? nil : URL(fileURLWithPath: $0, isDirectory: true) }
+            httpAdditionalHeaders = c["headers"]?.stringDict
+            httpMaximumConnectionsPerHost = c["max-connections-per-host"]?.uint32.map(Int.init)
+            timeoutIntervalForRequest = c["request-timeout"]?.double
+            timeoutIntervalForResource = c["resource-timeout"]?.double
+            allowsExpensiveNetworkAccess = c["allow-metered"]?.bool
+            sendsNotifications = c["notify"]?.bool
+            speedLimit = c["speed-limit"]?.uint64
+            retries = c["retries"]?.uint32.map(Int.init)
+            proxy = c["proxy"]?.string.flatMap { $0.isEmpty ? nil : URL(string: $0) }
+            httpShouldSetCookies = c["cookies"]?.bool
+            applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
+            readHeaders = httpAdditionalHeaders
+            readProxy = proxy
+        }
+
         /// The `OpenSession` configuration: only what was set.
         var busValue: [String: DBusValue] {
             var c: [String: DBusValue] = sendsPersistence ? ["persistent": .boolean(isPersistent)] : [:]
             if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) }
-            if let httpAdditionalHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
+            if let httpAdditionalHeaders, httpAdditionalHeaders != readHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
             if let httpMaximumConnectionsPerHost { c["max-connections-per-host"] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }
             if let timeoutIntervalForRequest { c["request-timeout"] = .double(timeoutIntervalForRequest) }
             if let timeoutIntervalForResource { c["resource-timeout"] = .double(timeoutIntervalForResource) }
@@ -70,7 +95,7 @@ extension FerrySession {
             if let sendsNotifications { c["notify"] = .boolean(sendsNotifications) }
             if let speedLimit { c["speed-limit"] = .uint64(speedLimit) }
             if let retries { c["retries"] = .uint32(UInt32(clamping: retries)) }
-            if let proxy { c["proxy"] = .string(proxy.absoluteString) }
+            if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) }
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
             if let applicationID { c["application-id"] = .string(applicationID) }
             return c

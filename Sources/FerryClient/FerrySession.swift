@@ -1,6 +1,7 @@
 import Foundation
 internal import DBus
 internal import FerryBusClient
+internal import FerryInterface
 
 /// A Ferry session: Apple's background `URLSession`, on the Linux session bus.
 ///
@@ -97,6 +98,24 @@ public final class FerrySession: @unchecked Sendable {
     public func allTasks() async throws -> [FerryTask] {
         try await core.attach()
         return core.allTasks()
+    }
+
+    /// The configuration the service holds for the session now: what this and earlier
+    /// runs set, and the service's defaults for the rest (every property is set).
+    /// Secrets do not come back: each header's value reads `"(hidden)"`, and the proxy
+    /// comes without its user and password; a session made with this configuration
+    /// keeps the service's real ones unless they are changed. ``Configuration/busAddress``
+    /// is this session's own.
+    public func storedConfiguration() async throws -> Configuration {
+        let path = try await core.attach()
+        let r = try await core.call(path, StandardNames.properties, "Get",
+                                    [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)])
+        guard let stored = r.first?.vardict else {
+            throw FerryError.other(name: StandardErrors.failed, message: "the session's Configuration was not a dictionary")
+        }
+        var c = Configuration(identifier: configuration.identifier, stored: stored)
+        c.busAddress = configuration.busAddress
+        return c
     }
 
     public func suspendAll() async throws { _ = try await core.callSession("PauseAll") }

@@ -52,7 +52,8 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
     /// Bytes/s.
     public var rate: UInt64
     public var expectedEnd: Date?
-    /// The last failure.
+    /// The last failure: also while the task waits to try again (``WaitingReason`` `retry`);
+    /// nil once it has completed.
     public var error: FerryError?
     public var httpStatus: Int
     public var attempts: Int

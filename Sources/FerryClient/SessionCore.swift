@@ -451,7 +451,8 @@ final class SessionCore: @unchecked Sendable {
     static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
                         location: String, response: [UInt8]? = nil, bytes: Int64? = nil,
                         sha256: String? = nil) -> Result<FerryTaskResult, FerryError> {
-        if state == "completed" && errorName.isEmpty {
+        // Completed is a success, whatever `Error` held (a failure it retried past).
+        if state == "completed" {
             return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location),
                                             response: response.map { Data($0) }, bytes: bytes,
                                             sha256: sha256.flatMap { $0.isEmpty ? nil : $0 }))

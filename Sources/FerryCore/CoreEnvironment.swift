@@ -32,6 +32,9 @@ public struct CoreEnvironment {
     /// with `LimitExceeded`, so the files, sockets and bus of every other transfer
     /// keep the descriptors they need.
     public var uploadSourceLimit: Int
+    /// Completion events one session may hold unacknowledged, counting those its
+    /// transfers may still add (`TransferCoordinator.checkRoomForEvents`).
+    public var pendingEventsPerSession: Int
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -45,6 +48,7 @@ public struct CoreEnvironment {
     ///   - resumeDataSeal: a key of this process's own by default (ferryd keeps one on disk).
     ///   - descriptorStallLimit: 60 seconds by default.
     ///   - uploadSourceLimit: the process's open-file limit less 256 by default (`uploadSourceBudget`).
+    ///   - pendingEventsPerSession: 100,000 by default (`Limits.defaultPendingEventsPerSession`).
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
@@ -54,7 +58,8 @@ public struct CoreEnvironment {
                 batchSettleTime: Double = 1,
                 resumeDataSeal: ResumeDataSeal = .ephemeral(),
                 descriptorStallLimit: Double = 60,
-                uploadSourceLimit: Int = CoreEnvironment.uploadSourceBudget()) {
+                uploadSourceLimit: Int = CoreEnvironment.uploadSourceBudget(),
+                pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession) {
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version
@@ -65,6 +70,7 @@ public struct CoreEnvironment {
         self.resumeDataSeal = resumeDataSeal
         self.descriptorStallLimit = descriptorStallLimit
         self.uploadSourceLimit = uploadSourceLimit
+        self.pendingEventsPerSession = pendingEventsPerSession
     }
 
     /// Descriptors left for upload sources: the soft open-file limit (`RLIMIT_NOFILE`)

@@ -28,6 +28,12 @@ public enum Limits {
     public static let defaultSessionsPerClient = 1_000
     /// Default cap on the transfers of one session (ferryd `--max-transfers-per-session`).
     public static let defaultTransfersPerSession = 100_000
+    /// Default cap on a session's completion events not acknowledged, beyond which it
+    /// starts no new run (ferryd `--max-pending-events-per-session`).
+    public static let defaultPendingEventsPerSession = 100_000
+    /// The reply of one `PendingEventsAfter` call, at most: half of what an array may
+    /// hold on the bus (64 MiB), whatever the events' paths and messages.
+    public static let pendingEventsPageBytes = 32 * 1024 * 1024
 
     /// Refuses a value over `limit` bytes; the message names what and the limit,
     /// never the value.

@@ -220,6 +220,13 @@ public struct PendingEvent: Sendable, Equatable {
         self.errorName = errorName; self.errorMessage = errorMessage; self.httpStatus = httpStatus
         self.bytes = bytes; self.sha256 = sha256
     }
+
+    /// At least the bytes the event takes in a `PendingEvents` reply (its strings, and
+    /// room for the numbers, names, alignment and the transfer's path).
+    public var wireBytesBound: Int {
+        256 + (location?.utf8.count ?? 0) + (errorName?.utf8.count ?? 0) + (errorMessage?.utf8.count ?? 0)
+            + (sha256?.utf8.count ?? 0)
+    }
 }
 
 /// Batch counts for `AllFinished`.

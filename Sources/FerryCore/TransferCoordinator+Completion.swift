@@ -92,6 +92,7 @@ extension TransferCoordinator {
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
+        t.showError(nil)
         t.life.complete()
         settle(t)
         // The final state and its event are stored together, before either is announced.
@@ -166,8 +167,7 @@ extension TransferCoordinator {
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
         settle(t, t.life.fail())
-        t.snapshot.errorName = error.name
-        t.snapshot.errorMessage = error.message
+        t.showError(error)
         t.snapshot.completed = environment.now()
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .failed, errorName: error.name,
                                               errorMessage: error.message, httpStatus: status,

@@ -43,6 +43,7 @@ extension TransferCoordinator {
         TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
                             priority: t.snapshot.priority, startable: t.life.isStartable,
                             waitingForNetwork: t.isWaitingForNetwork,
+                            resumedRun: t.runFromFailure && !t.state.isFinal,
                             claim: t.holdsClaim && !t.isUpload ? t.destination : nil,
                             extraClaim: t.holdsClaim ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)
     }

@@ -104,12 +104,22 @@ extension TransferCoordinator {
         }
     }
 
-    /// Resumes every paused or failed transfer (of one session or all).
+    /// Resumes every paused transfer and every failed one (of one session or all), the
+    /// failed ones oldest first while their session has room for the event each will
+    /// add (`eventRoom`); those beyond it stay failed (`resume` says why).
     public func resumeAll(session: SessionID? = nil) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let targets = try records(in: session)
+        var room: [SessionID: Int] = [:]
         mutate {
-            for t in targets where TransferStateMachine.Action.resume.allowedStates.contains(t.state) { resumeTransfer(t) }
+            for t in targets where TransferStateMachine.Action.resume.allowedStates.contains(t.state) {
+                if t.state == .failed {
+                    let left = room[t.session] ?? eventRoom(session: t.session)
+                    guard left >= 1 else { continue }
+                    room[t.session] = left - 1
+                }
+                resumeTransfer(t)
+            }
         }
     }
 

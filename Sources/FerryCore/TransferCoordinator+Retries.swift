@@ -33,6 +33,9 @@ extension TransferCoordinator {
             return
         }
         t.retriesUsed += 1
+        // The contract's `Error` is the last failure: while it waits to try again, the
+        // transfer says why (`ferry show`); it is cleared when the transfer completes.
+        t.showError(error)
         logger.info("transfer \(t.id): \(error.shortName) (\(error.message)); retry \(t.retriesUsed) of \(maxRetries) in \(String(format: "%.1f", seconds)) s")
         settle(t, t.life.retry(at: due))
         publishChanged(t)

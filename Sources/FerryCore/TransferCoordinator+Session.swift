@@ -13,6 +13,70 @@ extension TransferCoordinator {
         return try sessionRecord(session).pendingEvents
     }
 
+    /// A page of the events not acknowledged: those after serial `after`, oldest first,
+    /// at most `maxCount` (0: no count) and no more than `maxBytes` of reply
+    /// (`PendingEvent.wireBytesBound`), but always one when there is one. O(log n + page).
+    public func pendingEvents(session: SessionID, after: UInt64, maxCount: Int, maxBytes: Int) throws -> [PendingEvent] {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let all = try sessionRecord(session).pendingEvents
+        // Serials only grow: the first one after `after`, by bisection.
+        var low = 0, high = all.count
+        while low < high {
+            let mid = (low + high) / 2
+            if all[mid].serial <= after { low = mid + 1 } else { high = mid }
+        }
+        var page: [PendingEvent] = []
+        var bytes = 0
+        for e in all[low...] {
+            if maxCount > 0 && page.count >= maxCount { break }
+            bytes += e.wireBytesBound
+            if !page.isEmpty && bytes > maxBytes { break }
+            page.append(e)
+        }
+        return page
+    }
+
+    /// How many completion events of the session are not acknowledged yet (0 when there
+    /// is no such session). O(1).
+    public func pendingEventCount(session: SessionID) -> Int {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return sessions[session]?.pendingEvents.count ?? 0
+    }
+
+    /// How many more runs the session may start within `environment.pendingEventsPerSession`
+    /// completion events. Counted are the events it holds unacknowledged (a removed
+    /// transfer's stay until acknowledged), one for each transfer not ended yet (it ends
+    /// with one), one for each failed one (it ends once more when resumed or cancelled),
+    /// and one more for each run that began by resuming a failed transfer (it adds its
+    /// own event and may fail again). So what a client starts never takes a session past
+    /// the cap; only a new transfer's first run, failing, may add one more than counted
+    /// (its event and its failed state), so the events held can pass the cap by one per
+    /// such transfer. `starting`: new transfers of the session prepared, not added yet.
+    /// O(1).
+    func eventRoom(session: SessionID, starting: Int = 0) -> Int {
+        let held = pendingEventCount(session: session) + index.unfinishedCount(session: session)
+            + index.failedCount(session: session) + index.resumedRunCount(session: session) + starting
+        return environment.pendingEventsPerSession - held
+    }
+
+    /// Refuses (`LimitExceeded`) a new transfer in a session without room for its
+    /// completion event (`eventRoom`). What bounds a session's events — the memory and
+    /// disk they take, and `PendingEvents`' reply — for a client that never
+    /// acknowledges. `starting`: the session's downloads prepared but not added yet.
+    public func checkRoomForEvents(session: SessionID, starting: Int = 0) throws {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard eventRoom(session: session, starting: starting) < 1 else { return }
+        throw eventCapRefusal(session)
+    }
+
+    func eventCapRefusal(_ session: SessionID) -> FerryError {
+        let name = sessions[session].map { "'\($0.identifier)'" } ?? "\(session)"
+        return FerryError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
+            + "acknowledged and transfers that may add more, the most a session may (\(environment.pendingEventsPerSession)); "
+            + "acknowledge its events (Session.AcknowledgeEvents; `ferry ls` does for the CLI's session) or remove "
+            + "failed transfers first")
+    }
+
     /// Drops every pending event with a serial up to and including `serial`.
     public func acknowledgeEvents(session: SessionID, upTo serial: UInt64) throws {
         dispatchPrecondition(condition: .onQueue(queue))

@@ -22,10 +22,14 @@ extension TransferCoordinator {
 
     /// Queues a paused or failed transfer again; it continues from its partial file
     /// when the server's validator allows.
+    /// A failed transfer starts a new run, which ends with one more completion event:
+    /// it is refused (`LimitExceeded`) when its session has no room for it
+    /// (`eventRoom`). A paused one only continues its run.
     public func resume(_ id: TransferID) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let t = try record(id)
         try TransferStateMachine.check(.resume, state: t.state, transfer: id)
+        if t.state == .failed && eventRoom(session: t.session) < 1 { throw eventCapRefusal(t.session) }
         mutate { resumeTransfer(t) }
     }
 
@@ -100,8 +104,8 @@ extension TransferCoordinator {
 
     func resumeTransfer(_ t: TransferRecord) {
         if t.state == .failed {
-            t.snapshot.errorName = ""
-            t.snapshot.errorMessage = ""
+            t.runFromFailure = true
+            t.showError(nil)
             t.snapshot.completed = 0
             uncountFailure(t)
         }
@@ -134,8 +138,7 @@ extension TransferCoordinator {
         t.partFileHandedOver = !deletePart
         if deletePart { deletePartFiles(t) }
         settle(t, actions)
-        t.snapshot.errorName = reason.name
-        t.snapshot.errorMessage = reason.message
+        t.showError(reason)
         t.snapshot.completed = environment.now()
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .cancelled, errorName: reason.name,
                                               errorMessage: reason.message, bytes: t.snapshot.bytesTransferred),

@@ -115,6 +115,12 @@ final class TransferRecord {
         get { extrasBox?.failureCountedIn }
         set { if newValue != nil || extrasBox != nil { extras.failureCountedIn = newValue } }
     }
+    /// Its present run was started by resuming it after it failed: that run adds a
+    /// completion event the room (`eventRoom`) counted when it began. In memory only.
+    var runFromFailure: Bool {
+        get { extrasBox?.runFromFailure ?? false }
+        set { if newValue || extrasBox != nil { extras.runFromFailure = newValue } }
+    }
     /// An upload's settings (nil for a download).
     var upload: UploadSpec? {
         get { extrasBox?.upload }
@@ -194,6 +200,14 @@ final class TransferRecord {
         snapshot.created == data.created && partPath == data.partPath && etag == data.etag && lastModified == data.lastModified
     }
 
+    /// Its `Error` property: the last failure (nil: none). Set when it fails for good,
+    /// is cancelled or waits to try again; cleared when it completes or is resumed
+    /// after failing.
+    func showError(_ error: FerryError?) {
+        snapshot.errorName = error?.name ?? ""
+        snapshot.errorMessage = error?.message ?? ""
+    }
+
     /// Until it is completed, cancelled or removed a transfer owns its final path and
     /// `.part` (a failed one may be resumed).
     var holdsClaim: Bool { state != .completed && state != .cancelled }
@@ -269,6 +283,7 @@ final class TransferExtras {
     var delivery: DescriptorDelivery?
     var upload: UploadSpec?
     var failureCountedIn: (manager: UInt64, session: UInt64)?
+    var runFromFailure = false
     var uploadSource: EngineUpload?
     var segments: SegmentMap?
     var partIsPrefix = false

@@ -33,10 +33,13 @@ extension FerryBusService {
         throw FerryError.limitExceeded("there are \(ids.count) sessions already, the most one client may have (\(limits.sessionsPerClient)); close some (Session.Close) first")
     }
 
-    /// Refuses a new transfer in a session that holds the most it may. On the core's queue.
+    /// Refuses a new transfer in a session that holds the most transfers it may, or has
+    /// no room for one more completion event (the core's cap). On the core's queue.
     func checkTransferLimit(_ core: TransferCoordinator, session: SessionID) throws {
         // Downloads of the same group not added yet count too.
-        let count = try core.transferCount(session: session) + core.preparedCount(session: session)
+        let prepared = core.preparedCount(session: session)
+        try core.checkRoomForEvents(session: session, starting: prepared)
+        let count = try core.transferCount(session: session) + prepared
         guard count < limits.transfersPerSession else {
             throw FerryError.limitExceeded("session \(session) holds \(count) transfers, the most a session may (\(limits.transfersPerSession)); remove finished ones (Transfer.Remove) first")
         }

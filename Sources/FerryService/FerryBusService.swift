@@ -25,6 +25,9 @@ public final class FerryBusService: @unchecked Sendable {
     private var notifications: BatchNotifications?
     /// Caps on sessions and transfers; set before `start`.
     public var limits = ClientLimits()
+    /// The most one `PendingEventsAfter` reply holds (ferryd's testing knob
+    /// `FERRY_PENDING_PAGE_BYTES` makes it small). Set before `start`.
+    public var pendingEventsPageBytes = Limits.pendingEventsPageBytes
     /// Identifies callers and keeps sandboxed ones to their own objects.
     let callers: CallerRegistry
     /// `Download` calls on their way to the core, in groups.

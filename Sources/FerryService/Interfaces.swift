@@ -110,6 +110,15 @@ extension FerryBusService {
                         [.array(element: "(tosa{sv})", try core.pendingEvents(session: session).map(PropertyMapping.pendingEvent))]
                     }
                 },
+                MethodSpec("PendingEventsAfter", in: [ArgSpec("after", "t"), ArgSpec("limit", "u")],
+                           out: [ArgSpec("events", "a(tosa{sv})")]) { [unowned self] inv in
+                    runOnSession(inv) { core, session in
+                        let page = try core.pendingEvents(session: session, after: inv.arguments[0].uint64 ?? 0,
+                                                          maxCount: Int(inv.arguments[1].uint32 ?? 0),
+                                                          maxBytes: self.pendingEventsPageBytes)
+                        return [.array(element: "(tosa{sv})", page.map(PropertyMapping.pendingEvent))]
+                    }
+                },
                 MethodSpec("AcknowledgeEvents", in: [ArgSpec("serial", "t")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
                         try core.acknowledgeEvents(session: session, upTo: inv.arguments[0].uint64 ?? 0)

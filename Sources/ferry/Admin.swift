@@ -64,7 +64,7 @@ struct SessionsShow: AsyncParsableCommand {
             let j = sessionJSON(s, objects, pending: events.count)
             var lines = ["Session \(j.identifier) (\(j.path))", "  Active transfers: \(j.activeTransfers) of \(j.transfers)",
                          "  Pending events:   \(events.count)", "  Configuration:"]
-            for (k, v) in s.configuration.sorted(by: { $0.key < $1.key }) { lines.append("    \(k): \(v)") }
+            for (k, v) in s.configuration.sorted(by: { $0.key < $1.key }) { lines.append("    \(k): \(plainText(v))") }
             for e in events {
                 lines.append("  event \(e.serial): transfer \(FerryClient.transferID(e.transferPath)) \(e.kind)"
                              + (e.details["error-message"]?.string.map { ": \($0)" } ?? ""))
@@ -72,6 +72,22 @@ struct SessionsShow: AsyncParsableCommand {
             Output.line(lines.joined(separator: "\n"))
         }
     }
+}
+
+/// A configuration value as a person reads it: `6`, `true`, `-` for an empty string,
+/// `Name: value, …` for headers (no D-Bus type names).
+func plainText(_ v: DBusValue) -> String {
+    if let s = v.string { return s.isEmpty ? "-" : Format.shown(s) }
+    if let b = v.bool { return b ? "true" : "false" }
+    if let n = v.uint32 { return String(n) }
+    if let n = v.uint64 { return String(n) }
+    if let n = v.int32 { return String(n) }
+    if let n = v.int64 { return String(n) }
+    if let d = v.double { return d == d.rounded() && abs(d) < 1e15 ? String(Int64(d)) : String(d) }
+    if let h = v.stringDict {
+        return h.isEmpty ? "-" : h.sorted { $0.key < $1.key }.map { "\(Format.shown($0.key)): \(Format.shown($0.value))" }.joined(separator: ", ")
+    }
+    return Format.shown("\(v)")
 }
 
 struct SessionsClose: AsyncParsableCommand {
@@ -128,6 +144,10 @@ struct ConfigGet: AsyncParsableCommand {
                                 downloadRate: p[M.downloadRate.name]?.uint64 ?? 0, uploadRate: p[M.uploadRate.name]?.uint64 ?? 0)
             let values = ["max-concurrent": String(m.maxConcurrent), "speed-limit": String(m.speedLimit),
                           "notifications": m.notifications ? "on" : "off"]
+            if json, let key {
+                // The one value, as JSON (a number or a boolean).
+                return Output.raw(key == "notifications" ? (m.notifications ? "true" : "false") : values[key]!)
+            }
             if json { return JSONOutput.print(m) }
             if let key { return Output.line(values[key]!) }
             for k in ["max-concurrent", "speed-limit", "notifications"] { Output.line("\(k) \(values[k]!)") }
@@ -152,7 +172,7 @@ struct ConfigSet: AsyncParsableCommand {
             guard let n = UInt32(value), n > 0 else { throw ValidationError("max-concurrent takes a whole number of at least 1") }
             return .uint32(n)
         case "speed-limit":
-            guard let n = ByteRate.parse(value) else { throw ValidationError("'\(value)' is not a rate of at least 1 byte/s (500k, 2M; 0 = none)") }
+            guard let n = ByteRate.parse(value) else { throw ValidationError("'\(value)' is not a rate: bytes per second from 1 up, with k, M or G (500k, 2M; 0 = none)") }
             return .uint64(n)
         case "notifications":
             switch value.lowercased() {

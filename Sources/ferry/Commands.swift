@@ -66,7 +66,7 @@ struct List: AsyncParsableCommand {
                 Output.write(Format.table(infos, sessions: names, showSession: many).joined(separator: "\n") + "\n")
             }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
-                                   shown: Set(infos.filter(\.isFinal).map(\.path)), existing: Set(objects.transfers.map(\.path)))
+                                   shown: Set(infos.filter(\.isFinal).map(\.path)), listed: finalByPath(objects))
         }
     }
 }
@@ -96,7 +96,7 @@ struct Show: AsyncParsableCommand {
                 Output.line(infos.map { Format.details($0, sessionName: names[$0.session] ?? "") }.joined(separator: "\n\n"))
             }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
-                                   shown: Set(infos.filter(\.isFinal).map(\.path)), existing: Set(objects.transfers.map(\.path)))
+                                   shown: Set(infos.filter(\.isFinal).map(\.path)), listed: finalByPath(objects))
         }
     }
 }
@@ -144,11 +144,21 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
         }
         let calls = try transfers.map { try FerryClient.methodCall(path: $0.path, interface: FerryClient.transferInterface, method: method, []) }
         var refused = false
+        var done: Set<String> = []
         for (t, r) in zip(transfers, await client.pipeline(calls)) {
             if case .failure(let e) = r {
-                printError("transfer \(t.id): \(describe(e).message)")
+                let message = describe(e).message
+                // The service's message may name the transfer already ("transfer 34 is paused").
+                printError(message.hasPrefix("transfer \(t.id) ") ? message : "transfer \(t.id): \(message)")
                 refused = true
+            } else {
+                done.insert(t.path)
             }
+        }
+        if method == "Remove" && !done.isEmpty {
+            // What the user removes, they have seen: its events go too (a removed
+            // transfer's stay until acknowledged, and a session holds a limited number).
+            await acknowledgeShown(client, session: global.session, sessions: objects.sessions, shown: done, listed: nil)
         }
         if refused { throw CLIError.refused("some transfers were not changed") }
     }
@@ -188,10 +198,10 @@ func follow(_ client: FerryClient, _ global: GlobalOptions, monitor: TransferMon
             sessions: [SessionInfo], options: Follower.Options, json: Bool) async throws -> [TransferInfo] {
     let follower = Follower(options: options)
     // As JSON lines, live progress is `progress` events (at most one a second per transfer).
-    let sink: FollowSink = json ? EventPrinter(json: true, progress: true) : ProgressDisplay(quiet: global.quiet)
+    let sink: FollowSink = json ? EventPrinter(json: true, progress: true) : ProgressDisplay(quiet: global.quiet, on: .standardOutput)
     let final = try await follower.run(initial, monitor: monitor, sink: sink)
     await acknowledgeShown(client, session: global.session, sessions: sessions,
-                           shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                           shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)
     return final
 }
 
@@ -262,11 +272,11 @@ struct Wait: AsyncParsableCommand {
             let objects = try await client.managedObjects()
             let initial = try pick(try parseTransferIDs(ids), from: objects)
             let follower = Follower(options: Follower.Options())
-            let sink = ProgressDisplay(quiet: true)
+            let sink = ProgressDisplay(quiet: true, on: .standardError)
             let final = try await follower.run(initial, monitor: monitor, sink: sink)
             if json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
-                                   shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                                   shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)
             if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
         }
     }
@@ -366,6 +376,9 @@ final class EventPrinter: FollowSink {
             e = EventJSON(event: "added", id: i.id, time: JSONOutput.now(), state: i.state, url: i.url, destination: i.destination)
             text = "\(i.state) \(i.url)"
         case .state(let i, _):
+            // In text, the final state is said once, by the completion that follows it
+            // ("7 completed" came twice).
+            if !json && i.isFinal { return }
             e = EventJSON(event: "state", id: i.id, time: JSONOutput.now(), state: i.state,
                           waitingReason: i.waitingReason.isEmpty ? nil : i.waitingReason)
             text = Format.stateText(i)

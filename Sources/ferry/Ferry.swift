@@ -76,14 +76,17 @@ enum CommandLineRewrite {
             rest[0] = "put"
         }
         guard !globals.isEmpty, let command = rest.first, !command.hasPrefix("-") else { return globals + rest }
-        return [command] + globals + Array(rest.dropFirst())
+        // After the command and whatever subcommand it has (`config get`, `sessions
+        // show`): at the end, or before a `--` that ends the options.
+        if let end = rest.firstIndex(of: "--") { return Array(rest[..<end]) + globals + Array(rest[end...]) }
+        return rest + globals
     }
 }
 
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("session"),
-            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers when it is given.", valueName: "IDENT"))
+            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers when --session names it ($FERRY_SESSION does not filter them).", valueName: "IDENT"))
     var sessionOption: String?
 
     /// The CLI's session: --session, else $FERRY_SESSION, else org.ferry.cli.
@@ -204,9 +207,9 @@ enum Output {
     private static var inBurst: Bool { bursts.withLock { burstDepth > 0 } }
 
     /// Many lines in one write (a listing of thousands must not flush each).
-    static func lines(_ ls: [String]) {
+    static func lines(_ ls: [String], to channel: OutputChannel = .standardOutput) {
         guard !ls.isEmpty else { return }
-        write(ls.lazy.map { Format.shown($0, keepingNewlines: true) }.joined(separator: "\n") + "\n")
+        write(ls.lazy.map { Format.shown($0, keepingNewlines: true) }.joined(separator: "\n") + "\n", to: channel)
     }
 
     static func write(_ s: String) {
@@ -215,6 +218,27 @@ enum Output {
     }
 
     static func flush() { fflush(stdout) }
+
+    /// A line on `channel` (standard error: after what standard output holds).
+    static func line(_ s: String, to channel: OutputChannel) {
+        guard channel == .standardError else { return line(s) }
+        write(Format.shown(s, keepingNewlines: true) + "\n", to: channel)
+    }
+
+    static func write(_ s: String, to channel: OutputChannel) {
+        guard channel == .standardError else { return write(s) }
+        fflush(stdout)
+        FileHandle.standardError.write(Data(s.utf8))
+    }
+}
+
+/// Where a display goes: standard output when showing is the command's result
+/// (`watch`), standard error when it only accompanies it (`get --wait`, `wait`), as
+/// curl's and wget's progress does.
+enum OutputChannel: Equatable {
+    case standardOutput, standardError
+
+    var fd: Int32 { self == .standardOutput ? STDOUT_FILENO : STDERR_FILENO }
 }
 
 /// Transfer ids as the user types them ("7" or a full object path).

@@ -215,25 +215,53 @@ final class Follower {
 }
 
 /// Acknowledges the pending events of the CLI's own session that concern
-/// transfers it has shown in a final state (or that are gone): the longest such
-/// run from the oldest, since acknowledging a serial drops every earlier event too.
-func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
-                      shown: Set<String>, existing: Set<String>?) async {
-    guard let info = sessions.first(where: { $0.identifier == identifier }) else { return }
-    await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, existing: existing)
+/// transfers it has shown in a final state, that are gone, or that have started
+/// another run since (resumed: that run ends with its own event): the longest such
+/// run of events from the oldest, since acknowledging a serial drops every earlier
+/// one too. `listed`: each transfer of a listing the caller made before the events
+/// were read, and whether it was final then (asked for otherwise, only if an event
+/// needs it).
+/// Each transfer of a listing, and whether it was final then (`acknowledgeShown`'s `listed`).
+func finalByPath(_ objects: ManagedObjects) -> [String: Bool] {
+    Dictionary(objects.transfers.map { ($0.path, $0.isFinal) }, uniquingKeysWith: { a, _ in a })
 }
 
-func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, existing: Set<String>?) async {
+func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
+                      shown: Set<String>, listed: [String: Bool]?) async {
+    guard let info = sessions.first(where: { $0.identifier == identifier }) else { return }
+    await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
+}
+
+func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, listed: [String: Bool]?) async {
     guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
-    var existing = existing
+    var listed = listed
+    // A listing made after the events were read: a transfer not final in it has
+    // started another run since its event (a run that ends later has a later event).
+    var fresh = false
     var last: UInt64?
     for e in events {
         if !shown.contains(e.transferPath) {
             // Asked for only when an event is not of a shown transfer (a `get` showed all of its own).
-            if existing == nil { existing = Set((try? await client.listTransfers().map(\.path)) ?? []) }
-            guard !(existing?.contains(e.transferPath) ?? true) else { break }
+            if listed == nil {
+                guard let objects = try? await client.managedObjects() else { break }
+                listed = finalByPath(objects)
+                fresh = true
+            }
+            switch listed?[e.transferPath] {
+            case nil: break // gone: nothing left to show
+            case true?: return await acknowledge(session, upTo: last) // final, and the user has not seen how it ended
+            case false?:
+                // Not final when listed, before the events were read: it may have ended since.
+                if !fresh, let now = try? await FerryTransfer(client: client, path: e.transferPath).info(), now.isFinal {
+                    return await acknowledge(session, upTo: last)
+                }
+            }
         }
         last = e.serial
     }
+    await acknowledge(session, upTo: last)
+}
+
+private func acknowledge(_ session: FerrySession, upTo last: UInt64?) async {
     if let last { try? await session.acknowledgeEvents(upTo: last) }
 }

@@ -65,21 +65,23 @@ enum Format {
         func time(_ t: UInt64) -> String {
             t == 0 ? "-" : ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(t) / 1_000_000))
         }
+        // One field, one line: text a client or server chose shows a line break as "?",
+        // so it cannot make a line of its own ("  State: completed").
         var lines = [
-            "Transfer \(i.id) (\(i.kind))",
-            "  URL:          \(i.url)",
-            "  State:        \(stateText(i))",
-            "  Session:      \(sessionName.isEmpty ? i.session : sessionName)",
-            "  Destination:  \(i.destination.isEmpty ? "-" : i.destination)",
+            "Transfer \(i.id) (\(shown(i.kind)))",
+            "  URL:          \(shown(i.url))",
+            "  State:        \(shown(stateText(i)))",
+            "  Session:      \(shown(sessionName.isEmpty ? i.session : sessionName))",
+            "  Destination:  \(i.destination.isEmpty ? "-" : shown(i.destination))",
             "  Progress:     \(bytes(i.bytesTransferred)) of \(bytes(i.bytesExpected)) (\(percent(i)))",
         ]
         if i.rate > 0 { lines.append("  Rate:         \(rate(Double(i.rate)))") }
-        if !i.description.isEmpty { lines.append("  Description:  \(i.description)") }
-        if !i.errorName.isEmpty { lines.append("  Error:        \(i.errorMessage) (\(i.errorName))") }
+        if !i.description.isEmpty { lines.append("  Description:  \(shown(i.description))") }
+        if !i.errorName.isEmpty { lines.append("  Error:        \(shown(i.errorMessage)) (\(shown(i.errorName)))") }
         if i.httpStatus != 0 { lines.append("  HTTP status:  \(i.httpStatus)") }
         lines.append("  Attempts:     \(i.attempts)")
         lines.append("  Resumable:    \(i.resumable ? "yes" : "no")")
-        if !i.sha256.isEmpty { lines.append("  SHA-256:      \(i.sha256)") }
+        if !i.sha256.isEmpty { lines.append("  SHA-256:      \(shown(i.sha256))") }
         if !i.response.isEmpty { lines.append("  Response:     \(responseText(i.response))") }
         lines.append("  Created:      \(time(i.created))")
         lines.append("  Started:      \(time(i.started))")

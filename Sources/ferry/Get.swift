@@ -70,7 +70,7 @@ struct Get: AsyncParsableCommand {
     @Flag(help: "Create the transfers paused.")
     var paused = false
 
-    @Flag(help: "Wait until the downloads end, showing progress; exit 1 if any failed.")
+    @Flag(help: "Wait until the downloads end, showing progress on standard error; exit 1 if any failed.")
     var wait = false
 
     @Flag(help: "Print JSON (an array of transfers) instead of ids.")
@@ -78,15 +78,20 @@ struct Get: AsyncParsableCommand {
 
     func validate() throws {
         if output != nil && directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
+        // An unset variable in a script (`-o "$OUT"`) must not mean "here".
+        if output?.isEmpty == true { throw ValidationError("-o takes a file name, not an empty one") }
+        if directory?.isEmpty == true { throw ValidationError("-d takes a folder, not an empty name") }
+        if sha256File?.isEmpty == true { throw ValidationError("--sha256-file takes a file name, not an empty one") }
+        if inputFile?.isEmpty == true { throw ValidationError("-i takes a file name (or - for standard input), not an empty one") }
         if urls.isEmpty && inputFile == nil { throw ValidationError("name at least one URL, or -i FILE") }
         if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
         if sha256 != nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
         try HeaderArguments.validate(headers)
-        if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate of at least 1 byte/s (500k, 2M)") }
+        if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate: bytes per second from 1 up, with k, M or G (500k, 2M)") }
         if let connections, !(1...16).contains(connections) { throw ValidationError("--connections takes 1 to 16") }
         if let priority, Self.priorities[priority.lowercased()] == nil { throw ValidationError("--priority takes low, normal or high") }
-        if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time before the year 10000 (+10m, 23:30, 2026-01-31T23:30:00Z, @1769902200)") }
+        if let startAfter, StartTime.parse(startAfter) == nil { throw ValidationError("--start-after: '\(startAfter)' is not a time: +10m, 23:30, 2026-01-31T23:30:00Z or @1769902200 (before the year 10000)") }
         if let timeout, !(timeout > 0) { throw ValidationError("--timeout takes a number of seconds above 0") }
     }
 
@@ -167,25 +172,24 @@ struct Get: AsyncParsableCommand {
                 }
             }
             let ids = created.map(FerryClient.transferID)
-            let tty = isatty(STDOUT_FILENO) != 0
             if json && !wait {
                 let objects = try await client.managedObjects()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
-            } else if !json && !global.quiet && (!wait || !tty) {
+            } else if !json && !global.quiet && (!wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
                 Output.lines(ids.map { String($0) })
             }
             if wait, let monitor, !created.isEmpty {
                 // Each transfer is followed from its InterfacesAdded, which the monitor
                 // (subscribed before the first Download) holds with all its properties.
                 let follower = Follower(options: Follower.Options())
-                let sink = ProgressDisplay(quiet: global.quiet || json)
+                let sink = ProgressDisplay(quiet: global.quiet || json, on: .standardError)
                 var final = try await follower.run([], created: created, monitor: monitor, sink: sink)
                 if json {
                     let after = try await client.managedObjects()
                     final = (try? pick(ids, from: after)) ?? final
                     JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(after)) })
                 }
-                await acknowledgeShown(session, client: client, shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                await acknowledgeShown(session, client: client, shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)
                 if refused { throw CLIError.refused("") }
                 if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
             }
@@ -246,10 +250,23 @@ enum Checksums {
         if path == "-" {
             return String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
         }
-        guard let d = FileManager.default.contents(atPath: absolutePath(path)) else {
-            throw CLIError.usage("cannot read \(path)")
+        // Any readable file: a pipe, a FIFO or `<(…)` too, read to its end.
+        let fd = open(absolutePath(path), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CLIError.usage("cannot read \(path): \(String(cString: strerror(errno)))") }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var st = stat()
+        if fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR {
+            throw CLIError.usage("cannot read \(path): \(String(cString: strerror(EISDIR)))")
         }
-        return String(decoding: d, as: UTF8.self)
+        do {
+            guard let d = try handle.readToEnd() else { return "" }
+            return String(decoding: d, as: UTF8.self)
+        } catch {
+            var e = error as NSError
+            if let underlying = e.userInfo[NSUnderlyingErrorKey] as? NSError { e = underlying }
+            let reason = e.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32(e.code))) : e.localizedDescription
+            throw CLIError.usage("cannot read \(path): \(reason)")
+        }
     }
 
     /// One URL a line, optionally with its SHA-256 before or after it; blank

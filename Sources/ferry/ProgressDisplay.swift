@@ -1,10 +1,11 @@
 import FerryBusClient
 import Foundation
 
-/// Shows followed transfers: on a terminal, one live line per transfer plus a
-/// total, fitted to the width and redrawn on resize; piped, plain lines (a state
-/// change, at most one progress line a second per transfer, a final line).
-/// Finished transfers go to stdout, failures to stderr; `quiet` keeps only failures.
+/// Shows followed transfers on its channel: on a terminal, one live line per transfer
+/// plus a total, fitted to the width and redrawn on resize; piped, plain lines (a
+/// state change, at most one progress line a second per transfer). Each completed
+/// transfer's final line ("ID completed PATH") goes to stdout — unless the live display
+/// shows it on the same terminal — and failures to stderr; `quiet` keeps only failures.
 final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private let lock = NSLock()
     private var infos: [String: TransferInfo] = [:]
@@ -17,6 +18,10 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private var drawnLengths: [Int] = []
     private var drawnColumns = 0
     private let terminal: Terminal?
+    private let channel: OutputChannel
+    /// Completed transfers' lines go to stdout as they come (not when the live display
+    /// shows them on the terminal stdout also goes to).
+    private let resultLines: Bool
     private let quiet: Bool
     private var ticker: DispatchSourceTimer?
     private var ended = false
@@ -27,12 +32,24 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         var rate: Double
     }
 
-    init(quiet: Bool, terminal: Terminal? = Terminal.standardOutput()) {
+    init(quiet: Bool, on channel: OutputChannel) {
         self.quiet = quiet
-        self.terminal = quiet ? nil : terminal
+        self.channel = channel
+        terminal = quiet ? nil : Terminal.attached(to: channel)
+        resultLines = !quiet && (terminal == nil || (channel == .standardError && !Self.drawnOnStandardOutputsTerminal))
     }
 
     private func now() -> Double { Date().timeIntervalSince1970 }
+
+    /// Whether a live display on standard error is drawn on the terminal standard output
+    /// goes to: then what stdout would say (new ids, final lines) lands inside the
+    /// display, which shows it anyway.
+    static var drawnOnStandardOutputsTerminal: Bool {
+        guard isatty(STDOUT_FILENO) != 0, isatty(STDERR_FILENO) != 0 else { return false }
+        var x = stat(), y = stat()
+        guard fstat(STDOUT_FILENO, &x) == 0, fstat(STDERR_FILENO, &y) == 0 else { return true }
+        return x.st_rdev == y.st_rdev
+    }
 
     // MARK: FollowSink
 
@@ -57,7 +74,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
                 for i in initial {
                     if i.isFinal { reportFinal(i) } else { lines.append("\(i.id) \(Format.stateText(i)) \(Format.name(i))") }
                 }
-                Output.lines(lines)
+                Output.lines(lines, to: channel)
             } else {
                 for i in initial where i.isFinal { reportFinal(i) }
             }
@@ -84,7 +101,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
             case .completed(let i, _):
                 infos[i.path] = i
                 rates[i.path] = nil
-                if terminal == nil { reportFinal(i) }
+                if terminal == nil || (resultLines && i.state == "completed") { reportFinal(i) }
             case .removed(let i):
                 infos[i.path] = nil
                 order.removeAll { $0 == i.path }
@@ -129,7 +146,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private func plainStateLine(_ i: TransferInfo) {
         guard !quiet else { return }
         if i.isFinal { return reportFinal(i) }
-        Output.line("\(i.id) \(Format.stateText(i)) \(Format.name(i))")
+        Output.line("\(i.id) \(Format.stateText(i)) \(Format.name(i))", to: channel)
     }
 
     private func plainProgressLine(_ i: TransferInfo) {
@@ -140,7 +157,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         var s = "\(i.id) \(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
         let r = rate(i)
         if r > 0 { s += " \(Format.rate(r))" }
-        Output.line(s)
+        Output.line(s, to: channel)
     }
 
     /// The one final line of a transfer: stdout when it completed, stderr otherwise.
@@ -150,7 +167,7 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         reportedFinal.insert(i.path)
         switch i.state {
         case "completed":
-            if !quiet && terminal == nil { Output.line("\(i.id) completed \(i.destination.isEmpty ? i.url : i.destination)") }
+            if resultLines { Output.line("\(i.id) completed \(i.destination.isEmpty ? i.url : i.destination)") }
         case "paused":
             printError("transfer \(i.id) is paused: \(Format.name(i)) (resume it with `ferry resume \(i.id)`)")
         default:
@@ -175,9 +192,9 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         out += "\u{1B}[J"
         let lines = frame(columns: columns, rows: terminal.rows).map { $0.fitted(columns - 1) }
         for l in lines { out += l + "\n" }
-        drawnLengths = lines.map(\.count)
+        drawnLengths = lines.map(\.columns)
         drawnColumns = columns
-        Output.write(out)
+        Output.write(out, to: channel)
     }
 
     /// The lines of one frame: the transfers that matter most first (moving, then
@@ -227,11 +244,11 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         let name = Format.shown(Format.name(i))
         // The name gets what is left after the id and tail, at least 12 columns; the
         // bar only when there is room for it.
-        let free = columns - head.count - tail.count
+        let free = columns - head.columns - tail.columns
         let barWidth = free >= 12 + 12 ? min(20, free - 12 - 3) : 0
         let nameWidth = max(12, free - (barWidth > 0 ? barWidth + 3 : 0))
         let shortName = name.fitted(nameWidth)
-        var s = head + shortName + String(repeating: " ", count: max(0, nameWidth - shortName.count))
+        var s = head + shortName + String(repeating: " ", count: max(0, nameWidth - shortName.columns))
         if barWidth > 0 {
             let fraction = i.bytesExpected > 0 ? min(1, Double(i.bytesTransferred) / Double(i.bytesExpected)) : (i.state == "completed" ? 1 : 0)
             let filled = Int(fraction * Double(barWidth))

@@ -20,7 +20,7 @@ struct UploadOptions: ParsableArguments {
     @Flag(help: "Create the transfer paused.")
     var paused = false
 
-    @Flag(help: "Wait until the upload ends, showing progress; exit 1 if it failed.")
+    @Flag(help: "Wait until the upload ends, showing progress on standard error; exit 1 if it failed.")
     var wait = false
 
     @Flag(help: "Print JSON (an array with the transfer) instead of its id.")
@@ -59,28 +59,30 @@ func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: S
     try await runReportingErrors {
         let path = absolutePath(file)
         var isDir: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir), !isDir.boolValue else {
-            throw CLIError.refused("\(file): no such file")
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else {
+            // `put URL FILE`, the arguments the other way round, is the likeliest slip.
+            let swapped = file.contains("://") ? " (the file comes first: ferry put FILE URL)" : ""
+            throw CLIError.refused("\(file): no such file\(swapped)")
         }
+        guard !isDir.boolValue else { throw CLIError.refused("\(file) is a folder; ferry uploads one file") }
         let client = try global.connect()
         let session = try await client.openSession(global.session)
         let monitor = opts.wait ? try await TransferMonitor.start(client) : nil
         defer { monitor?.stop() }
         let t = try await session.upload(url, file: path, options: busOptions)
-        let tty = isatty(STDOUT_FILENO) != 0
         if opts.json && !opts.wait {
             let objects = try await client.managedObjects()
             JSONOutput.print(try pick([t.id], from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
-        } else if !opts.json && !global.quiet && (!opts.wait || !tty) {
+        } else if !opts.json && !global.quiet && (!opts.wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
             Output.line(String(t.id))
         }
         guard opts.wait, let monitor else { return }
         let objects = try await client.managedObjects()
         let final = try await Follower(options: Follower.Options())
-            .run(try pick([t.id], from: objects), monitor: monitor, sink: ProgressDisplay(quiet: global.quiet || opts.json))
+            .run(try pick([t.id], from: objects), monitor: monitor, sink: ProgressDisplay(quiet: global.quiet || opts.json, on: .standardError))
         if opts.json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
         await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
-                               shown: Set(final.filter(\.isFinal).map(\.path)), existing: nil)
+                               shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)
         if final.contains(where: { $0.state != "completed" }) { throw CLIError.transfersFailed }
     }
 }

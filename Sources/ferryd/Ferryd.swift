@@ -45,6 +45,9 @@ struct Ferryd: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Refuse new transfers in a session holding this many (LimitExceeded).", valueName: "count"))
     var maxTransfersPerSession: Int = Limits.defaultTransfersPerSession
 
+    @Option(name: .long, help: ArgumentHelp("Refuse new transfers, and resuming failed ones, in a session whose completion events not acknowledged, with those its transfers may still add, reach this many (LimitExceeded).", valueName: "count"))
+    var maxPendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession
+
     func validate() throws {
         guard idleTimeout.isFinite, idleTimeout > 0 else {
             throw ValidationError("--idle-timeout must be a positive number of seconds")
@@ -55,8 +58,8 @@ struct Ferryd: ParsableCommand {
         guard batchSettle.isFinite, (0...3600).contains(batchSettle) else {
             throw ValidationError("--batch-settle must be between 0 and 3600 seconds")
         }
-        guard maxSessionsPerClient > 0, maxTransfersPerSession > 0 else {
-            throw ValidationError("--max-sessions-per-client and --max-transfers-per-session must be positive")
+        guard maxSessionsPerClient > 0, maxTransfersPerSession > 0, maxPendingEventsPerSession > 0 else {
+            throw ValidationError("--max-sessions-per-client, --max-transfers-per-session and --max-pending-events-per-session must be positive")
         }
     }
 
@@ -106,7 +109,8 @@ struct Ferryd: ParsableCommand {
         // Under the state lock, so two daemons starting at once never make two keys.
         let seal = ResumeDataSeal.persistent(in: StateDatabase.directory(), logger: logger)
         let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
-                                          batchSettleTime: batchSettle, resumeDataSeal: seal)
+                                          batchSettleTime: batchSettle, resumeDataSeal: seal,
+                                          pendingEventsPerSession: maxPendingEventsPerSession)
         let store = try Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().
@@ -127,6 +131,9 @@ struct Ferryd: ParsableCommand {
         let service = FerryBusService(bus: bus, core: core, version: Ferryd.version,
                                       defaultDirectory: environment.defaultDownloadDirectory(),
                                       notifier: notifier, logger: logger)
+        if let text = ProcessInfo.processInfo.environment["FERRY_PENDING_PAGE_BYTES"], let bytes = Int(text), bytes > 0 {
+            service.pendingEventsPageBytes = bytes // a testing knob: pages of a few events
+        }
         service.limits = ClientLimits(sessionsPerClient: maxSessionsPerClient, transfersPerSession: maxTransfersPerSession)
 
         let lifetime = Lifetime(core: core, notifier: notifier, logger: logger)

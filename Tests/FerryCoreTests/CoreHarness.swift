@@ -18,6 +18,7 @@ final class CoreHarness {
     let disk: FakeDisk
     let retryPolicy: RetryPolicy
     let checkpointInterval: Double
+    let pendingEventsPerSession: Int
     /// Removes `root` when done (a restarted harness takes this over).
     private var ownsRoot = true
 
@@ -26,7 +27,7 @@ final class CoreHarness {
     ///   - restore: call `restore()` before `start()`, as ferryd does.
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
-         root: String? = nil, batchSettleTime: Double = 0) {
+         root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
@@ -35,11 +36,13 @@ final class CoreHarness {
         self.disk = disk
         self.retryPolicy = retryPolicy
         self.checkpointInterval = checkpointInterval
+        self.pendingEventsPerSession = pendingEventsPerSession
         let downloads = self.downloads
         let environment = CoreEnvironment(now: { clock.now }, defaultDownloadDirectory: { downloads },
                                           version: "9.9", retryPolicy: retryPolicy,
                                           freeSpace: { path in disk.free(path) },
-                                          checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime)
+                                          checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime,
+                                          pendingEventsPerSession: pendingEventsPerSession)
         core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
         observer.attach(to: core)
         observer.expectedQueue = queue
@@ -54,7 +57,8 @@ final class CoreHarness {
         if !crashed { queue.sync { core.shutdown() } }
         ownsRoot = false
         return CoreHarness(retryPolicy: retryPolicy ?? self.retryPolicy, store: store, restore: true,
-                           checkpointInterval: checkpointInterval, clock: clock, disk: disk, root: root)
+                           checkpointInterval: checkpointInterval, clock: clock, disk: disk, root: root,
+                           pendingEventsPerSession: pendingEventsPerSession)
     }
 
     deinit { if ownsRoot { try? FileManager.default.removeItem(atPath: root) } }
@@ -154,4 +158,5 @@ extension FerryError {
     var isInvalidResumeData: Bool { if case .invalidResumeData = self { return true } else { return false } }
     var isNoSuchSession: Bool { if case .noSuchSession = self { return true } else { return false } }
     var isNoSuchTransfer: Bool { if case .noSuchTransfer = self { return true } else { return false } }
+    var isLimitExceeded: Bool { if case .limitExceeded = self { return true } else { return false } }
 }

@@ -64,7 +64,8 @@ final class RetryTests: XCTestCase {
         h.fail(t, .network("The connection to example.com:443 was reset"), bytes: 6)
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.snapshot(t)?.waitingReason, "retry")
-        XCTAssertEqual(h.snapshot(t)?.errorName, "", "no error shown while retrying")
+        XCTAssertEqual(h.snapshot(t)?.errorName, FerryError.network("").name, "the last failure, while it waits to try again")
+        XCTAssertEqual(h.snapshot(t)?.errorMessage, "The connection to example.com:443 was reset")
         XCTAssertTrue(h.observer.completions.isEmpty)
         h.clock.advance(seconds: 1.9)
         h.sync { $0.wakeDueTransfers() }
@@ -83,6 +84,8 @@ final class RetryTests: XCTestCase {
         h.sync { $0.wakeDueTransfers() }
         h.succeed(t, body: Array(repeating: 1, count: 100))
         XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "", "completed: no failure")
+        XCTAssertEqual(h.snapshot(t)?.errorMessage, "")
         XCTAssertEqual(h.snapshot(t)?.attempts, 3)
         XCTAssertEqual(h.observer.completions.map(\.2), [""])
     }
@@ -255,5 +258,37 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 6)
         h2.fail(t, .network("reset"), bytes: 6)
         XCTAssertEqual(h2.state(t), .failed, "the retries used before the restart count")
+    }
+
+    /// A download that failed, waited (its Error set), ran again and was cut off by a
+    /// crash while its file was moved into place completes at the restart with no
+    /// Error: a completed transfer has no failure (FerryClient read one as a failure).
+    func testARetriedDownloadFinishedAtARestartHasNoError() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession()
+        let t = try h.download(s)
+        let answer = EngineResponse(status: 200, etag: "\"f\"", expectedTotal: 5, acceptsRanges: true,
+                                    effectiveURL: "https://example.com/file.bin")
+        h.send(.response(t, answer))
+        h.fail(t, .network("reset"), bytes: 0)
+        XCTAssertFalse(h.snapshot(t)!.errorName.isEmpty)
+        h.clock.advance(seconds: 5)
+        h.sync { $0.wakeDueTransfers() }
+        XCTAssertEqual(h.state(t), .running)
+        h.send(.response(t, answer))
+        h.writePart(t, Array("hello".utf8))
+        // The store as a crash leaves it between the row naming the move and the move's end.
+        var row = try XCTUnwrap(try h.store.load().transfers.first { $0.snapshot.id == t })
+        row.finishingPath = h.destination(t)
+        row.etag = "\"f\""
+        row.snapshot.bytesExpected = 5
+        row.snapshot.bytesTransferred = 5
+        XCTAssertFalse(row.snapshot.errorName.isEmpty, "the stored row carries the retry's error")
+        try h.store.write([.saveTransfer(row)])
+        try FileManager.default.moveItem(atPath: h.destination(t) + ".part", toPath: h.destination(t))
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.state(t), .completed)
+        XCTAssertEqual(h2.snapshot(t)?.errorName, "", "a completed transfer has no Error")
+        XCTAssertEqual(h2.snapshot(t)?.errorMessage, "")
     }
 }

@@ -60,7 +60,7 @@ final class CLIScriptingTests: FerryTestCase {
         let r = try ferry(["get", server.url("/files/report.pdf"), "-d", dir + "/", "--wait"])
         XCTAssertEqual(r.status, 0, r.stderr)
         assertFile(dir + "/report.pdf", equals: body)
-        XCTAssertEqual(r.stderr, "", "nothing on stderr when all went well")
+        XCTAssertFalse(r.stderr.contains("ferry:"), "no error when all went well (stderr has only the progress): \(r.stderr)")
 
         _ = FileManager.default.createFile(atPath: work + "/plain", contents: Data("x".utf8))
         let bad = try ferry(["get", server.url("/files/report.pdf"), "-d", work + "/plain/inner"])
@@ -68,6 +68,12 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(bad.stderr.contains("cannot make the directory"), bad.stderr)
         XCTAssertTrue(bad.stderr.contains("Not a directory") && !bad.stderr.contains("Domain="), "in words: \(bad.stderr)")
         XCTAssertEqual(bad.stdout, "")
+        // An empty name (an unset variable in a script) is not "here".
+        for args in [["-o", ""], ["-d", ""], ["-i", ""]] {
+            let empty = try ferry(["get", server.url("/files/report.pdf")] + args)
+            XCTAssertEqual(empty.status, 64, "\(args): \(empty.stderr)")
+            XCTAssertTrue(empty.stderr.contains("empty"), empty.stderr)
+        }
         let count = try await client.listTransfers().count
         XCTAssertEqual(count, 1, "a refused get queues nothing")
     }
@@ -130,6 +136,18 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(rows.map(\.session), ["org.example.Script"])
         let other = try ferry(["ls", "--json", "--session", "org.ferry.cli"])
         XCTAssertEqual(decode([TransferRow].self, other.stdout)?.count, 0, "--session filters")
+        // Before a command with subcommands of its own (they landed between the two).
+        let set = try ferry(["-q", "config", "set", "max-concurrent", "5"])
+        XCTAssertEqual(set.status, 0, set.stderr)
+        let get = try ferry(["--address", bus.address, "config", "get", "max-concurrent"])
+        XCTAssertEqual(get.stdout, "5\n", get.stderr)
+        let show = try ferry(["--session", "org.example.Script", "sessions", "show", "org.example.Script"])
+        XCTAssertEqual(show.status, 0, show.stderr)
+        XCTAssertTrue(show.stdout.contains("org.example.Script"), show.stdout)
+        // A `--` still ends the options: what follows it is a URL, even when it looks like one.
+        let dashed = try ferry(["-q", "get", "--paused", "--", "-not-a-url"])
+        XCTAssertNotEqual(dashed.status, 0)
+        XCTAssertFalse(dashed.stderr.contains("Unexpected argument '-q'"), dashed.stderr)
     }
 
     /// `-i FILE` with a SHA-256 per line and `-i -` from stdin; a wrong sum fails that file.
@@ -155,6 +173,16 @@ final class CLIScriptingTests: FerryTestCase {
                                            server.url("/list/c.bin"), ferryPath, work + "/stdin"], environment: environment())
         XCTAssertEqual(piped.status, 0, piped.stderr)
         assertFile(work + "/stdin/c.bin", equals: c)
+        // A list that is a pipe by name (a FIFO, or bash's `<(…)`), read to its end.
+        let fifo = work + "/urls.fifo"
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        let fromFIFO = try runTool("/bin/sh", ["-c", "printf '%s\n' \"$1\" > \"$4\" & exec \"$2\" get -i \"$4\" -d \"$3\" --wait", "sh",
+                                             server.url("/list/c.bin"), ferryPath, work + "/fifo", fifo], environment: environment())
+        XCTAssertEqual(fromFIFO.status, 0, fromFIFO.stderr)
+        assertFile(work + "/fifo/c.bin", equals: c)
+        let noList = try ferry(["get", "-i", work + "/no-such-list"])
+        XCTAssertEqual(noList.status, 64)
+        XCTAssertEqual(noList.stderr, "ferry: cannot read \(work!)/no-such-list: No such file or directory\n", "with the reason")
 
         try "\(TestData.sha256Hex(c))  c.bin\n".write(toFile: work + "/SHA256SUMS", atomically: true, encoding: .utf8)
         let sums = try ferry(["get", server.url("/list/c.bin"), "--sha256-file", work + "/SHA256SUMS", "-o", work + "/c2.bin", "--json"])
@@ -266,6 +294,8 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(rows.first { $0.identifier == "org.example.Other" }?.transfers, 2)
         let show = try ferry(["sessions", "show", "org.example.Other"])
         XCTAssertTrue(show.stdout.contains("Pending events:   1"), show.stdout)
+        XCTAssertTrue(show.stdout.contains("    max-connections-per-host: 6\n"), "values as people read them: \(show.stdout)")
+        XCTAssertFalse(show.stdout.contains("uint32"), show.stdout)
         XCTAssertEqual(try ferry(["sessions", "close", "org.example.Other", "--cancel"]).status, 0)
         let after = try ferry(["sessions", "--json"])
         XCTAssertNil(decode([SessionRow].self, after.stdout)?.first { $0.identifier == "org.example.Other" })
@@ -276,7 +306,7 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(try ferry(["config", "set", "max-concurrent", "zero"]).status, 64)
         let under = try ferry(["config", "set", "speed-limit", "0.4"])
         XCTAssertEqual(under.status, 64, "under 1 byte/s is not \"no limit\"")
-        XCTAssertTrue(under.stderr.contains("at least 1 byte/s"), under.stderr)
+        XCTAssertTrue(under.stderr.contains("from 1 up"), under.stderr)
         let max = try await managerProperty("MaxConcurrentTransfers")?.uint32
         XCTAssertEqual(max, 3)
         struct Manager: Decodable { var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String }
@@ -284,6 +314,8 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(cfg?.speed_limit, 2 * 1024 * 1024)
         XCTAssertEqual(cfg?.notifications, false)
         XCTAssertEqual(try ferry(["config", "get", "max-concurrent"]).stdout, "3\n")
+        XCTAssertEqual(try ferry(["config", "get", "max-concurrent", "--json"]).stdout, "3\n", "one key: its value as JSON")
+        XCTAssertEqual(try ferry(["config", "get", "notifications", "--json"]).stdout, "false\n")
     }
 
     /// A listing long enough to be encoded in slices (one per core) is one JSON document,
@@ -313,6 +345,23 @@ final class CLIScriptingTests: FerryTestCase {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]
         let whole = try encoder.encode(try JSONDecoder().decode([Row].self, from: Data(ls.stdout.utf8)))
         XCTAssertEqual(String(decoding: whole, as: UTF8.self) + "\n", ls.stdout)
+    }
+
+    /// `get --wait` piped: stdout holds what a script captures (the id, then the
+    /// final line with the file); the state and progress lines go to stderr, as curl's
+    /// progress does.
+    func testGetWaitKeepsProgressOffStandardOutput() async throws {
+        serve("/cap.bin", size: 300_000)
+        server.set(.slow(bytesPerSecond: 200 * 1024), on: "/cap.bin")
+        let r = try ferry(["get", server.url("/cap.bin"), "-o", work + "/cap.bin", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let lines = r.stdout.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.count, 2, r.stdout)
+        let id = lines.first ?? ""
+        XCTAssertNotNil(UInt64(id), r.stdout)
+        XCTAssertEqual(lines.last, "\(id) completed \(work!)/cap.bin")
+        XCTAssertTrue(r.stderr.contains("\(id) running "), r.stderr)
+        XCTAssertTrue(r.stderr.contains("\(id) 100% ") || r.stderr.contains("%"), "progress lines: \(r.stderr)")
     }
 
     /// Piped progress starts from the real state: a finished transfer is one final line at once.
@@ -357,6 +406,8 @@ final class CLIScriptingTests: FerryTestCase {
         try await waitUntilAsync("what the followers print") { eventsText.stdout.contains("\(late.id) completed") }
         XCTAssertTrue(eventsText.stdout.contains("\(late.id) finished \(work!)/late.bin\n"), eventsText.stdout)
         XCTAssertFalse(eventsText.stdout.contains("finished finished"), eventsText.stdout)
+        XCTAssertEqual(eventsText.stdout.components(separatedBy: "\n").filter { $0 == "\(late.id) completed" }.count, 1,
+                       "the end said once: \(eventsText.stdout)")
         // watch --json shows live progress as `progress` events (the slow one runs on).
         try await waitUntilAsync("what the followers print") { watchJSON.stdout.contains("\"event\":\"progress\"") }
         XCTAssertTrue(watch.isRunning, "watch goes on until Ctrl-C")
@@ -399,39 +450,77 @@ final class CLIScriptingTests: FerryTestCase {
         try await waitUntilAsync("what the followers print") { watch.stdout.contains("\"id\":\(after.id)") }
     }
 
+    /// `ferry get URLS -d DIR --wait EXTRA` in a terminal of `columns` × `rows` (script(1)):
+    /// its exit status and what the terminal showed, split into rows, escapes dropped.
+    /// `stderr`: a file standard error goes to instead of the terminal.
+    func getInTerminal(_ urls: [String], into dir: String, columns: Int = 80, rows: Int = 24,
+                       extra: [String] = [], stderr: String? = nil) throws -> (status: Int32, rows: [String], raw: String) {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        let args = (urls + [dir] + extra).map { "'\($0)'" }.joined(separator: " ")
+        let n = urls.count
+        let urlArgs = (1...n).map { "\"$\($0)\"" }.joined(separator: " ")
+        let rest = extra.indices.map { "\"$\($0 + n + 2)\"" }.joined(separator: " ")
+        let redirect = stderr.map { " 2>\($0)" } ?? ""
+        let command = "stty cols \(columns) rows \(rows); exec \"$0\" get \(urlArgs) -d \"$\(n + 1)\" --wait \(rest)\(redirect)"
+        let r = try runTool(script, ["-qfec", "sh -c '\(command)' \(ferryPath!) \(args)", "/dev/null"],
+                            environment: environment(), timeout: 30)
+        let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        return (r.status, plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }, r.stdout + r.stderr)
+    }
+
     /// In an 80-column terminal the display fits: no line wider than 80, a total line, the final state.
     func testProgressInAnEightyColumnTerminal() async throws {
-        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
         let long = "/a-rather-long-file-name-that-would-not-fit-in-a-narrow-terminal-at-all-\(String(repeating: "x", count: 40)).bin"
         serve(long, size: 300_000)
         serve("/second.bin", size: 200_000)
         server.set(.slow(bytesPerSecond: 600 * 1024), on: long)
-        let command = "stty cols 80 rows 24; exec \"$0\" get \"$1\" \"$2\" -d \"$3\" --wait"
-        let r = try runTool(script, ["-qfec", "sh -c '\(command)' \(ferryPath!) \(server.url(long)) \(server.url("/second.bin")) \(work!)/tty", "/dev/null"],
-                            environment: environment(), timeout: 30)
-        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
-        // Split what the terminal showed into rows: at newlines and carriage returns; drop escapes.
-        let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
-        let rows = plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }
-        XCTAssertFalse(rows.isEmpty, r.stdout.debugDescription)
+        let (status, rows, raw) = try getInTerminal([server.url(long), server.url("/second.bin")], into: work + "/tty")
+        XCTAssertEqual(status, 0, raw)
+        XCTAssertFalse(rows.isEmpty, raw.debugDescription)
         for row in rows { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
         XCTAssertTrue(rows.contains { $0.hasPrefix("Total:") }, "a total line: \(rows)")
         XCTAssertTrue(rows.last { $0.hasPrefix("Total:") }?.contains("2 completed") ?? false, rows.suffix(4).joined(separator: "\n"))
     }
 
+    /// Wide characters take two columns each: a name in Japanese is cut to the columns
+    /// the terminal has, not to as many characters (the lines wrapped, and each redraw
+    /// left the last frame's extra rows on the screen).
+    func testProgressFitsWideCharactersInTheirColumns() async throws {
+        let name = String(repeating: "日本語のファイル名", count: 6) + ".bin"
+        let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        serve("/wide.bin", size: 300_000, contentDisposition: "attachment; filename*=UTF-8''\(encoded)")
+        server.set(.slow(bytesPerSecond: 600 * 1024), on: "/wide.bin")
+        let (status, rows, raw) = try getInTerminal([server.url("/wide.bin")], into: work + "/wide")
+        XCTAssertEqual(status, 0, raw)
+        func columns(_ s: String) -> Int { s.unicodeScalars.reduce(0) { $0 + ((0x3000...0x9FFF).contains($1.value) ? 2 : 1) } }
+        XCTAssertTrue(rows.contains { $0.contains("日本語") }, "the name is shown: \(rows)")
+        for row in rows where !row.hasPrefix("\(work!)") { XCTAssertLessThanOrEqual(columns(row), 80, "too wide: \(row)") }
+    }
+
+    /// Standard output on a terminal and standard error elsewhere (`2>log`): the results
+    /// (the id, the final line) are on the terminal, the progress in the log. The ids
+    /// were held back whenever stdout was a terminal, as when the display was drawn there.
+    func testResultsOnATerminalWithProgressElsewhere() async throws {
+        serve("/split.bin", size: 20_000)
+        let log = work + "/progress.log"
+        let (status, rows, raw) = try getInTerminal([server.url("/split.bin")], into: work + "/split", stderr: log)
+        XCTAssertEqual(status, 0, raw)
+        let id = try XCTUnwrap(rows.first.flatMap { UInt64($0) }, "the id first: \(rows)")
+        XCTAssertEqual(rows.last, "\(id) completed \(work!)/split/split.bin")
+        XCTAssertFalse(rows.contains { $0.contains("Total:") }, "no display on stdout: \(rows)")
+        let progress = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertTrue(progress.contains("\(id) queued "), progress)
+    }
+
     /// A terminal of 3 rows, or one that does not say its size: transfer lines are shown
     /// beside the total (the display once kept only "… and N more" and the total).
     func testProgressInATinyOrSizelessTerminalShowsTransfers() async throws {
-        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
         serve("/tiny/one.bin", size: 20_000)
         serve("/tiny/two.bin", size: 20_000)
-        for rows in [3, 0] {
-            let command = "stty cols 80 rows \(rows); exec \"$0\" get \"$1\" \"$2\" -d \"$3\" --wait --overwrite"
-            let r = try runTool(script, ["-qfec", "sh -c '\(command)' \(ferryPath!) \(server.url("/tiny/one.bin")) \(server.url("/tiny/two.bin")) \(work!)/tiny",
-                                         "/dev/null"], environment: environment(), timeout: 30)
-            XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
-            let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
-            let rows = plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }
+        for height in [3, 0] {
+            let (status, rows, raw) = try getInTerminal([server.url("/tiny/one.bin"), server.url("/tiny/two.bin")],
+                                                        into: work + "/tiny", rows: height, extra: ["--overwrite"])
+            XCTAssertEqual(status, 0, raw)
             // The last frame: the lines up to its total.
             let end = try XCTUnwrap(rows.lastIndex { $0.hasPrefix("Total:") }, "\(rows)")
             let last = rows[max(0, end - 2)..<end]
@@ -476,6 +565,11 @@ final class CLIScriptingTests: FerryTestCase {
         let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
         XCTAssertEqual(missing.status, 2)
         XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
+        let folder = try ferry(["put", work, server.url("/up")])
+        XCTAssertEqual(folder.status, 2)
+        XCTAssertTrue(folder.stderr.contains("is a folder"), "a folder is not 'no such file': \(folder.stderr)")
+        let swapped = try ferry(["put", server.url("/up"), work + "/up.txt"])
+        XCTAssertTrue(swapped.stderr.contains("the file comes first"), swapped.stderr)
 
         for args in [["put", work + "/up.txt", server.url("/up")], ["-T", work + "/up.txt", server.url("/up")],
                      ["post", server.url("/form"), "-F", "file=@" + work + "/up.txt"]] {
@@ -568,15 +662,18 @@ final class CLIScriptingTests: FerryTestCase {
         let added = seen.indices.filter { seen[$0].member == "InterfacesAdded" && seen[$0].args.first?.string?.contains("/transfer/") == true }
         XCTAssertEqual(added.count, 40)
         XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count, 1, "one batch")
-        // Piped, each transfer has its first line (queued) and its last (completed, with its file).
+        // Piped, each transfer has its first line (queued, on stderr with the progress)
+        // and its last (completed, with its file, on stdout).
         let lines = r.stdout.split(separator: "\n").map(String.init)
+        let progress = r.stderr.split(separator: "\n").map(String.init)
         for i in 0..<40 {
             let path = work + "/batch/\(i).bin"
             XCTAssertEqual(try? Data(contentsOf: URL(fileURLWithPath: path)), Data(bodies[i]))
             guard let done = lines.first(where: { $0.hasSuffix(" completed \(path)") }),
                   let id = done.split(separator: " ").first else { return XCTFail("no completed line for \(path): \(r.stdout)") }
-            XCTAssertTrue(lines.contains { $0.hasPrefix("\(id) queued ") }, "\(id)'s first line: \(r.stdout)")
+            XCTAssertTrue(progress.contains { $0.hasPrefix("\(id) queued ") }, "\(id)'s first line: \(r.stderr)")
         }
+        XCTAssertFalse(lines.contains { $0.contains(" queued ") }, "no progress on stdout")
     }
 
     /// On a bus that keeps dbus-daemon's own limit of 128 calls awaiting replies per

@@ -88,6 +88,13 @@ final class CLITests: FerryTestCase {
             XCTAssertTrue(r.stdout.contains("x?[2Jy.bin"), "\(args): \(r.stdout)")
         }
         XCTAssertTrue(try ferry(["show", String(t.id)]).stdout.contains("?]0;pwned?bill?fdp.exe"))
+        // A line break in a description cannot make a field of its own in `show`.
+        let forged = try await s.download(server.url("/t.bin"), options: [
+            "destination": .string(work + "/forged.bin"), "start": .boolean(false),
+            "description": .string("harmless\n  State:        completed")])
+        let shown = try ferry(["show", String(forged.id)]).stdout
+        XCTAssertEqual(shown.components(separatedBy: "\n").filter { $0.hasPrefix("  State:") }.count, 1, shown)
+        XCTAssertTrue(shown.contains("  Description:  harmless?  State:        completed\n"), shown)
         let json = try ferry(["show", "--json", String(t.id)])
         let decoded = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
         XCTAssertEqual(decoded?["description"] as? String, evil, "JSON keeps the text as it is")
@@ -149,6 +156,62 @@ final class CLITests: FerryTestCase {
         r = try ferry(["pause", "9999"])
         XCTAssertEqual(r.status, 2, "an unknown id is refused: \(r.stderr)")
         XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
+    }
+
+    /// What `rm` removes from the CLI's own session, the user has seen: its events are
+    /// acknowledged (oldest first, as acknowledging drops every earlier one), so a
+    /// script that gets without `--wait` and cleans up with `rm` does not pile up
+    /// events until the session's cap refuses it.
+    func testRemoveAcknowledgesTheEventsOfWhatItRemoved() async throws {
+        serve("/rm1.bin", size: 1000)
+        for name in ["rm1.bin", "rm-missing"] {
+            let r = try ferry(["get", server.url("/" + name), "-o", work + "/" + name])
+            XCTAssertEqual(r.status, 0, r.stderr)
+        }
+        let cli = try await session("org.ferry.cli")
+        let transfers = try await cli.listTransfers()
+        XCTAssertEqual(transfers.count, 2)
+        for t in transfers { try await finish(t) }
+        let (first, second) = (transfers[0], transfers[1])
+        var pending = try await cli.pendingEvents().map(\.transferPath)
+        XCTAssertEqual(pending, [first.path, second.path])
+
+        // The newer one removed: the older one's event, still pending, holds it back.
+        var r = try ferry(["rm", "\(second.id)"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        pending = try await cli.pendingEvents().map(\.transferPath)
+        XCTAssertEqual(pending, [first.path, second.path])
+        r = try ferry(["rm", "\(first.id)"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        pending = try await cli.pendingEvents().map(\.transferPath)
+        XCTAssertEqual(pending, [], "both removed: both acknowledged")
+    }
+
+    /// An event of a transfer that has started another run since (a failed download
+    /// resumed, then paused) is acknowledged by the next listing: that run ends with
+    /// its own event. Before, it held back every later event of the CLI's session.
+    func testAnEventOfAResumedTransferDoesNotHoldTheOthersBack() async throws {
+        var r = try ferry(["get", server.url("/later.bin"), "-o", work + "/later.bin"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let cli = try await session("org.ferry.cli")
+        let t = try await cli.listTransfers()[0]
+        let first = try await finish(t)
+        XCTAssertEqual(first.state, "failed")
+        serve("/later.bin", size: 200_000)
+        server.set(.stallAfter(bytes: 10_000, times: 10), on: "/later.bin")
+        let mark = signals.all.count
+        r = try ferry(["resume", "\(t.id)"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        try await waitForState(t, ["running"], since: mark)
+        r = try ferry(["pause", "\(t.id)"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        serve("/ok.bin", size: 100)
+        r = try ferry(["get", server.url("/ok.bin"), "-o", work + "/ok.bin", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        r = try ferry(["ls"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let pending = try await cli.pendingEvents().count
+        XCTAssertEqual(pending, 0, "the failed run's event and the later one are both acknowledged")
     }
 
     /// `--all` acts on the named session's transfers; a session name that does not

@@ -100,8 +100,9 @@ class FerryTestCase: XCTestCase {
     /// Starts ferryd (with `--no-idle-exit`: no test may depend on finishing within
     /// its idle timeout; `arguments` after it: caps and the like) and waits (bounded)
     /// until it owns org.ferry.Ferry1; then connects the client and the signal recorder.
-    func startFerryd(_ arguments: [String] = [], wrapper: [String] = []) async throws {
-        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"] + arguments, environment: environment(), wrapper: wrapper)
+    func startFerryd(_ arguments: [String] = [], wrapper: [String] = [], extraEnvironment: [String: String] = [:]) async throws {
+        let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"] + arguments, environment: environment(extraEnvironment),
+                                  wrapper: wrapper)
         ferryd = p
         if client == nil { client = try FerryClient(address: bus.address) }
         do {

@@ -180,4 +180,123 @@ final class LimitsTests: FerryTestCase {
             try await self.client.openSession("com.example.Count0")
         }
     }
+
+    /// Removing a transfer keeps its completion event until it is acknowledged, so a
+    /// client that removes but never acknowledges would grow a session's events (and
+    /// `PendingEvents`' reply) without bound. The cap counts the events held, one for
+    /// each transfer not ended and one for each failed one (it may end once more): at
+    /// the cap, a new transfer or a failed one resumed is refused and changes nothing,
+    /// while a paused one still resumes. Acknowledging makes room; the count is the
+    /// stored events', also after a `kill -9`.
+    func testUnacknowledgedEventsAreCapped() async throws {
+        let cap = ["--max-pending-events-per-session", "4"]
+        try await stopFerryd()
+        try await startFerryd(cap)
+        serve("/e.bin", size: 10)
+        let s = try await session("com.example.Events")
+        func paused(_ name: String) -> [String: DBusValue] {
+            ["start": .boolean(false), "destination": .string(work + "/" + name)]
+        }
+        let held = try await s.download(server.url("/e.bin"), options: paused("held.bin"))
+        let ok = try await s.download(server.url("/e.bin"), options: ["destination": .string(work + "/e0.bin")])
+        try await finish(ok)
+        let failed = try await s.download(server.url("/missing.bin"), options: ["destination": .string(work + "/f.bin")])
+        let failedInfo = try await finish(failed)
+        XCTAssertEqual(failedInfo.state, "failed")
+        try await ok.remove()
+        let stillHeld = try await s.pendingEvents().count
+        XCTAssertEqual(stillHeld, 2, "a removed transfer's event stays until acknowledged")
+        // Held: 2 events, the paused transfer and the failed one: 4.
+
+        try await killFerryd()
+        try await startFerryd(cap)
+        let before = try await snapshot()
+        await assertBusError(Self.limitExceeded, "a new download at the cap") {
+            try await s.download(self.server.url("/e.bin"), options: paused("e1.bin"))
+        }
+        await assertBusError(Self.limitExceeded, "an upload at the cap") {
+            try await s.upload(self.server.url("/up"), file: self.work + "/e0.bin")
+        }
+        await assertBusError(Self.limitExceeded, "a download from resume data at the cap") {
+            try await s.resumeDownload(Array(repeating: 7, count: 40))
+        }
+        await assertBusError(Self.limitExceeded, "a failed download resumed at the cap") { try await failed.resume() }
+        let after = try await snapshot()
+        XCTAssertEqual(after, before, "a refused call creates nothing")
+        let state = try await failed.info().state
+        XCTAssertEqual(state, "failed", "a refused resume leaves the transfer as it was")
+        do {
+            _ = try await s.download(server.url("/e.bin"), options: paused("e1.bin"))
+        } catch let e as BusError {
+            XCTAssertTrue(e.message.contains("'com.example.Events'"), "the session is named: \(e.message)")
+        }
+
+        // ResumeAll resumes the paused transfer and leaves the failed one as it is.
+        let mark = signals.all.count
+        try await s.resumeAll()
+        try await finish(held)
+        let failedStays = try await failed.info().state
+        XCTAssertEqual(failedStays, "failed")
+        try await client.resumeAll()
+        let failedStill = try await failed.info().state
+        XCTAssertEqual(failedStill, "failed")
+        XCTAssertFalse(signals.all.dropFirst(mark).contains {
+            $0.path == failed.path && $0.member == "PropertiesChanged" && $0.changed["State"] != nil
+        }, "neither ResumeAll resumed the failed transfer")
+
+        // Acknowledging makes room again, for one run.
+        let events = try await s.pendingEvents()
+        XCTAssertEqual(events.count, 3)
+        try await s.acknowledgeEvents(upTo: events[0].serial)
+        let again = signals.all.count
+        try await failed.resume()
+        try await waitForState(failed, ["failed"], since: again)
+        await assertBusError(Self.limitExceeded, "back at the cap") {
+            try await s.download(self.server.url("/e.bin"), options: paused("e2.bin"))
+        }
+        try await s.acknowledgeEvents(upTo: try await s.pendingEvents().last!.serial)
+        let next = try await s.download(server.url("/e.bin"), options: ["destination": .string(work + "/e3.bin")])
+        let done = try await finish(next).state
+        XCTAssertEqual(done, "completed")
+    }
+
+    /// Events more than one reply may carry are read a page at a time
+    /// (`PendingEventsAfter`): each page keeps under the service's budget (here made
+    /// small, for events with 3.6 KB paths) but holds at least one event, and reading on
+    /// from the last serial gives every event once, in order, as `PendingEvents` does.
+    func testPendingEventsAreReadAPageAtATime() async throws {
+        try await stopFerryd()
+        try await startFerryd(extraEnvironment: ["FERRY_PENDING_PAGE_BYTES": "9000"])
+        serve("/p.bin", size: 10)
+        var deep = work!
+        for i in 0..<14 { deep += "/" + String(repeating: Character(String(i % 10)), count: 250) }
+        try FileManager.default.createDirectory(atPath: deep, withIntermediateDirectories: true)
+        let s = try await session("com.example.Pages")
+        for i in 0..<5 {
+            let t = try await s.download(server.url("/p.bin"), options: ["destination": .string(deep + "/f\(i).bin")])
+            try await finish(t)
+        }
+        let whole = try await client.bus.call(destination: FerryClient.busName, path: s.path,
+                                              interface: FerryClient.sessionInterface, method: "PendingEvents")
+        let serials = (whole.first?.arrayElements ?? []).compactMap { $0.structFields?.first?.uint64 }
+        XCTAssertEqual(serials.count, 5)
+
+        let first = try await s.pendingEvents(after: 0)
+        XCTAssertEqual(first.map(\.serial), Array(serials.prefix(2)), "two events of ~3.9 KB in a page of 9,000 bytes")
+        let one = try await s.pendingEvents(after: serials[0], limit: 1)
+        XCTAssertEqual(one.map(\.serial), [serials[1]])
+        let tail = try await s.pendingEvents(after: serials[4])
+        XCTAssertEqual(tail, [], "nothing after the last")
+        let paged = try await s.pendingEvents()
+        XCTAssertEqual(paged.map(\.serial), serials, "every event once, in order")
+        XCTAssertEqual(paged.last?.details["location"]?.string, deep + "/f4.bin")
+
+        // One event larger than the page still comes, alone.
+        try await stopFerryd()
+        try await startFerryd(extraEnvironment: ["FERRY_PENDING_PAGE_BYTES": "100"])
+        let single = try await s.pendingEvents(after: 0)
+        XCTAssertEqual(single.map(\.serial), [serials[0]])
+        let all = try await s.pendingEvents()
+        XCTAssertEqual(all.map(\.serial), serials)
+    }
 }

@@ -14,6 +14,8 @@ struct TransferIndex {
         /// Queued and no earlier attempt is still stopping: may be started.
         var startable: Bool
         var waitingForNetwork: Bool
+        /// Not ended, and its run began by resuming it after it failed.
+        var resumedRun: Bool = false
         /// The final path the transfer owns while it may still write it; its `.part`
         /// beside it is owned with it.
         var claim: String?
@@ -32,6 +34,10 @@ struct TransferIndex {
     private(set) var activePerSession: [SessionID: Int] = [:]
     /// Not completed, failed or cancelled (paused included): a closing session waits for these.
     private(set) var unfinishedPerSession: [SessionID: Int] = [:]
+    /// Failed (each may still end once more: resumed, or cancelled).
+    private(set) var failedPerSession: [SessionID: Int] = [:]
+    /// Not ended, resumed after a failure (each holds room for the event its run adds).
+    private(set) var resumedRunsPerSession: [SessionID: Int] = [:]
     /// Queued or waiting (the manager's `QueuedTransfers`).
     private(set) var queuedOrWaiting = 0
     private(set) var waitingForNetwork: Set<TransferID> = []
@@ -71,6 +77,14 @@ struct TransferIndex {
             unfinishedPerSession[f.session, default: 1] -= 1
             if unfinishedPerSession[f.session] == 0 { unfinishedPerSession[f.session] = nil }
         }
+        if f.state == .failed {
+            failedPerSession[f.session, default: 1] -= 1
+            if failedPerSession[f.session] == 0 { failedPerSession[f.session] = nil }
+        }
+        if f.resumedRun {
+            resumedRunsPerSession[f.session, default: 1] -= 1
+            if resumedRunsPerSession[f.session] == 0 { resumedRunsPerSession[f.session] = nil }
+        }
         if f.state == .queued || f.state == .waiting { queuedOrWaiting -= 1 }
         if f.waitingForNetwork { waitingForNetwork.remove(id) }
         if next?.session != f.session {
@@ -95,6 +109,8 @@ struct TransferIndex {
             changedSessions.insert(f.session)
         }
         if !f.state.isFinal { unfinishedPerSession[f.session, default: 0] += 1 }
+        if f.state == .failed { failedPerSession[f.session, default: 0] += 1 }
+        if f.resumedRun { resumedRunsPerSession[f.session, default: 0] += 1 }
         if f.state == .queued || f.state == .waiting { queuedOrWaiting += 1 }
         if f.waitingForNetwork { waitingForNetwork.insert(id) }
         bySession[f.session, default: []].insert(id)
@@ -112,6 +128,8 @@ struct TransferIndex {
 
     func activeCount(session: SessionID) -> Int { activePerSession[session] ?? 0 }
     func unfinishedCount(session: SessionID) -> Int { unfinishedPerSession[session] ?? 0 }
+    func failedCount(session: SessionID) -> Int { failedPerSession[session] ?? 0 }
+    func resumedRunCount(session: SessionID) -> Int { resumedRunsPerSession[session] ?? 0 }
     func runningCount(session: SessionID) -> Int { runningPerSession[session] ?? 0 }
 
     /// How many transfers the session holds.

@@ -1,0 +1,144 @@
+import Foundation
+internal import DBus
+internal import FerryBusClient
+internal import FerryInterface
+
+/// The Ferry service as a whole (`org.ferry.Ferry1.Manager`): its counts and rates,
+/// its settings, pausing, resuming or cancelling everything, and the end of each batch.
+/// For an app that shows or steers every transfer (a download manager's window, a
+/// settings page); an app that moves its own files needs only ``FerrySession``.
+///
+/// A sandboxed (Flatpak) app's calls reach its own sessions only (``suspendAll()``
+/// pauses its transfers, no one else's), and it cannot change the settings
+/// (``FerryError/accessDenied(_:)``).
+///
+/// ```swift
+/// let ferry = FerryManager()
+/// let status = try await ferry.status()
+/// print("\(status.activeTransfers) running at \(status.downloadRate) bytes/s")
+/// for await batch in try await ferry.batches() {
+///     print("done: \(batch.succeeded) succeeded, \(batch.failed) failed")
+/// }
+/// ```
+public final class FerryManager: @unchecked Sendable {
+    /// The service's properties at one moment.
+    public struct Status: Sendable, Equatable {
+        /// The service's version.
+        public var version: String
+        /// Transfers running now.
+        public var activeTransfers: Int
+        /// Transfers queued or waiting (for their time, a network, a retry).
+        public var queuedTransfers: Int
+        /// Bytes per second received over all transfers.
+        public var downloadRate: UInt64
+        /// Bytes per second sent over all transfers.
+        public var uploadRate: UInt64
+        /// How many transfers run at once (default 6).
+        public var maximumConcurrentTransfers: Int
+        /// Bytes per second over all transfers; nil: no limit.
+        public var speedLimit: UInt64?
+        /// Whether a batch's end posts a desktop notification.
+        public var notificationsEnabled: Bool
+    }
+
+    /// What one batch came to (the manager's `AllFinished`): nothing is queued,
+    /// waiting or running any more in any session, and nothing new came for the
+    /// service's settle time (1 s by default).
+    public struct Batch: Sendable, Equatable {
+        public var succeeded: Int
+        public var failed: Int
+        public var cancelled: Int
+    }
+
+    private let client: FerryClient?
+    private let connectError: FerryError?
+
+    /// Connects to the bus at `busAddress` (nil: the session bus). Nothing is sent
+    /// until the first call; a bus that cannot be reached makes every call throw
+    /// ``FerryError/serviceUnavailable(_:)``.
+    public init(busAddress: String? = nil) {
+        do {
+            client = try FerryClient(address: busAddress)
+            connectError = nil
+        } catch {
+            client = nil
+            connectError = .serviceUnavailable("cannot connect to the bus: \((error as? BusError)?.message ?? "\(error)")")
+        }
+    }
+
+    /// Leaves the bus (a stream of ``batches()`` keeps its manager until it ends).
+    deinit { client?.close() }
+
+    private func connected() throws -> FerryClient {
+        if let client { return client }
+        throw connectError ?? .serviceUnavailable("cannot connect to the bus")
+    }
+
+    /// The service's counts, rates and settings (one round trip).
+    public func status() async throws -> Status {
+        let p = try await mapped { try await connected().managerProperties() }
+        typealias M = FerryInterface.ManagerProperty
+        let limit = p[M.speedLimit.name]?.uint64 ?? 0
+        return Status(version: p[M.version.name]?.string ?? "",
+                      activeTransfers: Int(p[M.activeTransfers.name]?.uint32 ?? 0),
+                      queuedTransfers: Int(p[M.queuedTransfers.name]?.uint32 ?? 0),
+                      downloadRate: p[M.downloadRate.name]?.uint64 ?? 0,
+                      uploadRate: p[M.uploadRate.name]?.uint64 ?? 0,
+                      maximumConcurrentTransfers: Int(p[M.maxConcurrentTransfers.name]?.uint32 ?? 0),
+                      speedLimit: limit == 0 ? nil : limit,
+                      notificationsEnabled: p[M.notificationsEnabled.name]?.bool ?? true)
+    }
+
+    /// How many transfers run at once (1-256).
+    public func setMaximumConcurrentTransfers(_ count: Int) async throws {
+        guard let n = UInt32(exactly: count) else {
+            throw FerryError.invalidArgument("the number of concurrent transfers must be between 1 and 256, not \(count)")
+        }
+        try await set(FerryInterface.ManagerProperty.maxConcurrentTransfers, .uint32(n))
+    }
+
+    /// Bytes per second over all transfers; nil (or 0) removes the limit.
+    public func setSpeedLimit(_ bytesPerSecond: UInt64?) async throws {
+        try await set(FerryInterface.ManagerProperty.speedLimit, .uint64(bytesPerSecond ?? 0))
+    }
+
+    /// Whether a batch's end posts a desktop notification.
+    public func setNotificationsEnabled(_ enabled: Bool) async throws {
+        try await set(FerryInterface.ManagerProperty.notificationsEnabled, .boolean(enabled))
+    }
+
+    private func set(_ property: BusProperty, _ value: DBusValue) async throws {
+        try await mapped { try await connected().setManagerProperty(property.name, value) }
+    }
+
+    /// Pauses every queued, waiting or running transfer of every session.
+    public func suspendAll() async throws { try await mapped { try await connected().pauseAll() } }
+    /// Resumes every paused or failed transfer of every session.
+    public func resumeAll() async throws { try await mapped { try await connected().resumeAll() } }
+    /// Cancels every transfer that has not ended, in every session.
+    public func cancelAll() async throws { try await mapped { try await connected().cancelAll() } }
+
+    /// The batches that end from now on, one element each, for as long as the stream is
+    /// iterated (it keeps this manager meanwhile; ending the iteration, or dropping the
+    /// stream, ends the subscription). Returns once subscribed: a batch that ends after
+    /// this returns is not missed. A restart of the service does not end the stream;
+    /// the next batch comes as usual.
+    public func batches() async throws -> AsyncStream<Batch> {
+        let bus = try connected().bus
+        let (stream, continuation) = AsyncStream.makeStream(of: Batch.self, bufferingPolicy: .unbounded)
+        let rule = MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath,
+                             interface: FerryClient.managerInterface, member: "AllFinished")
+        let subscription = try await mapped {
+            try await bus.subscribe(rule) { m in
+                guard let a = try? m.arguments(), a.count == 3, let s = a[0].uint32, let f = a[1].uint32,
+                      let c = a[2].uint32 else { return }
+                continuation.yield(Batch(succeeded: Int(s), failed: Int(f), cancelled: Int(c)))
+            }
+        }
+        continuation.onTermination = { _ in
+            bus.unsubscribe(subscription)
+            withExtendedLifetime(self) {} // the manager (and its bus) lasts as long as the stream
+        }
+        return stream
+    }
+}

@@ -81,30 +81,45 @@ final class MainLoop: @unchecked Sendable {
 
     // MARK: Watches
 
+    /// Makes the watch's dispatch sources as libdbus wants them now.
+    ///
+    /// The sources watch a duplicate of libdbus's descriptor (`SourceDescriptor`),
+    /// never libdbus's own: libdbus closes its descriptor as soon as it lets go of
+    /// the watch (a close, a lost connection), while a cancelled dispatch source lets
+    /// go of its descriptor later, on its queue. A descriptor number closed before
+    /// libdispatch let go of it stays tied, inside libdispatch, to the old source
+    /// (seen: when events were coming in at the close), and the next socket to get
+    /// that number (the app's next connection) never hears it is readable: its
+    /// replies wait unread until the call times out. The duplicate is closed only
+    /// after the last source on it was cancelled, so its number is never reused early.
     func arm(_ w: WatchHandle) {
         w.disarm()
-        guard dbus_watch_get_enabled(w.watch) != 0 else { return }
+        guard !w.released, dbus_watch_get_enabled(w.watch) != 0 else { return }
         let fd = dbus_watch_get_unix_fd(w.watch)
         guard fd >= 0 else { return }
+        if w.descriptor?.duplicated != fd { w.descriptor = SourceDescriptor(duplicating: fd) }
+        let descriptor = w.descriptor!
         let flags = dbus_watch_get_flags(w.watch)
         // libdispatch on Linux must not release a never-resumed source: each
         // source is resumed at once and later cancelled, never suspended.
         if flags & DBUS_WATCH_READABLE.rawValue != 0, !w.resting {
-            let s = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let s = DispatchSource.makeReadSource(fileDescriptor: descriptor.fd, queue: queue)
             s.setEventHandler { [weak self, weak w] in
-                guard let self, let w else { return }
+                guard let self, let w, !w.released else { return }
                 self.read(w, fd: fd)
             }
+            s.setCancelHandler { withExtendedLifetime(descriptor) {} }
             s.resume()
             w.readSource = s
         }
         if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
-            let s = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            let s = DispatchSource.makeWriteSource(fileDescriptor: descriptor.fd, queue: queue)
             s.setEventHandler { [weak self, weak w] in
-                guard let self, let w else { return }
+                guard let self, let w, !w.released else { return }
                 dbus_watch_handle(w.watch, DBUS_WATCH_WRITABLE.rawValue)
                 self.drain()
             }
+            s.setCancelHandler { withExtendedLifetime(descriptor) {} }
             s.resume()
             w.writeSource = s
         }
@@ -360,11 +375,35 @@ struct TimeoutHeap {
     }
 }
 
+/// The descriptor a watch's dispatch sources are made on: a duplicate of libdbus's,
+/// closed when the last reference goes — the watch's (until libdbus lets go of it) or
+/// a source's cancel handler's (until it has run, that is, until libdispatch no
+/// longer uses the descriptor). See `MainLoop.arm`.
+final class SourceDescriptor {
+    let fd: Int32
+    /// libdbus's descriptor, of which `fd` is a duplicate.
+    let duplicated: Int32
+    private let owned: Bool
+
+    /// Out of descriptors, the sources use libdbus's own (as before: correct unless a
+    /// number is reused while a cancelled source still holds it).
+    init(duplicating fd: Int32) {
+        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        self.fd = copy >= 0 ? copy : fd
+        self.owned = copy >= 0
+        self.duplicated = fd
+    }
+
+    deinit { if owned { close(fd) } }
+}
+
 /// Our state for one `DBusWatch`, stored as the watch's data.
 final class WatchHandle {
     let watch: OpaquePointer
     /// libdbus let go of the watch (removed or freed): `watch` must not be read.
     var released = false
+    /// What the sources watch; kept until libdbus lets go of the watch.
+    var descriptor: SourceDescriptor?
     var readSource: DispatchSourceRead?
     var writeSource: DispatchSourceWrite?
     /// Reading rests (`MainLoop.readRest`): the read source is made again when it ends.
@@ -413,6 +452,8 @@ private let releaseWatchHandle: @convention(c) (UnsafeMutableRawPointer?) -> Voi
     let h = Unmanaged<WatchHandle>.fromOpaque(data)
     h.takeUnretainedValue().released = true
     h.takeUnretainedValue().disarm()
+    // The cancelled sources keep the duplicate until their cancel handlers have run.
+    h.takeUnretainedValue().descriptor = nil
     h.release()
 }
 

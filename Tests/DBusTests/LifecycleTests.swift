@@ -150,3 +150,47 @@ final class LifecycleTests: BusTestCase {
         }
     }
 }
+
+extension LifecycleTests {
+    /// A connection closed while signals are coming in, and the next one opened (it
+    /// usually gets the closed one's descriptor number), still hears its replies.
+    /// Before the dispatch sources watched a descriptor of their own, about every
+    /// hundredth such connection never read anything: its calls timed out with the
+    /// reply waiting unread in the socket (FerryClient apps that detach and attach again).
+    func testAConnectionOpenedAsAnotherClosesReadsItsReplies() async throws {
+        try await startSample()
+        let flooding = Flag()
+        let server = server!
+        // A steady stream of signals, so that reads are under way at each close.
+        let flood = Thread {
+            while !flooding.isRaised {
+                try? server.emitSignal(path: "/org/ferry/Test/Flood", interface: "org.ferry.Test.Flood", name: "Tick",
+                                       arguments: [.int32(1)])
+                usleep(200) // pace, not synchronisation: about 5,000 signals a second
+            }
+        }
+        flood.start()
+        defer { flooding.raise() }
+        for i in Int32(0)..<600 {
+            let c = try BusConnection(address: bus.address)
+            do {
+                let r = try await c.call(destination: Sample.busName, path: Sample.objectPath, interface: Sample.interfaceName,
+                                         method: "Add", arguments: [.int32(i), .int32(1)], timeout: 5)
+                XCTAssertEqual(r, [.int32(i + 1)])
+            } catch {
+                c.close()
+                return XCTFail("connection \(i), after \(i) others were closed while signals came in: \(error)")
+            }
+            _ = try await c.subscribe(MatchRule(interface: "org.ferry.Test.Flood")) { _ in }
+            c.close()
+        }
+    }
+}
+
+/// A flag raised once, read from any thread.
+private final class Flag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var raised = false
+    var isRaised: Bool { lock.withLock { raised } }
+    func raise() { lock.withLock { raised = true } }
+}

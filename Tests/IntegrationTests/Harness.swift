@@ -36,6 +36,16 @@ extension SignalRecorder {
         return (s.args[0].uint64 ?? 0, s.args[1].string ?? "", s.args[2].string ?? "")
     }
 
+    /// Waits for the `Completed` signal of a transfer and then for its session's batch
+    /// to end (a session `AllFinished` after it): before a test attaches a later run,
+    /// so that no signal of that batch is still on its way to it.
+    func completedWithItsBatch(_ path: String, timeout: TimeInterval = 20) async throws {
+        try await wait("Completed on \(path) and then a session's AllFinished", timeout: timeout) { s in
+            guard let done = s.firstIndex(where: { $0.path == path && $0.member == "Completed" }) else { return false }
+            return s[(done + 1)...].contains { $0.interface == FerryClient.sessionInterface && $0.member == "AllFinished" }
+        }
+    }
+
     /// Whether a PropertiesChanged on `path` ever set State to `state`.
     func sawState(_ path: String, _ state: String) -> Bool {
         signals(path: path, member: "PropertiesChanged").contains { $0.changed["State"]?.string == state }

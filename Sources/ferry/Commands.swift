@@ -273,7 +273,9 @@ struct Wait: AsyncParsableCommand {
             let initial = try pick(try parseTransferIDs(ids), from: objects)
             let follower = Follower(options: Follower.Options())
             let sink = ProgressDisplay(quiet: true, on: .standardError)
-            let final = try await follower.run(initial, monitor: monitor, sink: sink)
+            let final = try await InterruptNote.whileWaiting(for: initial.filter { !$0.isFinal }.map(\.id)) {
+                try await follower.run(initial, monitor: monitor, sink: sink)
+            }
             if json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
                                    shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)

@@ -183,7 +183,9 @@ struct Get: AsyncParsableCommand {
                 // (subscribed before the first Download) holds with all its properties.
                 let follower = Follower(options: Follower.Options())
                 let sink = ProgressDisplay(quiet: global.quiet || json, on: .standardError)
-                var final = try await follower.run([], created: created, monitor: monitor, sink: sink)
+                var final = try await InterruptNote.whileWaiting(for: ids) {
+                    try await follower.run([], created: created, monitor: monitor, sink: sink)
+                }
                 if json {
                     let after = try await client.managedObjects()
                     final = (try? pick(ids, from: after)) ?? final

@@ -78,8 +78,11 @@ func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: S
         }
         guard opts.wait, let monitor else { return }
         let objects = try await client.managedObjects()
-        let final = try await Follower(options: Follower.Options())
-            .run(try pick([t.id], from: objects), monitor: monitor, sink: ProgressDisplay(quiet: global.quiet || opts.json, on: .standardError))
+        let initial = try pick([t.id], from: objects)
+        let final = try await InterruptNote.whileWaiting(for: [t.id]) {
+            try await Follower(options: Follower.Options())
+                .run(initial, monitor: monitor, sink: ProgressDisplay(quiet: global.quiet || opts.json, on: .standardError))
+        }
         if opts.json { JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(objects)) }) }
         await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
                                shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)

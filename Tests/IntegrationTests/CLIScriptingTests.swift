@@ -364,6 +364,30 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(r.stderr.contains("\(id) 100% ") || r.stderr.contains("%"), "progress lines: \(r.stderr)")
     }
 
+    /// Ctrl-C on `get --wait` stops the waiting, not the download: the CLI says so on
+    /// stderr with the id, ends as killed by SIGINT (as any program does, so a script's
+    /// loop stops too), and the file still arrives whole.
+    func testCtrlCOnGetWaitSaysTheDownloadGoesOn() async throws {
+        let body = serve("/long.bin", size: 600_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/long.bin")
+        let get = try ChildProcess(executable: ferryPath, arguments: ["get", server.url("/long.bin"), "-o", work + "/long.bin", "--wait"],
+                                   environment: environment())
+        defer { get.kill(SIGKILL) }
+        // The id on stdout, then its first state line on stderr: it is being followed.
+        var id = ""
+        try await waitUntilAsync("the id and a state line") {
+            id = get.stdout.split(separator: "\n").first.map(String.init) ?? ""
+            return !id.isEmpty && get.stderr.split(separator: "\n").contains { $0.hasPrefix("\(id) ") }
+        }
+        get.kill(SIGINT)
+        XCTAssertEqual(get.waitForExit(timeout: 10), 128 + SIGINT, get.log)
+        XCTAssertTrue(get.stderr.contains("stopped waiting; what has not finished goes on in the Ferry service"), get.stderr)
+        XCTAssertTrue(get.stderr.contains("Transfer \(id)."), get.stderr)
+        let t = client.transfer(id: try XCTUnwrap(UInt64(id), get.stdout))
+        try await waitForState(t, "completed", timeout: 20)
+        XCTAssertEqual(FileManager.default.contents(atPath: work + "/long.bin"), Data(body))
+    }
+
     /// Piped progress starts from the real state: a finished transfer is one final line at once.
     func testPipedWatchOfAFinishedTransfer() async throws {
         serve("/fin.bin", size: 3000)

@@ -29,7 +29,13 @@ enum InterruptNote {
             + "(`ferry ls` shows it, `ferry cancel ID` stops a transfer).\(named)\n"
     }
 
+    /// Whether the note is armed: not when SIGINT was ignored (a background job of a
+    /// script): Ctrl-C is not for it, and stays ignored.
+    nonisolated(unsafe) private static var armed = false
+
     private static func arm(_ message: String) {
+        let before = signal(SIGINT, SIG_IGN)
+        guard unsafeBitCast(before, to: Int.self) != unsafeBitCast(SIG_IGN, to: Int.self) else { return }
         let bytes = Array(message.utf8)
         let buffer = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: bytes.count)
         _ = buffer.initialize(from: bytes)
@@ -37,9 +43,12 @@ enum InterruptNote {
         // allocated: a handler may be reading it (one small note per wait).
         note = UnsafeBufferPointer(buffer)
         signal(SIGINT, onInterrupt)
+        armed = true
     }
 
     private static func disarm() {
+        guard armed else { return }
+        armed = false
         signal(SIGINT, SIG_DFL)
     }
 }

@@ -388,6 +388,27 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: work + "/long.bin"), Data(body))
     }
 
+    /// A `get --wait` started with SIGINT ignored (a script's background job) keeps
+    /// ignoring it: it waits on to the end, without a note.
+    func testGetWaitStartedWithCtrlCIgnoredKeepsIgnoringIt() async throws {
+        serve("/bg.bin", size: 300_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/bg.bin")
+        let get = try ChildProcess(executable: "/bin/sh",
+                                   arguments: ["-c", "trap '' INT; exec \"$0\" get \"$1\" -o \"$2\" --wait", ferryPath,
+                                               server.url("/bg.bin"), work + "/bg.bin"],
+                                   environment: environment())
+        defer { get.kill(SIGKILL) }
+        var id = ""
+        try await waitUntilAsync("the id and a state line") {
+            id = get.stdout.split(separator: "\n").first.map(String.init) ?? ""
+            return !id.isEmpty && get.stderr.split(separator: "\n").contains { $0.hasPrefix("\(id) ") }
+        }
+        get.kill(SIGINT)
+        XCTAssertEqual(get.waitForExit(timeout: 20), 0, get.log)
+        XCTAssertFalse(get.stderr.contains("stopped waiting"), get.stderr)
+        XCTAssertTrue(get.stdout.contains("\(id) completed \(work!)/bg.bin"), get.stdout)
+    }
+
     /// Piped progress starts from the real state: a finished transfer is one final line at once.
     func testPipedWatchOfAFinishedTransfer() async throws {
         serve("/fin.bin", size: 3000)

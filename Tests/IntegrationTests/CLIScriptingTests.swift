@@ -364,6 +364,17 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(r.stderr.contains("\(id) 100% ") || r.stderr.contains("%"), "progress lines: \(r.stderr)")
     }
 
+    /// The id a piped `get --wait` printed, once its first state line is on stderr: the
+    /// download is being followed (and Ctrl-C's note armed).
+    func idOnceFollowed(_ get: ChildProcess) async throws -> String {
+        var id = ""
+        try await waitUntilAsync("the id and a state line") {
+            id = get.stdout.split(separator: "\n").first.map(String.init) ?? ""
+            return !id.isEmpty && get.stderr.split(separator: "\n").contains { $0.hasPrefix("\(id) ") }
+        }
+        return id
+    }
+
     /// Ctrl-C on `get --wait` stops the waiting, not the download: the CLI says so on
     /// stderr with the id, ends as killed by SIGINT (as any program does, so a script's
     /// loop stops too), and the file still arrives whole.
@@ -373,12 +384,7 @@ final class CLIScriptingTests: FerryTestCase {
         let get = try ChildProcess(executable: ferryPath, arguments: ["get", server.url("/long.bin"), "-o", work + "/long.bin", "--wait"],
                                    environment: environment())
         defer { get.kill(SIGKILL) }
-        // The id on stdout, then its first state line on stderr: it is being followed.
-        var id = ""
-        try await waitUntilAsync("the id and a state line") {
-            id = get.stdout.split(separator: "\n").first.map(String.init) ?? ""
-            return !id.isEmpty && get.stderr.split(separator: "\n").contains { $0.hasPrefix("\(id) ") }
-        }
+        let id = try await idOnceFollowed(get)
         get.kill(SIGINT)
         XCTAssertEqual(get.waitForExit(timeout: 10), 128 + SIGINT, get.log)
         XCTAssertTrue(get.stderr.contains("stopped waiting; what has not finished goes on in the Ferry service"), get.stderr)
@@ -398,11 +404,7 @@ final class CLIScriptingTests: FerryTestCase {
                                                server.url("/bg.bin"), work + "/bg.bin"],
                                    environment: environment())
         defer { get.kill(SIGKILL) }
-        var id = ""
-        try await waitUntilAsync("the id and a state line") {
-            id = get.stdout.split(separator: "\n").first.map(String.init) ?? ""
-            return !id.isEmpty && get.stderr.split(separator: "\n").contains { $0.hasPrefix("\(id) ") }
-        }
+        let id = try await idOnceFollowed(get)
         get.kill(SIGINT)
         XCTAssertEqual(get.waitForExit(timeout: 20), 0, get.log)
         XCTAssertFalse(get.stderr.contains("stopped waiting"), get.stderr)

@@ -154,9 +154,10 @@ final class LifecycleTests: BusTestCase {
 extension LifecycleTests {
     /// A connection closed while signals are coming in, and the next one opened (it
     /// usually gets the closed one's descriptor number), still hears its replies.
-    /// Before the dispatch sources watched a descriptor of their own, about every
-    /// hundredth such connection never read anything: its calls timed out with the
-    /// reply waiting unread in the socket (FerryClient apps that detach and attach again).
+    /// Before the dispatch sources watched a descriptor of their own, with the cores
+    /// busy, one such connection in a few hundred never read anything: its calls timed
+    /// out with the reply waiting unread in the socket (FerryClient apps that detach
+    /// and attach again).
     func testAConnectionOpenedAsAnotherClosesReadsItsReplies() async throws {
         try await startSample()
         let flooding = Flag()
@@ -170,8 +171,15 @@ extension LifecycleTests {
             }
         }
         flood.start()
+        // Busy threads, two per core: the connection's queue then runs late,
+        // as on a loaded machine, and a cancelled source lets go of its descriptor late.
+        // (On an idle machine the old code passed; with these it failed 4 runs of 4.)
+        let spinners = (0..<2 * ProcessInfo.processInfo.activeProcessorCount).map { _ in
+            Thread { while !flooding.isRaised {} }
+        }
+        for spinner in spinners { spinner.start() }
         defer { flooding.raise() }
-        for i in Int32(0)..<600 {
+        for i in Int32(0)..<1500 {
             let c = try BusConnection(address: bus.address)
             do {
                 let r = try await c.call(destination: Sample.busName, path: Sample.objectPath, interface: Sample.interfaceName,

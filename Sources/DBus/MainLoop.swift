@@ -97,8 +97,9 @@ final class MainLoop: @unchecked Sendable {
         guard !w.released, dbus_watch_get_enabled(w.watch) != 0 else { return }
         let fd = dbus_watch_get_unix_fd(w.watch)
         guard fd >= 0 else { return }
-        if w.descriptor?.duplicated != fd { w.descriptor = SourceDescriptor(duplicating: fd) }
-        let descriptor = w.descriptor!
+        // A watch's descriptor never changes: one duplicate serves all its sources.
+        let descriptor = w.descriptor ?? SourceDescriptor(duplicating: fd)
+        w.descriptor = descriptor
         let flags = dbus_watch_get_flags(w.watch)
         // libdispatch on Linux must not release a never-resumed source: each
         // source is resumed at once and later cancelled, never suspended.
@@ -381,8 +382,6 @@ struct TimeoutHeap {
 /// longer uses the descriptor). See `MainLoop.arm`.
 final class SourceDescriptor {
     let fd: Int32
-    /// libdbus's descriptor, of which `fd` is a duplicate.
-    let duplicated: Int32
     private let owned: Bool
 
     /// Out of descriptors, the sources use libdbus's own (as before: correct unless a
@@ -391,7 +390,6 @@ final class SourceDescriptor {
         let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
         self.fd = copy >= 0 ? copy : fd
         self.owned = copy >= 0
-        self.duplicated = fd
     }
 
     deinit { if owned { close(fd) } }

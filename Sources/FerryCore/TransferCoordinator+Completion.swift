@@ -92,7 +92,6 @@ extension TransferCoordinator {
         t.snapshot.destination = location
         t.snapshot.sha256 = digest ?? ""
         t.snapshot.completed = environment.now()
-        t.showError(nil)
         t.life.complete()
         settle(t)
         // The final state and its event are stored together, before either is announced.

@@ -110,14 +110,10 @@ extension TransferCoordinator {
     public func resumeAll(session: SessionID? = nil) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let targets = try records(in: session)
-        var room: [SessionID: Int] = [:]
         mutate {
             for t in targets where TransferStateMachine.Action.resume.allowedStates.contains(t.state) {
-                if t.state == .failed {
-                    let left = room[t.session] ?? eventRoom(session: t.session)
-                    guard left >= 1 else { continue }
-                    room[t.session] = left - 1
-                }
+                // Each resumed failure takes its room at once (the index counts its run).
+                if t.state == .failed && eventRoom(session: t.session) < 1 { continue }
                 resumeTransfer(t)
             }
         }

@@ -250,7 +250,6 @@ extension TransferCoordinator {
         t.snapshot.bytesTransferred = size
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = size }
         t.snapshot.completed = environment.now()
-        t.showError(nil)
         let digest = t.snapshot.sha256.isEmpty ? nil : t.snapshot.sha256
         _ = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: target, bytes: size,
                                      sha256: digest), session: t.session)

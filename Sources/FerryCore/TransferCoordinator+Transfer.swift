@@ -29,7 +29,7 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         let t = try record(id)
         try TransferStateMachine.check(.resume, state: t.state, transfer: id)
-        if t.state == .failed && eventRoom(session: t.session) < 1 { throw eventCapRefusal(t.session) }
+        if t.state == .failed { try checkRoomForEvents(session: t.session) }
         mutate { resumeTransfer(t) }
     }
 

@@ -261,7 +261,6 @@ extension TransferCoordinator {
         t.snapshot.bytesExpected = t.upload?.size ?? bytesSent
         sendFinalProgress(t, from: 0) // an upload's attempt sends from byte 0
         t.snapshot.completed = environment.now()
-        t.showError(nil)
         t.life.complete()
         settle(t)
         let location = t.upload?.responseDestination

@@ -216,6 +216,8 @@ final class TransferRecord {
     func syncState() {
         snapshot.state = life.state
         snapshot.waitingReason = life.waitingReason?.rawValue ?? ""
+        // A completed transfer has no last failure to show (a retry's is cleared).
+        if life.state == .completed { showError(nil) }
         if life.state != .running {
             snapshot.rate = 0
             snapshot.expectedEnd = 0

@@ -171,8 +171,7 @@ func describe(_ e: BusError) -> (message: String, code: Int32) {
 }
 
 func printError(_ message: String) {
-    Output.flush()
-    FileHandle.standardError.write(Data("ferry: \(Format.shown(message, keepingNewlines: true))\n".utf8))
+    Output.line("ferry: " + message, to: .standardError)
 }
 
 /// Standard output, flushed per line when it is not a terminal too (scripts

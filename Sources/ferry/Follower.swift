@@ -238,6 +238,8 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
     // A listing made after the events were read: a transfer not final in it has
     // started another run since its event (a run that ends later has a later event).
     var fresh = false
+    /// Transfers found still not final by a look of their own (asked once each).
+    var stillRunning: Set<String> = []
     var last: UInt64?
     for e in events {
         if !shown.contains(e.transferPath) {
@@ -251,9 +253,13 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
             case nil: break // gone: nothing left to show
             case true?: return await acknowledge(session, upTo: last) // final, and the user has not seen how it ended
             case false?:
-                // Not final when listed, before the events were read: it may have ended since.
-                if !fresh, let now = try? await FerryTransfer(client: client, path: e.transferPath).info(), now.isFinal {
-                    return await acknowledge(session, upTo: last)
+                // Not final when listed, before the events were read: it may have ended since
+                // (one look per transfer, however many of its events wait).
+                if !fresh && !stillRunning.contains(e.transferPath) {
+                    if let now = try? await FerryTransfer(client: client, path: e.transferPath).info(), now.isFinal {
+                        return await acknowledge(session, upTo: last)
+                    }
+                    stillRunning.insert(e.transferPath)
                 }
             }
         }

@@ -52,6 +52,13 @@ struct List: AsyncParsableCommand {
             let client = try global.connect()
             let objects = try await client.managedObjects()
             let names = sessionNames(objects)
+            // A session named on the command line that does not exist lists nothing, as a
+            // filter would, but says so on stderr: a typo is not "no transfers", and a
+            // script that asks before its session is made still reads an empty listing.
+            let missingSession = global.sessionOption.flatMap { objects.session(identifier: $0) == nil ? $0 : nil }
+            if let name = missingSession, !global.quiet {
+                Output.line("No session '\(name)' (`ferry sessions` lists them).", to: .standardError)
+            }
             let wantedSessions = Set(global.sessionOption.map { [$0] } ?? [])
             let wanted = wantedStates
             let infos = objects.transfers.filter { i in
@@ -60,7 +67,8 @@ struct List: AsyncParsableCommand {
             if json {
                 JSONOutput.print(infos.map { TransferJSON($0, sessions: names) })
             } else if infos.isEmpty {
-                if !global.quiet { Output.line("No transfers.") }
+                // A remark, not a result: a script reading the listing gets no lines.
+                if !global.quiet && missingSession == nil { Output.line("No transfers.", to: .standardError) }
             } else {
                 let many = Set(infos.map(\.session)).count > 1
                 Output.write(Format.table(infos, sessions: names, showSession: many).joined(separator: "\n") + "\n")

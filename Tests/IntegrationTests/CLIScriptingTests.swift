@@ -136,6 +136,15 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertEqual(rows.map(\.session), ["org.example.Script"])
         let other = try ferry(["ls", "--json", "--session", "org.ferry.cli"])
         XCTAssertEqual(decode([TransferRow].self, other.stdout)?.count, 0, "--session filters")
+        // A session that does not exist (a typo) lists nothing, and says so on stderr.
+        let typo = try ferry(["ls", "--session", "org.example.Scirpt"])
+        XCTAssertEqual(typo.status, 0, typo.stderr)
+        XCTAssertEqual(typo.stdout, "")
+        XCTAssertTrue(typo.stderr.contains("No session 'org.example.Scirpt'"), typo.stderr)
+        let typoJSON = try ferry(["ls", "--json", "--session", "org.example.Scirpt"])
+        XCTAssertEqual(decode([TransferRow].self, typoJSON.stdout)?.count, 0, typoJSON.stdout)
+        XCTAssertTrue(typoJSON.stderr.contains("No session"), typoJSON.stderr)
+        XCTAssertEqual(try ferry(["-q", "ls", "--session", "org.example.Scirpt"]).stderr, "", "-q keeps it quiet")
         // Before a command with subcommands of its own (they landed between the two).
         let set = try ferry(["-q", "config", "set", "max-concurrent", "5"])
         XCTAssertEqual(set.status, 0, set.stderr)

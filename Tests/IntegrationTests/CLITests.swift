@@ -313,7 +313,8 @@ final class CLITests: FerryTestCase {
         extraLogs.append { "--- activated ferryd log:\n" + ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "") + "\n--- activation bus:\n" + activationBus.log }
         let r = try ferry(["ls"], extraEnv: ["DBUS_SESSION_BUS_ADDRESS": activationBus.address])
         XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
-        XCTAssertTrue(r.stdout.contains("No transfers"), r.stdout)
+        XCTAssertEqual(r.stdout, "", "an empty listing prints no line a script would read")
+        XCTAssertTrue(r.stderr.contains("No transfers"), r.stderr)
 
         // It is really there now, and serving.
         let other = try FerryClient(address: activationBus.address)

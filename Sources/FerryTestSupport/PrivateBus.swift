@@ -271,17 +271,29 @@ public final class PrivateBus: @unchecked Sendable {
             let (line, rest) = try PrivateBus.readLine(from: addressPipe.fileHandleForReading.fileDescriptor, timeout: startTimeout)
             address = line
             // Activated services inherit the daemon's stdout: keep the pipe drained
-            // (into the log) so that they never block writing to it.
+            // (into the log) so that they never block writing to it. A thread of its
+            // own reads a duplicate of the pipe until every writer has gone, then
+            // closes it. Not a readabilityHandler: its dispatch source is cancelled
+            // after the pipe is closed, and libdispatch may keep the closed number
+            // registered, so that the process's next descriptor of that number (a bus
+            // connection's socket) is never reported readable.
             let log = FileHandle(forWritingAtPath: daemon.stdoutPath)
             log?.write(Data(rest))
-            addressPipe.fileHandleForReading.readabilityHandler = { handle in
-                let data = handle.availableData
-                if data.isEmpty {
-                    handle.readabilityHandler = nil
+            let drained = fcntl(addressPipe.fileHandleForReading.fileDescriptor, F_DUPFD_CLOEXEC, 0)
+            if drained >= 0 {
+                let thread = Thread {
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    while true {
+                        let n = buffer.withUnsafeMutableBytes { Glibc.read(drained, $0.baseAddress, $0.count) }
+                        if n < 0 && errno == EINTR { continue }
+                        if n <= 0 { break }
+                        log?.write(Data(buffer[..<n]))
+                    }
+                    close(drained)
                     try? log?.close()
-                } else {
-                    log?.write(data)
                 }
+                thread.name = "private-bus-stdout"
+                thread.start()
             }
         } catch {
             daemon.kill(SIGKILL)
@@ -323,7 +335,6 @@ public final class PrivateBus: @unchecked Sendable {
             daemon.kill(SIGKILL)
             _ = daemon.waitForExit(timeout: 5)
         }
-        addressPipe.fileHandleForReading.readabilityHandler = nil
         try? FileManager.default.removeItem(atPath: directory)
     }
 

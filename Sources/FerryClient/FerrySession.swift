@@ -104,7 +104,9 @@ public final class FerrySession: @unchecked Sendable {
     /// runs set, and the service's defaults for the rest (every property is set).
     /// Secrets do not come back: each header's value reads `"(hidden)"`, and the proxy
     /// comes without its user and password; a session made with this configuration
-    /// keeps the service's real ones unless they are changed. ``Configuration/busAddress``
+    /// keeps the service's real ones unless they are changed: a header whose value
+    /// still reads `"(hidden)"` keeps its real value when another header is added or
+    /// changed, and the proxy its credentials unless the proxy is changed. ``Configuration/busAddress``
     /// is this session's own.
     public func storedConfiguration() async throws -> Configuration {
         let path = try await core.attach()

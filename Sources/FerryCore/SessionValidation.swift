@@ -89,7 +89,7 @@ extension SessionConfiguration {
         let before = self
         if let v = update.persistent { persistent = v }
         if let v = update.directory { directory = v.isEmpty ? nil : FileSystemChecks.normalize(v) }
-        if let v = update.headers { headers = v }
+        if let v = update.headers { headers = Self.keepingHiddenValues(v, of: headers) }
         if let v = update.maxConnectionsPerHost { maxConnectionsPerHost = v }
         if let v = update.requestTimeout { requestTimeout = v }
         if let v = update.resourceTimeout { resourceTimeout = v }
@@ -101,5 +101,17 @@ extension SessionConfiguration {
         if let v = update.applicationID { applicationID = v }
         if let v = update.cookies { cookies = v }
         return self != before
+    }
+
+    /// `new`, where a value of `"(hidden)"` (as `Configuration` shows every value)
+    /// for a header the session holds keeps the held value: a client that reads the
+    /// configuration, changes one header and sends the headers back keeps the others'
+    /// real values. Header names match without regard to case, as in HTTP.
+    static func keepingHiddenValues(_ new: [String: String], of held: [String: String]) -> [String: String] {
+        guard new.values.contains(Redaction.hiddenValue) else { return new }
+        let heldByName = Dictionary(held.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
+        return Dictionary(uniqueKeysWithValues: new.map { name, value in
+            (name, value == Redaction.hiddenValue ? heldByName[name.lowercased()] ?? value : value)
+        })
     }
 }

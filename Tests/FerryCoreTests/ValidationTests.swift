@@ -50,6 +50,18 @@ final class ValidationTests: XCTestCase {
         })
     }
 
+    /// Headers read back (values "(hidden)") and sent again keep their held values;
+    /// "(hidden)" for a header the session does not hold is taken as it is.
+    func testHiddenHeaderValuesSentBackKeepTheHeldOnes() throws {
+        let h = CoreHarness()
+        let id = try h.openSession("a") { $0.headers = ["Authorization": "Bearer sekrit", "X-App": "one"] }
+        _ = try h.openSession("a") { $0.headers = ["authorization": "(hidden)", "X-App": "two", "X-New": "(hidden)"] }
+        XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers },
+                       ["authorization": "Bearer sekrit", "X-App": "two", "X-New": "(hidden)"])
+        _ = try h.openSession("a") { $0.headers = ["X-App": "three"] }
+        XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers }, ["X-App": "three"], "a header left out is dropped")
+    }
+
     func testReattachValidatesAndChangesNothingOnRefusal() throws {
         let h = CoreHarness()
         let id = try h.openSession("a") { $0.maxConnectionsPerHost = 3 }

@@ -172,4 +172,28 @@ final class FerryManagerTests: FerryTestCase {
         let retries = try await again.storedConfiguration().retries
         XCTAssertEqual(retries, 1, "what was changed is sent")
     }
+
+    /// Read back, one header added and one changed: the header left as read keeps its
+    /// real value, not the "(hidden)" it reads as.
+    func testAHeaderAddedToAStoredConfigurationKeepsTheOthersSecrets() async throws {
+        var c = configuration("org.example.Edited")
+        c.httpAdditionalHeaders = ["Authorization": "Bearer s3cret-token", "X-App": "one"]
+        let first = FerrySession(configuration: c)
+        var read = try await first.storedConfiguration()
+        first.detach()
+        XCTAssertEqual(read.httpAdditionalHeaders?["Authorization"], "(hidden)")
+        read.httpAdditionalHeaders?["X-Extra"] = "added"
+        read.httpAdditionalHeaders?["X-App"] = "two"
+        let again = FerrySession(configuration: read)
+        defer { again.detach() }
+        serve("/edited.bin", size: 10)
+        let task = try await again.download(from: URL(string: server.url("/edited.bin"))!, to: URL(fileURLWithPath: work + "/edited.bin"))
+        _ = try await task.value
+        let request = server.requests(for: "/edited.bin").last
+        XCTAssertEqual(request?.header("Authorization"), "Bearer s3cret-token", "kept, though sent back as (hidden)")
+        XCTAssertEqual(request?.header("X-App"), "two", "changed")
+        XCTAssertEqual(request?.header("X-Extra"), "added", "added")
+        let names = try await again.storedConfiguration().httpAdditionalHeaders.map { Set($0.keys) }
+        XCTAssertEqual(names, ["Authorization", "X-App", "X-Extra"])
+    }
 }

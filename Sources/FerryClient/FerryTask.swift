@@ -107,9 +107,15 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     private var waiters: [CheckedContinuation<FerryTaskResult, Error>] = []
     /// Outcomes so far (a resumed failed task has more than one); under `lock`.
     private var completions = 0
-    // Under `lock`: a failed task that is resumed gets a new stream (`reopen`).
-    private var stream: AsyncThrowingStream<FerryTaskEvent, Error>
-    private var continuation: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation
+    /// The run's events so far, for a reader that comes later: every one but a
+    /// progress followed by another progress (the newest stands for them), at most
+    /// `historyLimit`; a failed task that is resumed starts a new history (`reopen`).
+    /// Under `lock`.
+    private var history: [FerryTaskEvent] = []
+    private static let historyLimit = 64
+    /// The streams being read, by key; under `lock`.
+    private var readers: [Int: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation] = [:]
+    private var nextReader = 0
     /// Whether the task uploads (known once the session has seen it).
     var isUpload = false
     /// An upload's source file (known once the session has seen it); on the session's queue.
@@ -119,8 +125,6 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         self.path = path
         id = FerryClient.transferID(path)
         self.core = core
-        (stream, continuation) = AsyncThrowingStream.makeStream(of: FerryTaskEvent.self, throwing: Error.self,
-                                                                bufferingPolicy: .bufferingNewest(256))
     }
 
     public static func == (a: FerryTask, b: FerryTask) -> Bool { a.path == b.path }
@@ -129,11 +133,46 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     // MARK: Events
 
-    /// The task's events from its creation on (the newest 256 are kept until read);
-    /// ends when the task completes, throwing its `FerryError` if it failed. One reader.
+    /// The task's events: each read of `events` is a stream of its own, so that any
+    /// number of readers (a list row and a detail view) may follow the task, and a
+    /// reader that went away may come back. A stream starts with what the run has
+    /// done so far (its events in order, a run of progress events as its newest one),
+    /// then gives each new event (the newest 256 are kept until read); it ends when the
+    /// task completes, throwing its `FerryError` if it failed, and a task that has
+    /// completed gives its events and its end at once. A download's `.finished` comes
+    /// before its `.stateChanged(.completed)`, which is its last event.
     /// A failed task that is resumed (`resume()`, after `setURL`) runs again: read
     /// `events` and `value` again for its new run.
-    public var events: AsyncThrowingStream<FerryTaskEvent, Error> { lock.withLock { stream } }
+    public var events: AsyncThrowingStream<FerryTaskEvent, Error> {
+        let (stream, continuation) = AsyncThrowingStream.makeStream(of: FerryTaskEvent.self, throwing: Error.self,
+                                                                    bufferingPolicy: .bufferingNewest(256))
+        lock.lock()
+        for e in history { continuation.yield(e) }
+        if let outcome {
+            lock.unlock()
+            Self.finish(continuation, with: outcome)
+            return stream
+        }
+        let key = nextReader
+        nextReader += 1
+        readers[key] = continuation
+        lock.unlock()
+        // Set after the lock is let go: a stream's end runs it at once, on the thread
+        // that ends it.
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.lock.withLock { _ = self.readers.removeValue(forKey: key) }
+        }
+        return stream
+    }
+
+    private static func finish(_ c: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation,
+                               with outcome: Result<FerryTaskResult, FerryError>) {
+        switch outcome {
+        case .success: c.finish()
+        case .failure(let e): c.finish(throwing: e)
+        }
+    }
 
     /// Waits until the task ends: its result, or its `FerryError`.
     public var value: FerryTaskResult {
@@ -151,7 +190,18 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         }
     }
 
-    func yield(_ e: FerryTaskEvent) { lock.withLock { continuation }.yield(e) }
+    func yield(_ e: FerryTaskEvent) {
+        let now: [AsyncThrowingStream<FerryTaskEvent, Error>.Continuation] = lock.withLock {
+            if case .progress = e, case .progress? = history.last {
+                history[history.count - 1] = e
+            } else {
+                if history.count == Self.historyLimit { history.removeFirst() }
+                history.append(e)
+            }
+            return Array(readers.values)
+        }
+        for c in now { c.yield(e) }
+    }
 
     /// The service runs a failed task again (queued after `Resume`): its outcome is open
     /// once more, with a new event stream.
@@ -160,8 +210,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         defer { lock.unlock() }
         guard case .failure? = outcome, expected == nil || expected == completions else { return }
         outcome = nil
-        (stream, continuation) = AsyncThrowingStream.makeStream(of: FerryTaskEvent.self, throwing: Error.self,
-                                                                bufferingPolicy: .bufferingNewest(256))
+        history = []
     }
 
     func complete(_ r: Result<FerryTaskResult, FerryError>) {
@@ -171,12 +220,10 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         completions += 1
         let w = waiters
         waiters = []
-        let stream = continuation
+        let streams = Array(readers.values)
+        readers = [:]
         lock.unlock()
-        switch r {
-        case .success: stream.finish()
-        case .failure(let e): stream.finish(throwing: e)
-        }
+        for c in streams { Self.finish(c, with: r) }
         for c in w { c.resume(with: r.mapError { $0 as Error }) }
     }
 

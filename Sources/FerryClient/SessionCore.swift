@@ -360,7 +360,10 @@ final class SessionCore: @unchecked Sendable {
             // An answer for the run under way (not one heard again after its replay).
             if let response, t.isUpload, !t.isCompleted { responses[path] = response.isEmpty ? nil : response }
             guard let state, let s = TransferState(rawValue: state) else { return }
-            if !s.isFinal { t.reopen() } // a failed task resumed: a new run
+            // A final state is told with the task's completion (`deliver`), after
+            // `.finished`, so that it is a task's last event.
+            guard !s.isFinal else { return }
+            t.reopen() // a failed task resumed: a new run
             t.yield(.stateChanged(s))
         case .allFinished(let path):
             guard path == sessionPath, let s = session else { return }
@@ -431,6 +434,7 @@ final class SessionCore: @unchecked Sendable {
             t.yield(.finished(location: url))
             if let s = session { delegate?.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) }
         }
+        if !t.isCompleted, let final = TransferState(rawValue: state) { t.yield(.stateChanged(final)) }
         if let s = session {
             let error: FerryError?
             if case .failure(let e) = outcome { error = e } else { error = nil }

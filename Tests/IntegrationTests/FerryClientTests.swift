@@ -104,6 +104,7 @@ final class FerryClientTests: FerryTestCase {
                                               to: URL(fileURLWithPath: work + "/one.bin"), options: options)
         var sawProgress = false
         var sawFinished: URL?
+        var last: FerryTaskEvent?
         for try await event in task.events {
             switch event {
             case .progress(_, let total, let expected):
@@ -113,9 +114,11 @@ final class FerryClientTests: FerryTestCase {
             case .finished(let location): sawFinished = location
             default: break
             }
+            last = event
         }
         XCTAssertTrue(sawProgress)
         XCTAssertEqual(sawFinished?.path, work + "/one.bin")
+        XCTAssertEqual(last, .stateChanged(.completed), "a reader that stops at .completed has seen .finished")
         let result = try await task.value
         XCTAssertEqual(result.location?.path, work + "/one.bin")
         assertFile(work + "/one.bin", equals: body)
@@ -578,6 +581,51 @@ final class FerryClientTests: FerryTestCase {
         assertFile(work + "/ex/b.bin", equals: b)
         let again = try runTool(example, ["collect"], environment: env, timeout: 30)
         XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
+    }
+
+    /// Any number of readers follow a task's events, each from the run's start, and a
+    /// reader that went away (its task cancelled) may read again.
+    func testATasksEventsHaveManyReaders() async throws {
+        let body = serve("/c/readers.bin", size: 400_000)
+        server.set(.slow(bytesPerSecond: 400 * 1024), on: "/c/readers.bin")
+        let session = FerrySession(configuration: configuration("org.example.Readers"))
+        defer { session.detach() }
+        let task = try await session.download(from: URL(string: server.url("/c/readers.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/readers.bin"))
+        @Sendable func readAll() async throws -> [FerryTaskEvent] {
+            var seen: [FerryTaskEvent] = []
+            for try await e in task.events { seen.append(e) }
+            return seen
+        }
+        // One reader leaves once data moves; its stream ends, the task goes on.
+        let progressed = Mailbox<Bool>()
+        let leaving = Task {
+            for try await e in task.events {
+                if case .progress(_, let total, _) = e, total > 0 { progressed.put(true) }
+            }
+        }
+        _ = try await progressed.next(timeout: 20, "progress")
+        leaving.cancel()
+        _ = await leaving.result
+        // Two readers at once (the second read used to trap), and one after the first left.
+        let (a, b) = try await withDeadline(30, "two readers' ends") {
+            async let first = readAll()
+            async let second = readAll()
+            return try await (first, second)
+        }
+        for seen in [a, b] {
+            XCTAssertEqual(seen.first, .stateChanged(.running), "from the run's start: \(seen)")
+            XCTAssertTrue(seen.contains(.finished(location: URL(fileURLWithPath: work + "/readers.bin"))), "\(seen)")
+            XCTAssertEqual(seen.last, .stateChanged(.completed), "\(seen)")
+            guard case .progress(_, let total, _)? = seen.last(where: { if case .progress = $0 { return true } else { return false } }) else {
+                return XCTFail("no progress: \(seen)")
+            }
+            XCTAssertEqual(total, Int64(body.count))
+        }
+        // A completed task's events come at once, and end.
+        let after = try await withDeadline(5, "a completed task's events") { try await readAll() }
+        XCTAssertEqual(after.last, .stateChanged(.completed))
+        assertFile(work + "/readers.bin", equals: body)
     }
 
     /// pause() hands back resume data; resumeDownload(with:) continues from it to

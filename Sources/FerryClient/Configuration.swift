@@ -132,7 +132,11 @@ public struct DownloadOptions: Sendable, Equatable {
 
     func busValue(destination: URL?) -> [String: DBusValue] {
         var o: [String: DBusValue] = [:]
-        if let destination { o["destination"] = .string(destination.path) }
+        // A directory URL keeps its slash: the service then takes it for a directory
+        // (refused when there is none), not for the name of a file to make.
+        if let destination {
+            o["destination"] = .string(destination.hasDirectoryPath && !destination.path.hasSuffix("/") ? destination.path + "/" : destination.path)
+        }
         if !headers.isEmpty { o["headers"] = .stringDict(headers) }
         if let description { o["description"] = .string(description) }
         if let sha256 { o["sha256"] = .string(sha256) }

@@ -1,10 +1,11 @@
+import Foundation
 internal import DBus
 internal import FerryInterface
 
 /// What went wrong, as Ferry's contract names it: the refusals of a method call
 /// (nothing changed) and the failures of a transfer. Every case carries the
 /// service's message, written for a person.
-public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
+public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvertible {
     // A call was refused.
     case invalidArgument(String)
     case invalidURL(String)
@@ -53,6 +54,9 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
             return m
         }
     }
+
+    /// The service's message, for `localizedDescription` (what an app shows).
+    public var errorDescription: String? { message }
 
     /// The HTTP status, for `.http`.
     public var httpStatus: Int? {

@@ -44,8 +44,9 @@ public final class FerrySession: @unchecked Sendable {
     var attachCount: Int { core.attachCount }
 
     /// Queues a download and returns at once. `destination`: a file path, or an
-    /// existing directory (the name then comes from the server or the URL); nil
-    /// puts it in the session's download directory.
+    /// existing directory (the name then comes from the server or the URL; a URL with
+    /// `hasDirectoryPath` is always taken for a directory, and `invalidDestination`
+    /// when there is none); nil puts it in the session's download directory.
     public func download(from url: URL, to destination: URL? = nil, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(options.busValue(destination: destination))])
         return core.handOut(r.first?.string ?? "/", upload: false)

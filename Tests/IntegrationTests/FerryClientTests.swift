@@ -583,6 +583,30 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
     }
 
+    /// A directory URL is a directory: an existing one gets the file under the URL's
+    /// name; one that does not exist is refused, not made a file of that name.
+    func testADirectoryURLIsTakenForADirectory() async throws {
+        let body = serve("/c/into.bin", size: 1_000)
+        let session = FerrySession(configuration: configuration("org.example.Directories"))
+        defer { session.detach() }
+        let missing = URL(fileURLWithPath: work + "/not-yet", isDirectory: true)
+        do {
+            let t = try await session.download(from: URL(string: server.url("/c/into.bin"))!, to: missing)
+            XCTFail("queued into a directory that does not exist: \(t)")
+        } catch let error as FerryError {
+            guard case .invalidDestination(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("not-yet"), message)
+            XCTAssertEqual((error as Error).localizedDescription, message, "what an app shows is the service's message")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: missing.path), "no file made of the directory's name")
+        try FileManager.default.createDirectory(atPath: work + "/into", withIntermediateDirectories: true)
+        let t = try await session.download(from: URL(string: server.url("/c/into.bin"))!,
+                                           to: URL(fileURLWithPath: work + "/into", isDirectory: true))
+        let r = try await withDeadline(20, "the download's end") { try await t.value }
+        XCTAssertEqual(r.location?.path, work + "/into/into.bin")
+        assertFile(work + "/into/into.bin", equals: body)
+    }
+
     /// Any number of readers follow a task's events, each from the run's start, and a
     /// reader that went away (its task cancelled) may read again.
     func testATasksEventsHaveManyReaders() async throws {

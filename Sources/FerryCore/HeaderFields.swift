@@ -28,11 +28,15 @@ enum HeaderFields {
             guard name.utf8.count <= Limits.headerNameBytes else {
                 throw FerryError.limitExceeded("a header name is \(name.utf8.count) bytes long; at most \(Limits.headerNameBytes) are allowed")
             }
+            guard name.unicodeScalars.allSatisfy(isTokenCharacter) else {
+                // Only the name's valid start is quoted: a whole header line given as a
+                // name ("Authorization: Bearer …") must not echo its secret.
+                let start = String(String.UnicodeScalarView(name.unicodeScalars.prefix(while: isTokenCharacter)))
+                let bad = name.unicodeScalars.first(where: { !isTokenCharacter($0) }).map { String(format: "U+%04X", $0.value) } ?? "?"
+                throw FerryError.invalidArgument("header name \(start.debugDescription)… is not valid: it holds \(bad) after those \(start.unicodeScalars.count) characters; use letters, digits and !#$%&'*+-.^_`|~ only, and give the value apart from the name")
+            }
             guard value.utf8.count <= Limits.headerValueBytes else {
                 throw FerryError.limitExceeded("the value of header '\(name)' is \(value.utf8.count) bytes long; at most \(Limits.headerValueBytes) are allowed")
-            }
-            guard name.unicodeScalars.allSatisfy(isTokenCharacter) else {
-                throw FerryError.invalidArgument("header name \(name.debugDescription) is not valid: use letters, digits and !#$%&'*+-.^_`|~ only")
             }
             let lower = name.lowercased()
             if reserved.contains(lower) {

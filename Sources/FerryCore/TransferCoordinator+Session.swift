@@ -71,8 +71,11 @@ extension TransferCoordinator {
 
     func eventCapRefusal(_ session: SessionID) -> FerryError {
         let name = sessions[session].map { "'\($0.identifier)'" } ?? "\(session)"
+        let mayCome = index.unfinishedCount(session: session) + index.failedCount(session: session)
+            + index.resumedRunCount(session: session)
         return FerryError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
-            + "acknowledged and transfers that may add more, the most a session may (\(environment.pendingEventsPerSession)); "
+            + "acknowledged, and \(mayCome) more may come from its transfers not ended or failed (a failed one may end once "
+            + "more); together they reach the most a session may hold (\(environment.pendingEventsPerSession)); "
             + "acknowledge its events (Session.AcknowledgeEvents; `ferry ls` does for the CLI's session) or remove "
             + "failed transfers first")
     }

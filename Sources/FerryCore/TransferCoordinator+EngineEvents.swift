@@ -155,7 +155,7 @@ extension TransferCoordinator {
                 if !t.partFileHandedOver { deletePartFiles(t) }
             } else {
                 // An upload keeps nothing: its next attempt sends the file from byte 0.
-                t.snapshot.bytesTransferred = t.isUpload ? 0 : outcome.bytesOnDisk
+                t.snapshot.bytesTransferred = t.isUpload ? 0 : t.keptBytes(prefix: outcome.bytesOnDisk)
                 stageTransfer(t)
                 // A paused download's attempt has stopped: one more Progress with the bytes
                 // kept, even when the last one had them. Delivered after the count is
@@ -177,11 +177,11 @@ extension TransferCoordinator {
             t.segments = nil
             finishSucceeded(t, bytesOnDisk: bytes, engineSHA256: sha256)
         case .failed(let error, let bytes):
-            t.snapshot.bytesTransferred = bytes
+            t.snapshot.bytesTransferred = t.isUpload ? bytes : t.keptBytes(prefix: bytes)
             attemptFailed(t, error)
         case .stopped(let bytes):
             // Not asked for (the engine shut down): the transfer waits for its turn again.
-            t.snapshot.bytesTransferred = bytes
+            t.snapshot.bytesTransferred = t.isUpload ? bytes : t.keptBytes(prefix: bytes)
             t.life.requeue()
             settle(t)
             publishChanged(t)

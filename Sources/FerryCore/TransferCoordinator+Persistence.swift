@@ -222,7 +222,7 @@ extension TransferCoordinator {
             // stored limit (made from resume data) keeps only that much anyway: no more
             // than its limit is continued, and the rest is cut at the next answer.
             if t.partIsPrefix && t.prefixLimit == nil && size > stored.snapshot.bytesTransferred { t.partIsPrefix = false }
-            t.snapshot.bytesTransferred = t.continuableBytes(ofPartSize: size)
+            t.snapshot.bytesTransferred = size > 0 ? t.keptBytes(prefix: t.continuableBytes(ofPartSize: size)) : 0
         }
         t.snapshot.rate = 0
         t.snapshot.expectedEnd = 0

@@ -170,6 +170,11 @@ final class TransferRecord {
     /// than `prefixLimit`.
     func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
 
+    /// The bytes a download keeps for its next attempt: the sum of its ranges when they
+    /// are mapped (several connections), else `prefix` (what an offset resume keeps).
+    /// What `BytesTransferred` and a paused download's last `Progress` show.
+    func keptBytes(prefix: Int64) -> Int64 { segments?.bytesDone ?? prefix }
+
     /// What is in the part file can be continued: its ranges are mapped, or it is a
     /// prefix (one connection wrote it).
     var partIsContinuable: Bool { segments != nil || options.connections <= 1 || partIsPrefix }

@@ -124,6 +124,37 @@ final class SegmentedDownloadTests: FerryTestCase {
         XCTAssertLessThan(afterBytes, body.count - Self.size / 4, "the ranges on disk were not fetched again")
     }
 
+    /// A paused download on several connections counts every range it keeps (not only
+    /// the unbroken start of the first), in its last Progress and in BytesTransferred,
+    /// and the same after a restart; Resume continues from there.
+    func testAPausedSegmentedDownloadCountsEveryRangeItKeeps() async throws {
+        let body = serve("/counted.bin", size: Self.size)
+        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/counted.bin")
+        let s = try await session()
+        let t = try await s.download(server.url("/counted.bin"), options: ["destination": .string(work + "/counted.bin"), "connections": .uint32(4)])
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 4) {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertGreaterThanOrEqual(rangeRequests("/counted.bin"), 2, "several ranges under way")
+        _ = try await t.pause()
+        let kept = try await waitUntilPauseSettled(t)
+        XCTAssertGreaterThanOrEqual(kept, Int64(Self.size / 4), "every range's bytes count, not the first range's alone")
+        let shown = try await t.info().bytesTransferred
+        XCTAssertEqual(shown, kept, "BytesTransferred says what the last Progress said")
+        try await killAndRestart()
+        let restored = try await t.info().bytesTransferred
+        XCTAssertEqual(restored, kept, "the same count after a restart")
+        let seen = server.requests(for: "/counted.bin").count
+        server.clearBehaviours(on: "/counted.bin")
+        try await t.resume()
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/counted.bin", equals: body)
+        let after = server.requests(for: "/counted.bin").dropFirst(seen)
+        XCTAssertEqual(after.reduce(0) { $0 + $1.bodyBytesSent }, body.count - Int(kept), "only what was not kept was fetched again")
+    }
+
     /// A download asked to use several connections that ran on one (its session allows
     /// one connection per host) wrote a plain prefix: Pause hands out resume data for
     /// it, and both ResumeDownload and Resume continue after the bytes on disk rather

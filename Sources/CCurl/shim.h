@@ -1,6 +1,7 @@
 #ifndef FERRY_CCURL_SHIM_H
 #define FERRY_CCURL_SHIM_H
 #include <curl/curl.h>
+#include <string.h>
 
 /* curl_easy_setopt / curl_multi_setopt / curl_easy_getinfo are variadic:
    Swift cannot call them, so each argument type gets a typed wrapper. */
@@ -28,6 +29,25 @@ static inline CURLMcode ferry_multi_setopt_long(CURLM *m, CURLMoption o, long v)
 
 /* CURLMSG_DONE carries its result in a union. */
 static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
+
+/* libcurl's own parse of a request URL, as a transfer's would go (scheme given, any
+   scheme parsed), and its refusal of a user name or password holding %00 (which it
+   makes when it decodes them for the request). CURLUE_OK when libcurl can use it. */
+static inline CURLUcode ferry_url_check(const char *url) {
+    CURLU *u = curl_url();
+    if (!u) return CURLUE_OUT_OF_MEMORY;
+    CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+    CURLUPart parts[2] = { CURLUPART_USER, CURLUPART_PASSWORD };
+    for (int i = 0; i < 2 && rc == CURLUE_OK; i++) {
+        char *part = NULL;
+        if (curl_url_get(u, parts[i], &part, 0) == CURLUE_OK && part) {
+            if (strstr(part, "%00")) rc = CURLUE_URLDECODE;
+            curl_free(part);
+        }
+    }
+    curl_url_cleanup(u);
+    return rc;
+}
 
 /* curl_global_init's flag macros combine other macros; spell the default here. */
 static inline CURLcode ferry_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT); }

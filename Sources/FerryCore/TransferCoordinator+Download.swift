@@ -24,7 +24,7 @@ extension TransferCoordinator {
     public func prepareDownload(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
         let s = try openSessionRecord(session)
-        let requestURL = try RequestURL.validate(url)
+        let requestURL = try validateRequestURL(url)
         try DownloadOptionsValidation.validate(options)
         let resolved = try resolver(except: nil).resolve(requested: options.destination,
                                                           defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
@@ -114,7 +114,7 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         _ = try openSessionRecord(session)
         let data = try openResumeData(resumeData)
-        let requestURL = try RequestURL.validate(data.url)
+        let requestURL = try validateRequestURL(data.url)
         try DownloadOptionsValidation.validate(options)
         if let wanted = options.destination,
            !wanted.hasPrefix("/") || FileSystemChecks.normalize(wanted) != data.destination {
@@ -212,5 +212,21 @@ extension TransferCoordinator {
             !self.index.owners(of: path, except: except).isEmpty || self.preparedPaths.contains(path)
                 || self.movingTargets.contains(path)
         }
+    }
+}
+
+extension TransferCoordinator {
+    /// A client's URL checked by `RequestURL` and by the engine's own parser (the two
+    /// disagree on some broken URLs): `InvalidUrl` at the call, never a transfer that
+    /// fails as `Network` after all its retries.
+    func validateRequestURL(_ url: String) throws -> RequestURL {
+        let checked = try RequestURL.validate(url)
+        if let why = engine.urlRefusal(url) {
+            let authority = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).dropFirst(2).first ?? ""
+            let hint = url.contains("%00") ? "; a user name or password may not hold %00"
+                : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40" : ""
+            throw FerryError.invalidUrl("'\(RequestURL.redacted(url))' is not a valid URL (libcurl: \(why))\(hint)")
+        }
+        return checked
     }
 }

@@ -63,7 +63,7 @@ extension TransferCoordinator {
         guard t.snapshot.kind == .download else {
             throw FerryError.invalidState("transfer \(id) is an upload; only downloads can be given a new URL")
         }
-        let requestURL = try RequestURL.validate(url)
+        let requestURL = try validateRequestURL(url)
         mutate {
             t.snapshot.url = url
             t.host = requestURL.host

@@ -34,7 +34,7 @@ extension TransferCoordinator {
         if let full = uploadSourceRoomMissing(for: sessions[session]?.owner) {
             throw FerryError.limitExceeded(full + "; queue more once some have finished")
         }
-        let requestURL = try RequestURL.validate(url)
+        let requestURL = try validateRequestURL(url)
         try Self.validate(options)
         let responseDestination = try options.responseDestination.map(validateResponseDestination)
         if let sourceFD {

@@ -172,9 +172,16 @@ public protocol TransferEngine: AnyObject, Sendable {
     func discardCookies(_ jar: EngineCookieJar)
     /// Stops everything and the engine thread; no events after this returns.
     func shutdown()
+    /// Why the engine could not request `url`, or nil (see the extension's default).
+    func urlRefusal(_ url: String) -> String?
 }
 
 extension TransferEngine {
     /// Engines without cookies have nothing to forget.
     public func discardCookies(_ jar: EngineCookieJar) {}
+
+    /// Why the engine could not request `url` (which passed `RequestURL`'s checks),
+    /// or nil when it can. Asked when a client gives a URL, so that one the engine's
+    /// own parser refuses is an `InvalidUrl` at the call, not a failed transfer later.
+    public func urlRefusal(_ url: String) -> String? { nil }
 }

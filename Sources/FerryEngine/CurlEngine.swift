@@ -14,6 +14,16 @@ import Logging
 /// `shutdown()` stops every attempt without events (part files are kept and closed)
 /// and joins the thread; it also runs on `deinit`.
 public final class CurlEngine: TransferEngine, @unchecked Sendable {
+    /// libcurl's own URL parser's refusal of `url` (which the daemon's checks passed):
+    /// the two disagree on some broken URLs (`http://u:p@@host/`, a `%00` in the
+    /// password), which would otherwise fail as `Network` after every retry.
+    public func urlRefusal(_ url: String) -> String? {
+        let rc = ferry_url_check(url)
+        guard rc != CURLUE_OK else { return nil }
+        if rc == CURLUE_OUT_OF_MEMORY { return nil } // not the URL's fault: the transfer will say
+        return String(cString: curl_url_strerror(rc))
+    }
+
     // @unchecked Sendable: the state shared with other threads is `inbox` (guarded by
     // its own lock) and `joined` (guarded by `joinLock`); `thread` is written once in
     // init. Curl handles and files are touched only by the engine thread (EngineLoop).

@@ -8,6 +8,10 @@ import Foundation
 /// it) are delivered when the session attaches, oldest first, before any new one;
 /// each is acknowledged to the service once this delegate has returned from it, so
 /// it is delivered once.
+///
+/// For an app whose state lives on an actor (the main actor), which these
+/// synchronous methods cannot reach in order, ``FerrySessionEvents`` is a delegate to
+/// read as an `AsyncSequence` from that actor.
 public protocol FerrySessionDelegate: AnyObject, Sendable {
     /// A download wrote data (`Progress`).
     func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didWriteData bytesWritten: Int64,

@@ -583,6 +583,47 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
     }
 
+    /// FerrySessionEvents, the session's events as an AsyncSequence, read on the main
+    /// actor: what completed while the app was away waits for the first reader, then
+    /// live events come in the delegate's order, and what was read is acknowledged.
+    func testSessionEventsAreReadOnTheMainActor() async throws {
+        serve("/c/away.bin", size: 2_000)
+        let body = serve("/c/live.bin", size: 50_000)
+        let away = try await downloadCompletedWhileAway("org.example.Stream", "away.bin")
+
+        @MainActor final class Model {
+            var lines: [String] = []
+            func follow(_ events: FerrySessionEvents, until done: Int) async {
+                var completions = 0
+                for await event in events {
+                    MainActor.assertIsolated()
+                    switch event {
+                    case .wroteData: continue
+                    case .finishedDownloading(let t, let location): lines.append("finished \(t.id) \(location.lastPathComponent)")
+                    case .completed(let t, let error):
+                        lines.append("completed \(t.id) \(error == nil ? "ok" : "failed")")
+                        completions += 1
+                    case .finishedEvents: lines.append("idle"); if completions >= done { return }
+                    default: lines.append("\(event)")
+                    }
+                }
+            }
+        }
+        let events = FerrySessionEvents()
+        let session = FerrySession(configuration: configuration("org.example.Stream"), delegate: events)
+        defer { session.detach() }
+        let live = try await session.download(from: URL(string: server.url("/c/live.bin"))!, to: URL(fileURLWithPath: work + "/live.bin"))
+        let model = await Model()
+        try await withDeadline(30, "the events of both downloads") { await model.follow(events, until: 2) }
+        let lines = await model.lines
+        XCTAssertEqual(lines.prefix(2), ["finished \(away.id) away.bin", "completed \(away.id) ok"], "kept for the first reader: \(lines)")
+        let liveLines = Array(lines.drop { !$0.hasSuffix("live.bin") })
+        XCTAssertEqual(liveLines, ["finished \(live.id) live.bin", "completed \(live.id) ok", "idle"], "\(lines)")
+        assertFile(work + "/live.bin", equals: body)
+        let pending = try await pendingCountOnceAcknowledged("org.example.Stream")
+        XCTAssertEqual(pending, 0, "what was handed to the reader is acknowledged")
+    }
+
     /// A directory URL is a directory: an existing one gets the file under the URL's
     /// name; one that does not exist is refused, not made a file of that name.
     func testADirectoryURLIsTakenForADirectory() async throws {

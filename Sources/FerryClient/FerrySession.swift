@@ -88,7 +88,11 @@ public final class FerrySession: @unchecked Sendable {
         return core.handOut(r.first?.string ?? "/", upload: true, source: "")
     }
 
-    /// A new download that continues from `FerryTask.pause()`'s resume data.
+    /// A new download that continues from `FerryTask.pause()`'s resume data. The
+    /// paused task the data came from (when the service still has it) ends: its
+    /// `value` throws `.cancelled`, naming the new task, which carries on its bytes.
+    /// To go on with the same task, `resume()` it instead. Resume data outlives a
+    /// `cancel()` no more than the partial file does (`invalidResumeData` then).
     public func resumeDownload(with resumeData: Data, to destination: URL? = nil,
                                options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("ResumeDownload", [.bytes([UInt8](resumeData)), .vardict(options.busValue(destination: destination))])

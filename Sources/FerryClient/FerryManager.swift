@@ -50,6 +50,20 @@ public final class FerryManager: @unchecked Sendable {
         public var cancelled: Int
     }
 
+    /// One session of the service and its transfers, as ``sessions()`` lists it.
+    public struct SessionSummary: Sendable, Equatable {
+        /// The identifier the session is found by (``FerrySession/Configuration/identifier``).
+        public var identifier: String
+        /// false: an ephemeral session.
+        public var isPersistent: Bool
+        /// The application the service wakes for it, if any.
+        public var applicationID: String?
+        /// Its transfers running now.
+        public var activeTransfers: Int
+        /// Its transfers, oldest first, until removed.
+        public var tasks: [FerryTaskSnapshot]
+    }
+
     private let client: FerryClient?
     private let connectError: FerryError?
 
@@ -109,6 +123,35 @@ public final class FerryManager: @unchecked Sendable {
 
     private func set(_ property: BusProperty, _ value: DBusValue) async throws {
         try await mapped { try await connected().setManagerProperty(property.name, value) }
+    }
+
+    /// Every session and its transfers, oldest first (one round trip): for a window
+    /// that shows every transfer, and to find sessions left behind (an app's ephemeral
+    /// session stays until it is closed or the service exits). A sandboxed app sees
+    /// its own sessions only.
+    public func sessions() async throws -> [SessionSummary] {
+        let objects = try await mapped { try await connected().managedObjects() }
+        var tasks: [String: [FerryTaskSnapshot]] = [:]
+        for t in objects.transfers { tasks[t.session, default: []].append(FerryTaskSnapshot(t)) }
+        return objects.sessions.map { s in
+            let c = FerrySession.Configuration(identifier: s.identifier, stored: s.configuration)
+            return SessionSummary(identifier: s.identifier, isPersistent: c.isPersistent, applicationID: c.applicationID,
+                                  activeTransfers: Int(s.activeTransfers), tasks: tasks[s.path] ?? [])
+        }
+    }
+
+    /// Closes the session `identifier` (`Session.Close`): with `cancellingTasks` its
+    /// unfinished transfers are cancelled and it goes at once; without, it takes no new
+    /// transfers and goes once its transfers have ended. Throws `noSuchSession` when
+    /// there is none of that identifier (or none this app may see).
+    public func closeSession(_ identifier: String, cancellingTasks: Bool = false) async throws {
+        try await mapped {
+            let client = try connected()
+            guard let s = try await client.sessionInfos().first(where: { $0.identifier == identifier }) else {
+                throw FerryError.noSuchSession("no session '\(identifier)'")
+            }
+            try await FerryBusClient.FerrySession(client: client, path: s.path).close(cancelTransfers: cancellingTasks)
+        }
     }
 
     /// Pauses every queued, waiting or running transfer of every session.

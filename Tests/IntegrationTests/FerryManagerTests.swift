@@ -13,6 +13,45 @@ final class FerryManagerTests: FerryTestCase {
         return c
     }
 
+    /// `sessions()` lists every session with its transfers; `closeSession` closes one
+    /// by its identifier (cancelling its transfers when asked), and an unknown one is
+    /// `noSuchSession`.
+    func testTheManagerListsAndClosesSessions() async throws {
+        serve("/m/one.bin", size: 1_000)
+        var suspended = DownloadOptions()
+        suspended.startsSuspended = true
+        let a = FerrySession(configuration: configuration("org.example.ListedA"))
+        defer { a.detach() }
+        var ephemeral = configuration("org.example.ListedB")
+        ephemeral.isPersistent = false
+        let b = FerrySession(configuration: ephemeral)
+        defer { b.detach() }
+        let ta = try await a.download(from: URL(string: server.url("/m/one.bin"))!, to: URL(fileURLWithPath: work + "/a.bin"), options: suspended)
+        let tb1 = try await b.download(from: URL(string: server.url("/m/one.bin"))!, to: URL(fileURLWithPath: work + "/b1.bin"), options: suspended)
+        let tb2 = try await b.download(from: URL(string: server.url("/m/one.bin"))!, to: URL(fileURLWithPath: work + "/b2.bin"), options: suspended)
+
+        let ferry = FerryManager(busAddress: bus.address)
+        let listed = try await ferry.sessions()
+        let byName = Dictionary(uniqueKeysWithValues: listed.map { ($0.identifier, $0) })
+        XCTAssertEqual(byName["org.example.ListedA"]?.tasks.map(\.id), [ta.id])
+        XCTAssertEqual(byName["org.example.ListedA"]?.isPersistent, true)
+        XCTAssertEqual(byName["org.example.ListedB"]?.tasks.map(\.id), [tb1.id, tb2.id])
+        XCTAssertEqual(byName["org.example.ListedB"]?.tasks.map(\.state), [.paused, .paused])
+        XCTAssertEqual(byName["org.example.ListedB"]?.isPersistent, false)
+
+        try await ferry.closeSession("org.example.ListedB", cancellingTasks: true)
+        let after = try await ferry.sessions().map(\.identifier)
+        XCTAssertFalse(after.contains("org.example.ListedB"), "\(after)")
+        XCTAssertTrue(after.contains("org.example.ListedA"), "\(after)")
+        do {
+            try await ferry.closeSession("org.example.NeverWas")
+            XCTFail("closed a session that is not there")
+        } catch let e as FerryError {
+            guard case .noSuchSession(let m) = e else { return XCTFail("\(e)") }
+            XCTAssertTrue(m.contains("org.example.NeverWas"), m)
+        }
+    }
+
     /// Settings written through the manager are the service's (read back on another
     /// connection, and through `status()`); a bad value is a typed error.
     func testTheManagersSettingsAreTheServices() async throws {

@@ -17,10 +17,10 @@ public enum FerrySessionEvent: Sendable, Equatable {
     case finishedEvents
 }
 
-/// A session's events as an `AsyncSequence`: give one as the session's delegate and
-/// read it from any actor, the main actor included, in the order the service sent the
-/// events. For an app whose state lives on an actor, which a delegate's synchronous,
-/// nonisolated methods cannot reach in order:
+/// A session's events as an `AsyncSequence`: give one as the delegate of one session
+/// and read it from any actor, the main actor included, in the order the service sent
+/// the events. For an app whose state lives on an actor, which a delegate's
+/// synchronous, nonisolated methods cannot reach in order:
 ///
 /// ```swift
 /// let events = FerrySessionEvents()
@@ -32,56 +32,97 @@ public enum FerrySessionEvent: Sendable, Equatable {
 /// }
 /// ```
 ///
-/// What the session delivers before anyone reads (the events kept while the app was
-/// away, delivered when it attaches) waits for the first reader, but for progress
-/// events, which only the newest matter of. Each iteration (`for await`) is a reader
-/// of its own: the first gets what waited and what comes next, later ones what comes
-/// after they start; a reader whose task is cancelled stops, the others go on. An
-/// event counts as delivered (and is acknowledged to the service) once it is handed
-/// to the readers, or kept for the first one.
+/// Each iteration (`for await`) is a reader of its own, and all readers see the same
+/// events in the same order. While no one reads (before the first reader, or between
+/// a view's reader going and the next coming), the events wait for the next reader, but
+/// for progress, of which only the newest matters. A completion is acknowledged to the
+/// service once a reader has taken it: one the app never read (it quit first) comes
+/// again in its next run. The sequence ends when the session is detached or
+/// invalidated.
 public final class FerrySessionEvents: FerrySessionDelegate, AsyncSequence, @unchecked Sendable {
     public typealias Element = FerrySessionEvent
 
+    /// An event and, for a completion, its serial (acknowledged once a reader took it).
+    struct Delivery: Sendable {
+        let event: FerrySessionEvent
+        let serial: UInt64?
+    }
+
     // Under `lock`.
     private let lock = NSLock()
-    private var waiting: [FerrySessionEvent] = []
-    private var hadReader = false
-    private var readers: [Int: AsyncStream<FerrySessionEvent>.Continuation] = [:]
-    private var nextReader = 0
+    private var waiting: [Delivery] = []
+    private var readers = StreamReaders<AsyncStream<Delivery>.Continuation>()
+    private var ended = false
+    /// The session's: a reader took the completion of this serial.
+    private var onTaken: (@Sendable (UInt64) -> Void)?
 
     public init() {}
 
-    public func makeAsyncIterator() -> AsyncStream<FerrySessionEvent>.Iterator {
-        let (stream, continuation) = AsyncStream.makeStream(of: FerrySessionEvent.self, bufferingPolicy: .unbounded)
-        lock.lock()
-        if !hadReader {
-            hadReader = true
-            for e in waiting { continuation.yield(e) }
-            waiting = []
+    public struct Iterator: AsyncIteratorProtocol {
+        var base: AsyncStream<Delivery>.Iterator
+        let owner: FerrySessionEvents
+
+        public mutating func next() async -> FerrySessionEvent? {
+            guard let d = await base.next() else { return nil }
+            if let serial = d.serial { owner.taken(serial) }
+            return d.event
         }
-        let key = nextReader
-        nextReader += 1
-        readers[key] = continuation
-        lock.unlock()
-        continuation.onTermination = { [weak self] _ in
-            guard let self else { return }
-            self.lock.withLock { _ = self.readers.removeValue(forKey: key) }
-        }
-        return stream.makeAsyncIterator()
     }
 
-    private func send(_ event: FerrySessionEvent) {
-        let now: [AsyncStream<FerrySessionEvent>.Continuation] = lock.withLock {
-            guard hadReader else {
-                switch event {
-                case .wroteData, .sentBodyData: break // superseded by the next; the task's own counts stay readable
-                default: waiting.append(event)
-                }
-                return []
-            }
-            return Array(readers.values)
+    public func makeAsyncIterator() -> Iterator {
+        let (stream, continuation) = AsyncStream.makeStream(of: Delivery.self, bufferingPolicy: .unbounded)
+        lock.lock()
+        for d in waiting { continuation.yield(d) }
+        waiting = []
+        if ended {
+            lock.unlock()
+            continuation.finish()
+        } else {
+            let key = readers.add(continuation)
+            lock.unlock()
+            continuation.onTermination = { [weak self] _ in self?.readerLeft(key) }
         }
-        for c in now { c.yield(event) }
+        return Iterator(base: stream.makeAsyncIterator(), owner: self)
+    }
+
+    private func readerLeft(_ key: Int) { lock.withLock { readers.remove(key) } }
+
+    private func taken(_ serial: UInt64) { lock.withLock { onTaken }?(serial) }
+
+    /// Hands `event` to every reader, or keeps it for the next (progress aside). Yields
+    /// under the lock, so that all readers see the same order (a yield never ends a
+    /// stream, so it never runs `onTermination`, which takes the lock).
+    private func send(_ event: FerrySessionEvent, serial: UInt64? = nil) {
+        lock.withLock {
+            let all = readers.all
+            guard !all.isEmpty else {
+                switch event {
+                case .wroteData, .sentBodyData: break // superseded by the next; the task's counts stay readable
+                default: waiting.append(Delivery(event: event, serial: serial))
+                }
+                return
+            }
+            for c in all { c.yield(Delivery(event: event, serial: serial)) }
+        }
+    }
+
+    // MARK: The session's side
+
+    /// Set when the session is made with this as its delegate.
+    func connect(onTaken: @escaping @Sendable (UInt64) -> Void) { lock.withLock { self.onTaken = onTaken } }
+
+    /// A completion, with the serial of its event.
+    func completed(_ task: FerryTask, error: FerryError?, serial: UInt64) {
+        send(.completed(task, error: error), serial: serial)
+    }
+
+    /// The session was detached or invalidated: the readers end (after what waits).
+    func sessionEnded() {
+        let all: [AsyncStream<Delivery>.Continuation] = lock.withLock {
+            ended = true
+            return readers.takeAll()
+        }
+        for c in all { c.finish() }
     }
 
     // MARK: FerrySessionDelegate
@@ -106,6 +147,8 @@ public final class FerrySessionEvents: FerrySessionDelegate, AsyncSequence, @unc
         send(.sentBodyData(task, bytesSent: bytesSent, totalBytesSent: totalBytesSent, totalBytesExpectedToSend: totalBytesExpectedToSend))
     }
 
+    /// A completion handed on by another delegate. (The session this is the delegate
+    /// of hands its completions with their serials, acknowledged once read.)
     public func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?) {
         send(.completed(task, error: error))
     }

@@ -114,8 +114,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     private var history: [FerryTaskEvent] = []
     private static let historyLimit = 64
     /// The streams being read, by key; under `lock`.
-    private var readers: [Int: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation] = [:]
-    private var nextReader = 0
+    private var readers = StreamReaders<AsyncThrowingStream<FerryTaskEvent, Error>.Continuation>()
     /// Whether the task uploads (known once the session has seen it).
     var isUpload = false
     /// An upload's source file (known once the session has seen it); on the session's queue.
@@ -153,18 +152,15 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
             Self.finish(continuation, with: outcome)
             return stream
         }
-        let key = nextReader
-        nextReader += 1
-        readers[key] = continuation
+        let key = readers.add(continuation)
         lock.unlock()
         // Set after the lock is let go: a stream's end runs it at once, on the thread
         // that ends it.
-        continuation.onTermination = { [weak self] _ in
-            guard let self else { return }
-            self.lock.withLock { _ = self.readers.removeValue(forKey: key) }
-        }
+        continuation.onTermination = { [weak self] _ in self?.readerLeft(key) }
         return stream
     }
+
+    private func readerLeft(_ key: Int) { lock.withLock { readers.remove(key) } }
 
     private static func finish(_ c: AsyncThrowingStream<FerryTaskEvent, Error>.Continuation,
                                with outcome: Result<FerryTaskResult, FerryError>) {
@@ -198,7 +194,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
                 if history.count == Self.historyLimit { history.removeFirst() }
                 history.append(e)
             }
-            return Array(readers.values)
+            return readers.all
         }
         for c in now { c.yield(e) }
     }
@@ -220,8 +216,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         completions += 1
         let w = waiters
         waiters = []
-        let streams = Array(readers.values)
-        readers = [:]
+        let streams = readers.takeAll()
         lock.unlock()
         for c in streams { Self.finish(c, with: r) }
         for c in w { c.resume(with: r.mapError { $0 as Error }) }

@@ -56,6 +56,9 @@ final class SessionCore: @unchecked Sendable {
     private var untaken: [String: UInt64] = [:]
     /// The lowest serial in `untaken`: events are acknowledged up to just below it.
     private var untakenFloor: UInt64?
+    /// Completions handed to a `FerrySessionEvents` delegate that no reader has taken
+    /// yet: acknowledged up to just below the lowest.
+    private var unread = UntakenSerials()
     /// The last serial acknowledged to the service.
     private var acknowledged: UInt64 = 0
     /// `finishTasksAndInvalidate` was called: close once no task is left.
@@ -77,6 +80,13 @@ final class SessionCore: @unchecked Sendable {
     init(configuration: FerrySession.Configuration, delegate: FerrySessionDelegate?) {
         self.configuration = configuration
         self.delegate = delegate
+        (delegate as? FerrySessionEvents)?.connect { [weak self] serial in
+            guard let self else { return }
+            self.queue.async {
+                self.unread.take(serial)
+                self.acknowledgeTaken()
+            }
+        }
     }
 
     // MARK: Attach
@@ -194,6 +204,7 @@ final class SessionCore: @unchecked Sendable {
                 acknowledged = 0
                 untaken = [:]
                 untakenFloor = nil
+                unread.removeAll()
             }
             sessionPath = session.path
             let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
@@ -438,7 +449,13 @@ final class SessionCore: @unchecked Sendable {
         if let s = session {
             let error: FerryError?
             if case .failure(let e) = outcome { error = e } else { error = nil }
-            delegate?.ferrySession(s, task: t, didCompleteWithError: error)
+            if let events = delegate as? FerrySessionEvents {
+                // Acknowledged once a reader has taken it.
+                unread.add(serial)
+                events.completed(t, error: error, serial: serial)
+            } else {
+                delegate?.ferrySession(s, task: t, didCompleteWithError: error)
+            }
         }
         t.complete(outcome)
         if closeWhenTasksEnd { closeIfTasksEnded() }
@@ -468,7 +485,8 @@ final class SessionCore: @unchecked Sendable {
     /// On `queue`: acknowledges every delivered event up to the first one not taken
     /// (acknowledging drops every event up to the serial given).
     private func acknowledgeTaken() {
-        let upTo = min(lastDelivered, untakenFloor.map { $0 - 1 } ?? .max)
+        let floor = [untakenFloor, unread.lowest].compactMap { $0 }.min()
+        let upTo = min(lastDelivered, floor.map { $0 - 1 } ?? .max)
         guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
               let m = try? FerryClient.methodCall(path: path, interface: FerryClient.sessionInterface,
                                                   method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }
@@ -507,6 +525,7 @@ final class SessionCore: @unchecked Sendable {
         for s in subs { b?.unsubscribe(s) }
         b?.close()
         guard !wasClosed else { return }
+        (delegate as? FerrySessionEvents)?.sessionEnded()
         queue.async { [self] in
             for t in tasks.values where !t.isCompleted {
                 t.complete(.failure(.invalidState("the session was detached or invalidated before the transfer ended; "

@@ -585,15 +585,20 @@ final class FerryClientTests: FerryTestCase {
 
     /// FerrySessionEvents, the session's events as an AsyncSequence, read on the main
     /// actor: what completed while the app was away waits for the first reader, then
-    /// live events come in the delegate's order, and what was read is acknowledged.
+    /// live events come in the delegate's order; what comes while no one reads waits for
+    /// the next reader; a completion is acknowledged once read (one never read comes
+    /// again in the next run); the sequence ends when the session is detached.
     func testSessionEventsAreReadOnTheMainActor() async throws {
         serve("/c/away.bin", size: 2_000)
         let body = serve("/c/live.bin", size: 50_000)
+        serve("/c/gap1.bin", size: 3_000)
+        serve("/c/gap2.bin", size: 4_000)
         let away = try await downloadCompletedWhileAway("org.example.Stream", "away.bin")
 
         @MainActor final class Model {
             var lines: [String] = []
-            func follow(_ events: FerrySessionEvents, until done: Int) async {
+            /// Reads until `completions` completions were read (nil: until the sequence ends).
+            func follow(_ events: FerrySessionEvents, completions wanted: Int?) async {
                 var completions = 0
                 for await event in events {
                     MainActor.assertIsolated()
@@ -603,25 +608,55 @@ final class FerryClientTests: FerryTestCase {
                     case .completed(let t, let error):
                         lines.append("completed \(t.id) \(error == nil ? "ok" : "failed")")
                         completions += 1
-                    case .finishedEvents: lines.append("idle"); if completions >= done { return }
+                        if let wanted, completions >= wanted { return }
+                    case .finishedEvents: lines.append("idle")
                     default: lines.append("\(event)")
                     }
                 }
+                lines.append("end")
             }
+            func take() -> [String] { defer { lines = [] }; return lines }
+        }
+        func download(_ session: FerrySession, _ name: String) async throws -> FerryTask {
+            try await session.download(from: URL(string: server.url("/c/" + name))!, to: URL(fileURLWithPath: work + "/" + name))
         }
         let events = FerrySessionEvents()
         let session = FerrySession(configuration: configuration("org.example.Stream"), delegate: events)
-        defer { session.detach() }
-        let live = try await session.download(from: URL(string: server.url("/c/live.bin"))!, to: URL(fileURLWithPath: work + "/live.bin"))
         let model = await Model()
-        try await withDeadline(30, "the events of both downloads") { await model.follow(events, until: 2) }
-        let lines = await model.lines
-        XCTAssertEqual(lines.prefix(2), ["finished \(away.id) away.bin", "completed \(away.id) ok"], "kept for the first reader: \(lines)")
-        let liveLines = Array(lines.drop { !$0.hasSuffix("live.bin") })
-        XCTAssertEqual(liveLines, ["finished \(live.id) live.bin", "completed \(live.id) ok", "idle"], "\(lines)")
+
+        // The first reader: what waited, then live events.
+        let live = try await download(session, "live.bin")
+        try await withDeadline(30, "the first reader's two completions") { await model.follow(events, completions: 2) }
+        let first = await model.take()
+        XCTAssertEqual(first, ["finished \(away.id) away.bin", "completed \(away.id) ok", "idle",
+                               "finished \(live.id) live.bin", "completed \(live.id) ok"], "\(first)")
         assertFile(work + "/live.bin", equals: body)
-        let pending = try await pendingCountOnceAcknowledged("org.example.Stream")
-        XCTAssertEqual(pending, 0, "what was handed to the reader is acknowledged")
+        var pending = try await pendingCountOnceAcknowledged("org.example.Stream")
+        XCTAssertEqual(pending, 0, "what was read is acknowledged")
+
+        // While no one reads: kept for the next reader.
+        let gap1 = try await download(session, "gap1.bin")
+        _ = try await withDeadline(20, "gap1's end") { try await gap1.value }
+        try await withDeadline(10, "the next reader") { await model.follow(events, completions: 1) }
+        let second = await model.take()
+        XCTAssertEqual(second.filter { $0 != "idle" }, ["finished \(gap1.id) gap1.bin", "completed \(gap1.id) ok"], "\(second)")
+
+        // Never read in this run: the sequence ends with the session, and the next run
+        // gets the completion again.
+        let gap2 = try await download(session, "gap2.bin")
+        _ = try await withDeadline(20, "gap2's end") { try await gap2.value }
+        session.detach()
+        try await withDeadline(10, "the sequence's end after detach") { await model.follow(events, completions: nil) }
+        let ended = await model.take()
+        XCTAssertEqual(ended.last, "end")
+        let again = FerrySessionEvents()
+        let next = FerrySession(configuration: configuration("org.example.Stream"), delegate: again)
+        defer { next.detach() }
+        try await withDeadline(20, "the next run's reader") { await model.follow(again, completions: 1) }
+        let third = await model.take()
+        XCTAssertEqual(third, ["finished \(gap2.id) gap2.bin", "completed \(gap2.id) ok"], "not acknowledged unread: \(third)")
+        pending = try await pendingCountOnceAcknowledged("org.example.Stream")
+        XCTAssertEqual(pending, 0)
     }
 
     /// A directory URL is a directory: an existing one gets the file under the URL's

@@ -25,7 +25,9 @@ public struct ManagedObjects: Sendable {
     public var transfers: [TransferInfo]
 
     public func session(path: String) -> SessionInfo? { sessions.first { $0.path == path } }
-    public func session(identifier: String) -> SessionInfo? { sessions.first { $0.identifier == identifier } }
+    /// The session of that identifier; when a closing one (its transfers finishing)
+    /// shares it with the one opened since, the newer: the open one.
+    public func session(identifier: String) -> SessionInfo? { sessions.last { $0.identifier == identifier } }
 }
 
 extension FerryClient {

@@ -62,6 +62,15 @@ public final class FerryManager: @unchecked Sendable {
         public var activeTransfers: Int
         /// Its transfers, oldest first, until removed.
         public var tasks: [FerryTaskSnapshot]
+
+        public init(identifier: String, isPersistent: Bool = true, applicationID: String? = nil,
+                    activeTransfers: Int = 0, tasks: [FerryTaskSnapshot] = []) {
+            self.identifier = identifier
+            self.isPersistent = isPersistent
+            self.applicationID = applicationID
+            self.activeTransfers = activeTransfers
+            self.tasks = tasks
+        }
     }
 
     private let client: FerryClient?
@@ -125,10 +134,13 @@ public final class FerryManager: @unchecked Sendable {
         try await mapped { try await connected().setManagerProperty(property.name, value) }
     }
 
-    /// Every session and its transfers, oldest first (one round trip): for a window
-    /// that shows every transfer, and to find sessions left behind (an app's ephemeral
-    /// session stays until it is closed or the service exits). A sandboxed app sees
-    /// its own sessions only.
+    /// Every session and its transfers, oldest first (one `GetManagedObjects`, or one
+    /// call per object when that is more than the bus carries): for a window that shows
+    /// every transfer, and to find sessions left behind (an app's ephemeral session stays
+    /// until it is closed or the service exits). A session closed without cancelling
+    /// stays listed until its transfers have ended, and the identifier may then be
+    /// listed twice: the later one is the open session. A sandboxed app sees its own
+    /// sessions only.
     public func sessions() async throws -> [SessionSummary] {
         let objects = try await mapped { try await connected().managedObjects() }
         var tasks: [String: [FerryTaskSnapshot]] = [:]
@@ -140,14 +152,16 @@ public final class FerryManager: @unchecked Sendable {
         }
     }
 
-    /// Closes the session `identifier` (`Session.Close`): with `cancellingTasks` its
+    /// Closes the session `identifier` (`Session.Close`; the open one, when a closing one
+    /// shares the identifier): with `cancellingTasks` its
     /// unfinished transfers are cancelled and it goes at once; without, it takes no new
     /// transfers and goes once its transfers have ended. Throws `noSuchSession` when
     /// there is none of that identifier (or none this app may see).
     public func closeSession(_ identifier: String, cancellingTasks: Bool = false) async throws {
         try await mapped {
             let client = try connected()
-            guard let s = try await client.sessionInfos().first(where: { $0.identifier == identifier }) else {
+            // The newest of that identifier: the open one, when a closing one shares it.
+            guard let s = try await client.sessionInfos().last(where: { $0.identifier == identifier }) else {
                 throw FerryError.noSuchSession("no session '\(identifier)'")
             }
             try await FerryBusClient.FerrySession(client: client, path: s.path).close(cancelTransfers: cancellingTasks)

@@ -32,7 +32,7 @@ final class FerryManagerTests: FerryTestCase {
 
         let ferry = FerryManager(busAddress: bus.address)
         let listed = try await ferry.sessions()
-        let byName = Dictionary(uniqueKeysWithValues: listed.map { ($0.identifier, $0) })
+        let byName = Dictionary(listed.map { ($0.identifier, $0) }, uniquingKeysWith: { _, newer in newer })
         XCTAssertEqual(byName["org.example.ListedA"]?.tasks.map(\.id), [ta.id])
         XCTAssertEqual(byName["org.example.ListedA"]?.isPersistent, true)
         XCTAssertEqual(byName["org.example.ListedB"]?.tasks.map(\.id), [tb1.id, tb2.id])
@@ -43,6 +43,18 @@ final class FerryManagerTests: FerryTestCase {
         let after = try await ferry.sessions().map(\.identifier)
         XCTAssertFalse(after.contains("org.example.ListedB"), "\(after)")
         XCTAssertTrue(after.contains("org.example.ListedA"), "\(after)")
+        // Closed without cancelling, A stays (closing) while its paused task is there;
+        // opened again, its identifier is listed twice, and closing it closes the open one.
+        try await ferry.closeSession("org.example.ListedA")
+        let reopened = FerrySession(configuration: configuration("org.example.ListedA"))
+        defer { reopened.detach() }
+        try await reopened.attach()
+        let twice = try await ferry.sessions().filter { $0.identifier == "org.example.ListedA" }
+        XCTAssertEqual(twice.map { $0.tasks.map(\.id) }, [[ta.id], []], "the closing one, then the open one")
+        try await ferry.closeSession("org.example.ListedA", cancellingTasks: true)
+        let left = try await ferry.sessions().filter { $0.identifier == "org.example.ListedA" }
+        XCTAssertEqual(left.map { $0.tasks.map(\.id) }, [[ta.id]], "the open one was closed, not the closing one")
+        XCTAssertEqual(left.first?.tasks.first?.state, .paused, "the closing one's task was not cancelled")
         do {
             try await ferry.closeSession("org.example.NeverWas")
             XCTFail("closed a session that is not there")

@@ -160,7 +160,7 @@ extension TransferCoordinator {
             let id = nextTransferID
             var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
                                             destination: data.destination, state: .queued,
-                                            bytesTransferred: segments == nil ? keep : partSize ?? 0,
+                                            bytesTransferred: segments.map { (partSize ?? 0) > 0 ? $0.bytesDone : 0 } ?? keep,
                                             bytesExpected: data.expected,
                                             created: environment.now(), priority: options.priority,
                                             speedLimit: options.speedLimit)

@@ -42,6 +42,18 @@ enum SessionValidation {
         if let proxy = update.proxy, !proxy.isEmpty { try validateProxy(proxy) }
     }
 
+    /// Refuses a header sent with the value `"(hidden)"` (as `Configuration` shows every
+    /// value) that the session does not hold: there is no real value to keep, and
+    /// servers would get the placeholder (a configuration read from another session, or
+    /// from one that has gone since).
+    static func checkHiddenValues(_ headers: [String: String]?, held: [String: String], identifier: String) throws {
+        guard let headers, headers.values.contains(Redaction.hiddenValue) else { return }
+        let heldNames = Set(held.keys.map { $0.lowercased() })
+        if let name = headers.keys.sorted().first(where: { headers[$0] == Redaction.hiddenValue && !heldNames.contains($0.lowercased()) }) {
+            throw FerryError.invalidArgument("header '\(name)' is sent as \"\(Redaction.hiddenValue)\" (how Configuration shows a value), but session '\(identifier)' holds no value for it to keep; give its value")
+        }
+    }
+
     /// A desktop application id is a D-Bus well-known name: at most 255 bytes, two or
     /// more dot-separated elements of `[A-Za-z0-9_-]`, none starting with a digit.
     static func validateApplicationID(_ id: String) throws {
@@ -106,7 +118,8 @@ extension SessionConfiguration {
     /// `new`, where a value of `"(hidden)"` (as `Configuration` shows every value)
     /// for a header the session holds keeps the held value: a client that reads the
     /// configuration, changes one header and sends the headers back keeps the others'
-    /// real values. Header names match without regard to case, as in HTTP.
+    /// real values. Header names match without regard to case, as in HTTP. (One the
+    /// session does not hold was refused before: `checkHiddenValues`.)
     static func keepingHiddenValues(_ new: [String: String], of held: [String: String]) -> [String: String] {
         guard new.values.contains(Redaction.hiddenValue) else { return new }
         let heldByName = Dictionary(held.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })

@@ -18,6 +18,7 @@ extension TransferCoordinator {
             // makes a new session.
             if let existing = sessions.values.first(where: { $0.identifier == identifier && !$0.isClosing }) {
                 try SessionOwnership.checkReopen(existing, by: owner)
+                try SessionValidation.checkHiddenValues(configuration.headers, held: existing.configuration.headers, identifier: identifier)
                 var config = existing.configuration
                 if config.apply(configuration) {
                     try persistConfiguration(existing, config)
@@ -30,6 +31,7 @@ extension TransferCoordinator {
                 }
                 return (existing.id, false)
             }
+            try SessionValidation.checkHiddenValues(configuration.headers, held: [:], identifier: identifier)
             var config = SessionConfiguration()
             _ = config.apply(configuration)
             let session = SessionRecord(id: nextSessionID, identifier: identifier, configuration: config)

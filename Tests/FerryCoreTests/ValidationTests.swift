@@ -58,13 +58,19 @@ final class ValidationTests: XCTestCase {
     }
 
     /// Headers read back (values "(hidden)") and sent again keep their held values;
-    /// "(hidden)" for a header the session does not hold is taken as it is.
+    /// "(hidden)" for a header the session does not hold is refused (nothing to keep).
     func testHiddenHeaderValuesSentBackKeepTheHeldOnes() throws {
         let h = CoreHarness()
         let id = try h.openSession("a") { $0.headers = ["Authorization": "Bearer sekrit", "X-App": "one"] }
-        _ = try h.openSession("a") { $0.headers = ["authorization": "(hidden)", "X-App": "two", "X-New": "(hidden)"] }
-        XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers },
-                       ["authorization": "Bearer sekrit", "X-App": "two", "X-New": "(hidden)"])
+        XCTAssertFerryError(try h.openSession("a") { $0.headers = ["Authorization": "(hidden)", "X-New": "(hidden)"] }, {
+            $0.isInvalidArgument && $0.message.contains("X-New")
+        })
+        XCTAssertFerryError(try h.openSession("b") { $0.headers = ["Authorization": "(hidden)"] }, {
+            $0.isInvalidArgument && $0.message.contains("Authorization") && $0.message.contains("'b'")
+        })
+        XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers }, ["Authorization": "Bearer sekrit", "X-App": "one"], "refused: unchanged")
+        _ = try h.openSession("a") { $0.headers = ["authorization": "(hidden)", "X-App": "two"] }
+        XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers }, ["authorization": "Bearer sekrit", "X-App": "two"])
         _ = try h.openSession("a") { $0.headers = ["X-App": "three"] }
         XCTAssertEqual(h.sync { $0.session(id)?.configuration.headers }, ["X-App": "three"], "a header left out is dropped")
     }

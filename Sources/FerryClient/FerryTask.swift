@@ -139,7 +139,9 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     /// then gives each new event (the newest 256 are kept until read); it ends when the
     /// task completes, throwing its `FerryError` if it failed, and a task that has
     /// completed gives its events and its end at once. A download's `.finished` comes
-    /// before its `.stateChanged(.completed)`, which is its last event.
+    /// before its `.stateChanged(.completed)`, which is its last event. (A task this run
+    /// found already ended, its event acknowledged by an earlier run, has no events: its
+    /// stream ends at once, with its outcome. A run's history keeps its newest 64 events.)
     /// A failed task that is resumed (`resume()`, after `setURL`) runs again: read
     /// `events` and `value` again for its new run.
     public var events: AsyncThrowingStream<FerryTaskEvent, Error> {

@@ -223,7 +223,7 @@ extension TransferCoordinator {
         let checked = try RequestURL.validate(url)
         if let why = engine.urlRefusal(url) {
             let authority = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).dropFirst(2).first ?? ""
-            let hint = url.contains("%00") ? "; a user name or password may not hold %00"
+            let hint = authority.contains("%00") ? "; a user name or password may not hold %00"
                 : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40" : ""
             throw FerryError.invalidUrl("'\(RequestURL.redacted(url))' is not a valid URL (libcurl: \(why))\(hint)")
         }

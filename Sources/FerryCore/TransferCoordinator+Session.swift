@@ -66,16 +66,17 @@ extension TransferCoordinator {
     public func checkRoomForEvents(session: SessionID, starting: Int = 0) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         guard eventRoom(session: session, starting: starting) < 1 else { return }
-        throw eventCapRefusal(session)
+        throw eventCapRefusal(session, starting: starting)
     }
 
-    func eventCapRefusal(_ session: SessionID) -> FerryError {
+    /// `starting`: downloads of the same group not added yet, counted with the rest.
+    func eventCapRefusal(_ session: SessionID, starting: Int = 0) -> FerryError {
         let name = sessions[session].map { "'\($0.identifier)'" } ?? "\(session)"
         let mayCome = index.unfinishedCount(session: session) + index.failedCount(session: session)
-            + index.resumedRunCount(session: session)
+            + index.resumedRunCount(session: session) + starting
         return FerryError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
-            + "acknowledged, and \(mayCome) more may come from its transfers not ended or failed (a failed one may end once "
-            + "more); together they reach the most a session may hold (\(environment.pendingEventsPerSession)); "
+            + "acknowledged, and \(mayCome) more may come from its transfers not ended, failed or resumed after failing (each "
+            + "may end once more); together they reach the most a session may hold (\(environment.pendingEventsPerSession)); "
             + "acknowledge its events (Session.AcknowledgeEvents; `ferry ls` does for the CLI's session) or remove "
             + "failed transfers first")
     }

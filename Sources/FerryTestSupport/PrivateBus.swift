@@ -280,21 +280,21 @@ public final class PrivateBus: @unchecked Sendable {
             let log = FileHandle(forWritingAtPath: daemon.stdoutPath)
             log?.write(Data(rest))
             let drained = fcntl(addressPipe.fileHandleForReading.fileDescriptor, F_DUPFD_CLOEXEC, 0)
-            if drained >= 0 {
-                let thread = Thread {
-                    var buffer = [UInt8](repeating: 0, count: 4096)
-                    while true {
-                        let n = buffer.withUnsafeMutableBytes { Glibc.read(drained, $0.baseAddress, $0.count) }
-                        if n < 0 && errno == EINTR { continue }
-                        if n <= 0 { break }
-                        log?.write(Data(buffer[..<n]))
-                    }
-                    close(drained)
-                    try? log?.close()
+            // Undrained, the pipe would block the services the bus starts once it is full.
+            guard drained >= 0 else { throw TestProcessError("cannot duplicate the bus's stdout: errno \(errno)") }
+            let thread = Thread {
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let n = buffer.withUnsafeMutableBytes { Glibc.read(drained, $0.baseAddress, $0.count) }
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 { break }
+                    log?.write(Data(buffer[..<n]))
                 }
-                thread.name = "private-bus-stdout"
-                thread.start()
+                close(drained)
+                try? log?.close()
             }
+            thread.name = "private-bus-stdout"
+            thread.start()
         } catch {
             daemon.kill(SIGKILL)
             _ = daemon.waitForExit(timeout: 5)

@@ -37,6 +37,8 @@ final class BadInputTests: FerryTestCase {
             ("request-timeout NaN", ["request-timeout": .double(.nan)]),
             ("proxy ftp", ["proxy": .string("ftp://proxy.example")]),
             ("proxy garbage", ["proxy": .string("not a url")]),
+            ("proxy libcurl refuses", ["proxy": .string("http://user:pa@ss@127.0.0.1:3128")]),
+            ("header given as (hidden), not held", ["headers": .stringDict(["Authorization": "(hidden)"])]),
             ("header CRLF", ["headers": .stringDict(["X-A": "a\r\nInjected: yes"])]),
             ("header bad name", ["headers": .stringDict(["Bad Name": "x"])]),
         ]

@@ -38,6 +38,10 @@ public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvert
 
     /// The Ferry service could not be reached (not installed, not running, bus gone).
     case serviceUnavailable(String)
+    /// This run stopped following the task: its session was detached, invalidated or
+    /// released before the task ended. Not a failure of the transfer, which goes on in
+    /// the service: open the session again to follow it.
+    case detached(String)
     /// An error outside the contract (the bus's own, or a newer service's).
     case other(name: String, message: String)
 
@@ -48,7 +52,7 @@ public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvert
              .fileNotFound(let m), .invalidState(let m), .invalidResumeData(let m), .noSuchSession(let m),
              .noSuchTransfer(let m), .limitExceeded(let m), .accessDenied(let m), .network(let m), .timeout(let m), .tls(let m),
              .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m),
-             .serviceUnavailable(let m):
+             .serviceUnavailable(let m), .detached(let m):
             return m
         case .http(_, let m), .other(_, let m):
             return m

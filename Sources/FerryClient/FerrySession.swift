@@ -146,7 +146,7 @@ public final class FerrySession: @unchecked Sendable {
     }
 
     /// Leaves the bus; the session and its transfers go on in the service. Its tasks
-    /// that had not ended end with an error here (`invalidState`): open the session
+    /// that had not ended end with an error here (``FerryError/detached(_:)``): open the session
     /// again to follow them.
     public func detach() { core.close() }
 }

@@ -229,7 +229,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     // MARK: Control
 
     private func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
         return try await core.call(path, FerryClient.transferInterface, method, args)
     }
 
@@ -262,7 +262,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     }
 
     private func call(setProperty name: String, _ v: DBusValue) async throws {
-        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
         _ = try await core.call(path, StandardNames.properties, "Set", [.string(FerryClient.transferInterface), .string(name), .variant(v)])
     }
 
@@ -270,7 +270,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     /// All properties now.
     public func snapshot() async throws -> FerryTaskSnapshot {
-        guard let core else { throw FerryError.invalidState("the task's session is gone") }
+        guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
         let r = try await core.call(path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
         return FerryTaskSnapshot(TransferInfo(id: id, path: path, properties: r.first?.vardict ?? [:]))
     }

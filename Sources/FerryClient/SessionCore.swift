@@ -110,7 +110,7 @@ final class SessionCore: @unchecked Sendable {
 
     private func connection() throws -> BusConnection {
         try lock.withLock {
-            if closed { throw FerryError.invalidState("the session was closed") }
+            if closed { throw FerryError.detached("the session was detached or invalidated; make it again to go on") }
             if let bus { return bus }
             let b: BusConnection
             do {
@@ -210,7 +210,7 @@ final class SessionCore: @unchecked Sendable {
             let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
             for (path, t) in tasks where !listed.contains(path) {
                 forget(path)
-                t.complete(.failure(.invalidState("the transfer is gone from the service (an ephemeral session's transfers "
+                t.complete(.failure(.noSuchTransfer("the transfer is gone from the service (an ephemeral session's transfers "
                     + "end with ferryd, or it was removed)")))
             }
             let pendingPaths = Set(pending.map(\.transferPath))
@@ -528,7 +528,7 @@ final class SessionCore: @unchecked Sendable {
         (delegate as? FerrySessionEvents)?.sessionEnded()
         queue.async { [self] in
             for t in tasks.values where !t.isCompleted {
-                t.complete(.failure(.invalidState("the session was detached or invalidated before the transfer ended; "
+                t.complete(.failure(.detached("the session was detached or invalidated before the transfer ended; "
                     + "it goes on in the service: open the session again to follow it")))
             }
         }

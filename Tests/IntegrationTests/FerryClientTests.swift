@@ -134,7 +134,7 @@ final class FerryClientTests: FerryTestCase {
     }
 
     /// Nothing waits forever on a session that stopped following: `detach()` ends a
-    /// task still running here with `invalidState` (the download goes on in the
+    /// task still running here with `detached` (the download goes on in the
     /// service); `finishTasksAndInvalidate()` keeps the session and delivers its tasks'
     /// ends, to the delegate and to `value`, even with the app's reference gone.
     func testTasksEndWhenTheSessionStopsFollowingThem() async throws {
@@ -148,7 +148,7 @@ final class FerryClientTests: FerryTestCase {
             let r = try await withDeadline(10, "the task of a detached session") { try await held.value }
             XCTFail("a detached session's running task ended with \(r)")
         } catch let e as FerryError {
-            guard case .invalidState(let m) = e else { return XCTFail("\(e)") }
+            guard case .detached(let m) = e else { return XCTFail("\(e)") }
             XCTAssertTrue(m.contains("detached"), m)
         }
         let info = try await client.transfer(id: held.id).info()
@@ -487,7 +487,7 @@ final class FerryClientTests: FerryTestCase {
             let r = try await withDeadline(20, "the vanished task") { try await lost.value }
             XCTFail("a transfer that vanished with ferryd ended with \(r)")
         } catch let e as FerryError {
-            guard case .invalidState = e else { return XCTFail("\(e)") }
+            guard case .noSuchTransfer = e else { return XCTFail("\(e)") }
         }
         serve("/c/new.bin", size: 3_000)
         let fresh = try await session.download(from: URL(string: server.url("/c/new.bin"))!,

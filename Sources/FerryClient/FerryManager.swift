@@ -39,6 +39,15 @@ public final class FerryManager: @unchecked Sendable {
         public var speedLimit: UInt64?
         /// Whether a batch's end posts a desktop notification.
         public var notificationsEnabled: Bool
+
+        public init(version: String = "", activeTransfers: Int = 0, queuedTransfers: Int = 0, downloadRate: UInt64 = 0,
+                    uploadRate: UInt64 = 0, maximumConcurrentTransfers: Int = 6, speedLimit: UInt64? = nil,
+                    notificationsEnabled: Bool = true) {
+            self.version = version; self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
+            self.downloadRate = downloadRate; self.uploadRate = uploadRate
+            self.maximumConcurrentTransfers = maximumConcurrentTransfers; self.speedLimit = speedLimit
+            self.notificationsEnabled = notificationsEnabled
+        }
     }
 
     /// What one batch came to (the manager's `AllFinished`): nothing is queued,
@@ -48,6 +57,10 @@ public final class FerryManager: @unchecked Sendable {
         public var succeeded: Int
         public var failed: Int
         public var cancelled: Int
+
+        public init(succeeded: Int = 0, failed: Int = 0, cancelled: Int = 0) {
+            self.succeeded = succeeded; self.failed = failed; self.cancelled = cancelled
+        }
     }
 
     /// One session of the service and its transfers, as ``sessions()`` lists it.

@@ -68,6 +68,22 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
     /// body (nil when none, or when it went to the upload's `responseDestination`).
     public var response: Data?
 
+    /// A snapshot of the app's own making (a test's fixture, a preview); the service's
+    /// come from ``FerryTask/snapshot()``.
+    public init(id: UInt64, kind: Kind = .download, url: URL? = nil, description: String = "", destination: URL? = nil,
+                state: TransferState = .queued, waitingReason: WaitingReason? = nil, bytesTransferred: Int64 = 0,
+                bytesExpected: Int64 = -1, rate: UInt64 = 0, expectedEnd: Date? = nil, error: FerryError? = nil,
+                httpStatus: Int = 0, attempts: Int = 0, isResumable: Bool = false, sha256: String? = nil,
+                created: Date? = nil, started: Date? = nil, completed: Date? = nil, priority: TransferPriority = .normal,
+                speedLimit: UInt64 = 0, response: Data? = nil) {
+        self.id = id; self.kind = kind; self.url = url; self.description = description; self.destination = destination
+        self.state = state; self.waitingReason = waitingReason; self.bytesTransferred = bytesTransferred
+        self.bytesExpected = bytesExpected; self.rate = rate; self.expectedEnd = expectedEnd; self.error = error
+        self.httpStatus = httpStatus; self.attempts = attempts; self.isResumable = isResumable; self.sha256 = sha256
+        self.created = created; self.started = started; self.completed = completed; self.priority = priority
+        self.speedLimit = speedLimit; self.response = response
+    }
+
     init(_ i: TransferInfo) {
         id = i.id
         kind = Kind(rawValue: i.kind) ?? .download

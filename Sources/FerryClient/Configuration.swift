@@ -48,6 +48,20 @@ extension FerrySession {
         var readHeaders: [String: String]?
         var readProxy: URL?
 
+        /// Equal when every public property is (what the library remembers of a
+        /// `storedConfiguration()` read does not count).
+        public static func == (a: Configuration, b: Configuration) -> Bool {
+            a.identifier == b.identifier && a.isPersistent == b.isPersistent && a.downloadDirectory == b.downloadDirectory
+                && a.httpAdditionalHeaders == b.httpAdditionalHeaders
+                && a.httpMaximumConnectionsPerHost == b.httpMaximumConnectionsPerHost
+                && a.timeoutIntervalForRequest == b.timeoutIntervalForRequest
+                && a.timeoutIntervalForResource == b.timeoutIntervalForResource
+                && a.allowsExpensiveNetworkAccess == b.allowsExpensiveNetworkAccess
+                && a.sendsNotifications == b.sendsNotifications && a.speedLimit == b.speedLimit && a.retries == b.retries
+                && a.proxy == b.proxy && a.httpShouldSetCookies == b.httpShouldSetCookies
+                && a.applicationID == b.applicationID && a.busAddress == b.busAddress
+        }
+
         /// A session whose transfers go on when the app exits, and survive restarts.
         public static func background(identifier: String) -> Configuration {
             Configuration(identifier: identifier, isPersistent: true)

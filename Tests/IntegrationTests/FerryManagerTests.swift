@@ -202,7 +202,11 @@ final class FerryManagerTests: FerryTestCase {
         XCTAssertEqual(kept.speedLimit, 5000)
         XCTAssertEqual(kept.retries, 4)
         XCTAssertEqual(kept.httpAdditionalHeaders, ["Authorization": "(hidden)"])
-
+        var same = kept
+        same.readHeaders = nil
+        same.readProxy = nil
+        same.sendsPersistence.toggle()
+        XCTAssertEqual(same, kept, "equal by what the app sees, not by what the library remembers of the read")
     }
 
     /// A session opened with what `storedConfiguration()` read back keeps the real

@@ -26,17 +26,21 @@ struct StreamReaders<Continuation> {
 }
 
 /// Serials handed out in increasing order and taken in any order: the lowest one not
-/// taken yet, in amortised O(1) per serial.
+/// taken yet, in amortised O(1) per serial. A serial not handed out (one of a session
+/// the serials were reset for since) is ignored.
 struct UntakenSerials {
     private var serials: [UInt64] = []
     private var head = 0
-    private var takenEarly: Set<UInt64> = []
+    private var outstanding: Set<UInt64> = []
 
-    mutating func add(_ serial: UInt64) { serials.append(serial) }
+    mutating func add(_ serial: UInt64) {
+        serials.append(serial)
+        outstanding.insert(serial)
+    }
 
     mutating func take(_ serial: UInt64) {
-        takenEarly.insert(serial)
-        while head < serials.count, takenEarly.remove(serials[head]) != nil { head += 1 }
+        guard outstanding.remove(serial) != nil else { return }
+        while head < serials.count, !outstanding.contains(serials[head]) { head += 1 }
         if head > 256 && head * 2 > serials.count {
             serials.removeFirst(head)
             head = 0

@@ -42,14 +42,39 @@ extension FerrySession {
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
         /// the service has (a woken session stays as it was opened).
         var sendsPersistence = true
+        /// Settings to set back to the service's default (``resetToDefault(_:)``).
+        var resets: Set<ResettableSetting> = []
+
+        /// A setting that ``resetToDefault(_:)`` can set back to the service's default
+        /// (a `nil` property keeps what the service has, so it cannot).
+        public enum ResettableSetting: Sendable, Hashable, CaseIterable {
+            /// The XDG download directory again.
+            case downloadDirectory
+            /// The proxy from the environment again.
+            case proxy
+            /// No application to wake.
+            case applicationID
+        }
+
+        /// Sets `setting` back to the service's default when a session is made with
+        /// this configuration (the property becomes nil here). Setting the property
+        /// afterwards sends that value instead.
+        public mutating func resetToDefault(_ setting: ResettableSetting) {
+            resets.insert(setting)
+            switch setting {
+            case .downloadDirectory: downloadDirectory = nil
+            case .proxy: proxy = nil
+            case .applicationID: applicationID = nil
+            }
+        }
         /// The headers and proxy as `storedConfiguration()` read them (values hidden,
         /// credentials dropped): sent back unchanged, they would replace the real ones,
         /// so they are not sent unless changed.
         var readHeaders: [String: String]?
         var readProxy: URL?
 
-        /// Equal when every public property is (what the library remembers of a
-        /// `storedConfiguration()` read does not count).
+        /// Equal when every public property is, and the same settings are reset (what
+        /// the library remembers of a `storedConfiguration()` read does not count).
         public static func == (a: Configuration, b: Configuration) -> Bool {
             a.identifier == b.identifier && a.isPersistent == b.isPersistent && a.downloadDirectory == b.downloadDirectory
                 && a.httpAdditionalHeaders == b.httpAdditionalHeaders
@@ -59,7 +84,7 @@ extension FerrySession {
                 && a.allowsExpensiveNetworkAccess == b.allowsExpensiveNetworkAccess
                 && a.sendsNotifications == b.sendsNotifications && a.speedLimit == b.speedLimit && a.retries == b.retries
                 && a.proxy == b.proxy && a.httpShouldSetCookies == b.httpShouldSetCookies
-                && a.applicationID == b.applicationID && a.busAddress == b.busAddress
+                && a.applicationID == b.applicationID && a.busAddress == b.busAddress && a.resets == b.resets
         }
 
         /// A session whose transfers go on when the app exits, and survive restarts.
@@ -100,7 +125,7 @@ extension FerrySession {
         /// The `OpenSession` configuration: only what was set.
         var busValue: [String: DBusValue] {
             var c: [String: DBusValue] = sendsPersistence ? ["persistent": .boolean(isPersistent)] : [:]
-            if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) }
+            if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) } else if resets.contains(.downloadDirectory) { c["directory"] = .string("") }
             if let httpAdditionalHeaders, httpAdditionalHeaders != readHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
             if let httpMaximumConnectionsPerHost { c["max-connections-per-host"] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }
             if let timeoutIntervalForRequest { c["request-timeout"] = .double(timeoutIntervalForRequest) }
@@ -109,9 +134,9 @@ extension FerrySession {
             if let sendsNotifications { c["notify"] = .boolean(sendsNotifications) }
             if let speedLimit { c["speed-limit"] = .uint64(speedLimit) }
             if let retries { c["retries"] = .uint32(UInt32(clamping: retries)) }
-            if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) }
+            if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c["proxy"] = .string("") }
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
-            if let applicationID { c["application-id"] = .string(applicationID) }
+            if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
             return c
         }
     }

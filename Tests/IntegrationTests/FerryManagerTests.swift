@@ -207,6 +207,17 @@ final class FerryManagerTests: FerryTestCase {
         same.readProxy = nil
         same.sendsPersistence.toggle()
         XCTAssertEqual(same, kept, "equal by what the app sees, not by what the library remembers of the read")
+
+        // The proxy and the folder set back to the service's defaults (nil keeps them).
+        var reset = configuration("org.example.Stored")
+        reset.resetToDefault(.proxy)
+        reset.resetToDefault(.downloadDirectory)
+        let third = FerrySession(configuration: reset)
+        defer { third.detach() }
+        let defaults = try await third.storedConfiguration()
+        XCTAssertNil(defaults.proxy)
+        XCTAssertNotEqual(defaults.downloadDirectory?.path, work, "the XDG download directory again")
+        XCTAssertEqual(defaults.speedLimit, 5000, "the rest kept")
     }
 
     /// A session opened with what `storedConfiguration()` read back keeps the real

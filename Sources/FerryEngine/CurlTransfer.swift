@@ -50,6 +50,13 @@ final class CurlTransfer {
     private(set) var bodyBytes: Int64 = 0
     private var unreportedBytes: Int64 = 0
     private var writeback: PartFileWriteback?
+
+    /// The write-out's duplicate descriptor, for the file job that flushes the file
+    /// (-1 when there is none); no more write-out after this.
+    func handOverWriteback() -> Int32 {
+        defer { writeback = nil }
+        return writeback?.handOver() ?? -1
+    }
     /// File size at which the next write-out request is due (never, without writeback).
     private var nextWritebackAt = Int64.max
     private var nextProgressAt: UInt64 = 0

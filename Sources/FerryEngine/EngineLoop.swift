@@ -374,7 +374,9 @@ final class EngineLoop {
         transfer.phase = .flushing
         let (id, attempt, inbox) = (transfer.id, transfer.attempt, self.inbox)
         let (fd, path, isRegular) = (transfer.file.handOver(), transfer.file.path, transfer.file.isRegular)
+        let writebackFD = transfer.handOverWriteback()
         fileJobs.async {
+            PartFileWriteback.close(afterQueuedWriteback: writebackFD)
             inbox.post(.flushed(id, attempt: attempt, PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular)))
         }
     }

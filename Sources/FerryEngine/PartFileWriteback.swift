@@ -14,7 +14,8 @@ final class PartFileWriteback {
     static let step: Int64 = 8 << 20
     private static let queue = DispatchQueue(label: "org.ferry.engine.writeback", qos: .utility)
 
-    private let fd: Int32
+    /// The duplicate; -1 once handed over (`handOver`).
+    private var fd: Int32
     /// End of the region already handed to write-out.
     private var requested: Int64
 
@@ -28,7 +29,24 @@ final class PartFileWriteback {
 
     deinit {
         let fd = self.fd
-        Self.queue.async { close(fd) } // after any write-out still queued
+        guard fd >= 0 else { return }
+        Self.queue.async { _ = Glibc.close(fd) } // after any write-out still queued
+    }
+
+    /// Gives the duplicate away, for `close(afterQueuedWriteback:)` in the file job
+    /// that flushes the file: so that no descriptor of the file is open once it has its
+    /// final name (a program that waits for a file's last close would see one after).
+    func handOver() -> Int32 {
+        let taken = fd
+        fd = -1
+        return taken
+    }
+
+    /// Closes a handed-over duplicate after any write-out still queued on it, and
+    /// returns once it is closed. On a file job, never the engine thread.
+    static func close(afterQueuedWriteback fd: Int32) {
+        guard fd >= 0 else { return }
+        queue.sync { _ = Glibc.close(fd) }
     }
 
     /// Where the next request is due.
@@ -37,12 +55,13 @@ final class PartFileWriteback {
     /// Starts write-out of every dirty page of the file (ranges written out of order).
     func requestAll() {
         let fd = self.fd
+        guard fd >= 0 else { return }
         Self.queue.async { _ = ferry_start_writeback(fd, 0, 0) }
     }
 
     /// Starts write-out of [previous end, `end`).
     func request(upTo end: Int64) {
-        guard end > requested else { return }
+        guard end > requested, fd >= 0 else { return }
         let (fd, start) = (self.fd, requested)
         requested = end
         Self.queue.async { _ = ferry_start_writeback(fd, start, end - start) }

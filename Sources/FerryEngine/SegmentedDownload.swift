@@ -630,9 +630,12 @@ final class SegmentedDownload: EngineAttempt {
         }
         let reader = hasher != nil ? file.openForReading() : -1
         let (fd, path, isRegular) = (file.handOver(), file.path, file.isRegular)
+        let writebackFD = writeback?.handOver() ?? -1
+        writeback = nil
         let (id, attempt, length, hasher, hashedUpTo) = (self.id, self.attempt, total, self.hasher, self.hashedUpTo)
         let loop = self.loop
         loop.fileJobs.async {
+            PartFileWriteback.close(afterQueuedWriteback: writebackFD)
             var result: Result<String?, PartFileError>
             if let error = PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular) {
                 if reader >= 0 { close(reader) }

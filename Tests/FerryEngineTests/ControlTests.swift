@@ -122,12 +122,6 @@ final class ControlTests: EngineTestCase {
         }
     }
 
-    private func descriptorsOpen(under folder: String) -> [String] {
-        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)") }
-            .filter { $0.hasPrefix(folder + "/") }
-    }
-
     func testStopOfUnknownOrFinishedTransferDoesNothing() throws {
         server.add(path: "/a", body: [1, 2, 3])
         XCTAssertEqual(run(request(1, "/a")), .succeeded(bytesOnDisk: 3, sha256: nil))

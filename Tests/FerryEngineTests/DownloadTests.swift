@@ -34,11 +34,15 @@ final class DownloadTests: EngineTestCase {
         XCTAssertNil(server.requests(for: "/big.bin").first?.header("Accept-Encoding"))
     }
 
+    /// A large body streams to the file, with write-out started on the way; when the
+    /// attempt reports success (and the coordinator may give the file its final name),
+    /// no descriptor of the file is open any more, the write-out's own included.
     func testLargeBodyStreams() {
         let body = TestData.bytes(count: 64 << 20, seed: 8)
         server.add(path: "/huge", body: body)
         let part = partPath("huge.part")
         XCTAssertEqual(run(request(1, "/huge", part: part), timeout: 120), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(descriptorsOpen(under: directory.path), [], "open when the attempt reported its end")
         XCTAssertTrue(contents(part) == body)
         assertWellFormedEvents(1)
     }

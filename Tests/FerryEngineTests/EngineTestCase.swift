@@ -124,6 +124,13 @@ class EngineTestCase: XCTestCase {
         super.tearDown()
     }
 
+    /// What this process has open under `folder` (from /proc/self/fd).
+    func descriptorsOpen(under folder: String) -> [String] {
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)") }
+            .filter { $0.hasPrefix(folder + "/") }
+    }
+
     func partPath(_ name: String = "file.part") -> String {
         directory.appendingPathComponent(name).path
     }

@@ -37,6 +37,7 @@ final class SegmentedDownloadTests: EngineTestCase {
         let outcome = run(segmented(1, "/big", connections: 4), timeout: 60)
 
         XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        XCTAssertEqual(descriptorsOpen(under: directory.path), [], "no descriptor of the file open at its end (write-out's included)")
         assertFile(partPath("1.part"), holds: body)
         let response = try XCTUnwrap(responses(1).first)
         XCTAssertEqual(response.status, 200)

@@ -32,9 +32,10 @@ enum HeaderFields {
                 // Only the name's valid start is quoted: a whole header line given as a
                 // name ("Authorization: Bearer …") must not echo its secret.
                 // At most 32 characters of it (a token given as a name is not echoed whole).
-                let start = String(String.UnicodeScalarView(name.unicodeScalars.prefix(while: isTokenCharacter).prefix(32)))
-                let bad = name.unicodeScalars.first(where: { !isTokenCharacter($0) }).map { String(format: "U+%04X", $0.value) } ?? "?"
-                throw FerryError.invalidArgument("header name \(start.debugDescription)… is not valid: it holds \(bad) after \(name.unicodeScalars.prefix(while: isTokenCharacter).count) valid characters; use letters, digits and !#$%&'*+-.^_`|~ only, and give the value apart from the name")
+                let valid = name.unicodeScalars.prefix(while: isTokenCharacter)
+                let start = String(String.UnicodeScalarView(valid.prefix(32)))
+                let bad = name.unicodeScalars.dropFirst(valid.count).first.map { String(format: "U+%04X", $0.value) } ?? "?"
+                throw FerryError.invalidArgument("header name \(start.debugDescription)… is not valid: it holds \(bad) after \(valid.count) valid characters; use letters, digits and !#$%&'*+-.^_`|~ only, and give the value apart from the name")
             }
             guard value.utf8.count <= Limits.headerValueBytes else {
                 throw FerryError.limitExceeded("the value of header '\(name)' is \(value.utf8.count) bytes long; at most \(Limits.headerValueBytes) are allowed")

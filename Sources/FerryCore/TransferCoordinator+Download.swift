@@ -221,12 +221,17 @@ extension TransferCoordinator {
     /// fails as `Network` after all its retries.
     func validateRequestURL(_ url: String) throws -> RequestURL {
         let checked = try RequestURL.validate(url)
-        if let why = engine.urlRefusal(url) {
-            let authority = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).dropFirst(2).first ?? ""
-            let hint = authority.contains("%00") ? "; a user name or password may not hold %00"
-                : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40" : ""
-            throw FerryError.invalidUrl("'\(RequestURL.redacted(url))' is not a valid URL (libcurl: \(why))\(hint)")
-        }
+        if let refusal = engineRefusal(of: url) { throw FerryError.invalidUrl(refusal) }
         return checked
+    }
+
+    /// Why the engine's own parser refuses `url` (a request's or a proxy's), in words
+    /// that show it without credentials and say what to do; nil when it takes it.
+    func engineRefusal(of url: String) -> String? {
+        guard let why = engine.urlRefusal(url) else { return nil }
+        let authority = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).dropFirst(2).first ?? ""
+        let hint = authority.contains("%00") ? "; a user name or password may not hold %00"
+            : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40" : ""
+        return "'\(RequestURL.redacted(url))' is not a valid URL (libcurl: \(why))\(hint)"
     }
 }

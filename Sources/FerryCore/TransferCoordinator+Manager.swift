@@ -13,9 +13,9 @@ extension TransferCoordinator {
         try SessionValidation.validateIdentifier(identifier)
         try SessionOwnership.checkIdentifier(identifier, by: owner)
         try SessionValidation.validate(configuration, fileManager: fileManager)
-        if let proxy = configuration.proxy, !proxy.isEmpty, let why = engine.urlRefusal(proxy) {
+        if let proxy = configuration.proxy, !proxy.isEmpty, let refusal = engineRefusal(of: proxy) {
             // As a request URL: refused now, not failed as Network after every retry.
-            throw FerryError.invalidArgument("proxy '\(RequestURL.redacted(proxy))' is not a valid URL (libcurl: \(why)); percent-encode an '@' in its user name or password as %40")
+            throw FerryError.invalidArgument("proxy " + refusal)
         }
         return try mutate {
             // A closing session no longer answers to its identifier: opening it again

@@ -54,9 +54,13 @@ extension TransferCoordinator {
     /// such transfer. `starting`: new transfers of the session prepared, not added yet.
     /// O(1).
     func eventRoom(session: SessionID, starting: Int = 0) -> Int {
-        let held = pendingEventCount(session: session) + index.unfinishedCount(session: session)
-            + index.failedCount(session: session) + index.resumedRunCount(session: session) + starting
-        return environment.pendingEventsPerSession - held
+        environment.pendingEventsPerSession - pendingEventCount(session: session) - eventsToCome(session: session, starting: starting)
+    }
+
+    /// The completion events the session's transfers may still add (`eventRoom`). O(1).
+    private func eventsToCome(session: SessionID, starting: Int) -> Int {
+        index.unfinishedCount(session: session) + index.failedCount(session: session)
+            + index.resumedRunCount(session: session) + starting
     }
 
     /// Refuses (`LimitExceeded`) a new transfer in a session without room for its
@@ -72,8 +76,7 @@ extension TransferCoordinator {
     /// `starting`: downloads of the same group not added yet, counted with the rest.
     func eventCapRefusal(_ session: SessionID, starting: Int = 0) -> FerryError {
         let name = sessions[session].map { "'\($0.identifier)'" } ?? "\(session)"
-        let mayCome = index.unfinishedCount(session: session) + index.failedCount(session: session)
-            + index.resumedRunCount(session: session) + starting
+        let mayCome = eventsToCome(session: session, starting: starting)
         return FerryError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
             + "acknowledged, and \(mayCome) more may come from its transfers not ended, failed or resumed after failing (each "
             + "may end once more); together they reach the most a session may hold (\(environment.pendingEventsPerSession)); "

@@ -52,13 +52,13 @@ final class SessionCore: @unchecked Sendable {
     /// heard while not attached stays pending in the service for the next replay.
     private var attached = false
     /// Completions delivered that the app has not taken (no delegate, and the task not
-    /// handed out): their events stay pending for a later run. Path → serial.
+    /// handed out): their events stay pending for a later run. Path → serial (the
+    /// oldest of the path's, which holds its later ones back).
     private var untaken: [String: UInt64] = [:]
-    /// The lowest serial in `untaken`: events are acknowledged up to just below it.
-    private var untakenFloor: UInt64?
-    /// Completions handed to a `FerrySessionEvents` delegate that no reader has taken
-    /// yet: acknowledged up to just below the lowest.
-    private var unread = UntakenSerials()
+    /// The serials of completions not taken yet: those in `untaken`, and those handed
+    /// to a `FerrySessionEvents` delegate that no reader has taken. Events are
+    /// acknowledged up to just below the lowest.
+    private var notTaken = UntakenSerials()
     /// The last serial acknowledged to the service.
     private var acknowledged: UInt64 = 0
     /// `finishTasksAndInvalidate` was called: close once no task is left.
@@ -83,7 +83,7 @@ final class SessionCore: @unchecked Sendable {
         (delegate as? FerrySessionEvents)?.connect { [weak self] serial in
             guard let self else { return }
             self.queue.async {
-                self.unread.take(serial)
+                self.notTaken.take(serial)
                 self.acknowledgeTaken()
             }
         }
@@ -203,8 +203,7 @@ final class SessionCore: @unchecked Sendable {
                 lastDelivered = 0
                 acknowledged = 0
                 untaken = [:]
-                untakenFloor = nil
-                unread.removeAll()
+                notTaken.removeAll()
             }
             sessionPath = session.path
             let listed = Set(objects.transfers.lazy.filter { $0.session == session.path }.map(\.path))
@@ -325,8 +324,8 @@ final class SessionCore: @unchecked Sendable {
     func allTasks() -> [FerryTask] {
         queue.sync {
             handedOut.formUnion(tasks.keys)
+            for serial in untaken.values { notTaken.take(serial) }
             untaken = [:]
-            untakenFloor = nil
             acknowledgeTaken()
             return tasks.values.sorted { $0.id < $1.id }
         }
@@ -335,7 +334,7 @@ final class SessionCore: @unchecked Sendable {
     /// On `queue`: the app now holds `path`; its completion, if one came before, is taken.
     private func taken(_ path: String) {
         guard let serial = untaken.removeValue(forKey: path) else { return }
-        if serial == untakenFloor { untakenFloor = untaken.values.min() }
+        notTaken.take(serial)
         acknowledgeTaken()
     }
 
@@ -451,7 +450,7 @@ final class SessionCore: @unchecked Sendable {
             if case .failure(let e) = outcome { error = e } else { error = nil }
             if let events = delegate as? FerrySessionEvents {
                 // Acknowledged once a reader has taken it.
-                unread.add(serial)
+                notTaken.add(serial)
                 events.completed(t, error: error, serial: serial)
             } else {
                 delegate?.ferrySession(s, task: t, didCompleteWithError: error)
@@ -463,8 +462,10 @@ final class SessionCore: @unchecked Sendable {
         if delegate == nil && !handedOut.contains(path) {
             // No one took it: it stays pending (a later run, or the app's own call
             // returning this task, takes it).
-            if untaken[path] == nil { untaken[path] = serial } // its oldest event holds the rest
-            untakenFloor = min(untakenFloor ?? serial, serial)
+            if untaken[path] == nil { // its oldest event holds the rest
+                untaken[path] = serial
+                notTaken.add(serial)
+            }
         }
         acknowledgeTaken()
     }
@@ -485,8 +486,7 @@ final class SessionCore: @unchecked Sendable {
     /// On `queue`: acknowledges every delivered event up to the first one not taken
     /// (acknowledging drops every event up to the serial given).
     private func acknowledgeTaken() {
-        let floor = [untakenFloor, unread.lowest].compactMap { $0 }.min()
-        let upTo = min(lastDelivered, floor.map { $0 - 1 } ?? .max)
+        let upTo = min(lastDelivered, notTaken.lowest.map { $0 - 1 } ?? .max)
         guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
               let m = try? FerryClient.methodCall(path: path, interface: FerryClient.sessionInterface,
                                                   method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }

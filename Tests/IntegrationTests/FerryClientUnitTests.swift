@@ -3,8 +3,8 @@ import XCTest
 
 /// FerryClient's bookkeeping that needs no service.
 final class FerryClientUnitTests: XCTestCase {
-    /// What `FerrySessionEvents` acknowledges up to: the lowest completion no reader
-    /// has taken, whatever order they are taken in; a serial from before a reset (an
+    /// What a session acknowledges up to: the lowest completion the app (or a reader
+    /// of `FerrySessionEvents`) has not taken, in any order of taking; a serial from before a reset (an
     /// ephemeral session made anew, whose serials start again) takes nothing.
     func testTheLowestUntakenSerial() {
         var u = UntakenSerials()

@@ -25,9 +25,14 @@ public struct ManagedObjects: Sendable {
     public var transfers: [TransferInfo]
 
     public func session(path: String) -> SessionInfo? { sessions.first { $0.path == path } }
-    /// The session of that identifier; when a closing one (its transfers finishing)
-    /// shares it with the one opened since, the newer: the open one.
-    public func session(identifier: String) -> SessionInfo? { sessions.last { $0.identifier == identifier } }
+    public func session(identifier: String) -> SessionInfo? { sessions.session(identifier: identifier) }
+}
+
+extension BidirectionalCollection where Element == SessionInfo {
+    /// The session of that identifier among these (oldest first); when a closing one
+    /// (its transfers finishing) shares it with the one opened since, the newer: the
+    /// open one.
+    public func session(identifier: String) -> SessionInfo? { last { $0.identifier == identifier } }
 }
 
 extension FerryClient {

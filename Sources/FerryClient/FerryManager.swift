@@ -173,8 +173,7 @@ public final class FerryManager: @unchecked Sendable {
     public func closeSession(_ identifier: String, cancellingTasks: Bool = false) async throws {
         try await mapped {
             let client = try connected()
-            // The newest of that identifier: the open one, when a closing one shares it.
-            guard let s = try await client.sessionInfos().last(where: { $0.identifier == identifier }) else {
+            guard let s = try await client.sessionInfos().session(identifier: identifier) else {
                 throw FerryError.noSuchSession("no session '\(identifier)'")
             }
             try await FerryBusClient.FerrySession(client: client, path: s.path).close(cancelTransfers: cancellingTasks)

@@ -132,7 +132,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
         let client = try global.connect()
         if target.all {
             // Looked up, not opened: OpenSession would create a session a typo named.
-            guard let session = try await client.sessionInfos().last(where: { $0.identifier == global.session }) else {
+            guard let session = try await client.sessionInfos().session(identifier: global.session) else {
                 if global.sessionNamed { throw CLIError.refused("no session named \(global.session)") }
                 return // the CLI's own session, never used: nothing to act on
             }

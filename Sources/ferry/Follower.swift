@@ -228,7 +228,7 @@ func finalByPath(_ objects: ManagedObjects) -> [String: Bool] {
 
 func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
                       shown: Set<String>, listed: [String: Bool]?) async {
-    guard let info = sessions.last(where: { $0.identifier == identifier }) else { return } // the open one, when a closing one shares it
+    guard let info = sessions.session(identifier: identifier) else { return }
     await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
 }
 

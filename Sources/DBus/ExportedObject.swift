@@ -14,7 +14,7 @@ public final class ExportedObject: @unchecked Sendable {
     public let interfaces: [InterfaceSpec]
     /// Property values, per interface in the order of its spec's properties (an array,
     /// not a dictionary: a daemon may export tens of thousands of objects).
-    private var slots: [[DBusValue?]]
+    private(set) var slots: [[DBusValue?]]
     weak var connection: BusConnection?
 
     /// Whether `PropertiesChanged` is held back and sent with others (see `init`).

@@ -119,5 +119,5 @@ public struct InterfaceSpec: Sendable {
         properties.indices.sorted { properties[$0].name < properties[$1].name }
     }
     func method(_ name: String) -> MethodSpec? { methods.first { $0.name == name } }
-    func property(_ name: String) -> PropertySpec? { propertyIndex[name].map { properties[$0] } }
+    public func property(_ name: String) -> PropertySpec? { propertyIndex[name].map { properties[$0] } }
 }

@@ -55,6 +55,22 @@ public final class MethodInvocation: @unchecked Sendable {
         }
     }
 
+    /// Sends the method return `make` builds (on the connection's queue), or the
+    /// connection's oversize error when it would be too large for the bus.
+    func replyBuilt(_ make: () throws -> BusMessage) {
+        dispatchPrecondition(condition: .onQueue(connection.queue))
+        guard take() else { return }
+        do {
+            connection.sendOnQueue(try make())
+        } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
+            sendError(connection.tooLarge("the reply to \(interface).\(member) on \(path)", e))
+        } catch let e as BusError {
+            sendError(e)
+        } catch {
+            sendError(BusError(name: StandardErrors.failed, message: "could not build the reply: \(error)"))
+        }
+    }
+
     /// Sends an error reply (from any thread).
     public func fail(_ error: BusError) {
         connection.queue.async { [self] in

@@ -95,6 +95,16 @@ struct WireWriter {
         try variantContents(v, depth: depth)
     }
 
+    /// Writes a variant of type `signature` whose contents `contents` writes (a whole
+    /// array of values, say, built from no `DBusValue` of its own).
+    mutating func variant(signature: String, _ contents: (inout WireWriter) throws -> Void) throws {
+        guard isValidSingleType(signature) else { throw BusError.invalidArgs("a variant cannot hold a value of type '\(signature)'") }
+        try text(signature, lengthBytes: 1)
+        depth += 1
+        defer { depth -= 1 }
+        try contents(&self)
+    }
+
     private mutating func variantContents(_ inner: DBusValue, depth: Int) throws {
         let signature = inner.signature
         // libdbus aborts on a variant whose signature is invalid (over 255

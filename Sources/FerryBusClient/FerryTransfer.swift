@@ -131,6 +131,13 @@ public struct TransferInfo: Sendable, Equatable {
         apply(p)
     }
 
+    /// Takes a `ListTransferProperties` column: `values[k]` is property `name` of
+    /// `transfers[k]`. A name that is not a transfer property is ignored.
+    static func apply(column name: String, _ values: [DBusValue], to transfers: inout [TransferInfo]) {
+        guard let read = readers[name] else { return }
+        for k in values.indices where k < transfers.count { read(&transfers[k], values[k]) }
+    }
+
     /// Takes one property's value; a name that is not a transfer property is ignored.
     public mutating func apply(property name: String, _ value: DBusValue) {
         Self.readers[name]?(&self, value)

@@ -36,11 +36,45 @@ extension BidirectionalCollection where Element == SessionInfo {
 }
 
 extension FerryClient {
-    /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
-    /// every session and transfer with all its properties, in one round trip. When
-    /// that is more than the bus carries in one message (`LimitExceeded`: past about
-    /// 80,000 transfers, or fewer with very long URLs), object by object instead.
+    /// Every session and transfer the service shows this caller, with all their
+    /// properties: the transfers from one `Manager.ListTransferProperties` (a column
+    /// per property), the sessions from `ListSessions` and a `GetAll` each. From a
+    /// service without that method, one `GetManagedObjects`; when a reply would be more
+    /// than the bus carries in one message (`LimitExceeded`: hundreds of thousands of
+    /// transfers, or fewer with very long URLs), object by object.
     public func managedObjects() async throws -> ManagedObjects {
+        let listing: [DBusValue]
+        do {
+            listing = try await callManager("ListTransferProperties", [.stringArray([])])
+        } catch let e as BusError where e.name == StandardErrors.unknownMethod {
+            return try await allManagedObjects()
+        } catch let e as BusError where e.name == FerryInterface.ErrorName.limitExceeded.fullName {
+            return try await managedObjectsOneByOne()
+        }
+        guard listing.count == 2, let paths = listing[0].arrayElements, case .dictionary(_, _, let columns) = listing[1] else {
+            throw BusError(name: StandardErrors.failed, message: "ListTransferProperties answered '\(listing.map(\.signature).joined())'")
+        }
+        var transfers: [TransferInfo] = []
+        transfers.reserveCapacity(paths.count)
+        for p in paths {
+            guard let path = p.string else { continue }
+            transfers.append(TransferInfo(id: Self.transferID(path), path: path))
+        }
+        for column in columns {
+            guard let name = column.key.string, case .variant(let values) = column.value, let items = values.arrayElements else { continue }
+            TransferInfo.apply(column: name, items, to: &transfers)
+        }
+        // After the transfers: a session they name that is new since is listed too.
+        var sessions = try await sessionInfos()
+        transfers.sort { $0.id < $1.id }
+        sessions.sort { Self.trailingNumber($0.path) < Self.trailingNumber($1.path) }
+        return ManagedObjects(sessions: sessions, transfers: transfers)
+    }
+
+    /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
+    /// every session and transfer with all its properties, in one round trip; object
+    /// by object when that is more than the bus carries in one message.
+    func allManagedObjects() async throws -> ManagedObjects {
         let reply: BusMessage
         do {
             let call = try BusMessage.methodCall(destination: Self.busName, path: Self.managerPath,

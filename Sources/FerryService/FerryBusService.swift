@@ -19,7 +19,7 @@ public final class FerryBusService: @unchecked Sendable {
     let version: String
     let defaultDirectory: String
     let logger: Logger
-    private var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
+    private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?

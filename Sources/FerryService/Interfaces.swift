@@ -28,6 +28,10 @@ extension FerryBusService {
                 MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
                     run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryBusNames.transferPath))] }
                 },
+                MethodSpec("ListTransferProperties", in: [ArgSpec("properties", "as")],
+                           out: [ArgSpec("transfers", "ao"), ArgSpec("values", "a{sv}")]) { [unowned self] inv in
+                    listTransferProperties(inv)
+                },
                 MethodSpec("PauseAll") { [unowned self] inv in
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.pauseAll(session: $0) }; return [] }
                 },

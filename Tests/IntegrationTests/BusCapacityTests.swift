@@ -36,6 +36,15 @@ final class BusCapacityTests: FerryTestCase {
         XCTAssertTrue(e?.message.contains("too large") ?? false, e?.message ?? "")
         await assertDaemonAlive()
         XCTAssertTrue(ferryd?.log.contains("GetManagedObjects") ?? false, "the refusal is logged")
+        // The listing by columns too: its Url column alone is over the array limit.
+        await assertBusError(Self.prefix + "LimitExceeded", "ListTransferProperties of Url over 64 MiB") {
+            try await self.call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+                                [.stringArray(["Url"])], timeout: 60)
+        }
+        XCTAssertTrue(ferryd?.log.contains("ListTransferProperties") ?? false, "the refusal is logged")
+        let states = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+                                    [.stringArray(["State"])], timeout: 60)
+        XCTAssertEqual(states.first?.arrayElements?.count, count, "a listing without the URLs fits")
         // Still serving: the same objects one by one.
         let listed = try await client.listTransfers()
         XCTAssertEqual(listed.count, count)

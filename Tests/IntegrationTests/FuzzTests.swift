@@ -159,6 +159,7 @@ final class FuzzTests: FerryTestCase {
             case "a{sv}": return randomOptions()
             case "ay": return chance(3) && !resumeData.isEmpty ? .bytes(mutated(resumeData)) : .bytes((0..<Int(pick([0, 8, 100, 65_537]))).map { _ in UInt8(truncatingIfNeeded: rng.next()) })
             case "v": return .variant(randomValue(depth: 1))
+            case "as": return .stringArray((0..<Int(rng.next() % 4)).map { _ in chance(3) ? randomString() : pick(["State", "Url", "Error", "Response", "Priority"]) })
             default: return value(ofType: type)
             }
         }
@@ -183,6 +184,7 @@ final class FuzzTests: FerryTestCase {
             Target(path: m, interface: mi, member: "OpenSession", signature: ["s", "a{sv}"]),
             Target(path: m, interface: mi, member: "ListSessions", signature: []),
             Target(path: m, interface: mi, member: "ListTransfers", signature: []),
+            Target(path: m, interface: mi, member: "ListTransferProperties", signature: ["as"]),
             Target(path: m, interface: mi, member: "PauseAll", signature: []),
             Target(path: m, interface: mi, member: "ResumeAll", signature: []),
             Target(path: m, interface: mi, member: "CancelAll", signature: []),

@@ -143,6 +143,41 @@ final class PipelinedCallTests: FerryTestCase {
         }
     }
 
+    /// A listing sent between pipelined downloads lists those sent before it, each with
+    /// its properties, and none sent after.
+    func testAListingBetweenPipelinedDownloadsListsThoseBeforeIt() async throws {
+        serve("/l.bin", size: 10)
+        let s = try await session()
+        let replies = Replies()
+        var index = 0
+        func send(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue]) throws {
+            let m = try BusMessage.methodCall(destination: FerryClient.busName, path: path, interface: interface, member: member)
+            try m.append(args)
+            let i = index
+            index += 1
+            client.bus.send(m) { replies.record(i, $0) }
+        }
+        for i in 0..<30 {
+            try send(s.path, FerryClient.sessionInterface, "Download",
+                     [.string(server.url("/l.bin")), .vardict(["destination": .string(work + "/b\(i).bin"), "start": .boolean(false)])])
+        }
+        try send(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(["Destination"])])
+        for i in 0..<5 {
+            try send(s.path, FerryClient.sessionInterface, "Download",
+                     [.string(server.url("/l.bin")), .vardict(["destination": .string(work + "/a\(i).bin"), "start": .boolean(false)])])
+        }
+        try await replies.wait(for: 36)
+        let before = (0..<30).compactMap { i -> String? in
+            guard case .success(let v)? = replies[i] else { return nil }
+            return v.first?.string
+        }
+        XCTAssertEqual(before.count, 30)
+        guard case .success(let listing)? = replies[30] else { return XCTFail("the listing was refused: \(String(describing: replies[30]))") }
+        XCTAssertEqual(listing.first?.arrayElements?.compactMap(\.string), before, "the downloads sent before it, and none after")
+        let destinations = listing.dropFirst().first?.dictionaryEntries?.first?.1.arrayElements?.compactMap(\.string)
+        XCTAssertEqual(destinations, (0..<30).map { work + "/b\($0).bin" }, "each with its own properties")
+    }
+
     /// Downloads answered together are stored together: a SIGKILL right after the last
     /// answer loses none of them.
     func testPipelinedDownloadsSurviveSIGKILLOnceAnswered() async throws {

@@ -112,6 +112,11 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(transfers.map(\.path), [])
         let managed = try await managedPaths(evil)
         XCTAssertEqual(managed, [])
+        let columns = try await call(evil, FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(["Url"])])
+        XCTAssertEqual(columns.first?.arrayElements?.count, 0, "ListTransferProperties lists none of the victim's transfers")
+        XCTAssertEqual(columns.dropFirst().first?.dictionaryEntries?.first?.1.arrayElements?.count, 0, "nor their URLs")
+        let everything = try await evil.managedObjects()
+        XCTAssertEqual(everything.transfers.map(\.path), [])
 
         // Every way into the victim's transfer, and a transfer that never existed, answer alike.
         for path in [vt.path, FerryClient.managerPath + "/transfer/999"] {
@@ -248,6 +253,9 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(value5, [t.path])
         let managed = try await managedPaths(again)
         XCTAssertEqual(managed, [s.path, t.path], "GetManagedObjects lists exactly its own objects")
+        let listed = try await again.managedObjects()
+        XCTAssertEqual(listed.transfers.map(\.path), [t.path], "ListTransferProperties lists exactly its own transfers")
+        XCTAssertEqual(listed.sessions.map(\.path), [s.path])
         let reopened = try await again.openSession("\(appID).Keep")
         XCTAssertEqual(reopened.path, s.path, "the app re-opens its own session")
 

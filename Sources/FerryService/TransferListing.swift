@@ -1,0 +1,52 @@
+import DBus
+import FerryCore
+import FerryInterface
+
+/// `Manager.ListTransferProperties`: every transfer the caller may see, with the
+/// properties asked for, one array per property (a listing of 10,000 transfers in one
+/// reply a quarter the size of `GetManagedObjects`', and far fewer values to check).
+extension FerryBusService {
+    /// The most names one call may ask for (more than the interface has, so a client
+    /// may repeat some; each name is refused past it).
+    static let listedPropertyNames = 64
+
+    func listTransferProperties(_ inv: MethodInvocation) {
+        let spec = specs.transfer
+        let names: [String]
+        do {
+            names = try Self.listedProperties(inv.arguments.first?.arrayElements?.compactMap(\.string) ?? [], of: spec)
+        } catch {
+            return answer(inv, .failure(error))
+        }
+        // The transfers as ListTransfers gives them (the caller's own when sandboxed),
+        // taken on the core's queue after any Download asked for before this call; their
+        // values read on the bus's queue, from the objects as exported there by then.
+        downloadCalls.close()
+        core.queue.async { [self] in
+            do {
+                let paths = try visibleTransfers(inv, core).map(FerryBusNames.transferPath)
+                inv.replyWithPropertyColumns(paths: paths, interface: spec, properties: names)
+            } catch {
+                answer(inv, .failure(error))
+            }
+        }
+    }
+
+    /// The property names asked for, each once, in the order first asked; empty for all.
+    static func listedProperties(_ asked: [String], of spec: InterfaceSpec) throws -> [String] {
+        guard asked.count <= listedPropertyNames else {
+            throw FerryError.limitExceeded("\(asked.count) property names were given; at most \(listedPropertyNames) are allowed")
+        }
+        var seen: Set<String> = []
+        var names: [String] = []
+        for name in asked {
+            guard spec.property(name) != nil else {
+                let shown = name.utf8.count <= 64 && name.unicodeScalars.allSatisfy { $0.properties.isAlphabetic || $0.properties.numericType != nil }
+                    ? "'\(name)'" : "of \(name.utf8.count) bytes"
+                throw FerryError.invalidArgument("\(FerryBusNames.transferInterface) has no property \(shown)")
+            }
+            if seen.insert(name).inserted { names.append(name) }
+        }
+        return names
+    }
+}

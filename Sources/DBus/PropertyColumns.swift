@@ -17,41 +17,23 @@ extension MethodInvocation {
     public func replyWithPropertyColumns(paths: [String], interface spec: InterfaceSpec, properties: [String]) {
         let connection = self.connection
         connection.queue.async { [self] in
-            // Each object with the index of the interface, and whether it is laid out as
-            // `spec` (objects of one spec are: a property's value is then at its index).
-            var objects: [(object: ExportedObject, interface: Int, sameLayout: Bool)] = []
+            var objects: [ExportedObject] = []
             objects.reserveCapacity(paths.count)
-            let names = spec.properties.map(\.name)
             for path in paths {
-                guard let o = connection.objects[path], let i = o.interfaces.firstIndex(where: { $0.name == spec.name }),
+                guard let o = connection.objects[path], o.interface(spec.name) != nil,
                       connection.gateRefusal(caller, path: path, object: o, interface: nil, member: "GetManagedObjects") == nil
                 else { continue }
-                objects.append((o, i, o.interfaces[i].properties.map(\.name) == names))
+                objects.append(o)
             }
-            let wanted = (properties.isEmpty ? spec.propertyOrder : properties.compactMap { spec.propertyIndex[$0] })
-                .map { (spec.properties[$0], $0) }
-            // Gathered object by object first, then written column by column: reading each
-            // object once keeps ten thousand objects' values from leaving the cache between
-            // one column and the next (reading them column-wise took twice as long).
-            var columns = [[DBusValue]](repeating: [], count: wanted.count)
-            for c in columns.indices { columns[c].reserveCapacity(objects.count) }
+            let wanted = (properties.isEmpty ? spec.propertyOrder : properties.compactMap { spec.propertyIndex[$0] }).map { spec.properties[$0] }
             replyBuilt {
-                for (o, i, sameLayout) in objects {
-                    let row = o.slots[i]
-                    for (c, (property, j)) in wanted.enumerated() {
-                        guard let v = sameLayout ? row[j] : o.value(interface: i, property.name), v.hasSignature(property.type[...]) else {
-                            throw BusError(name: StandardErrors.failed,
-                                           message: "\(o.path) holds no \(property.type) value of \(spec.name).\(property.name)")
-                        }
-                        columns[c].append(v)
-                    }
-                }
+                let columns = try Self.columns(of: objects, interface: spec, properties: wanted)
                 return try call.makeReturn(signature: "aoa{sv}") { body in
                     try body.array(of: "o") { w in
-                        for (o, _, _) in objects { try w.value(.objectPath(o.path)) }
+                        for o in objects { try w.value(.objectPath(o.path)) }
                     }
                     try body.array(of: "{sv}") { w in
-                        for (c, (property, _)) in wanted.enumerated() {
+                        for (c, property) in wanted.enumerated() {
                             try w.dictEntry { w in
                                 try w.value(.string(property.name))
                                 try w.variant(signature: "a" + property.type) { w in
@@ -65,6 +47,32 @@ extension MethodInvocation {
                 }
             }
         }
+    }
+
+    /// `properties` (of `spec`) of each object, one array per property, in the order of
+    /// `objects`. Read object by object: reading each object once keeps ten thousand
+    /// objects' values from leaving the cache between one column and the next (reading
+    /// them column by column took twice as long). Throws when an object lacks a value of
+    /// the property's type (the arrays must line up).
+    static func columns(of objects: [ExportedObject], interface spec: InterfaceSpec, properties: [PropertySpec]) throws -> [[DBusValue]] {
+        let indices = properties.map { spec.propertyIndex[$0.name] ?? -1 }
+        let names = spec.properties.map(\.name)
+        var columns = [[DBusValue]](repeating: [], count: properties.count)
+        for c in columns.indices { columns[c].reserveCapacity(objects.count) }
+        for o in objects {
+            guard let i = o.interfaces.firstIndex(where: { $0.name == spec.name }) else { continue }
+            // Objects of one spec are laid out alike: a property's value is at its index.
+            let sameLayout = o.interfaces[i].properties.map(\.name) == names
+            let row = o.slots[i]
+            for (c, property) in properties.enumerated() {
+                guard let v = sameLayout ? row[indices[c]] : o.value(interface: i, property.name), v.hasSignature(property.type[...]) else {
+                    throw BusError(name: StandardErrors.failed,
+                                   message: "\(o.path) holds no \(property.type) value of \(spec.name).\(property.name)")
+                }
+                columns[c].append(v)
+            }
+        }
+        return columns
     }
 }
 

@@ -134,6 +134,9 @@ final class SecretsTests: FerryTestCase {
         let managed = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         assertNoSecrets(in: "\(managed)", "GetManagedObjects")
         XCTAssertTrue("\(managed)".contains("(hidden)"), "GetManagedObjects holds the sessions' configurations")
+        let columns = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray([])])
+        assertNoSecrets(in: "\(columns)", "ListTransferProperties")
+        XCTAssertTrue("\(columns)".contains("127.0.0.1:\(port)/secret.bin"), "ListTransferProperties holds the transfers' URLs")
         for s in [a, b] {
             let events = try await call(s.path, FerryClient.sessionInterface, "PendingEvents")
             assertNoSecrets(in: "\(events)", "PendingEvents of \(s.path)")

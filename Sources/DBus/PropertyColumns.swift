@@ -55,17 +55,21 @@ extension MethodInvocation {
     /// them column by column took twice as long). Throws when an object lacks a value of
     /// the property's type (the arrays must line up).
     static func columns(of objects: [ExportedObject], interface spec: InterfaceSpec, properties: [PropertySpec]) throws -> [[DBusValue]] {
-        let indices = properties.map { spec.propertyIndex[$0.name] ?? -1 }
-        let names = spec.properties.map(\.name)
+        // Where each property is in `spec` (nil: not one of its properties; such a
+        // property is then looked up by name in each object).
+        let indices = properties.map { spec.propertyIndex[$0.name] }
         var columns = [[DBusValue]](repeating: [], count: properties.count)
         for c in columns.indices { columns[c].reserveCapacity(objects.count) }
         for o in objects {
-            guard let i = o.interfaces.firstIndex(where: { $0.name == spec.name }) else { continue }
+            guard let i = o.interfaces.firstIndex(where: { $0.name == spec.name }) else {
+                throw BusError(name: StandardErrors.failed, message: "\(o.path) has no interface \(spec.name)")
+            }
             // Objects of one spec are laid out alike: a property's value is at its index.
-            let sameLayout = o.interfaces[i].properties.map(\.name) == names
+            let sameLayout = o.interfaces[i].properties.elementsEqual(spec.properties) { $0.name == $1.name }
             let row = o.slots[i]
             for (c, property) in properties.enumerated() {
-                guard let v = sameLayout ? row[indices[c]] : o.value(interface: i, property.name), v.hasSignature(property.type[...]) else {
+                let found = sameLayout ? indices[c].flatMap { row[$0] } : o.value(interface: i, property.name)
+                guard let v = found, v.hasSignature(property.type[...]) else {
                     throw BusError(name: StandardErrors.failed,
                                    message: "\(o.path) holds no \(property.type) value of \(spec.name).\(property.name)")
                 }

@@ -135,7 +135,7 @@ public struct TransferInfo: Sendable, Equatable {
     /// `transfers[k]`. A name that is not a transfer property is ignored.
     static func apply(column name: String, _ values: [DBusValue], to transfers: inout [TransferInfo]) {
         guard let read = readers[name] else { return }
-        for k in values.indices where k < transfers.count { read(&transfers[k], values[k]) }
+        for k in values.indices where k < transfers.count { read(&transfers[k], values[k]) } // counts checked by the caller
     }
 
     /// Takes one property's value; a name that is not a transfer property is ignored.

@@ -36,34 +36,26 @@ extension BidirectionalCollection where Element == SessionInfo {
 }
 
 extension FerryClient {
-    /// Every session and transfer the service shows this caller, with all their
-    /// properties: the transfers from one `Manager.ListTransferProperties` (a column
-    /// per property), the sessions from `ListSessions` and a `GetAll` each. From a
-    /// service without that method, one `GetManagedObjects`; when a reply would be more
-    /// than the bus carries in one message (`LimitExceeded`: hundreds of thousands of
-    /// transfers, or fewer with very long URLs), object by object.
-    public func managedObjects() async throws -> ManagedObjects {
-        let listing: [DBusValue]
+    /// Every transfer the service shows this caller, with all its properties, from one
+    /// `Manager.ListTransferProperties` (a column per property: a listing of 10,000
+    /// transfers in a third of the bytes of `GetManagedObjects`), and every session from
+    /// `ListSessions` and a `GetAll` each, read after the transfers — so the sessions'
+    /// `ActiveTransfers` may count a transfer the listing does not hold yet, or no longer
+    /// (use `managedObjects()` where the two must agree). From a service without that
+    /// method, `managedObjects()`; when the reply would be more than the bus carries in one
+    /// message (`LimitExceeded`: about 200,000 transfers, or about 1,000 with 64 KiB URLs),
+    /// object by object.
+    public func listing() async throws -> ManagedObjects {
+        let reply: [DBusValue]
         do {
-            listing = try await callManager("ListTransferProperties", [.stringArray([])])
+            reply = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: Self.managerInterface,
+                                       method: "ListTransferProperties", arguments: [.stringArray([])], timeout: 120)
         } catch let e as BusError where e.name == StandardErrors.unknownMethod {
-            return try await allManagedObjects()
+            return try await managedObjects()
         } catch let e as BusError where e.name == FerryInterface.ErrorName.limitExceeded.fullName {
             return try await managedObjectsOneByOne()
         }
-        guard listing.count == 2, let paths = listing[0].arrayElements, case .dictionary(_, _, let columns) = listing[1] else {
-            throw BusError(name: StandardErrors.failed, message: "ListTransferProperties answered '\(listing.map(\.signature).joined())'")
-        }
-        var transfers: [TransferInfo] = []
-        transfers.reserveCapacity(paths.count)
-        for p in paths {
-            guard let path = p.string else { continue }
-            transfers.append(TransferInfo(id: Self.transferID(path), path: path))
-        }
-        for column in columns {
-            guard let name = column.key.string, case .variant(let values) = column.value, let items = values.arrayElements else { continue }
-            TransferInfo.apply(column: name, items, to: &transfers)
-        }
+        var transfers = try Self.transfers(fromColumns: reply)
         // After the transfers: a session they name that is new since is listed too.
         var sessions = try await sessionInfos()
         transfers.sort { $0.id < $1.id }
@@ -71,10 +63,39 @@ extension FerryClient {
         return ManagedObjects(sessions: sessions, transfers: transfers)
     }
 
+    /// The transfers of a `ListTransferProperties` reply; a reply whose columns do not
+    /// line up with its transfers is refused, not read askew.
+    static func transfers(fromColumns reply: [DBusValue]) throws -> [TransferInfo] {
+        func malformed(_ why: String) -> BusError {
+            BusError(name: StandardErrors.failed, message: "the service's ListTransferProperties reply \(why)")
+        }
+        guard reply.count == 2, let paths = reply[0].arrayElements, case .dictionary(_, _, let columns) = reply[1] else {
+            throw malformed("is of type '\(reply.map(\.signature).joined())', not 'aoa{sv}'")
+        }
+        var transfers: [TransferInfo] = []
+        transfers.reserveCapacity(paths.count)
+        for p in paths {
+            guard let path = p.string else { throw malformed("lists a transfer that is not an object path") }
+            transfers.append(TransferInfo(id: Self.transferID(path), path: path))
+        }
+        for column in columns {
+            guard let name = column.key.string, case .variant(let values) = column.value, let items = values.arrayElements else {
+                throw malformed("holds a property that is not an array")
+            }
+            guard items.count == transfers.count else {
+                throw malformed("holds \(items.count) values of \(name) for \(transfers.count) transfers")
+            }
+            TransferInfo.apply(column: name, items, to: &transfers)
+        }
+        return transfers
+    }
+
     /// One `org.freedesktop.DBus.ObjectManager.GetManagedObjects` on the manager:
-    /// every session and transfer with all its properties, in one round trip; object
-    /// by object when that is more than the bus carries in one message.
-    func allManagedObjects() async throws -> ManagedObjects {
+    /// every session and transfer with all its properties, in one round trip and from
+    /// one moment (the sessions' counts agree with the transfers). When that is more
+    /// than the bus carries in one message (`LimitExceeded`: past about 80,000
+    /// transfers, or fewer with very long URLs), object by object instead.
+    public func managedObjects() async throws -> ManagedObjects {
         let reply: BusMessage
         do {
             let call = try BusMessage.methodCall(destination: Self.busName, path: Self.managerPath,

@@ -147,8 +147,9 @@ public final class FerryManager: @unchecked Sendable {
         try await mapped { try await connected().setManagerProperty(property.name, value) }
     }
 
-    /// Every session and its transfers, oldest first (one `GetManagedObjects`, or one
-    /// call per object when that is more than the bus carries): for a window that shows
+    /// Every session and its transfers, oldest first (one `GetManagedObjects`, so each
+    /// session's count of active transfers agrees with its tasks; or one call per object
+    /// when that is more than the bus carries): for a window that shows
     /// every transfer, and to find sessions left behind (an app's ephemeral session stays
     /// until it is closed or the service exits). A session closed without cancelling
     /// stays listed until its transfers have ended, and the identifier may then be

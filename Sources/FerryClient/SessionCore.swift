@@ -182,7 +182,7 @@ final class SessionCore: @unchecked Sendable {
         do {
             try await subscribe(bus)
             session = try await client.openSession(configuration.identifier, configuration: configuration.busValue)
-            objects = try await client.managedObjects()
+            objects = try await client.listing()
             pending = try await session.pendingEvents()
         } catch {
             // Not attached: signals go on live (progress, states), but no completion is

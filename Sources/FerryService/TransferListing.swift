@@ -4,7 +4,7 @@ import FerryInterface
 
 /// `Manager.ListTransferProperties`: every transfer the caller may see, with the
 /// properties asked for, one array per property (a listing of 10,000 transfers in one
-/// reply a quarter the size of `GetManagedObjects`', and far fewer values to check).
+/// reply about a third the size of `GetManagedObjects`', and far fewer values to check).
 extension FerryBusService {
     /// The most names one call may ask for (more than the interface has, so a client
     /// may repeat some; each name is refused past it).
@@ -41,7 +41,9 @@ extension FerryBusService {
         var names: [String] = []
         for name in asked {
             guard spec.property(name) != nil else {
-                let shown = name.utf8.count <= 64 && name.unicodeScalars.allSatisfy { $0.properties.isAlphabetic || $0.properties.numericType != nil }
+                // Quoted only when it could be a property's name (ASCII letters and digits):
+                // no look-alike letters, controls or overrides reach the message.
+                let shown = name.utf8.count <= 64 && !name.isEmpty && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || (($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7a) }
                     ? "'\(name)'" : "of \(name.utf8.count) bytes"
                 throw FerryError.invalidArgument("\(FerryBusNames.transferInterface) has no property \(shown)")
             }

@@ -11,7 +11,7 @@ let transferIDCompletion = CompletionKind.custom { _ in
     let done = DispatchSemaphore(value: 0)
     Task {
         if let client = try? FerryClient(address: ProcessInfo.processInfo.environment["FERRY_ADDRESS"]),
-           let objects = try? await client.managedObjects() {
+           let objects = try? await client.listing() {
             box.ids = objects.transfers.map { String($0.id) }
             client.close()
         }
@@ -50,7 +50,7 @@ struct List: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             let names = sessionNames(objects)
             // A session named on the command line that does not exist lists nothing, as a
             // filter would, but says so on stderr: a typo is not "no transfers", and a
@@ -95,7 +95,7 @@ struct Show: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             let infos = try pick(try parseTransferIDs(ids), from: objects)
             let names = sessionNames(objects)
             if json {
@@ -142,7 +142,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
                 return
             }
         }
-        let objects = try await client.managedObjects()
+        let objects = try await client.listing()
         let transfers: [TransferInfo]
         if target.all {
             let path = objects.session(identifier: global.session)?.path
@@ -237,7 +237,7 @@ struct Watch: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             var options = Follower.Options()
             options.untilDone = untilDone
             options.includePaused = paused
@@ -277,7 +277,7 @@ struct Wait: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             let initial = try pick(try parseTransferIDs(ids), from: objects)
             let follower = Follower(options: Follower.Options())
             let sink = ProgressDisplay(quiet: true, on: .standardError)
@@ -308,7 +308,7 @@ struct Events: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             var options = Follower.Options()
             options.followNew = true
             options.includePaused = true

@@ -245,7 +245,7 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
         if !shown.contains(e.transferPath) {
             // Asked for only when an event is not of a shown transfer (a `get` showed all of its own).
             if listed == nil {
-                guard let objects = try? await client.managedObjects() else { break }
+                guard let objects = try? await client.listing() else { break }
                 listed = finalByPath(objects)
                 fresh = true
             }

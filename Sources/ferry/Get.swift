@@ -173,7 +173,7 @@ struct Get: AsyncParsableCommand {
             }
             let ids = created.map(FerryClient.transferID)
             if json && !wait {
-                let objects = try await client.managedObjects()
+                let objects = try await client.listing()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
             } else if !json && !global.quiet && (!wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
                 Output.lines(ids.map { String($0) })
@@ -187,7 +187,7 @@ struct Get: AsyncParsableCommand {
                     try await follower.run([], created: created, monitor: monitor, sink: sink)
                 }
                 if json {
-                    let after = try await client.managedObjects()
+                    let after = try await client.listing()
                     final = (try? pick(ids, from: after)) ?? final
                     JSONOutput.print(final.map { TransferJSON($0, sessions: sessionNames(after)) })
                 }

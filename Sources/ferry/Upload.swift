@@ -71,13 +71,13 @@ func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: S
         defer { monitor?.stop() }
         let t = try await session.upload(url, file: path, options: busOptions)
         if opts.json && !opts.wait {
-            let objects = try await client.managedObjects()
+            let objects = try await client.listing()
             JSONOutput.print(try pick([t.id], from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
         } else if !opts.json && !global.quiet && (!opts.wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
             Output.line(String(t.id))
         }
         guard opts.wait, let monitor else { return }
-        let objects = try await client.managedObjects()
+        let objects = try await client.listing()
         let initial = try pick([t.id], from: objects)
         let final = try await InterruptNote.whileWaiting(for: [t.id]) {
             try await Follower(options: Follower.Options())

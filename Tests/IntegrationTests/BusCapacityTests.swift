@@ -54,6 +54,8 @@ final class BusCapacityTests: FerryTestCase {
         // still lists every transfer.
         let everything = try await client.managedObjects()
         XCTAssertEqual(everything.transfers.count, count)
+        let listing = try await client.listing()
+        XCTAssertEqual(listing.transfers, everything.transfers, "the listing by columns goes object by object too")
         XCTAssertEqual(everything.transfers.last?.url.utf8.count, 65_536)
         XCTAssertTrue(everything.sessions.contains { $0.identifier == "com.example.Huge" })
         let ls = try ferry(["ls", "--session", "com.example.Huge"], timeout: 120)

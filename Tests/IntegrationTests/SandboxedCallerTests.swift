@@ -115,7 +115,7 @@ final class SandboxedCallerTests: FerryTestCase {
         let columns = try await call(evil, FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(["Url"])])
         XCTAssertEqual(columns.first?.arrayElements?.count, 0, "ListTransferProperties lists none of the victim's transfers")
         XCTAssertEqual(columns.dropFirst().first?.dictionaryEntries?.first?.1.arrayElements?.count, 0, "nor their URLs")
-        let everything = try await evil.managedObjects()
+        let everything = try await evil.listing()
         XCTAssertEqual(everything.transfers.map(\.path), [])
 
         // Every way into the victim's transfer, and a transfer that never existed, answer alike.
@@ -253,7 +253,7 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(value5, [t.path])
         let managed = try await managedPaths(again)
         XCTAssertEqual(managed, [s.path, t.path], "GetManagedObjects lists exactly its own objects")
-        let listed = try await again.managedObjects()
+        let listed = try await again.listing()
         XCTAssertEqual(listed.transfers.map(\.path), [t.path], "ListTransferProperties lists exactly its own transfers")
         XCTAssertEqual(listed.sessions.map(\.path), [s.path])
         let reopened = try await again.openSession("\(appID).Keep")

@@ -79,9 +79,12 @@ final class TransferListingTests: FerryTestCase {
         XCTAssertEqual(states, ["completed", "failed"] + Array(repeating: "paused", count: 10))
 
         // The client library reads the same transfers as from GetManagedObjects.
-        let objects = try await client.managedObjects()
+        let objects = try await client.listing()
         let fromManaged = paths.map { TransferInfo(id: FerryClient.transferID($0), path: $0, properties: managed[$0] ?? [:]) }
         XCTAssertEqual(objects.transfers, fromManaged)
+        let snapshot = try await client.managedObjects()
+        XCTAssertEqual(snapshot.transfers, fromManaged)
+        XCTAssertEqual(snapshot.sessions, objects.sessions)
         XCTAssertEqual(objects.sessions.map(\.identifier), ["com.example.One", "com.example.Two"])
         XCTAssertEqual(objects.transfers.first?.description, "first")
         XCTAssertEqual(objects.transfers.last?.priority, -1, "the last paused one was made with priority -1")
@@ -120,6 +123,49 @@ final class TransferListingTests: FerryTestCase {
         let after = try await listing(["State"])
         XCTAssertEqual(after.paths, [t.path])
         XCTAssertEqual(after.columns.first?.1.arrayElements?.compactMap(\.string), ["paused"])
+    }
+
+    /// A service without the addition (a ferryd from before it) is read through
+    /// `GetManagedObjects`: `ferry ls` and the library list its transfers all the same.
+    func testAServiceWithoutTheListingIsReadThroughGetManagedObjects() async throws {
+        try await stopFerryd()
+        let older = try BusConnection(address: bus.address, queue: DispatchQueue(label: "test.older-service"))
+        let sessionPath = FerryClient.managerPath + "/session/1", transferPath = FerryClient.managerPath + "/transfer/7"
+        let manager = InterfaceSpec(name: FerryClient.managerInterface, methods: [
+            MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { $0.reply([.pathArray([sessionPath])]) },
+            MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { $0.reply([.pathArray([transferPath])]) },
+        ])
+        func spec(_ name: String, _ properties: [BusProperty]) -> InterfaceSpec {
+            InterfaceSpec(name: name, properties: properties.map { PropertySpec($0.name, $0.signature) })
+        }
+        let url = server.url("/older.bin")
+        older.export(ExportedObject(path: FerryClient.managerPath, interfaces: [manager]))
+        older.addObjectManager(at: FerryClient.managerPath)
+        older.export(ExportedObject(path: sessionPath, interfaces: [spec(FerryClient.sessionInterface, FerryInterface.SessionProperty.all)],
+                                    initialValues: [FerryClient.sessionInterface: [
+                                        "Identifier": .string("com.example.Older"), "Configuration": .vardict([:]), "ActiveTransfers": .uint32(0)]]))
+        older.export(ExportedObject(path: transferPath, interfaces: [spec(FerryClient.transferInterface, FerryInterface.TransferProperty.all)],
+                                    initialValues: [FerryClient.transferInterface: [
+                                        "Kind": .string("download"), "Url": .string(url), "Session": .objectPath(sessionPath),
+                                        "Destination": .string(work + "/older.bin"), "State": .string("paused"),
+                                        "BytesTransferred": .int64(1234), "BytesExpected": .int64(5000)]]))
+        let owner = try await older.requestName(FerryClient.busName)
+        XCTAssertEqual(owner, .primaryOwner)
+
+        let listing = try await client.listing()
+        XCTAssertEqual(listing.transfers.map(\.path), [transferPath])
+        XCTAssertEqual(listing.transfers.first?.url, url)
+        XCTAssertEqual(listing.transfers.first?.bytesTransferred, 1234)
+        XCTAssertEqual(listing.sessions.map(\.identifier), ["com.example.Older"])
+
+        let ls = try ferry(["ls", "--json"])
+        XCTAssertEqual(ls.status, 0, ls.stderr)
+        let rows = try JSONSerialization.jsonObject(with: Data(ls.stdout.utf8)) as? [[String: Any]]
+        XCTAssertEqual(rows?.count, 1, ls.stdout)
+        XCTAssertEqual(rows?.first?["url"] as? String, url)
+        XCTAssertEqual(rows?.first?["state"] as? String, "paused")
+        XCTAssertEqual(rows?.first?["session"] as? String, "com.example.Older")
+        XCTAssertEqual(rows?.first?["id"] as? Int, 7)
     }
 
     /// With no transfers: no paths, and every property as an empty array of its type.

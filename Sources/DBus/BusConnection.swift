@@ -35,6 +35,9 @@ public final class BusConnection: @unchecked Sendable {
     private var oversize: (errorName: String?, log: @Sendable (String) -> Void)?
     /// Method calls on missing objects below these path prefixes answer these errors.
     var missingObjectErrors: [(prefix: String, errorName: String, noun: String)] = []
+    /// The most bytes of arguments a method call to our objects may carry, and the
+    /// error a larger one answers (queue-confined; nil: the bus's own limit).
+    var callBodyLimit: (bytes: Int, errorName: String)?
     /// Identifies callers before their calls are dispatched (see `CallerGate`).
     var gatekeeper: CallerGatekeeper?
 
@@ -128,6 +131,14 @@ public final class BusConnection: @unchecked Sendable {
     func tooLarge(_ what: String, _ error: BusError) -> BusError {
         oversize?.log("\(what) not sent: \(error.message)")
         return BusError(name: oversize?.errorName ?? error.name, message: "the reply would be too large for the bus: \(error.message)")
+    }
+
+    /// Method calls to this connection's objects whose arguments take more than `bytes`
+    /// on the wire answer `errorName` before any of them is read: a call the bus lets
+    /// through (up to 128 MiB) can otherwise hold millions of values, each one
+    /// allocated before any per-argument limit sees it.
+    public func limitCallArguments(to bytes: Int, errorName: String = StandardErrors.limitsExceeded) {
+        queue.async { self.callBodyLimit = (bytes, errorName) }
     }
 
     /// Method calls on an object that does not exist below `prefix` (a session or

@@ -119,6 +119,22 @@ public final class BusMessage: @unchecked Sendable {
         return try argumentsFromIterators()
     }
 
+    /// The body's values, as `arguments()`; a body over `maxBodyBytes` answers
+    /// `errorName` before any value is read (its descriptors are left to libdbus, which
+    /// closes them with the message).
+    public func arguments(maxBodyBytes: Int, errorName: String) throws -> [DBusValue] {
+        let hasDescriptors = dbus_message_contains_unix_fds(raw) != 0
+        let signature = self.signature
+        let fromBytes: [DBusValue]? = try withMarshalledBytes { bytes in
+            guard let (_, length) = try? WireReader.bodyRange(ofMessage: bytes) else { return nil }
+            guard length <= maxBodyBytes else {
+                throw BusError(name: errorName, message: "the call's arguments take \(length) bytes; at most \(maxBodyBytes) are taken")
+            }
+            return hasDescriptors ? nil : try? WireReader.values(ofMessage: bytes, signature: signature)
+        }
+        return try fromBytes ?? argumentsFromIterators()
+    }
+
     /// The body's values read through libdbus's iterators (which hand out descriptors).
     func argumentsFromIterators() throws -> [DBusValue] {
         var iter = DBusMessageIter()

@@ -36,7 +36,10 @@ extension BusConnection {
                 fail(StandardErrors.invalidArgs, "\(iface ?? "").\(member) takes arguments of type '\(signature)', not '\(m.signature)'")
                 return nil
             }
-            do { return try m.arguments() } catch let e as BusError {
+            do {
+                guard let limit = callBodyLimit else { return try m.arguments() }
+                return try m.arguments(maxBodyBytes: limit.bytes, errorName: limit.errorName)
+            } catch let e as BusError {
                 fail(e.name, e.message)
                 return nil
             } catch {

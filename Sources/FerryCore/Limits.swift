@@ -31,6 +31,11 @@ public enum Limits {
     /// Default cap on a session's completion events not acknowledged, beyond which it
     /// starts no new run (ferryd `--max-pending-events-per-session`).
     public static let defaultPendingEventsPerSession = 100_000
+    /// One method call's arguments on the wire, in all: over three times the largest a
+    /// call within the other limits can need (an `Upload` with a 64 KiB URL, 64 headers
+    /// and 64 form values of 8 KiB each is about 1.2 MiB), so that a call of millions of
+    /// small values is refused before they are read.
+    public static let callArgumentBytes = 4 * 1024 * 1024
     /// The reply of one `PendingEventsAfter` call, at most: half of what an array may
     /// hold on the bus (64 MiB), whatever the events' paths and messages.
     public static let pendingEventsPageBytes = 32 * 1024 * 1024

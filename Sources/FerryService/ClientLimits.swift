@@ -58,5 +58,6 @@ extension FerryBusService {
         bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
             logger.error("\(text)")
         }
+        bus.limitCallArguments(to: Limits.callArgumentBytes, errorName: FerryError.limitExceeded("").name)
     }
 }

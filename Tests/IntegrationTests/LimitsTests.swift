@@ -111,6 +111,44 @@ final class LimitsTests: FerryTestCase {
     /// Each option value must be of exactly its D-Bus type: a variant inside the
     /// variant, an object path or a signature where a string is expected are refused,
     /// naming the key.
+    /// A call of millions of small values (which the bus carries: up to 128 MiB) is
+    /// refused by its size before any value is read; the largest call the other limits
+    /// allow is taken.
+    func testACallsArgumentsAreCappedInAll() async throws {
+        serve("/limit.bin", size: 10)
+        let s = try await session()
+        let before = try await snapshot()
+        // 700,000 empty names: 5.6 MB on the wire, millions of values once read.
+        let e = await assertBusError(Self.limitExceeded, "ListTransferProperties with 700,000 names") {
+            try await self.call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+                                [.stringArray(Array(repeating: "", count: 700_000))], timeout: 30)
+        }
+        XCTAssertTrue(e?.message.contains("at most 4194304") ?? false, e?.message ?? "")
+        await assertBusError(Self.limitExceeded, "Download with 600,000 headers") {
+            try await self.call(s.path, FerryClient.sessionInterface, "Download", [
+                .string(self.server.url("/limit.bin")),
+                .vardict(["headers": .stringDict(Dictionary(uniqueKeysWithValues: (0..<600_000).map { ("X\($0)", "") })), "start": .boolean(false)]),
+            ], timeout: 30)
+        }
+        let after = try await snapshot()
+        XCTAssertEqual(after, before, "nothing was created")
+        await assertDaemonAlive()
+
+        // The largest an upload can be within the other limits still goes through to
+        // its own checks: a 64 KiB URL, 64 headers and 64 form values of 8 KiB.
+        let big = String(repeating: "v", count: 8 * 1024)
+        let source = work + "/up.bin"
+        FileManager.default.createFile(atPath: source, contents: Data("x".utf8))
+        let upload = try await call(s.path, FerryClient.sessionInterface, "Upload", [
+            .string(url(ofSize: 65_536)), .string(source),
+            .vardict(["headers": .stringDict(Dictionary(uniqueKeysWithValues: (0..<64).map { ("X-H\($0)", big) })),
+                      "method": .string("POST"), "form-field": .string("file"),
+                      "form-values": .stringDict(Dictionary(uniqueKeysWithValues: (0..<64).map { ("f\($0)", big) })),
+                      "description": .string(String(repeating: "d", count: 4096)), "start": .boolean(false)]),
+        ], timeout: 30)
+        XCTAssertEqual(upload.first?.string?.hasPrefix(FerryClient.managerPath + "/transfer/"), true, "the largest allowed call is taken")
+    }
+
     func testOptionValuesNeedTheirExactType() async throws {
         let s = try await session()
         let before = try await snapshot()

@@ -40,17 +40,10 @@ public final class MethodInvocation: @unchecked Sendable {
     /// Sends the method return with these values (from any thread).
     public func reply(_ values: [DBusValue] = []) {
         connection.queue.async { [self] in
-            guard take() else { return }
-            do {
+            replyBuilt {
                 let m = try call.makeReturn()
                 try m.append(values)
-                connection.sendOnQueue(m)
-            } catch let e as BusError where e.name == StandardErrors.limitsExceeded {
-                sendError(connection.tooLarge("the reply to \(interface).\(member) on \(path)", e))
-            } catch let e as BusError {
-                sendError(e)
-            } catch {
-                sendError(BusError(name: StandardErrors.failed, message: "\(error)"))
+                return m
             }
         }
     }

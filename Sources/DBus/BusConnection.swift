@@ -337,6 +337,11 @@ public final class BusConnection: @unchecked Sendable {
                 for h in handlers { h() }
                 return true
             }
+            // A signal addressed to us reaches us whatever our match rules say (the bus
+            // applies them only to broadcasts): from anyone but the bus itself it is a
+            // peer's, which no subscription asked for — a peer could otherwise pass one
+            // off as the bus's or a service's (a NameOwnerChanged, a transfer's Completed).
+            if message.destination != nil && message.sender != StandardNames.bus { return true }
             for (_, s) in subscriptions where s.rule.matches(message) { s.handler(message) }
             return false
         case .methodCall:

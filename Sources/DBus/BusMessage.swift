@@ -75,6 +75,13 @@ public final class BusMessage: @unchecked Sendable {
     public var member: String? { dbus_message_get_member(raw).map { String(cString: $0) } }
     public var sender: String? { dbus_message_get_sender(raw).map { String(cString: $0) } }
     public var destination: String? { dbus_message_get_destination(raw).map { String(cString: $0) } }
+
+    /// Addresses the message to one connection (a signal so addressed is delivered to
+    /// it alone, whatever match rules say). An invalid bus name is refused.
+    public func setDestination(_ name: String) throws {
+        guard BusNames.isValidBusName(name) else { throw BusError.invalidArgs("invalid bus name '\(name)'") }
+        guard dbus_message_set_destination(raw, name) != 0 else { throw BusError.outOfMemory }
+    }
     public var errorName: String? { dbus_message_get_error_name(raw).map { String(cString: $0) } }
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
     public var serial: UInt32 { dbus_message_get_serial(raw) }

@@ -35,11 +35,12 @@ public struct MatchRule: Hashable, Sendable {
         return parts.joined(separator: ",")
     }
 
-    /// Local matching. A well-known `sender` is left to the bus (which resolves it);
-    /// a unique name (`:1.5`) is compared here.
+    /// Local matching. A well-known `sender` is left to the bus (which resolves it, for
+    /// the broadcasts it routes by our rules; `BusConnection` drops signals addressed
+    /// to us by peers); a unique name (`:1.5`) and the bus's own name are compared here.
     public func matches(_ m: BusMessage) -> Bool {
         guard m.type == .signal else { return false }
-        if let sender, sender.hasPrefix(":"), m.sender != sender { return false }
+        if let sender, sender.hasPrefix(":") || sender == StandardNames.bus, m.sender != sender { return false }
         if let path, m.path != path { return false }
         if let ns = pathNamespace {
             guard let p = m.path else { return false }

@@ -232,8 +232,16 @@ func acknowledgeShown(_ client: FerryClient, session identifier: String, session
     await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
 }
 
+/// The highest transfer id in a listing (0 for none).
+func newestListed(_ listed: [String: Bool]?) -> UInt64 {
+    listed?.keys.lazy.map(FerryClient.transferID).max() ?? 0
+}
+
 func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, listed: [String: Bool]?) async {
     guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
+    // The newest transfer of a listing made before the events were read: one missing
+    // from it but newer was made since, not removed.
+    let newestBefore = newestListed(listed)
     var listed = listed
     // A listing made after the events were read: a transfer not final in it has
     // started another run since its event (a run that ends later has a later event).
@@ -250,6 +258,10 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
                 fresh = true
             }
             switch listed?[e.transferPath] {
+            case nil where !fresh && FerryClient.transferID(e.transferPath) > newestBefore:
+                // Made after the listing (ids only grow), and ended before the events were
+                // read: not gone, just never shown.
+                return await acknowledge(session, upTo: last)
             case nil: break // gone: nothing left to show
             case true?: return await acknowledge(session, upTo: last) // final, and the user has not seen how it ended
             case false?:

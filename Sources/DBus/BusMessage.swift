@@ -126,6 +126,11 @@ public final class BusMessage: @unchecked Sendable {
         return try argumentsFromIterators()
     }
 
+    /// The length of the body as sent (nil when it cannot be told).
+    var bodyLength: Int? {
+        try? withMarshalledBytes { try WireReader.bodyRange(ofMessage: $0).length }
+    }
+
     /// The body's values, as `arguments()`; a body over `maxBodyBytes` answers
     /// `errorName` before any value is read (its descriptors are left to libdbus, which
     /// closes them with the message).

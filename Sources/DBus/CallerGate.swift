@@ -28,8 +28,17 @@ final class CallerGatekeeper {
     /// Calls one sender may have waiting while it is looked up; more are refused.
     static let waitingLimit = 256
 
+    /// Bytes of calls one sender, and all senders together, may have waiting. libdbus
+    /// stops reading the bus once the messages it holds pass about 63 MiB, and then
+    /// could not read the lookups' own answers either: every caller would wait out
+    /// their timeout.
+    static let waitingBytesPerSender = 8 << 20
+    static let waitingBytesInAll = 32 << 20
+
     let gate: CallerGate
     var waiting: [String: [BusMessage]] = [:]
+    var waitingBytes: [String: Int] = [:]
+    var waitingBytesTotal = 0
 
     init(gate: CallerGate) { self.gate = gate }
 }
@@ -43,22 +52,33 @@ extension BusConnection {
     /// Dispatches a method call once its sender is known (on the queue).
     func admitMethodCall(_ m: BusMessage) {
         guard let keeper = gatekeeper, let sender = m.sender else { return dispatchMethodCall(m, caller: nil) }
+        if keeper.waiting[sender] == nil, let caller = keeper.gate.knownCaller(sender) { return dispatchMethodCall(m, caller: caller) }
+        // To wait while its sender is looked up: refused at once when it is larger than a
+        // call may be, or than the room left for waiting calls.
+        func refuse(_ message: String, _ name: String = callBodyLimit?.errorName ?? StandardErrors.limitsExceeded) {
+            if !m.noReplyExpected, let e = try? m.makeError(name: name, message: message) { sendOnQueue(e) }
+        }
+        let size = m.bodyLength ?? 0
+        if let limit = callBodyLimit, size > limit.bytes {
+            return refuse("the call's arguments take \(size) bytes; at most \(limit.bytes) are taken")
+        }
+        let held = keeper.waitingBytes[sender] ?? 0
+        guard (keeper.waiting[sender]?.count ?? 0) < CallerGatekeeper.waitingLimit,
+              held + size <= CallerGatekeeper.waitingBytesPerSender,
+              keeper.waitingBytesTotal + size <= CallerGatekeeper.waitingBytesInAll else {
+            return refuse("too many calls while the caller is being identified")
+        }
+        keeper.waitingBytes[sender] = held + size
+        keeper.waitingBytesTotal += size
         if keeper.waiting[sender] != nil {
-            guard keeper.waiting[sender]!.count < CallerGatekeeper.waitingLimit else {
-                if !m.noReplyExpected, let e = try? m.makeError(name: "org.freedesktop.DBus.Error.LimitsExceeded",
-                                                                  message: "too many calls while the caller is being identified") {
-                    sendOnQueue(e)
-                }
-                return
-            }
             keeper.waiting[sender]!.append(m)
             return
         }
-        if let caller = keeper.gate.knownCaller(sender) { return dispatchMethodCall(m, caller: caller) }
         keeper.waiting[sender] = [m]
         keeper.gate.lookUp(sender) { [weak self] caller in
             guard let self else { return }
             self.queue.async {
+                keeper.waitingBytesTotal -= keeper.waitingBytes.removeValue(forKey: sender) ?? 0
                 for call in keeper.waiting.removeValue(forKey: sender) ?? [] { self.dispatchMethodCall(call, caller: caller) }
             }
         }

@@ -149,6 +149,37 @@ final class LimitsTests: FerryTestCase {
         XCTAssertEqual(upload.first?.string?.hasPrefix(FerryClient.managerPath + "/transfer/"), true, "the largest allowed call is taken")
     }
 
+    /// Calls that arrive before their sender is identified wait for it; oversized ones
+    /// are refused at once instead, so that they cannot fill what libdbus reads ahead
+    /// (about 63 MiB) and leave the answer to the lookup itself unread: ferryd would
+    /// not answer anyone until the lookup's timeout (10 s).
+    func testOversizedCallsFromAnUnidentifiedCallerStallNobody() async throws {
+        _ = try await session() // this test's client is identified
+        let fresh = try BusConnection(address: bus.address, queue: DispatchQueue(label: "test.fresh-caller"))
+        defer { fresh.close() }
+        let big = String(repeating: "p", count: 30 << 20)
+        let answers = PipelinedCallTests.Replies()
+        for i in 0..<3 {
+            let m = try BusMessage.methodCall(destination: FerryClient.busName, path: FerryClient.managerPath,
+                                              interface: FerryClient.managerInterface, member: "OpenSession")
+            try m.append([.string("com.example.Big\(i)"), .vardict(["proxy": .string(big)])])
+            fresh.send(m, timeout: 60) { answers.record(i, $0) }
+        }
+        // Answered by ferryd within 5 s each, not after a 10 s stall: the fresh caller's
+        // own small call, and another client's.
+        let own = try await fresh.call(destination: FerryClient.busName, path: FerryClient.managerPath,
+                                       interface: FerryClient.managerInterface, method: "ListSessions", timeout: 5)
+        XCTAssertEqual(own.first?.arrayElements?.count, 1, "the session of this test's client")
+        let other = try await client.listSessions()
+        XCTAssertEqual(other.count, 1)
+        try await answers.wait(for: 3)
+        for i in 0..<3 {
+            guard case .failure(let e)? = answers[i] else { return XCTFail("the 30 MB call \(i) was taken") }
+            XCTAssertEqual(e.name, Self.limitExceeded, e.message)
+        }
+        await assertDaemonAlive()
+    }
+
     func testOptionValuesNeedTheirExactType() async throws {
         let s = try await session()
         let before = try await snapshot()

@@ -16,6 +16,11 @@ public struct BusError: Error, Equatable, Sendable, CustomStringConvertible {
         BusError(name: StandardErrors.invalidArgs, message: message)
     }
 
+    /// A method call whose arguments take more bytes than a call may (`limitCallArguments`).
+    static func callTooLarge(_ length: Int, limit: Int, name: String) -> BusError {
+        BusError(name: name, message: "the call's arguments take \(length) bytes; at most \(limit) are taken")
+    }
+
     /// Takes a libdbus `DBusError` that is set, and frees it.
     init(consuming error: inout CDBus.DBusError) {
         name = error.name.map { String(cString: $0) } ?? StandardErrors.failed

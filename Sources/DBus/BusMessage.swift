@@ -139,9 +139,7 @@ public final class BusMessage: @unchecked Sendable {
         let signature = self.signature
         let fromBytes: [DBusValue]? = try withMarshalledBytes { bytes in
             guard let (_, length) = try? WireReader.bodyRange(ofMessage: bytes) else { return nil }
-            guard length <= maxBodyBytes else {
-                throw BusError(name: errorName, message: "the call's arguments take \(length) bytes; at most \(maxBodyBytes) are taken")
-            }
+            guard length <= maxBodyBytes else { throw BusError.callTooLarge(length, limit: maxBodyBytes, name: errorName) }
             return hasDescriptors ? nil : try? WireReader.values(ofMessage: bytes, signature: signature)
         }
         return try fromBytes ?? argumentsFromIterators()

@@ -55,18 +55,19 @@ extension BusConnection {
         if keeper.waiting[sender] == nil, let caller = keeper.gate.knownCaller(sender) { return dispatchMethodCall(m, caller: caller) }
         // To wait while its sender is looked up: refused at once when it is larger than a
         // call may be, or than the room left for waiting calls.
-        func refuse(_ message: String, _ name: String = callBodyLimit?.errorName ?? StandardErrors.limitsExceeded) {
-            if !m.noReplyExpected, let e = try? m.makeError(name: name, message: message) { sendOnQueue(e) }
+        func refuse(_ error: BusError) {
+            if !m.noReplyExpected, let e = try? m.makeError(name: error.name, message: error.message) { sendOnQueue(e) }
         }
         let size = m.bodyLength ?? 0
         if let limit = callBodyLimit, size > limit.bytes {
-            return refuse("the call's arguments take \(size) bytes; at most \(limit.bytes) are taken")
+            return refuse(.callTooLarge(size, limit: limit.bytes, name: limit.errorName))
         }
         let held = keeper.waitingBytes[sender] ?? 0
         guard (keeper.waiting[sender]?.count ?? 0) < CallerGatekeeper.waitingLimit,
               held + size <= CallerGatekeeper.waitingBytesPerSender,
               keeper.waitingBytesTotal + size <= CallerGatekeeper.waitingBytesInAll else {
-            return refuse("too many calls while the caller is being identified")
+            return refuse(BusError(name: callBodyLimit?.errorName ?? StandardErrors.limitsExceeded,
+                                   message: "too many calls while the caller is being identified"))
         }
         keeper.waitingBytes[sender] = held + size
         keeper.waitingBytesTotal += size

@@ -68,7 +68,7 @@ extension MethodInvocation {
             let sameLayout = o.interfaces[i].properties.elementsEqual(spec.properties) { $0.name == $1.name }
             let row = o.slots[i]
             for (c, property) in properties.enumerated() {
-                let found = sameLayout ? indices[c].flatMap { row[$0] } : o.value(interface: i, property.name)
+                let found = sameLayout ? indices[c].flatMap { row[$0] } : o.property(spec.name, property.name)
                 guard let v = found, v.hasSignature(property.type[...]) else {
                     throw BusError(name: StandardErrors.failed,
                                    message: "\(o.path) holds no \(property.type) value of \(spec.name).\(property.name)")
@@ -77,12 +77,5 @@ extension MethodInvocation {
             }
         }
         return columns
-    }
-}
-
-extension ExportedObject {
-    /// The value of property `name` of the interface at index `i` of `interfaces`.
-    func value(interface i: Int, _ name: String) -> DBusValue? {
-        interfaces[i].propertyIndex[name].flatMap { slots[i][$0] }
     }
 }

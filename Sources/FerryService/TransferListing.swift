@@ -43,8 +43,8 @@ extension FerryBusService {
             guard spec.property(name) != nil else {
                 // Quoted only when it could be a property's name (ASCII letters and digits):
                 // no look-alike letters, controls or overrides reach the message.
-                let shown = name.utf8.count <= 64 && !name.isEmpty && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || (($0 | 0x20) >= 0x61 && ($0 | 0x20) <= 0x7a) }
-                    ? "'\(name)'" : "of \(name.utf8.count) bytes"
+                let plain = name.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("A"..."Z").contains($0) || ("a"..."z").contains($0) }
+                let shown = plain && !name.isEmpty && name.utf8.count <= 64 ? "'\(name)'" : "of \(name.utf8.count) bytes"
                 throw FerryError.invalidArgument("\(FerryBusNames.transferInterface) has no property \(shown)")
             }
             if seen.insert(name).inserted { names.append(name) }

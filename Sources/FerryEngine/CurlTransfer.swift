@@ -46,8 +46,11 @@ final class CurlTransfer {
     let sentRange: Bool
     /// Where this attempt's body starts in the file.
     private(set) var startOffset: Int64
-    /// Body bytes written by this attempt.
+    /// Body bytes this attempt took in: written, or held in `body` until they are.
     private(set) var bodyBytes: Int64 = 0
+    /// The body's bytes on their way to a regular part file, gathered into larger,
+    /// aligned writes (set up when the response is accepted).
+    private var body = BodyBuffer(startingAt: 0)
     private var unreportedBytes: Int64 = 0
     private var writeback: PartFileWriteback?
 
@@ -116,6 +119,8 @@ final class CurlTransfer {
     /// Why a callback aborted the transfer.
     private(set) var failure: FerryError?
 
+    /// Where the attempt's body ends in the part file once what `body` holds is written
+    /// (`writeBufferedBody`, before the attempt ends and before the file is read).
     var bytesOnDisk: Int64 { startOffset + bodyBytes }
 
     init?(request: EngineRequest, attempt: UInt64, file: PartFile, resume: Bool, loop: EngineLoop, cookies: CookieJars,
@@ -316,6 +321,7 @@ final class CurlTransfer {
             return abort(.disk(error.message))
         }
         responseReady = true
+        body = BodyBuffer(startingAt: startOffset)
         lastDataAt = monotonicNanoseconds()
         if file.isRegular, let writeback = PartFileWriteback(fd: fd, from: startOffset) {
             self.writeback = writeback
@@ -355,25 +361,15 @@ final class CurlTransfer {
             }
             paceAllowsAt = max(paceAllowsAt, now) &+ UInt64(count) &* 1_000_000_000 / speedLimit
         }
-        if let error = space.check(file, writing: count, at: bytesOnDisk) {
+        if let error = space.check(file, writing: count, at: bytesOnDisk, held: body.count) {
             failure = .disk(error.message)
             return 0
         }
-        var p = data
-        var left = count
-        while left > 0 {
-            let n = write(fd, p, left)
-            if n > 0 {
-                p += n
-                left -= n
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                let code = n < 0 ? errno : ENOSPC
-                bodyBytes += Int64(count - left)
-                failure = .disk(PartFileError(code: code, action: "writing", path: file.path).message)
-                return 0
-            }
+        if file.isRegular {
+            let fd = self.fd
+            if let code = body.append(data, count, write: { pwrite(fd, $0, $1, off_t($2)) }) { return writeFailed(code) }
+        } else if let code = writeDirectly(data, count) {
+            return writeFailed(code)
         }
         if hasher != nil {
             hasher!.update(bufferPointer: UnsafeRawBufferPointer(start: data, count: count))
@@ -385,14 +381,56 @@ final class CurlTransfer {
         if now >= nextProgressAt {
             nextProgressAt = now + Self.progressInterval
             reportProgress()
+            if failure != nil { return 0 }
         }
         return count
     }
 
     private func startWriteback() {
         guard let writeback else { return }
-        writeback.request(upTo: bytesOnDisk)
+        writeback.request(upTo: body.writtenEnd)
         nextWritebackAt = writeback.nextRequestAt
+    }
+
+    /// A device or pipe is written as the pieces come (nothing is held back from a
+    /// reader). Returns the `errno` of a failed write; `bodyBytes` then counts what went.
+    private func writeDirectly(_ data: UnsafeRawPointer, _ count: Int) -> Int32? {
+        var p = data
+        var left = count
+        while left > 0 {
+            let n = write(fd, p, left)
+            if n > 0 {
+                p += n
+                left -= n
+            } else if n < 0 && errno == EINTR {
+                continue
+            } else {
+                bodyBytes += Int64(count - left)
+                return n < 0 ? errno : ENOSPC
+            }
+        }
+        return nil
+    }
+
+    /// Writes what `body` holds. Called before the attempt ends (and so before its
+    /// file is flushed, closed or read); a write that fails becomes the attempt's
+    /// failure when it has none yet, and `bytesOnDisk` then counts what was written.
+    func writeBufferedBody() {
+        let fd = file.fd // -1 once handed over or closed
+        guard fd >= 0, body.count > 0, let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return }
+        _ = writeFailed(code)
+    }
+
+    /// A write of the body failed with `code`: the count is what the file holds (what
+    /// was not written is dropped), and the attempt fails with `Disk` (unless it had
+    /// failed already).
+    private func writeFailed(_ code: Int32) -> Int {
+        if file.isRegular {
+            bodyBytes = body.writtenEnd - startOffset
+            body.discard()
+        }
+        if failure == nil { failure = .disk(PartFileError(code: code, action: "writing", path: file.path).message) }
+        return 0
     }
 
     private func unexpectedBody() -> Int {
@@ -412,9 +450,14 @@ final class CurlTransfer {
         return nextProgressAt
     }
 
-    /// Emits the bytes written since the last progress event, if any.
+    /// Emits the bytes written since the last progress event, if any, after writing
+    /// what `body` holds: what a `Progress` counts is in the part file (at most every
+    /// 250 ms, so a body that comes slowly or stalls is not held in memory longer). A
+    /// write that fails sets `failure` (the caller ends the attempt) and is not
+    /// reported as progress.
     func reportProgress() {
-        guard unreportedBytes > 0 else { return }
+        writeBufferedBody()
+        guard unreportedBytes > 0, failure == nil else { return }
         let written = unreportedBytes
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))

@@ -42,16 +42,18 @@ struct DiskSpaceGuard {
         }
     }
 
-    /// Before writing `count` bytes at `position`: nil when they may be written, else
-    /// the failure that stops the download with the margin still free.
+    /// Before writing `count` bytes at `position`, with `held` bytes before them taken
+    /// but not written yet (`BodyBuffer`: the free space read does not show them): nil
+    /// when they may be written, else the failure that stops the download with the
+    /// margin still free.
     @inline(__always)
-    mutating func check(_ file: PartFile, writing count: Int, at position: Int64) -> PartFileError? {
+    mutating func check(_ file: PartFile, writing count: Int, at position: Int64, held: Int = 0) -> PartFileError? {
         if position + Int64(count) <= reservedEnd || !file.isRegular { return nil } // a device or pipe: as it is
         if Int64(count) <= allowance {
             allowance -= Int64(count)
             return nil
         }
-        return measure(file, writing: Int64(count))
+        return measure(file, writing: Int64(count) + Int64(held))
     }
 
     private mutating func measure(_ file: PartFile, writing count: Int64) -> PartFileError? {

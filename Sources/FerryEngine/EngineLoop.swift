@@ -62,7 +62,10 @@ final class EngineLoop {
         }
         for transfer in transfers.values {
             transfer.releaseHandle(from: multi)
-            if transfer.phase != .flushing { transfer.file.close() }
+            if transfer.phase != .flushing {
+                transfer.writeBufferedBody()
+                transfer.file.close()
+            }
         }
         for attempt in otherAttempts.values { attempt.abandon() }
         transfers.removeAll()
@@ -97,9 +100,14 @@ final class EngineLoop {
         let now = monotonicNanoseconds()
         var timeout = Self.pollTimeoutMs
         var stalled: [CurlTransfer] = []
+        var unwritten: [CurlTransfer] = []
         for transfer in transfers.values {
             if let due = transfer.reportProgressIfDue(now: now) {
                 timeout = min(timeout, Int32(clamping: (due - now + 999_999) / 1_000_000))
+            }
+            if transfer.phase == .running, transfer.failure != nil, transfer.responseReady {
+                unwritten.append(transfer) // its held bytes could not be written (progress writes them)
+                continue
             }
             if let due = transfer.stallDue {
                 if due <= now {
@@ -111,6 +119,9 @@ final class EngineLoop {
         }
         for transfer in stalled {
             finish(transfer, .failed(CurlFailure.stalled(transfer), bytesOnDisk: transfer.bytesOnDisk))
+        }
+        for transfer in unwritten {
+            if let failure = transfer.failure { finish(transfer, .failed(failure, bytesOnDisk: transfer.bytesOnDisk)) }
         }
         var stalledAttempts: [EngineAttempt] = []
         for attempt in otherAttempts.values {
@@ -351,6 +362,7 @@ final class EngineLoop {
             startOver(transfer, because: reason)
             return
         }
+        transfer.writeBufferedBody() // before the count is compared and the file flushed
         let error: FerryError?
         if transfer.alreadyComplete {
             error = nil
@@ -434,9 +446,13 @@ final class EngineLoop {
         add(next)
     }
 
-    /// Ends an attempt that is not flushing: handle gone, file closed, events out.
-    private func finish(_ transfer: CurlTransfer, _ outcome: EngineOutcome) {
+    /// Ends an attempt that is not flushing: handle gone, the body's held bytes
+    /// written, file closed, events out. The outcome is read after that write, so the
+    /// bytes it counts are those the file holds.
+    private func finish(_ transfer: CurlTransfer, _ outcome: @autoclosure () -> EngineOutcome) {
         transfer.releaseHandle(from: multi)
+        transfer.writeBufferedBody()
+        let outcome = outcome()
         transfer.file.releaseReservation()
         if case .failed(_, 0) = outcome { transfer.file.removeIfEmpty() }
         transfer.file.close()

@@ -12,8 +12,13 @@ import Foundation
 final class RangeConnection: PacedHandle {
     /// First byte asked for (moves to 0 when a whole-file answer is adopted).
     var start: Int64
-    /// Next byte to write.
-    var position: Int64
+    /// The bytes this connection took in but has not written yet, and where its
+    /// written bytes end.
+    var body: BodyBuffer
+    /// Where the bytes it has written end: `start..<position` is on disk.
+    var position: Int64 { body.writtenEnd }
+    /// Where the bytes it took in end (written, or held in `body`): the next byte to come.
+    var received: Int64 { body.writtenEnd + Int64(body.count) }
     /// Where this connection stops (exclusive); shrinks when another connection takes
     /// half of what is left. `Int64.max` while the length is unknown.
     var end: Int64
@@ -49,7 +54,7 @@ final class RangeConnection: PacedHandle {
     init(download: SegmentedDownload, start: Int64, end: Int64, requestedEnd: Int64?, sentIfRange: Bool, isFirst: Bool) {
         self.download = download
         self.start = start
-        self.position = start
+        self.body = BodyBuffer(startingAt: start)
         self.end = end
         self.requestedEnd = requestedEnd
         self.sentIfRange = sentIfRange
@@ -131,7 +136,32 @@ final class RangeConnection: PacedHandle {
         }
     }
 
-    fileprivate func body(_ data: UnsafeRawPointer, _ count: Int) -> Int {
+    /// The connection's bytes start at `offset` instead (a whole file came where a range
+    /// was asked for); nothing was taken in yet.
+    func restart(at offset: Int64) {
+        start = offset
+        body = BodyBuffer(startingAt: offset)
+    }
+
+    /// Writes what `body` holds into `file`. Returns the failure, if any (what could
+    /// not be written is dropped: `position` stays where the file's bytes end).
+    func writeHeld(to file: PartFile) -> PartFileError? {
+        let fd = file.fd
+        guard fd >= 0, body.count > 0 else { return nil }
+        guard let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return nil }
+        body.discard()
+        return PartFileError(code: code, action: "writing", path: file.path)
+    }
+
+    /// Takes in a piece of its range for `file` (written once `body` reaches a boundary).
+    func take(_ data: UnsafeRawPointer, _ count: Int, into file: PartFile) -> PartFileError? {
+        let fd = file.fd
+        guard let code = body.append(data, count, write: { pwrite(fd, $0, $1, off_t($2)) }) else { return nil }
+        body.discard()
+        return PartFileError(code: code, action: "writing", path: file.path)
+    }
+
+    fileprivate func bodyArrived(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         lastDataAt = monotonicNanoseconds()
         return download.write(self, data, count)
     }
@@ -144,7 +174,7 @@ private func rangeBody(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ coun
     let total = size &* count
     guard let data, let context, total > 0 else { return total }
     return Unmanaged<RangeConnection>.fromOpaque(context)._withUnsafeGuaranteedRef {
-        $0.body(UnsafeRawPointer(data), total)
+        $0.bodyArrived(UnsafeRawPointer(data), total)
     }
 }
 

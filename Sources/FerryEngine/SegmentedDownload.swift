@@ -76,6 +76,10 @@ final class SegmentedDownload: EngineAttempt {
     private static let hashStep: Int64 = 8 << 20
     /// Starts disk write-out while the download goes on, so the final fdatasync is short.
     private var writeback: PartFileWriteback?
+    /// The file's blocks reserved once its length is known (`DiskSpaceGuard.reserve`):
+    /// a disk without room fails at once, and the writes then fill reserved blocks
+    /// instead of allocating as they go (on ext4 about half the kernel's work per byte).
+    private var space = DiskSpaceGuard()
     private var writtenSinceWriteback: Int64 = 0
 
     init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
@@ -288,12 +292,15 @@ final class SegmentedDownload: EngineAttempt {
         } else {
             if connection.start > 0 {
                 // Range ignored, or the validator no longer matches: the whole file comes.
-                connection.start = 0
-                connection.position = 0
+                connection.restart(at: 0)
                 if let error = file.truncate(to: 0) { fail(.disk(error.message), connection); return false }
                 restartHash()
             }
             total = head.contentLength ?? -1
+        }
+        if total > 0, let error = space.reserve(file, from: connection.start, to: total) {
+            fail(.disk(error.message), connection)
+            return false
         }
         let strong = head.strongValidator
         var reason: String?
@@ -360,8 +367,7 @@ final class SegmentedDownload: EngineAttempt {
         done = nil
         total = head.contentLength ?? -1
         unreportedBytes = 0
-        connection.start = 0
-        connection.position = 0
+        connection.restart(at: 0)
         connection.end = total >= 0 ? total : Int64.max
         connection.accepted = true
         emitResponse(head, connection: connection, startOffset: 0, acceptsRanges: head.acceptsByteRanges)
@@ -436,7 +442,7 @@ final class SegmentedDownload: EngineAttempt {
     @inline(__always)
     func write(_ connection: RangeConnection, _ data: UnsafeRawPointer, _ count: Int) -> Int {
         guard connection.accepted, !connection.cancelled, connection.failure == nil, let file else { return 0 }
-        let room = connection.end - connection.position
+        let room = connection.end - connection.received
         if room <= 0 {
             connection.reachedEnd = true
             return 0
@@ -448,11 +454,10 @@ final class SegmentedDownload: EngineAttempt {
             loop.throttled(connection)
             return Int(CURL_WRITEFUNC_PAUSE)
         }
-        if let error = file.write(data, n, at: connection.position) {
+        if let error = connection.take(data, n, into: file) {
             fail(.disk(error.message), connection)
             return 0
         }
-        connection.position += Int64(n)
         unreportedBytes += Int64(n)
         writtenSinceWriteback += Int64(n)
         if writtenSinceWriteback >= PartFileWriteback.step, let writeback {
@@ -464,7 +469,7 @@ final class SegmentedDownload: EngineAttempt {
             nextProgressAt = now + CurlTransfer.progressInterval
             reportProgress()
         }
-        if connection.position >= connection.end, connection.end != connection.requestedEnd || n < count {
+        if connection.received >= connection.end, connection.end != connection.requestedEnd || n < count {
             // Its range was split (or the answer runs on): this connection is done.
             connection.reachedEnd = true
             return 0
@@ -477,6 +482,7 @@ final class SegmentedDownload: EngineAttempt {
     func handleDone(_ easy: UnsafeMutableRawPointer, code: CURLcode) {
         guard let index = connections.firstIndex(where: { $0.easy == easy }) else { return }
         let connection = connections[index]
+        writeHeld(connection) // its position is then where its bytes on disk end
         let finishedRange = connection.reachedEnd
             || (code == CURLE_OK && connection.accepted && connection.failure == nil
                 && (connection.position == connection.end || (connection.end == Int64.max && single)))
@@ -523,6 +529,7 @@ final class SegmentedDownload: EngineAttempt {
     /// (if any) fails the download or goes against the failures allowed in a row.
     private func connectionEnded(at index: Int, finishedRange: Bool, error: FerryError?) {
         let connection = connections[index]
+        writeHeld(connection)
         if single, connection.accepted, finishedRange, connection.end == Int64.max {
             total = connection.position // the length was unknown: the connection's end is the file's
         }
@@ -578,7 +585,7 @@ final class SegmentedDownload: EngineAttempt {
         if let map = done, !single {
             let planner = RangePlanner(minimum: Self.minimumRange)
             while connections.count < maxConnections, connections.allSatisfy({ $0.accepted || !$0.isFirst }) {
-                let claims = connections.map { RangePlanner.Claim(start: $0.start, position: $0.position, end: $0.end) }
+                let claims = connections.map { RangePlanner.Claim(start: $0.start, position: $0.received, end: $0.end) }
                 guard let next = planner.next(done: map, claims: claims, idle: maxConnections - connections.count) else { break }
                 let range: Range<Int64>
                 switch next {
@@ -670,14 +677,19 @@ final class SegmentedDownload: EngineAttempt {
     }
 
     func abandon() {
+        writeHeldBytes()
         completed = true
         for connection in connections { connection.release(from: loop) }
         connections.removeAll()
         file?.close()
     }
 
-    private func finish(_ outcome: EngineOutcome) {
+    /// Ends the attempt. The outcome is read once the connections' held bytes are
+    /// written, so the bytes it counts are those on disk.
+    private func finish(_ outcome: @autoclosure () -> EngineOutcome) {
         guard !completed else { return }
+        writeHeldBytes()
+        let outcome = outcome()
         // What busy connections wrote stays on disk: it belongs in the final map.
         if !single {
             for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
@@ -685,6 +697,7 @@ final class SegmentedDownload: EngineAttempt {
         for connection in connections { connection.release(from: loop) }
         connections.removeAll()
         completed = true
+        file?.releaseReservation() // blocks reserved past what was written go back
         file?.close()
         reportProgress()
         if let map = currentMap(), responded { reportMap(map, force: true) }
@@ -751,6 +764,21 @@ final class SegmentedDownload: EngineAttempt {
 
     // MARK: - Reporting
 
+    /// Writes what every connection holds (`BodyBuffer`), before their positions are
+    /// read as bytes on disk: the range map, progress, the outcome, the end.
+    private func writeHeldBytes() {
+        for connection in connections { writeHeld(connection) }
+    }
+
+    /// Writes what one connection holds; a write that fails fails the download. A
+    /// cancelled connection's bytes are dropped, as it would have written no more (its
+    /// range may be another's by now, or the file cut to start over).
+    private func writeHeld(_ connection: RangeConnection) {
+        if connection.cancelled { return connection.body.discard() }
+        guard let file, let error = connection.writeHeld(to: file) else { return }
+        fail(.disk(error.message), connection)
+    }
+
     /// The ranges on disk now, busy connections included; nil when not segmented.
     private func currentMap() -> SegmentMap? {
         guard var map = done, !single else { return nil }
@@ -778,6 +806,7 @@ final class SegmentedDownload: EngineAttempt {
 
     private func reportProgress() {
         guard unreportedBytes > 0, responded else { return }
+        writeHeldBytes() // what the map and the count below say is on disk
         let written = unreportedBytes
         unreportedBytes = 0
         let onDisk: Int64

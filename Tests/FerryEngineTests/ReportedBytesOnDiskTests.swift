@@ -1,0 +1,112 @@
+import FerryCore
+import FerryEngine
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// The engine gathers a body into larger writes (`BodyBuffer`), so some bytes it took
+/// in are in memory for a while. What it reports must not run ahead of the file: the
+/// core stores a `Progress` count and a range map, and after a crash continues from
+/// them. Each event is checked against the part file at the moment it is delivered
+/// (on the engine thread, before the engine writes anything more).
+final class ReportedBytesOnDiskTests: EngineTestCase {
+    /// What each event claimed that the file did not hold when it came.
+    private final class Checker: @unchecked Sendable {
+        // @unchecked Sendable: used only on the engine thread, then read after the
+        // outcome (the log's lock orders the two).
+        let body: [UInt8]
+        let path: String
+        /// A single connection's Progress counts a prefix; a segmented one's the sum of
+        /// its ranges, which its maps show.
+        let progressIsPrefix: Bool
+        var problems: [String] = []
+        var progressChecked = 0
+        var mapsChecked = 0
+
+        init(body: [UInt8], path: String, progressIsPrefix: Bool = true) {
+            self.body = body; self.path = path; self.progressIsPrefix = progressIsPrefix
+        }
+
+        func check(_ event: EngineEvent) {
+            switch event {
+            case .progress(_, _, let total, _) where total > 0 && progressIsPrefix:
+                progressChecked += 1
+                expectOnDisk(0..<total, "Progress of \(total) bytes")
+            case .segments(_, let map):
+                mapsChecked += 1
+                for range in map.done { expectOnDisk(range, "range \(range) of a map") }
+            default:
+                break
+            }
+        }
+
+        private func expectOnDisk(_ range: Range<Int64>, _ what: String) {
+            guard let handle = FileHandle(forReadingAtPath: path) else { return problems.append("\(what): no part file") }
+            defer { try? handle.close() }
+            try? handle.seek(toOffset: UInt64(range.lowerBound))
+            let read = [UInt8](handle.readData(ofLength: range.count))
+            if read != Array(body[Int(range.lowerBound)..<Int(range.upperBound)]) {
+                problems.append("\(what): the file holds \(read.count) of its bytes, not all of them right")
+            }
+        }
+    }
+
+    private func follow(_ checker: Checker) {
+        engine.setEventHandler { [log] event in
+            checker.check(event)
+            log!.append(event)
+        }
+    }
+
+    func testEveryProgressCountsBytesThePartFileHolds() throws {
+        // Slow enough for several Progress events, in pieces that seldom end on a boundary.
+        let body = TestData.bytes(count: 3 << 20 + 12_345, seed: 31)
+        server.add(path: "/slow", body: body, etag: "\"s\"")
+        server.set(.slow(bytesPerSecond: 3_000_000), on: "/slow")
+        let checker = Checker(body: body, path: partPath("1.part"))
+        follow(checker)
+
+        let outcome = run(request(1, "/slow"), timeout: 30)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(contents(partPath("1.part")), body)
+        XCTAssertGreaterThanOrEqual(checker.progressChecked, 3, "a slow body is reported several times")
+        XCTAssertEqual(checker.problems, [])
+    }
+
+    /// A body that stops coming is in the file by its next Progress (at most 250 ms
+    /// on), not held in memory until more comes.
+    func testAStalledBodyIsWrittenByItsNextProgress() throws {
+        let body = TestData.bytes(count: 1 << 20, seed: 32)
+        server.add(path: "/stall", body: body, etag: "\"t\"")
+        server.set(.stallAfter(bytes: 100_000, times: 1), on: "/stall")
+        let checker = Checker(body: body, path: partPath("2.part"))
+        follow(checker)
+        engine.start(request(2, "/stall", requestTimeout: 60))
+
+        XCTAssertTrue(log.wait(timeout: 10) { events in
+            events.contains { if case .progress(2, _, let total, _) = $0 { return total >= 100_000 } else { return false } }
+        }, "the stalled body's bytes are reported")
+        XCTAssertEqual(contents(partPath("2.part")), Array(body[..<100_000]), "and they are in the part file")
+        engine.stop(2)
+        XCTAssertEqual(log.outcome(of: 2, timeout: 10), .stopped(bytesOnDisk: 100_000))
+        XCTAssertEqual(checker.problems, [])
+    }
+
+    func testEveryRangeMapNamesBytesThePartFileHolds() throws {
+        let body = TestData.bytes(count: 6 << 20 + 777, seed: 33)
+        server.add(path: "/ranges", body: body, etag: "\"r\"")
+        server.set(.slow(bytesPerSecond: 2_000_000), on: "/ranges")
+        let checker = Checker(body: body, path: partPath("3.part"), progressIsPrefix: false)
+        follow(checker)
+        var r = request(3, "/ranges")
+        r.connections = 4
+
+        let outcome = run(r, timeout: 60)
+
+        XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(contents(partPath("3.part")), body)
+        XCTAssertGreaterThanOrEqual(checker.mapsChecked, 2, "maps were reported while the ranges came")
+        XCTAssertEqual(checker.problems, [])
+    }
+}

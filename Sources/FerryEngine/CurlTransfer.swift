@@ -23,7 +23,9 @@ final class CurlTransfer {
 
     /// Nanoseconds between two progress events of one transfer (250 ms).
     static let progressInterval: UInt64 = 250_000_000
-    /// Receive buffer: fewer, larger writes (libcurl's default is 16 KiB).
+    /// Receive buffer: fewer, larger reads from the socket (libcurl's default is 16 KiB).
+    /// libcurl still hands the body over in pieces of at most 16 KiB; `BodyBuffer`
+    /// gathers them into larger writes.
     static let bufferSize = 256 * 1024
 
     let request: EngineRequest

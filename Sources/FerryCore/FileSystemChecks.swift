@@ -60,6 +60,19 @@ enum FileSystemChecks {
         return Int64(info.st_size)
     }
 
+    /// Blocks a regular file holds past its end (`fallocate` with KEEP_SIZE reserved
+    /// them for the rest of a download; a crash leaves them reserved): space its next
+    /// bytes take without needing more from the disk. 0 when none, or no such file.
+    static func reservedPastEnd(_ path: String, within area: SandboxArea?) -> Int64 {
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return 0 }
+        defer { SandboxArea.release(folder) }
+        var info = stat()
+        guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return 0 }
+        let block = Int64(max(info.st_blksize, 512))
+        let usedByData = (Int64(info.st_size) + block - 1) / block * block
+        return max(0, Int64(info.st_blocks) * 512 - usedByData)
+    }
+
     /// Deletes a file if present; true when nothing is left.
     @discardableResult
     static func removeIfPresent(_ path: String, fileManager: FileManager = .default) -> Bool {

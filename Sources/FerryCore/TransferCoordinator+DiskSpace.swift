@@ -1,10 +1,13 @@
 import Foundation
 
 /// Free space: checked before a download starts (when its size is known from an
-/// earlier response) and when a response announces the size. A download that cannot
-/// fit fails with `Disk` at once, keeping its partial file: `Resume` continues from it
-/// once space is free. Nothing is reserved, so a concurrent writer can still fill the
-/// disk; the engine then reports a `Disk` failure, handled the same way.
+/// earlier response) and when a response announces the size, unless the engine has
+/// reserved the file's space then (`EngineResponse.spaceReserved`: it checked the fit
+/// itself, and the free space no longer counts those bytes). A download that cannot fit
+/// fails with `Disk` at once, keeping its partial file: `Resume` continues from it once
+/// space is free. Where the engine cannot reserve (some FUSE and network file systems),
+/// a concurrent writer can still fill the disk; the engine then reports a `Disk`
+/// failure, handled the same way.
 extension TransferCoordinator {
     /// The reason `t` may not start now, if any: its resource-timeout ran out, or its
     /// remaining bytes do not fit on the disk.
@@ -15,8 +18,12 @@ extension TransferCoordinator {
         if t.isUpload { return uploadSourceRefusal(t) }
         let expected = t.snapshot.bytesExpected
         guard expected > 0 else { return nil }
-        let onDisk = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
-        return spaceShortage(t, bytesToWrite: expected - onDisk)
+        let area = confinement(of: t)
+        let onDisk = FileSystemChecks.fileSize(t.partPath, within: area) ?? 0
+        // Blocks still reserved past the part file's end (ferryd was killed mid-download)
+        // are its own: the rest of the file needs that much less.
+        let reserved = FileSystemChecks.reservedPastEnd(t.partPath, within: area)
+        return spaceShortage(t, bytesToWrite: expected - onDisk - reserved)
     }
 
     /// `.disk` when fewer than `bytesToWrite` bytes are free beside the partial file.

@@ -81,7 +81,8 @@ extension TransferCoordinator {
                 adoptServerName(t, name)
             }
         }
-        if r.expectedTotal >= 0, let error = spaceShortage(t, bytesToWrite: r.expectedTotal - max(r.startOffset, 0)) {
+        if r.expectedTotal >= 0, !r.spaceReserved,
+           let error = spaceShortage(t, bytesToWrite: r.expectedTotal - max(r.startOffset, 0)) {
             // It cannot fit: stop now rather than fill the disk; the part file stays.
             failTransfer(t, error)
             return
@@ -241,7 +242,8 @@ extension TransferCoordinator {
 }
 
 extension EngineOutcome {
-    var bytesOnDisk: Int64 {
+    /// The bytes the part file keeps, whatever the outcome.
+    public var bytesOnDisk: Int64 {
         switch self {
         case .succeeded(let bytes, _), .failed(_, let bytes), .stopped(let bytes): return bytes
         }

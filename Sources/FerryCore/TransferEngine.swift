@@ -110,6 +110,10 @@ public struct EngineResponse: Sendable, Equatable {
     /// next attempt starts over: a range request would be refused again).
     /// `startOffset` then gives the bytes on disk that still count (the connection's).
     public var rangesRefused = false
+    /// The engine reserved the file's space up to `expectedTotal` (`fallocate`), having
+    /// checked that it fits with a margin to spare: the free space read now no longer
+    /// counts those bytes, and the core does not ask again.
+    public var spaceReserved = false
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,
                 startOffset: Int64 = 0, contentDisposition: String? = nil, acceptsRanges: Bool = false,

@@ -44,7 +44,9 @@ struct BodyBuffer: ~Copyable {
         var left = length
         while left > 0 {
             let end = writtenEnd + Int64(count)
-            let room = Self.capacity - Int(end % Int64(Self.capacity))
+            // Up to the next boundary; never past the block (bytes a failed write left
+            // held are written first, or the failure is returned again).
+            let room = min(Self.capacity - Int(end % Int64(Self.capacity)), Self.capacity - count)
             let take = min(room, left)
             let buffer = storage ?? allocate()
             (buffer + count).copyMemory(from: from, byteCount: take)

@@ -340,11 +340,13 @@ final class CurlTransfer {
     }
 
     private func emitResponse(acceptsRanges: Bool) {
-        loop.emit(.response(id, EngineResponse(
+        var response = EngineResponse(
             status: head.status, etag: head.etag, lastModified: head.lastModified,
             expectedTotal: expectedTotal, startOffset: startOffset,
             contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
-            effectiveURL: effectiveURL, retryAfter: head.retryAfter)))
+            effectiveURL: effectiveURL, retryAfter: head.retryAfter)
+        response.spaceReserved = space.covers(upTo: expectedTotal)
+        loop.emit(.response(id, response))
     }
 
     // MARK: - Body (the hot path: keep it lean)
@@ -417,10 +419,13 @@ final class CurlTransfer {
     /// Writes what `body` holds. Called before the attempt ends (and so before its
     /// file is flushed, closed or read); a write that fails becomes the attempt's
     /// failure when it has none yet, and `bytesOnDisk` then counts what was written.
-    func writeBufferedBody() {
+    /// Returns false when a write failed.
+    @discardableResult
+    func writeBufferedBody() -> Bool {
         let fd = file.fd // -1 once handed over or closed
-        guard fd >= 0, body.count > 0, let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return }
+        guard fd >= 0, body.count > 0, let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return true }
         _ = writeFailed(code)
+        return false
     }
 
     /// A write of the body failed with `code`: the count is what the file holds (what
@@ -458,8 +463,7 @@ final class CurlTransfer {
     /// write that fails sets `failure` (the caller ends the attempt) and is not
     /// reported as progress.
     func reportProgress() {
-        writeBufferedBody()
-        guard unreportedBytes > 0, failure == nil else { return }
+        guard writeBufferedBody(), unreportedBytes > 0 else { return }
         let written = unreportedBytes
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))

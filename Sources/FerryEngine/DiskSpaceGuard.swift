@@ -42,6 +42,9 @@ struct DiskSpaceGuard {
         }
     }
 
+    /// The space up to `end` is reserved (and was found to fit with the margin).
+    func covers(upTo end: Int64) -> Bool { end > 0 && reservedEnd >= end }
+
     /// Before writing `count` bytes at `position`, with `held` bytes before them taken
     /// but not written yet (`BodyBuffer`: the free space read does not show them): nil
     /// when they may be written, else the failure that stops the download with the

@@ -64,6 +64,7 @@ final class EngineLoop {
             transfer.releaseHandle(from: multi)
             if transfer.phase != .flushing {
                 transfer.writeBufferedBody()
+                transfer.file.releaseReservation()
                 transfer.file.close()
             }
         }
@@ -137,7 +138,9 @@ final class EngineLoop {
             }
         }
         for attempt in stalledAttempts { attempt.stalled(now: now) }
-        return timeout
+        // A report above may have found a failure (held bytes that could not be
+        // written): the attempt ends now, not after the next wait.
+        return needingService.isEmpty ? timeout : 0
     }
 
     /// Called from a write callback that paused its transfer for the speed limit.

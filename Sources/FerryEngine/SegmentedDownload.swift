@@ -433,6 +433,7 @@ final class SegmentedDownload: EngineAttempt {
             effectiveURL: EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url), retryAfter: head.retryAfter)
         response.connections = head.status >= 300 || single ? 1 : maxConnections
         response.singleConnectionReason = singleReason
+        response.spaceReserved = head.status < 300 && space.covers(upTo: total)
         loop.emit(.response(id, response))
         if let map = currentMap(), head.status < 300 { reportMap(map) }
     }
@@ -681,6 +682,7 @@ final class SegmentedDownload: EngineAttempt {
         completed = true
         for connection in connections { connection.release(from: loop) }
         connections.removeAll()
+        file?.releaseReservation()
         file?.close()
     }
 
@@ -697,9 +699,9 @@ final class SegmentedDownload: EngineAttempt {
         for connection in connections { connection.release(from: loop) }
         connections.removeAll()
         completed = true
-        file?.releaseReservation() // blocks reserved past what was written go back
+        file?.releaseReservation() // blocks reserved past the file's end go back
         file?.close()
-        reportProgress()
+        reportProgress(endingAt: outcome.bytesOnDisk)
         if let map = currentMap(), responded { reportMap(map, force: true) }
         loop.attemptEnded(self, outcome)
     }
@@ -804,7 +806,9 @@ final class SegmentedDownload: EngineAttempt {
         return nextProgressAt
     }
 
-    private func reportProgress() {
+    /// `endingAt`: the bytes on disk once the connections are gone (the attempt's end),
+    /// for a download on one connection, which has no map to count.
+    private func reportProgress(endingAt end: Int64? = nil) {
         guard unreportedBytes > 0, responded else { return }
         writeHeldBytes() // what the map and the count below say is on disk
         let written = unreportedBytes
@@ -814,7 +818,7 @@ final class SegmentedDownload: EngineAttempt {
             reportMap(map)
             onDisk = map.bytesDone
         } else {
-            onDisk = connections.first?.position ?? total
+            onDisk = connections.first?.position ?? end ?? total
         }
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))
         hashPrefixIfDue()

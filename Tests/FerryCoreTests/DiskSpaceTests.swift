@@ -99,6 +99,47 @@ final class DiskSpaceTests: XCTestCase {
         XCTAssertEqual(h.state(t), .running, "it fits now")
     }
 
+    /// The engine reserved the file's space when the response came (and checked that it
+    /// fits): the free space read afterwards no longer counts those bytes, so the core
+    /// does not measure again (it would find "10 kB needed, 5 kB free" for a file that fits).
+    func testAResponseWhoseSpaceTheEngineReservedIsNotMeasuredAgain() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, url)
+        h.disk.set(free: 5_000)
+        var response = EngineResponse(status: 200, etag: "\"iso\"", expectedTotal: 10_000, acceptsRanges: true, effectiveURL: url)
+        response.spaceReserved = true
+        h.send(.response(t, response))
+        XCTAssertEqual(h.state(t), .running)
+        XCTAssertEqual(h.engine.stopped, [])
+        h.succeed(t)
+        XCTAssertEqual(h.state(t), .completed)
+    }
+
+    /// After ferryd was killed mid-download, the part file still holds the blocks
+    /// reserved for the rest of it: starting again needs only what they do not cover.
+    func testBlocksReservedPastThePartFilesEndCountAsItsOwn() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, url)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"iso\"", expectedTotal: 4 << 20, acceptsRanges: true, effectiveURL: url)))
+        h.writePart(t, Array(repeating: 9, count: 1 << 20))
+        _ = try h.sync { try $0.pause(t) }
+        h.send(.completed(t, .stopped(bytesOnDisk: 1 << 20)))
+        let part = h.destination(t) + ".part"
+        let fd = open(part, O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        guard let symbol = dlsym(nil, "fallocate64") ?? dlsym(nil, "fallocate") else { throw XCTSkip("no fallocate") }
+        let fallocate = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self)
+        guard fallocate(fd, 0x01 /* KEEP_SIZE */, 0, 4 << 20) == 0 else { throw XCTSkip("the file system cannot reserve") }
+
+        h.disk.set(free: 1_000)
+        try h.sync { try $0.resume(t) }
+        XCTAssertEqual(h.state(t), .running, "the 3 MiB still to come have their blocks already")
+        XCTAssertEqual(h.engine.lastRequest(t)?.offset, 1 << 20)
+    }
+
     func testUnknownFreeSpaceRefusesNothing() throws {
         let h = CoreHarness()
         let s = try h.openSession()

@@ -21,7 +21,9 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
         let progressIsPrefix: Bool
         var problems: [String] = []
         var progressChecked = 0
-        var mapsChecked = 0
+        /// Maps reported while part of the file was still to come.
+        var partialMaps = 0
+        var lastMap: SegmentMap?
 
         init(body: [UInt8], path: String, progressIsPrefix: Bool = true) {
             self.body = body; self.path = path; self.progressIsPrefix = progressIsPrefix
@@ -29,11 +31,17 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
 
         func check(_ event: EngineEvent) {
             switch event {
-            case .progress(_, _, let total, _) where total > 0 && progressIsPrefix:
+            case .progress(_, _, let total, _) where total > 0:
                 progressChecked += 1
-                expectOnDisk(0..<total, "Progress of \(total) bytes")
+                if progressIsPrefix {
+                    expectOnDisk(0..<total, "Progress of \(total) bytes")
+                } else if let lastMap, total != lastMap.bytesDone {
+                    // A segmented Progress counts the ranges of the map sent before it.
+                    problems.append("Progress of \(total) bytes after a map of \(lastMap.bytesDone)")
+                }
             case .segments(_, let map):
-                mapsChecked += 1
+                if map.bytesDone < map.total { partialMaps += 1 }
+                lastMap = map
                 for range in map.done { expectOnDisk(range, "range \(range) of a map") }
             default:
                 break
@@ -106,7 +114,35 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
 
         XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
         XCTAssertEqual(contents(partPath("3.part")), body)
-        XCTAssertGreaterThanOrEqual(checker.mapsChecked, 2, "maps were reported while the ranges came")
+        XCTAssertGreaterThanOrEqual(checker.partialMaps, 1, "maps were reported while the ranges came")
+        XCTAssertGreaterThanOrEqual(checker.progressChecked, 2)
+        XCTAssertEqual(checker.problems, [])
+    }
+
+    /// Stopped while its connections hold bytes: the last map (what the core keeps, and
+    /// what a resume continues from) names only bytes in the file.
+    func testAStoppedSegmentedDownloadsLastMapIsOnDisk() throws {
+        let body = TestData.bytes(count: 6 << 20, seed: 34)
+        server.add(path: "/stop", body: body, etag: "\"p\"")
+        server.set(.slow(bytesPerSecond: 1_500_000), on: "/stop")
+        let checker = Checker(body: body, path: partPath("4.part"), progressIsPrefix: false)
+        follow(checker)
+        var r = request(4, "/stop")
+        r.connections = 4
+        engine.start(r)
+        XCTAssertTrue(log.wait(timeout: 20) { events in
+            events.contains { if case .segments(4, let map) = $0 { return map.done.count >= 2 } else { return false } }
+        }, "several ranges under way")
+        engine.stop(4)
+
+        guard case .stopped? = log.outcome(of: 4, timeout: 10) else { return XCTFail("stopped") }
+        let last = try XCTUnwrap(log.events(for: 4).compactMap(\.segments).last)
+        XCTAssertLessThan(last.bytesDone, last.total)
+        XCTAssertGreaterThan(last.bytesDone, 0)
+        let taken = log.events(for: 4).reduce(Int64(0)) { sum, event in
+            if case .progress(_, let written, _, _) = event { return sum + written } else { return sum }
+        }
+        XCTAssertEqual(last.bytesDone, taken, "every byte taken in was written before the end, none dropped")
         XCTAssertEqual(checker.problems, [])
     }
 }

@@ -2,9 +2,10 @@ import Foundation
 
 /// Gathers a download's body (a single-connection attempt's, or one range connection's)
 /// into writes that end on 128 KiB boundaries of the part file (the first one, of a
-/// body that starts mid-file, up to the first boundary). libcurl hands a body over in pieces of at most 16 KiB, whose
-/// ends seldom fall on a page: written as they came, each piece was a system call, the
-/// page cache took it in small folios, and the page its end cut into was zeroed first.
+/// body that starts mid-file, up to the first boundary). libcurl hands a body over in
+/// pieces of at most 16 KiB, whose ends seldom fall on a page: written as they came,
+/// each piece was a system call, the page cache took it in small folios, and the page
+/// its end cut into was zeroed first.
 /// Measured on this project's machine (a C loop writing 1 GiB into a reserved file in
 /// libcurl's pieces): 0.47-0.89 s of CPU as they come, 0.18-0.28 s gathered to 128 KiB.
 /// A 100 KiB file is one write.

@@ -101,14 +101,21 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
         XCTAssertEqual(checker.problems, [])
     }
 
+    /// Serves `body` slowly at `path`; the request for it on 4 connections, and a
+    /// checker following its events.
+    private func segmented(_ id: TransferID, _ path: String, _ body: [UInt8], bytesPerSecond: Int) -> (EngineRequest, Checker) {
+        server.add(path: path, body: body, etag: "\"\(id)\"")
+        server.set(.slow(bytesPerSecond: bytesPerSecond), on: path)
+        let checker = Checker(body: body, path: partPath("\(id).part"), progressIsPrefix: false)
+        follow(checker)
+        var r = request(id, path)
+        r.connections = 4
+        return (r, checker)
+    }
+
     func testEveryRangeMapNamesBytesThePartFileHolds() throws {
         let body = TestData.bytes(count: 6 << 20 + 777, seed: 33)
-        server.add(path: "/ranges", body: body, etag: "\"r\"")
-        server.set(.slow(bytesPerSecond: 2_000_000), on: "/ranges")
-        let checker = Checker(body: body, path: partPath("3.part"), progressIsPrefix: false)
-        follow(checker)
-        var r = request(3, "/ranges")
-        r.connections = 4
+        let (r, checker) = segmented(3, "/ranges", body, bytesPerSecond: 2_000_000)
 
         let outcome = run(r, timeout: 60)
 
@@ -123,12 +130,7 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
     /// what a resume continues from) names only bytes in the file.
     func testAStoppedSegmentedDownloadsLastMapIsOnDisk() throws {
         let body = TestData.bytes(count: 6 << 20, seed: 34)
-        server.add(path: "/stop", body: body, etag: "\"p\"")
-        server.set(.slow(bytesPerSecond: 1_500_000), on: "/stop")
-        let checker = Checker(body: body, path: partPath("4.part"), progressIsPrefix: false)
-        follow(checker)
-        var r = request(4, "/stop")
-        r.connections = 4
+        let (r, checker) = segmented(4, "/stop", body, bytesPerSecond: 1_500_000)
         engine.start(r)
         XCTAssertTrue(log.wait(timeout: 20) { events in
             events.contains { if case .segments(4, let map) = $0 { return map.done.count >= 2 } else { return false } }

@@ -62,6 +62,9 @@ final class SegmentedDownload: EngineAttempt {
     private var restarts = 0
     /// The attempt began with an empty part file (neither a range map nor an offset).
     private var beganFresh = false
+    /// Without a map: the prefix on disk that the last connection to leave kept (what an
+    /// outcome reports once no connection is left to ask).
+    private var prefixKept: Int64 = 0
     private var flushing = false
     private var completed = false
     /// SHA-256 of the file's first `hashedUpTo` bytes (when asked for), advanced in the
@@ -535,6 +538,7 @@ final class SegmentedDownload: EngineAttempt {
             total = connection.position // the length was unknown: the connection's end is the file's
         }
         if !connection.cancelled { done?.insert(connection.start..<connection.position) }
+        if done == nil, connections.count == 1 { prefixKept = Self.prefixOnDisk(connection) }
         connection.release(from: loop)
         connections.remove(at: index)
         if let error {
@@ -709,9 +713,13 @@ final class SegmentedDownload: EngineAttempt {
     /// What an offset resume may keep: the contiguous prefix (see `EngineOutcome`).
     private func bytesForOutcome() -> Int64 {
         if let map = currentMap() { return map.contiguousPrefix }
-        // A first connection not answered yet has cut nothing: the prefix it was to
-        // continue from is still on disk.
-        return connections.first.map { $0.accepted ? $0.position : $0.isFirst ? $0.start : 0 } ?? 0
+        return connections.first.map(Self.prefixOnDisk) ?? prefixKept
+    }
+
+    /// The prefix on disk as a connection leaves it. A first connection not answered
+    /// yet has cut nothing: the prefix it was to continue from is still there.
+    private static func prefixOnDisk(_ connection: RangeConnection) -> Int64 {
+        connection.accepted ? connection.position : connection.isFirst ? connection.start : 0
     }
 
     // MARK: - Hashing the prefix

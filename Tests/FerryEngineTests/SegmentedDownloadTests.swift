@@ -370,6 +370,23 @@ final class SegmentedDownloadTests: EngineTestCase {
         server.release("/held")
     }
 
+    /// A download continued from an offset whose first request fails: the outcome
+    /// keeps the prefix (it said 0 once the failed connection was gone, and the next
+    /// attempt fetched the prefix again).
+    func testAPrefixWhoseFirstRequestFailsIsKept() throws {
+        let body = TestData.bytes(count: size, seed: 98)
+        server.add(path: "/gone", body: body)
+        server.set(.status(404), on: "/gone")
+        let part = partPath("gone.part")
+        try write(Array(body[..<(1 << 20)]), to: part)
+
+        let outcome = run(segmented(1, "/gone", connections: 4, part: part, ifRange: "\"v1\"", offset: 1 << 20))
+
+        guard case .failed(.http, let kept)? = outcome else { return XCTFail("an HTTP failure, got \(String(describing: outcome))") }
+        XCTAssertEqual(kept, 1 << 20, "the prefix on disk is kept")
+        XCTAssertEqual(contents(part), Array(body[..<(1 << 20)]), "and untouched")
+    }
+
     /// A segmented download continued from an offset whose file shrank on the server
     /// (which ignores If-Range): the 416 makes it start over, not fail.
     func testA416FromAFileThatShrankStartsOver() throws {

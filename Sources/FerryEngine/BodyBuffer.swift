@@ -82,6 +82,16 @@ struct BodyBuffer: ~Copyable {
         return nil
     }
 
+    /// `append` into the open file `fd` (`pwrite` at each piece's offset).
+    mutating func append(_ data: UnsafeRawPointer, _ length: Int, toFile fd: Int32) -> Int32? {
+        append(data, length) { pwrite(fd, $0, $1, off_t($2)) }
+    }
+
+    /// `flush` into the open file `fd`.
+    mutating func flush(toFile fd: Int32) -> Int32? {
+        flush { pwrite(fd, $0, $1, off_t($2)) }
+    }
+
     /// Drops what is held (it could not be written) and frees the memory.
     mutating func discard() {
         count = 0

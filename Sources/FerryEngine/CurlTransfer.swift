@@ -370,8 +370,7 @@ final class CurlTransfer {
             return 0
         }
         if file.isRegular {
-            let fd = self.fd
-            if let code = body.append(data, count, write: { pwrite(fd, $0, $1, off_t($2)) }) { return writeFailed(code) }
+            if let code = body.append(data, count, toFile: fd) { return writeFailed(code) }
         } else if let code = writeDirectly(data, count) {
             return writeFailed(code)
         }
@@ -423,7 +422,7 @@ final class CurlTransfer {
     @discardableResult
     func writeBufferedBody() -> Bool {
         let fd = file.fd // -1 once handed over or closed
-        guard fd >= 0, body.count > 0, let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return true }
+        guard fd >= 0, body.count > 0, let code = body.flush(toFile: fd) else { return true }
         _ = writeFailed(code)
         return false
     }

@@ -211,22 +211,4 @@ extension PartFile {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) != S_IFREG
     }
-
-    /// Writes all of `count` bytes at `offset` (a range connection's chunk).
-    func write(_ data: UnsafeRawPointer, _ count: Int, at offset: Int64) -> PartFileError? {
-        var p = data
-        var left = count
-        var at = offset
-        while left > 0 {
-            let n = pwrite(fd, p, left, off_t(at))
-            if n > 0 {
-                p += n; left -= n; at += Int64(n)
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                return PartFileError(code: n < 0 ? errno : ENOSPC, action: "writing", path: path)
-            }
-        }
-        return nil
-    }
 }

@@ -146,17 +146,18 @@ final class RangeConnection: PacedHandle {
     /// Writes what `body` holds into `file`. Returns the failure, if any (what could
     /// not be written is dropped: `position` stays where the file's bytes end).
     func writeHeld(to file: PartFile) -> PartFileError? {
-        let fd = file.fd
-        guard fd >= 0, body.count > 0 else { return nil }
-        guard let code = body.flush(write: { pwrite(fd, $0, $1, off_t($2)) }) else { return nil }
-        body.discard()
-        return PartFileError(code: code, action: "writing", path: file.path)
+        guard file.fd >= 0, body.count > 0, let code = body.flush(toFile: file.fd) else { return nil }
+        return writeFailed(code, file)
     }
 
     /// Takes in a piece of its range for `file` (written once `body` reaches a boundary).
     func take(_ data: UnsafeRawPointer, _ count: Int, into file: PartFile) -> PartFileError? {
-        let fd = file.fd
-        guard let code = body.append(data, count, write: { pwrite(fd, $0, $1, off_t($2)) }) else { return nil }
+        guard let code = body.append(data, count, toFile: file.fd) else { return nil }
+        return writeFailed(code, file)
+    }
+
+    /// A write failed: what is held is dropped (`position` is where the file's bytes end).
+    private func writeFailed(_ code: Int32, _ file: PartFile) -> PartFileError {
         body.discard()
         return PartFileError(code: code, action: "writing", path: file.path)
     }

@@ -32,6 +32,7 @@ TRANSFER_PREFIX = "/org/ferry/Ferry1/transfer/"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 KIB = 1024
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 def log(msg):

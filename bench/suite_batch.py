@@ -16,6 +16,7 @@ the time per file, as information (with --batch-tools, when get and curl are bot
 
 import filecmp
 import os
+import shutil
 import time
 
 import harness as h
@@ -127,13 +128,25 @@ def run(ctx, suite):
     results = []
     compared = set()
     tools = [t for t in TOOLS if t in ctx.args.batch_tools.split(",")] if ctx.args.batch_tools else TOOLS
+    h.empty_dir(dest_root)
+    every_run = (runs + warmup) * len(tools) * count * 100 * h.KIB
+    keep_runs = shutil.disk_usage(dest_root).free > 2 * every_run + 4 * h.GIB
+    suite.note(f"each run writes into a new folder; all are removed when the suite ends ({every_run / h.GIB:.1f} GiB)"
+               if keep_runs else
+               "not enough free disk to keep every run's files: one folder, emptied before each run "
+               "(on ext4 without a journal this adds a cost to every tool that varies from run to run)")
     for i in range(1 - warmup, runs + 1):
         for tool in tools:
-            # One folder for every tool, emptied and made again before each run: where
-            # ext4 places a new folder decides what creating files in it costs (on this
-            # shared disk, 1,000 files took 0.43 s in one tool's folder and 0.026 s in
-            # another's, the same code creating them), so the tools share the luck.
-            dest = os.path.join(dest_root, "files")
+            # A new folder for every run, and nothing deleted until the suite ends: on an
+            # ext4 without a journal (as the benchmark machine's disk is), making a file
+            # skips every inode of the folder's group freed in the last 30 s or so, one
+            # look at the inode table each, so emptying a folder of 1,000 files before a
+            # run made each file of that run cost up to a millisecond of the kernel's
+            # time, whichever tool ran then (curl's rounds 0.26-1.19 s within one run,
+            # two thirds of its samples in that search). A journalled ext4, as desktops
+            # have, never pays it. Where the disk lacks the room for every run's files,
+            # one folder is emptied before each run, and the note says so.
+            dest = os.path.join(dest_root, f"run-{i + warmup}-{tool}" if keep_runs else "files")
             h.empty_dir(dest)
             os.sync()  # the last run's dirty pages are not this run's cost
             r = runners[tool](dest)

@@ -53,24 +53,29 @@ enum FileSystemChecks {
     /// The same for a sandboxed application's file (`area`): looked up relative to its
     /// folder as opened and checked, so nothing outside the app's directory is measured.
     static func fileSize(_ path: String, within area: SandboxArea?) -> Int64? {
+        regularFileInfo(path, within: area).map { Int64($0.st_size) }
+    }
+
+    /// `lstat` of a regular file (nil for anything else, or nothing), looked up as
+    /// `fileSize(_:within:)` says.
+    private static func regularFileInfo(_ path: String, within area: SandboxArea?) -> stat? {
         guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
         defer { SandboxArea.release(folder) }
         var info = stat()
         guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return Int64(info.st_size)
+        return info
     }
 
-    /// Blocks a regular file holds past its end (`fallocate` with KEEP_SIZE reserved
-    /// them for the rest of a download; a crash leaves them reserved): space its next
-    /// bytes take without needing more from the disk. 0 when none, or no such file.
-    static func reservedPastEnd(_ path: String, within area: SandboxArea?) -> Int64 {
-        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return 0 }
-        defer { SandboxArea.release(folder) }
-        var info = stat()
-        guard fstatat(folder, name, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return 0 }
+    /// A partial file's size, and the blocks it holds past its end (`fallocate` with
+    /// KEEP_SIZE reserved them for the rest of a download; a crash leaves them
+    /// reserved): space its next bytes take without needing more from the disk. One
+    /// `lstat`; nil when there is no regular file.
+    static func sizeAndReservedPastEnd(_ path: String, within area: SandboxArea?) -> (size: Int64, reservedPastEnd: Int64)? {
+        guard let info = regularFileInfo(path, within: area) else { return nil }
+        let size = Int64(info.st_size)
         let block = Int64(max(info.st_blksize, 512))
-        let usedByData = (Int64(info.st_size) + block - 1) / block * block
-        return max(0, Int64(info.st_blocks) * 512 - usedByData)
+        let usedByData = (size + block - 1) / block * block
+        return (size, max(0, Int64(info.st_blocks) * 512 - usedByData))
     }
 
     /// Deletes a file if present; true when nothing is left.

@@ -18,12 +18,10 @@ extension TransferCoordinator {
         if t.isUpload { return uploadSourceRefusal(t) }
         let expected = t.snapshot.bytesExpected
         guard expected > 0 else { return nil }
-        let area = confinement(of: t)
-        let onDisk = FileSystemChecks.fileSize(t.partPath, within: area) ?? 0
         // Blocks still reserved past the part file's end (ferryd was killed mid-download)
         // are its own: the rest of the file needs that much less.
-        let reserved = FileSystemChecks.reservedPastEnd(t.partPath, within: area)
-        return spaceShortage(t, bytesToWrite: expected - onDisk - reserved)
+        let part = FileSystemChecks.sizeAndReservedPastEnd(t.partPath, within: confinement(of: t))
+        return spaceShortage(t, bytesToWrite: expected - (part?.size ?? 0) - (part?.reservedPastEnd ?? 0))
     }
 
     /// `.disk` when fewer than `bytesToWrite` bytes are free beside the partial file.

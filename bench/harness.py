@@ -113,6 +113,15 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
+def tree_cpu_seconds(pid):
+    """`proc_cpu_seconds` of a process and of its children (nginx's master and worker)."""
+    total = proc_cpu_seconds(pid)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            total += sum(proc_cpu_seconds(int(c)) for c in f.read().split())
+    return total
+
+
 def memory_breakdown_mib(pid):
     """RSS split into anonymous (heap, stacks), file-backed (code, mapped files) and shared memory."""
     return {k: proc_status_kib(pid, k) / KIB for k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM")}
@@ -428,6 +437,7 @@ class Context:
         self.ferryd_exe = os.path.join(bin_dir, "ferryd")
         self.ferry_exe = os.path.join(bin_dir, "ferry")
         self.address, self.bus_proc, self.port = address, bus_proc, port
+        self.nginx_proc = None  # run.py sets it: suites may measure the web server's CPU
         self.env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
         self._daemons = 0
         # Kept running however long a suite is idle: --no-idle-exit, or a day-long

@@ -118,9 +118,10 @@ def main():
             if not os.access(os.path.join(bin_dir, exe), os.X_OK):
                 raise h.BenchError(f"{bin_dir}/{exe} missing (run `make build`)")
         port = h.free_port()
-        h.start_nginx(children, tmp, h.OUT_DIR, port)
+        nginx_proc = h.start_nginx(children, tmp, h.OUT_DIR, port)
         address, bus_proc = h.start_bus(children, tmp)
         ctx = h.Context(args, tmp, children, bin_dir, address, bus_proc, port)
+        ctx.nginx_proc = nginx_proc
         h.log(f"nginx on 127.0.0.1:{port}, bus {address}, suites: {', '.join(args.suites)}"
               + (" (quick)" if args.quick else ""))
 

@@ -9,6 +9,13 @@
 Also ferryd's CPU over each Ferry run, and the manager's `AllFinished` signals per
 batch (counted until 2 s after the last one).
 
+And the CPU around ferryd in the bus run: dbus-daemon's, the bus client's (this
+process) and nginx's. On a machine of N cores a run cannot take less wall time than
+all its processes' CPU / N, so N x 1.25 x curl's wall, less what the others used, is
+the most CPU ferryd may use for the bus run to meet the target: the row "what 1.25x
+curl leaves ferryd" compares ferryd's CPU with that budget (over 1: the target cannot
+be met at ferryd's cost per download, however the work were spread over the cores).
+
 One at a time (a script's loop): 20 of the files fetched one after another, each by its
 own `ferry get URL -d DIR --wait` against its own `curl -s -f -o FILE URL`, alternating;
 the time per file, as information (with --batch-tools, when get and curl are both in).
@@ -84,9 +91,19 @@ def run(ctx, suite):
     suite.note(f"{count} files of 100 KiB, {runs} rounds (+{warmup} warm-up), "
                f"ferry get takes the URLs {'with -i FILE' if input_file else 'as arguments'}")
 
+    def around():
+        """CPU seconds so far of dbus-daemon, of this process (the bus client) and of nginx."""
+        return (h.proc_cpu_seconds(ctx.bus_proc.pid), time.process_time(),
+                h.tree_cpu_seconds(ctx.nginx_proc.pid) if ctx.nginx_proc else 0.0)
+
+    def around_since(before):
+        bus, client, web = (b - a for a, b in zip(before, around()))
+        return {"cpu_dbus": bus, "cpu_nginx": web}, client
+
     def run_bus(dest):
         counter.reset()
         opts = h.download_options(destination=dest)
+        o0 = around()
         c0 = ferryd.cpu()
         t0 = time.perf_counter()
         serials = [conn.send_call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [u, opts]) for u in urls]
@@ -96,23 +113,29 @@ def run(ctx, suite):
         conn.wait_until(lambda: all(p in counter.completed for p in paths), 600, "every Completed")
         wall = max(counter.completed[p][0] for p in paths) - t0
         cpu = ferryd.cpu() - c0
+        others, client = around_since(o0)
         failed = [(p, counter.completed[p][1]) for p in paths if counter.completed[p][1]]
         if failed:
             raise BenchError(f"{len(failed)} bus transfers failed, e.g. {failed[0]}")
-        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": 0.0, "sent": sent, "replied": replied}
+        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": client, "sent": sent, "replied": replied, **others}
 
     def run_get(dest):
         counter.reset()
         argv = ["get", "-d", dest, "--wait"] + (["-i", url_file] if input_file else urls)
+        o0 = around()
         c0 = ferryd.cpu()
         _, wall, user, sys_, _ = ctx.ferry(*argv)
-        return {"wall": wall, "cpu_daemon": ferryd.cpu() - c0, "cpu_client": user + sys_}
+        cpu = ferryd.cpu() - c0
+        others, _ = around_since(o0)
+        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": user + sys_, **others}
 
     def run_peer(argv):
+        o0 = around()
         code, wall, user, sys_ = h.timed_run(argv)
         if code != 0:
             raise BenchError(f"{argv[0]} exited {code}")
-        return {"wall": wall, "cpu_client": user + sys_, "cpu_daemon": 0.0}
+        others, _ = around_since(o0)
+        return {"wall": wall, "cpu_client": user + sys_, "cpu_daemon": 0.0, **others}
 
     runners = {
         "bus": run_bus,
@@ -157,7 +180,9 @@ def run(ctx, suite):
                 h.remove_all_transfers(conn)
             r.update(tool=tool, run=i, cpu=r["cpu_client"] + r["cpu_daemon"])
             h.log(f"batch {'run ' + str(i) if i >= 1 else 'warm-up'} {tool}: {r['wall']:.3f} s wall, "
-                  f"cpu {r['cpu']:.3f} s (ferryd {r['cpu_daemon']:.3f}, client {r['cpu_client']:.3f})" + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
+                  f"cpu {r['cpu']:.3f} s (ferryd {r['cpu_daemon']:.3f}, client {r['cpu_client']:.3f}; "
+                  f"dbus-daemon {r['cpu_dbus']:.3f}, nginx {r['cpu_nginx']:.3f})"
+                  + (f", AllFinished x{r['all_finished']}" if "all_finished" in r else ""))
             if i >= 1:
                 results.append(r)
     singles = []
@@ -197,6 +222,20 @@ def run(ctx, suite):
     suite.row("ferryd CPU in the bus run / curl CPU", h.fmt_s(cpu_d),
               f"curl {h.fmt_s(suite.data['median_cpu']['curl'])}",
               h.median([x["cpu_daemon"] / max(y["cpu"], 1e-3) for x, y in zip(by["bus"], by["curl"])]), "", None)
+    med_of = lambda tool, key: h.median([r[key] for r in by[tool]])
+    suite.row("bus run: CPU of dbus-daemon / the client / nginx",
+              " / ".join(h.fmt_s(med_of("bus", k)) for k in ("cpu_dbus", "cpu_client", "cpu_nginx")),
+              f"curl run: nginx {h.fmt_s(med_of('curl', 'cpu_nginx'))}", None, "", None)
+    # The most ferryd may use for the run to end within 1.25x curl's wall on these cores,
+    # after what the processes around it used (paired with the curl run of the round).
+    cores = len(os.sched_getaffinity(0))
+    budgets = [cores * TARGET_CURL * c["wall"] - (b["cpu_dbus"] + b["cpu_client"] + b["cpu_nginx"])
+               for b, c in zip(by["bus"], by["curl"])]
+    budget = h.median(budgets)
+    suite.data["ferryd_cpu_budget"] = {"cores": cores, "per_run": budgets}
+    suite.row(f"bus run: ferryd CPU / what {TARGET_CURL}x curl leaves ferryd on {cores} cores",
+              h.fmt_s(cpu_d), "budget " + (h.fmt_s(budget) if budget > 0 else "none (the others use it all)"),
+              cpu_d / budget if budget > 0 else None, "", None)
     suite.row("disk context: write + fdatasync of 100 KiB", h.fmt_s(sync_cost), "", None, "", None)
     suite.data["one_at_a_time"] = singles
     _one_at_a_time_row(suite, singles)

@@ -27,6 +27,10 @@ public struct BatchSummary: Sendable, Equatable {
     /// The ids in `failed`: a transfer resumed after its failure and ending again
     /// within the batch replaces its entry (one transfer, one outcome).
     private var failedIDs: Set<TransferID> = []
+    /// The folders the finished files are in, in order of first appearance, kept as
+    /// files arrive (the notification asks for them more than once per batch).
+    public private(set) var folders: [String] = []
+    private var folderSet: Set<String> = []
 
     public init() {}
 
@@ -44,21 +48,13 @@ public struct BatchSummary: Sendable, Equatable {
                 uploaded.append(Finished(id: t.id, path: Self.displayName(t), bytes: bytes))
             } else {
                 finished.append(Finished(id: t.id, path: t.destination, bytes: bytes))
+                let folder = (t.destination as NSString).deletingLastPathComponent
+                if folderSet.insert(folder).inserted { folders.append(folder) }
             }
         default:
             failed.append(Failed(id: t.id, name: Self.displayName(t), reason: Self.reason(t), isUpload: isUpload))
             failedIDs.insert(t.id)
         }
-    }
-
-    /// The folders the finished files are in, in order of first appearance.
-    public var folders: [String] {
-        var seen: [String] = []
-        for f in finished {
-            let dir = (f.path as NSString).deletingLastPathComponent
-            if !seen.contains(dir) { seen.append(dir) }
-        }
-        return seen
     }
 
     /// The notification for this batch. `home` shortens paths to `~/…`.

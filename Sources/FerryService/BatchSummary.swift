@@ -27,10 +27,6 @@ public struct BatchSummary: Sendable, Equatable {
     /// The ids in `failed`: a transfer resumed after its failure and ending again
     /// within the batch replaces its entry (one transfer, one outcome).
     private var failedIDs: Set<TransferID> = []
-    /// The folders the finished files are in, in order of first appearance, kept as
-    /// files arrive (the notification asks for them more than once per batch).
-    public private(set) var folders: [String] = []
-    private var folderSet: Set<String> = []
 
     public init() {}
 
@@ -48,8 +44,6 @@ public struct BatchSummary: Sendable, Equatable {
                 uploaded.append(Finished(id: t.id, path: Self.displayName(t), bytes: bytes))
             } else {
                 finished.append(Finished(id: t.id, path: t.destination, bytes: bytes))
-                let folder = (t.destination as NSString).deletingLastPathComponent
-                if folderSet.insert(folder).inserted { folders.append(folder) }
             }
         default:
             failed.append(Failed(id: t.id, name: Self.displayName(t), reason: Self.reason(t), isUpload: isUpload))
@@ -57,9 +51,22 @@ public struct BatchSummary: Sendable, Equatable {
         }
     }
 
+    /// The folders the finished files are in, in order of first appearance. Worked out
+    /// from the files each time: read it once where it is needed more than once.
+    public var folders: [String] {
+        var seen: Set<String> = []
+        var ordered: [String] = []
+        for f in finished {
+            let dir = (f.path as NSString).deletingLastPathComponent
+            if seen.insert(dir).inserted { ordered.append(dir) }
+        }
+        return ordered
+    }
+
     /// The notification for this batch. `home` shortens paths to `~/…`.
     public func notification(batch: UInt64, home: String) -> DesktopNotification {
         let s = finished.count, f = failed.count, u = uploaded.count
+        let folders = self.folders // worked out once for the text and the actions below
         let total = finished.reduce(Int64(0)) { $0 + $1.bytes }
         var lines: [String] = []
         // Named for what the batch held: downloads, uploads, or transfers when both.

@@ -79,7 +79,6 @@ def run(ctx, suite):
     dest_root = os.path.join(h.OUT_DIR, "batch-dest")
     h.warm_page_cache(src_dir)
 
-
     ferryd = h.Ferryd(ctx, "batch").start()
     counter = h.SignalCounter()
     conn = ctx.connect(on_signal=counter)

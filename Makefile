@@ -57,11 +57,13 @@ deps:
 build: deps
 	$(SWIFT) build -c release
 
-# The integration tests start a private dbus-daemon and the built ferryd/ferry.
+# The integration tests start a private dbus-daemon and the built ferryd/ferry;
+# then the benchmark harness's own tests (bench/test_*.py, a few seconds).
 test: deps
 	$(SWIFT) build --build-tests
 	bin="$$($(SWIFT) build --show-bin-path)"; \
 	FERRYD_PATH="$$bin/ferryd" FERRY_CLI_PATH="$$bin/ferry" $(SWIFT) test --disable-swift-testing
+	$(PYTHON) -m unittest discover -s bench -p 'test_*.py'
 
 demo: build
 	BIN="$$($(SWIFT) build -c release --show-bin-path)" bash scripts/demo.sh

@@ -1,6 +1,7 @@
 #ifndef FERRY_CCURL_SHIM_H
 #define FERRY_CCURL_SHIM_H
 #include <curl/curl.h>
+#include <locale.h>
 #include <string.h>
 
 /* curl_easy_setopt / curl_multi_setopt / curl_easy_getinfo are variadic:
@@ -31,12 +32,47 @@ static inline CURLMcode ferry_multi_setopt_long(CURLM *m, CURLMoption o, long v)
 static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
 
 /* libcurl's own parse of a request URL, as a transfer's would go (scheme given, any
-   scheme parsed), and its refusal of a user name or password holding %00 (which it
-   makes when it decodes them for the request). CURLUE_OK when libcurl can use it. */
+   scheme parsed), its refusal of a user name or password holding %00 (which it
+   makes when it decodes them for the request), and of a non-ASCII host name without
+   an IDNA form (above). CURLUE_OK when libcurl can use it. */
+/* libcurl (with libidn2) reads a non-ASCII host name in the encoding of the C
+   library's LC_CTYPE: in the "C" locale a daemon starts in, every such name fails
+   (as "A memory function failed"). The engine thread reads them as UTF-8, as D-Bus
+   strings are: its own locale, C.UTF-8, for that thread only (the process's stays).
+   Without C.UTF-8 on the system, such hosts fail, in the check below too. */
+static inline void ferry_use_utf8_ctype(void) {
+    locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+    if (utf8) uselocale(utf8); /* kept for the thread's life */
+}
+
+static inline int ferry_has_non_ascii(const char *s) {
+    for (; *s; s++) if ((unsigned char)*s >= 0x80) return 1;
+    return 0;
+}
+
+/* CURLUE_BAD_HOSTNAME when `u`'s host is not ASCII and has no IDNA (punycode) form
+   that libcurl can make from it as UTF-8, as the engine thread would. */
+static inline CURLUcode ferry_idn_check(CURLU *u) {
+    char *host = NULL;
+    CURLUcode rc = CURLUE_OK;
+    if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !host) return CURLUE_OK;
+    if (ferry_has_non_ascii(host)) {
+        locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+        locale_t before = utf8 ? uselocale(utf8) : (locale_t)0;
+        char *ace = NULL;
+        if (curl_url_get(u, CURLUPART_HOST, &ace, CURLU_PUNYCODE) != CURLUE_OK) rc = CURLUE_BAD_HOSTNAME;
+        curl_free(ace);
+        if (utf8) { uselocale(before); freelocale(utf8); }
+    }
+    curl_free(host);
+    return rc;
+}
+
 static inline CURLUcode ferry_url_check(const char *url) {
     CURLU *u = curl_url();
     if (!u) return CURLUE_OUT_OF_MEMORY;
     CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+    if (rc == CURLUE_OK) rc = ferry_idn_check(u);
     CURLUPart parts[2] = { CURLUPART_USER, CURLUPART_PASSWORD };
     for (int i = 0; i < 2 && rc == CURLUE_OK; i++) {
         char *part = NULL;

@@ -52,9 +52,9 @@ public final class FerrySession: @unchecked Sendable {
         return core.handOut(r.first?.string ?? "/", upload: false)
     }
 
-    /// Queues a download written into an open, writable file (a regular file or a pipe)
-    /// instead of a path: how a sandboxed (Flatpak) app saves where the file chooser
-    /// portal let it, outside its own directories. The service copies the file into it
+    /// Queues a download written into an open, writable file (a regular file, a pipe or
+    /// a connected stream socket) instead of a path: how a sandboxed (Flatpak) app saves
+    /// where the file chooser portal let it, outside its own directories. The service copies the file into it
     /// once complete and verified; the result's `location` is then nil. The session
     /// passes a copy of the descriptor: keep `fileHandle` open until this returns, then
     /// it is the caller's to close. Not a file opened for appending (the copy starts at

@@ -36,14 +36,15 @@ public final class DestinationDescriptor: @unchecked Sendable {
     deinit { close(fd) }
 
     /// nil when `fd` can receive a download (an open, writable regular file not in
-    /// append mode, or a pipe or socket), else why not.
+    /// append mode, a pipe, or a connected stream socket), else why not.
     public static func refusal(_ fd: Int32) -> FerryError? {
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0 else { return .invalidDestination("destination-fd is not an open file descriptor") }
         let type = st.st_mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else {
-            return .invalidDestination("destination-fd must be a regular file or a pipe")
+            return .invalidDestination("destination-fd must be a regular file, a pipe or a stream socket")
         }
+        if type == S_IFSOCK, let why = socketRefusal(fd) { return .invalidDestination(why) }
         let mode = fcntl(fd, F_GETFL)
         guard mode >= 0, mode & O_ACCMODE == O_WRONLY || mode & O_ACCMODE == O_RDWR else {
             return .invalidDestination("destination-fd is not open for writing")
@@ -52,6 +53,26 @@ public final class DestinationDescriptor: @unchecked Sendable {
             // Every write would go to the end, after what the file held: the file is
             // written from its start, so open it without O_APPEND.
             return .invalidDestination("destination-fd is open for appending (O_APPEND); the file is written from its start: open it without O_APPEND")
+        }
+        return nil
+    }
+
+    /// Why the socket `fd` cannot take a file as a stream of bytes, nil when it can: a
+    /// datagram socket would cut the file into messages (and refuse large ones), a
+    /// listening one has no peer to write to.
+    private static func socketRefusal(_ fd: Int32) -> String? {
+        var kind: Int32 = 0
+        var listening: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &kind, &size) == 0 else {
+            return "destination-fd is a socket whose type cannot be read"
+        }
+        guard kind == Int32(SOCK_STREAM.rawValue) else {
+            return "destination-fd is a datagram or packet socket; give a stream socket, a pipe or a regular file"
+        }
+        size = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening != 0 {
+            return "destination-fd is a listening socket; give a connected one"
         }
         return nil
     }

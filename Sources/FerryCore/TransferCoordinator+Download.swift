@@ -231,7 +231,8 @@ extension TransferCoordinator {
         guard let why = engine.urlRefusal(url) else { return nil }
         let authority = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).dropFirst(2).first ?? ""
         let hint = authority.contains("%00") ? "; a user name or password may not hold %00"
-            : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40" : ""
+            : authority.filter { $0 == "@" }.count > 1 ? "; percent-encode an '@' in a user name or password as %40"
+            : authority.unicodeScalars.contains { !$0.isASCII } ? "; its host name is not a valid internationalised domain name" : ""
         return "'\(RequestURL.redacted(url))' is not a valid URL (libcurl: \(why))\(hint)"
     }
 }

@@ -16,7 +16,8 @@ import Logging
 public final class CurlEngine: TransferEngine, @unchecked Sendable {
     /// libcurl's own URL parser's refusal of `url` (which the daemon's checks passed):
     /// the two disagree on some broken URLs (`http://u:p@@host/`, a `%00` in the
-    /// password), which would otherwise fail as `Network` after every retry.
+    /// password, a non-ASCII host name with no IDNA form), which would otherwise fail
+    /// as `Network` after every retry.
     public func urlRefusal(_ url: String) -> String? {
         let rc = ferry_url_check(url)
         guard rc != CURLUE_OK else { return nil }
@@ -102,6 +103,7 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
 private func engineThreadMain(_ context: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
     let loop = Unmanaged<EngineLoop>.fromOpaque(context!).takeRetainedValue()
     Thread.current.name = "ferry-engine"
+    ferry_use_utf8_ctype() // international host names (see the shim)
     loop.run()
     return nil
 }

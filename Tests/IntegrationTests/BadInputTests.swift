@@ -105,6 +105,12 @@ final class BadInputTests: FerryTestCase {
             let e = await assertBusError(Self.prefix + "InvalidUrl", "Download(\(u.debugDescription))") { try await s.download(u) }
             XCTAssertFalse(e?.message.contains("s3cr3t") ?? true, e?.message ?? "")
         }
+        // A non-ASCII host name that Foundation takes but that has no IDNA form (a
+        // full-width semicolon maps to ';'): refused at the call, saying why.
+        let e = await assertBusError(Self.prefix + "InvalidUrl", "Download with a host that has no IDNA form") {
+            try await s.download("http://\u{E4}\u{FF1B}.example/x")
+        }
+        XCTAssertTrue(e?.message.contains("internationalised domain name") ?? false, e?.message ?? "")
 
         let readonly = try unwritableDirectory()
         let notADirectory = work + "/plainfile"

@@ -8,8 +8,8 @@ import XCTest
 import Glibc
 #endif
 
-/// A pipe given as `destination-fd` is the client's: its reader may be slow, never
-/// read at all, or go away. None of that may hold up or end ferryd for anyone else.
+/// A pipe (or socket) given as `destination-fd` is the client's: its reader may be slow,
+/// never read at all, or go away. None of that may hold up or end ferryd for anyone else.
 final class DestinationPipeTests: FerryTestCase {
     private let size = 1 << 20 // well over a pipe's 64 KiB
 
@@ -75,6 +75,47 @@ final class DestinationPipeTests: FerryTestCase {
         let info = try await finish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         XCTAssertEqual(info.bytesTransferred, Int64(body.count))
+    }
+
+    /// A connected stream socket takes the file as a pipe does; a datagram socket (which
+    /// would cut it into messages) and a listening one (no peer) are refused at the call,
+    /// by name, and create nothing.
+    func testAStreamSocketReceivesTheFileAndOtherSocketsAreRefused() async throws {
+        let body = serve("/socket.bin", size: size, seed: 4)
+        let s = try await session()
+        var pair: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair), 0)
+        let (reader, writer) = (pair[0], pair[1])
+        defer { close(reader) }
+        let t = try await s.download(server.url("/socket.bin"), options: ["destination-fd": .unixFD(writer)])
+        shutdown(reader, Int32(SHUT_WR))
+        close(writer)
+        let received = await readToEnd(reader)
+        XCTAssertEqual(TestData.sha256Hex(received), TestData.sha256Hex(body), "the reader gets the whole file (\(received.count) bytes)")
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+
+        let before = try await s.listTransfers()
+        var datagram: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0, &datagram), 0)
+        defer { close(datagram[0]); close(datagram[1]) }
+        let listening = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        XCTAssertGreaterThanOrEqual(listening, 0)
+        defer { close(listening) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        XCTAssertEqual(withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listening, $0, socklen_t(MemoryLayout<sa_family_t>.size)) }
+        }, 0, "bound to an autobound abstract address")
+        XCTAssertEqual(listen(listening, 1), 0)
+        for (what, fd, words) in [("a datagram socket", datagram[1], "datagram"), ("a listening socket", listening, "listening")] {
+            let e = await assertBusError("org.ferry.Ferry1.Error.InvalidDestination", "destination-fd of \(what)") {
+                try await s.download(server.url("/socket.bin"), options: ["destination-fd": .unixFD(fd)])
+            }
+            XCTAssertTrue(e?.message.contains(words) ?? false, e?.message ?? "")
+        }
+        let after = try await s.listTransfers()
+        XCTAssertEqual(after.count, before.count, "refused calls create nothing")
     }
 
     /// The reader closes its end before the file arrives: that transfer fails with a

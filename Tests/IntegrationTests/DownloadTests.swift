@@ -93,6 +93,26 @@ final class DownloadTests: FerryTestCase {
         XCTAssertEqual(try originURL(of: dest), server.url("/origin.bin"))
     }
 
+    /// A host name typed in another script (here the server's address in full-width
+    /// digits and ideographic full stops, as a Japanese keyboard gives them) is
+    /// fetched by its IDNA form, as curl does in a UTF-8 terminal; `Url` keeps what
+    /// the client gave. ferryd runs in the C locale, in which libcurl failed every
+    /// such name as `Network` ("The URL is not valid"), retries and all.
+    func testInternationalHostNameIsFetchedByItsASCIIForm() async throws {
+        let body = serve("/intl.bin", size: 2000)
+        let s = try await session("com.example.Test", ["retries": .uint32(0)])
+        let typed = server.url("/intl.bin").replacingOccurrences(of: "127.0.0.1", with: "\u{FF11}\u{FF12}\u{FF17}\u{3002}\u{FF10}\u{3002}\u{FF10}\u{3002}\u{FF11}")
+        XCTAssertNotEqual(typed, server.url("/intl.bin"))
+        let dest = work + "/intl.bin"
+        let t = try await s.download(typed, options: ["destination": .string(dest)])
+        let info = try await finish(t)
+        XCTAssertEqual(info.errorName, "", info.errorMessage)
+        XCTAssertEqual(info.state, "completed")
+        assertFile(dest, equals: body)
+        XCTAssertEqual(info.url, typed, "Url is what the client gave")
+        XCTAssertEqual(server.requests.last?.header("Host"), "127.0.0.1:\(server.port)", "the request names the host in ASCII")
+    }
+
     /// A directory as destination: the name comes from the URL, and a second download
     /// of the same URL gets "name (1).ext" instead of replacing the first.
     func testDirectoryDestinationNamesFromURLWithoutClobbering() async throws {

@@ -44,8 +44,32 @@ extension TransferCoordinator {
                             priority: t.snapshot.priority, startable: t.life.isStartable,
                             waitingForNetwork: t.isWaitingForNetwork,
                             resumedRun: t.runFromFailure && !t.state.isFinal,
-                            claim: t.holdsClaim && !t.isUpload ? t.destination : nil,
-                            extraClaim: t.holdsClaim ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)
+                            claim: claimsNames(t) && !t.isUpload ? t.destination : nil,
+                            extraClaim: claimsNames(t) ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)
+    }
+
+    /// Whether `t` owns its final path and `.part` now (`holdsClaim`). A failed download
+    /// owns them only while it has a partial file to resume from, or an attempt still
+    /// stopping: one that failed before writing anything (a 404) or whose file was
+    /// deleted (a checksum mismatch) leaves the name to the next download of it, as a
+    /// retried `ferry get -o FILE` expects. Resumed, it takes a name again (`reclaimName`).
+    /// One `stat` per change of a failed download; none for the others.
+    func claimsNames(_ t: TransferRecord) -> Bool {
+        guard t.holdsClaim else { return false }
+        guard t.state == .failed, !t.isUpload else { return true }
+        return t.stopInFlight || FileSystemChecks.exists(t.enginePartPath ?? t.partPath)
+    }
+
+    /// A failed download that left its name (`claimsNames`) is resumed: it takes its name
+    /// again if that is still free, else a free one beside it (as a new download would:
+    /// another transfer may have the name now, or a file may be there).
+    func reclaimName(_ t: TransferRecord) {
+        guard !t.isUpload, t.state == .failed, t.indexed?.claim == nil else { return }
+        let path = resolver(except: t.id).uniquePath(directory: FileSystemChecks.directoryName(t.destination),
+                                                     name: FileSystemChecks.baseName(t.destination), overwrite: t.options.overwrite)
+        guard path != t.destination else { return }
+        t.snapshot.destination = path
+        t.enginePartPath = nil
     }
 
     // MARK: - The timeline

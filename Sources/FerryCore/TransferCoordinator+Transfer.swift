@@ -104,6 +104,7 @@ extension TransferCoordinator {
 
     func resumeTransfer(_ t: TransferRecord) {
         if t.state == .failed {
+            reclaimName(t)
             t.runFromFailure = true
             t.showError(nil)
             t.snapshot.completed = 0

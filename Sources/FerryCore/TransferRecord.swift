@@ -214,7 +214,7 @@ final class TransferRecord {
     }
 
     /// Until it is completed, cancelled or removed a transfer owns its final path and
-    /// `.part` (a failed one may be resumed).
+    /// `.part` (a failed one may be resumed, but see `claimsNames`).
     var holdsClaim: Bool { state != .completed && state != .cancelled }
 
     /// Shows the life's state in the snapshot (the bus properties).

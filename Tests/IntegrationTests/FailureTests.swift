@@ -34,6 +34,50 @@ final class FailureTests: FerryTestCase {
         XCTAssertEqual(partFiles(in: work), [])
     }
 
+    /// A download that failed without a partial file (a 404) leaves its name: the next
+    /// download into the same path gets it, not `name (1).ext` (a script retrying
+    /// `ferry get -o FILE` then finds FILE). Resumed later, the failed one takes a free
+    /// name beside it and leaves the other's file alone. One that failed with bytes to
+    /// resume from keeps its name (its `.part`).
+    func testAFailedDownloadLeavesItsNameUnlessItHasBytesToResume() async throws {
+        let s = try await session("com.example.Test", ["retries": .uint32(0)])
+        let dest = work + "/later.bin"
+        let first = try await s.download(server.url("/later.bin"), options: ["destination": .string(dest)])
+        let failed = try await finish(first)
+        XCTAssertEqual(failed.httpStatus, 404)
+        XCTAssertEqual(failed.state, "failed")
+
+        let body = serve("/later.bin", size: 3000)
+        let again = try await finish(try await s.download(server.url("/later.bin"), options: ["destination": .string(dest)]))
+        XCTAssertEqual(again.state, "completed", again.errorMessage)
+        XCTAssertEqual(again.destination, dest, "the name the failed download had is free")
+        assertFile(dest, equals: body)
+
+        let completedBefore = signals.signals(path: first.path, member: "Completed").count
+        try await first.resume()
+        try await signals.wait("a second Completed on \(first.path)") { all in
+            all.filter { $0.path == first.path && $0.member == "Completed" }.count > completedBefore
+        }
+        let resumed = try await first.info()
+        XCTAssertEqual(resumed.state, "completed", resumed.errorMessage)
+        XCTAssertEqual(resumed.destination, work + "/later (1).bin", "resumed, it takes a free name")
+        assertFile(work + "/later (1).bin", equals: body)
+        assertFile(dest, equals: body)
+
+        // Cut off after some bytes: the partial file stays, and so does the name.
+        let big = serve("/cut.bin", size: 200_000, seed: 5)
+        server.set(.dropAfter(bytes: 50_000), on: "/cut.bin")
+        let cutDest = work + "/cut.bin"
+        let cut = try await finish(try await s.download(server.url("/cut.bin"), options: ["destination": .string(cutDest)]))
+        XCTAssertEqual(cut.state, "failed")
+        XCTAssertGreaterThan(fileSize(cutDest + ".part") ?? 0, 0, "the bytes so far are kept for Resume")
+        server.clearBehaviours(on: "/cut.bin")
+        let other = try await finish(try await s.download(server.url("/cut.bin"), options: ["destination": .string(cutDest)]))
+        XCTAssertEqual(other.state, "completed", other.errorMessage)
+        XCTAssertEqual(other.destination, work + "/cut (1).bin", "the name of a download with bytes to resume stays its own")
+        assertFile(work + "/cut (1).bin", equals: big)
+    }
+
     /// A 500 is an Http failure too; Resume on a failed transfer tries again and can succeed.
     func testHttp500ThenResumeSucceeds() async throws {
         let body = serve("/flaky.bin", size: 8192)

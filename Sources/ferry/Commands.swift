@@ -133,7 +133,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
         if target.all {
             // Looked up, not opened: OpenSession would create a session a typo named.
             guard let session = try await client.sessionInfos().session(identifier: global.session) else {
-                if global.sessionNamed { throw CLIError.refused("no session named \(global.session)") }
+                if global.sessionNamed { throw CLIError.refused("no session named \(global.session) (NoSuchSession)") }
                 return // the CLI's own session, never used: nothing to act on
             }
             if let allMethod {
@@ -148,7 +148,9 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
             let path = objects.session(identifier: global.session)?.path
             transfers = objects.transfers.filter { $0.session == path && filter($0) }
         } else {
-            transfers = try pick(try parseTransferIDs(target.ids), from: objects)
+            // Each transfer once: `resume 48 48` resumes 48, and is not refused the second time.
+            var seen: Set<UInt64> = []
+            transfers = try pick(try parseTransferIDs(target.ids).filter { seen.insert($0).inserted }, from: objects)
         }
         let calls = try transfers.map { try FerryClient.methodCall(path: $0.path, interface: FerryClient.transferInterface, method: method, []) }
         var refused = false

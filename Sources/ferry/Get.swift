@@ -80,6 +80,11 @@ struct Get: AsyncParsableCommand {
         if output != nil && directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
         // An unset variable in a script (`-o "$OUT"`) must not mean "here".
         if output?.isEmpty == true { throw ValidationError("-o takes a file name, not an empty one") }
+        if output == "-" {
+            // curl's and wget's `-o -` is standard output; the service saves files, and
+            // a file named "-" is not what that asks for. `./-` names one.
+            throw ValidationError("-o - (standard output) is not supported: the service saves the download to a file; give a file name (./- for a file named '-')")
+        }
         if directory?.isEmpty == true { throw ValidationError("-d takes a folder, not an empty name") }
         if sha256File?.isEmpty == true { throw ValidationError("--sha256-file takes a file name, not an empty one") }
         if inputFile?.isEmpty == true { throw ValidationError("-i takes a file name (or - for standard input), not an empty one") }

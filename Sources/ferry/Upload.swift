@@ -62,9 +62,9 @@ func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: S
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else {
             // `put URL FILE`, the arguments the other way round, is the likeliest slip.
             let swapped = file.contains("://") ? " (the file comes first: ferry put FILE URL)" : ""
-            throw CLIError.refused("\(file): no such file\(swapped)")
+            throw CLIError.refused("\(file): no such file\(swapped) (FileNotFound)")
         }
-        guard !isDir.boolValue else { throw CLIError.refused("\(file) is a folder; ferry uploads one file") }
+        guard !isDir.boolValue else { throw CLIError.refused("\(file) is a folder; ferry uploads one file (FileNotFound)") }
         let client = try global.connect()
         let session = try await client.openSession(global.session)
         let monitor = opts.wait ? try await TransferMonitor.start(client) : nil

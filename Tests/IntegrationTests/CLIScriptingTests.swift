@@ -74,6 +74,12 @@ final class CLIScriptingTests: FerryTestCase {
             XCTAssertEqual(empty.status, 64, "\(args): \(empty.stderr)")
             XCTAssertTrue(empty.stderr.contains("empty"), empty.stderr)
         }
+        // curl's `-o -` means standard output; ferry says it cannot, rather than save a
+        // file named "-" in the current folder.
+        let dash = try ferry(["get", server.url("/files/report.pdf"), "-o", "-", "--wait"])
+        XCTAssertEqual(dash.status, 64, dash.stderr)
+        XCTAssertTrue(dash.stderr.contains("standard output"), dash.stderr)
+        XCTAssertEqual(dash.stdout, "")
         let count = try await client.listTransfers().count
         XCTAssertEqual(count, 1, "a refused get queues nothing")
     }
@@ -621,6 +627,7 @@ final class CLIScriptingTests: FerryTestCase {
         let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
         XCTAssertEqual(missing.status, 2)
         XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
+        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as the README says: \(missing.stderr)")
         let folder = try ferry(["put", work, server.url("/up")])
         XCTAssertEqual(folder.status, 2)
         XCTAssertTrue(folder.stderr.contains("is a folder"), "a folder is not 'no such file': \(folder.stderr)")

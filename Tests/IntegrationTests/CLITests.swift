@@ -137,8 +137,9 @@ final class CLITests: FerryTestCase {
         var state = try await t.info().state
         XCTAssertEqual(state, "paused")
 
-        r = try ferry(["resume", id])
-        XCTAssertEqual(r.status, 0, r.stderr)
+        r = try ferry(["resume", id, id])
+        XCTAssertEqual(r.status, 0, "an id given twice is acted on once: \(r.stderr)")
+        XCTAssertEqual(r.stderr, "")
         state = try await t.info().state
         XCTAssertTrue(["queued", "running"].contains(state), state)
 
@@ -156,6 +157,7 @@ final class CLITests: FerryTestCase {
         r = try ferry(["pause", "9999"])
         XCTAssertEqual(r.status, 2, "an unknown id is refused: \(r.stderr)")
         XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
+        XCTAssertTrue(r.stderr.contains("(NoSuchTransfer)"), "exit 2 names the error, as the README says: \(r.stderr)")
     }
 
     /// What `rm` removes from the CLI's own session, the user has seen: its events are
@@ -226,7 +228,7 @@ final class CLITests: FerryTestCase {
 
         let typo = try ferry(["resume", "--all", "--session", "org.example.Btach"])
         XCTAssertEqual(typo.status, 2, typo.stderr)
-        XCTAssertEqual(typo.stderr, "ferry: no session named org.example.Btach\n")
+        XCTAssertEqual(typo.stderr, "ferry: no session named org.example.Btach (NoSuchSession)\n", "named as the service would name it")
         let rm = try ferry(["rm", "--all", "--session", "org.example.Btach"])
         XCTAssertEqual(rm.status, 2, rm.stderr)
         let own = try ferry(["cancel", "--all"])

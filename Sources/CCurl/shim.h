@@ -31,10 +31,6 @@ static inline CURLMcode ferry_multi_setopt_long(CURLM *m, CURLMoption o, long v)
 /* CURLMSG_DONE carries its result in a union. */
 static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
 
-/* libcurl's own parse of a request URL, as a transfer's would go (scheme given, any
-   scheme parsed), its refusal of a user name or password holding %00 (which it
-   makes when it decodes them for the request), and of a non-ASCII host name without
-   an IDNA form (above). CURLUE_OK when libcurl can use it. */
 /* libcurl (with libidn2) reads a non-ASCII host name in the encoding of the C
    library's LC_CTYPE: in the "C" locale a daemon starts in, every such name fails
    (as "A memory function failed"). The engine thread reads them as UTF-8, as D-Bus
@@ -68,6 +64,10 @@ static inline CURLUcode ferry_idn_check(CURLU *u) {
     return rc;
 }
 
+/* libcurl's own parse of a request URL, as a transfer's would go (scheme given, any
+   scheme parsed), its refusal of a user name or password holding %00 (which it
+   makes when it decodes them for the request), and of a non-ASCII host name without
+   an IDNA form (above). CURLUE_OK when libcurl can use it. */
 static inline CURLUcode ferry_url_check(const char *url) {
     CURLU *u = curl_url();
     if (!u) return CURLUE_OUT_OF_MEMORY;

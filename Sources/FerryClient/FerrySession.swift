@@ -54,10 +54,10 @@ public final class FerrySession: @unchecked Sendable {
 
     /// Queues a download written into an open, writable file (a regular file, a pipe or
     /// a connected stream socket) instead of a path: how a sandboxed (Flatpak) app saves
-    /// where the file chooser portal let it, outside its own directories. The service copies the file into it
-    /// once complete and verified; the result's `location` is then nil. The session
-    /// passes a copy of the descriptor: keep `fileHandle` open until this returns, then
-    /// it is the caller's to close. Not a file opened for appending (the copy starts at
+    /// where the file chooser portal let it, outside its own directories. The service
+    /// copies the file into it once complete and verified; the result's `location` is
+    /// then nil. The session passes a copy of the descriptor: keep `fileHandle` open
+    /// until this returns, then it is the caller's to close. Not a file opened for appending (the copy starts at
     /// its beginning). A pipe's reader sees its end only once the service is done and
     /// the app has closed its own write end; the service makes the pipe non-blocking,
     /// which the app's copy shares.

@@ -40,12 +40,13 @@ extension TransferCoordinator {
     }
 
     private func facts(_ t: TransferRecord) -> TransferIndex.Facts {
-        TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
+        let claims = claimsNames(t)
+        return TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
                             priority: t.snapshot.priority, startable: t.life.isStartable,
                             waitingForNetwork: t.isWaitingForNetwork,
                             resumedRun: t.runFromFailure && !t.state.isFinal,
-                            claim: claimsNames(t) && !t.isUpload ? t.destination : nil,
-                            extraClaim: claimsNames(t) ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)
+                            claim: claims && !t.isUpload ? t.destination : nil,
+                            extraClaim: claims ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)
     }
 
     /// Whether `t` owns its final path and `.part` now (`holdsClaim`). A failed download

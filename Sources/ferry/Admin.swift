@@ -50,7 +50,7 @@ struct SessionsShow: AsyncParsableCommand {
             let client = try global.connect()
             let objects = try await client.managedObjects()
             let name = identifier ?? global.session
-            guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)' (see `ferry sessions`) (NoSuchSession)") }
+            guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)'; see `ferry sessions` (NoSuchSession)") }
             let events = try await FerrySession(client: client, path: s.path).pendingEvents()
             if json {
                 JSONOutput.print(SessionShowJSON(session: sessionJSON(s, objects, pending: events.count), pendingEvents: events.map { e in
@@ -103,7 +103,7 @@ struct SessionsClose: AsyncParsableCommand {
             let client = try global.connect()
             let objects = try await client.managedObjects()
             for name in identifiers {
-                guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)' (see `ferry sessions`) (NoSuchSession)") }
+                guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)'; see `ferry sessions` (NoSuchSession)") }
                 try await FerrySession(client: client, path: s.path).close(cancelTransfers: cancel)
             }
         }

@@ -254,7 +254,7 @@ func pick(_ ids: [UInt64], from objects: ManagedObjects) throws -> [TransferInfo
     let byID = Dictionary(objects.transfers.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
     let missing = ids.filter { byID[$0] == nil }
     guard missing.isEmpty else {
-        throw CLIError.refused("no transfer with id \(missing.map(String.init).joined(separator: ", ")) (see `ferry ls`) (NoSuchTransfer)")
+        throw CLIError.refused("no transfer with id \(missing.map(String.init).joined(separator: ", ")); see `ferry ls` (NoSuchTransfer)")
     }
     return ids.map { byID[$0]! }
 }

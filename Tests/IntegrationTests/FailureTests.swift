@@ -53,12 +53,7 @@ final class FailureTests: FerryTestCase {
         XCTAssertEqual(again.destination, dest, "the name the failed download had is free")
         assertFile(dest, equals: body)
 
-        let completedBefore = signals.signals(path: first.path, member: "Completed").count
-        try await first.resume()
-        try await signals.wait("a second Completed on \(first.path)") { all in
-            all.filter { $0.path == first.path && $0.member == "Completed" }.count > completedBefore
-        }
-        let resumed = try await first.info()
+        let resumed = try await resumeAndFinish(first)
         XCTAssertEqual(resumed.state, "completed", resumed.errorMessage)
         XCTAssertEqual(resumed.destination, work + "/later (1).bin", "resumed, it takes a free name")
         assertFile(work + "/later (1).bin", equals: body)
@@ -92,12 +87,7 @@ final class FailureTests: FerryTestCase {
         XCTAssertEqual(failed.httpStatus, 500)
 
         server.clearBehaviours(on: "/flaky.bin")
-        let completedBefore = signals.signals(path: t.path, member: "Completed").count
-        try await t.resume()
-        try await signals.wait("a second Completed on \(t.path)") { s in
-            s.filter { $0.path == t.path && $0.member == "Completed" }.count > completedBefore
-        }
-        let info = try await t.info()
+        let info = try await resumeAndFinish(t)
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         XCTAssertEqual(info.errorName, "", "Resume clears the old error")
         assertFile(dest, equals: body)

@@ -218,6 +218,18 @@ class FerryTestCase: XCTestCase {
         return try await t.info()
     }
 
+    /// Resumes a transfer that ended (failed), waits for the Completed of its new run and
+    /// returns its final properties.
+    @discardableResult
+    func resumeAndFinish(_ t: FerryTransfer, timeout: TimeInterval = 20) async throws -> TransferInfo {
+        let completedBefore = signals.signals(path: t.path, member: "Completed").count
+        try await t.resume()
+        try await signals.wait("another Completed on \(t.path)", timeout: timeout) { s in
+            s.filter { $0.path == t.path && $0.member == "Completed" }.count > completedBefore
+        }
+        return try await t.info()
+    }
+
     /// Waits until the transfer is in `state` (now, or by a PropertiesChanged).
     func waitForState(_ t: FerryTransfer, _ state: String, timeout: TimeInterval = 10) async throws {
         if signals.sawState(t.path, state) { return }

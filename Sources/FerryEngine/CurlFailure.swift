@@ -9,6 +9,8 @@ enum CurlFailure {
         let host = transfer.hostDescription
         let detail = transfer.curlErrorDetail
         let seconds = secondsText(transfer.request.requestTimeout)
+        let isUpload = transfer.request.upload != nil
+        let via = isUpload ? "uploading to \(host)" : "downloading from \(host)"
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST:
             return .network("Could not resolve the host name of \(host)")
@@ -19,9 +21,9 @@ enum CurlFailure {
             // With a proxy every connection goes to the proxy, not to the server.
             let proxy = proxyDescription(transfer)!
             switch Int32(transfer.osErrno) {
-            case ECONNREFUSED: return .network("Connection refused by the proxy \(proxy) (downloading from \(host))")
-            case ENETUNREACH, EHOSTUNREACH: return .network("No route to the proxy \(proxy) (downloading from \(host))")
-            default: return .network("Could not connect to the proxy \(proxy) (downloading from \(host))")
+            case ECONNREFUSED: return .network("Connection refused by the proxy \(proxy) (\(via))")
+            case ENETUNREACH, EHOSTUNREACH: return .network("No route to the proxy \(proxy) (\(via))")
+            default: return .network("Could not connect to the proxy \(proxy) (\(via))")
             }
         case CURLE_COULDNT_CONNECT:
             switch Int32(transfer.osErrno) {
@@ -74,10 +76,10 @@ enum CurlFailure {
         case CURLE_WRITE_ERROR:
             return .disk("Could not write \(transfer.writtenPath)")
         case CURLE_OUT_OF_MEMORY:
-            return .network("Out of memory while downloading from \(host)")
+            return .network("Out of memory while \(via)")
         default:
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
-            return .network("Download from \(host) failed: \(why)")
+            return .network("\(isUpload ? "Upload to" : "Download from") \(host) failed: \(why)")
         }
     }
 

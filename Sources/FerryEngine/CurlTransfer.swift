@@ -140,8 +140,7 @@ final class CurlTransfer {
         self.speedLimit = request.speedLimit
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
-        configure(easy)
-        if setupError == CURLE_OK { setupError = cookies.attach(easy, to: request.cookieJar) }
+        configure(easy, cookies: cookies)
     }
 
     deinit {
@@ -153,55 +152,20 @@ final class CurlTransfer {
         errorBuffer.deallocate()
     }
 
-    private func configure(_ easy: UnsafeMutableRawPointer) {
-        func check(_ rc: CURLcode) { if rc != CURLE_OK && setupError == CURLE_OK { setupError = rc } }
-        func string(_ option: CURLoption, _ value: String) { check(ferry_easy_setopt_string(easy, option, value)) }
-        func long(_ option: CURLoption, _ value: Int) { check(ferry_easy_setopt_long(easy, option, value)) }
-
-        string(CURLOPT_URL, request.url)
-        long(CURLOPT_NOSIGNAL, 1)
-        string(CURLOPT_PROTOCOLS_STR, "http,https")
-        string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        long(CURLOPT_FOLLOWLOCATION, 1)
-        long(CURLOPT_MAXREDIRS, redirectsLeft)
-        long(CURLOPT_FAILONERROR, 0)           // statuses are judged in the header callback
-        long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
-        long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
-        long(CURLOPT_TCP_KEEPALIVE, 1)
-        // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
-        // measures speed over its last 5 s, so once the body has begun a stall is
-        // caught here later than that (`stallDue`, checked by the loop, is on time).
-        let timeout = Self.stallSeconds(request)
-        long(CURLOPT_LOW_SPEED_LIMIT, 1)
-        long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
-        long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
+    private func configure(_ easy: UnsafeMutableRawPointer, cookies: CookieJars) {
+        var setup = EasyHandleSetup(easy: easy)
         // Limited from the start: smaller chunks give a smoother pace (about four a second).
         let limited = request.speedLimit > 0 ? Int(clamping: request.speedLimit / 4) : Self.bufferSize
-        long(CURLOPT_BUFFERSIZE, min(Self.bufferSize, max(16 * 1024, limited)))
-        string(CURLOPT_USERAGENT, Self.userAgent)
-        if let proxy = request.proxy {
-            string(CURLOPT_PROXY, proxy)
-            string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
-        }
-
-        for header in request.headers {
-            // "Name;" is curl's way of sending a header with an empty value.
-            let line = header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)"
-            headerList = curl_slist_append(headerList, line)
-        }
+        setup.common(request, url: request.url, receiveBuffer: limited, maxRedirects: redirectsLeft, cookies: cookies)
         if sentRange, let validator = request.ifRange {
-            headerList = curl_slist_append(headerList, "If-Range: \(validator)")
-            string(CURLOPT_RANGE, "\(request.offset)-")
+            setup.addHeader("If-Range: \(validator)")
+            setup.string(CURLOPT_RANGE, "\(request.offset)-")
         }
-        if headerList != nil { check(ferry_easy_setopt_slist(easy, CURLOPT_HTTPHEADER, headerList)) }
-
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        check(ferry_easy_setopt_ptr(easy, CURLOPT_PRIVATE, me))
-        check(ferry_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, me))
-        check(ferry_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, me))
-        check(ferry_easy_setopt_write_cb(easy, curlWriteBody))
-        check(ferry_easy_setopt_header_cb(easy, curlHeaderLine))
-        check(ferry_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer))
+        setup.installHeaders()
+        headerList = setup.headerList
+        setup.callbacks(owner: Unmanaged.passUnretained(self).toOpaque(), errorBuffer: errorBuffer,
+                        body: curlWriteBody, header: curlHeaderLine)
+        setupError = setup.error
     }
 
     /// A new limit applies from the next chunk on (the loop resumes a throttled
@@ -475,23 +439,10 @@ final class CurlTransfer {
 
     // MARK: - What curl knows
 
-    var effectiveURL: String {
-        var url: UnsafeMutablePointer<CChar>?
-        if let easy, ferry_easy_getinfo_string(easy, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK, let url {
-            return String(cString: url)
-        }
-        return request.url
-    }
+    var effectiveURL: String { EasyHandleSetup.effectiveURL(easy, fallback: request.url) }
 
     /// "host:port" of the URL being fetched (no user info, path or query).
-    var hostDescription: String {
-        guard let components = URLComponents(string: effectiveURL), let host = components.host, !host.isEmpty else {
-            return "the server"
-        }
-        let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        if let port = components.port { return "\(shownHost):\(port)" }
-        return components.scheme?.lowercased() == "https" ? "\(shownHost):443" : "\(shownHost):80"
-    }
+    var hostDescription: String { EasyHandleSetup.hostDescription(effectiveURL) }
 
     /// libcurl's own words for the last error (no header values in there).
     var curlErrorDetail: String { String(cString: errorBuffer) }

@@ -2,8 +2,14 @@ import CCurl
 import FerryCore
 import Foundation
 
-/// The options every Ferry easy handle gets (protocols, timeouts, proxy, headers), for
-/// uploads and range connections. Records the first setopt failure.
+/// The one set-up every Ferry easy handle goes through (single-connection downloads,
+/// range connections, uploads): protocols, redirects, timeouts, user agent, proxy and
+/// no-proxy, the request's headers, cookies, and the owner's callbacks. A setting added
+/// here reaches every kind of attempt; one set anywhere else would reach one kind only
+/// (the no-proxy setting once did). Records the first setopt failure.
+/// libcurl's write and header callbacks: (data, size, count, owner) -> bytes taken.
+typealias CurlDataCallback = @convention(c) (UnsafeMutablePointer<CChar>?, Int, Int, UnsafeMutableRawPointer?) -> Int
+
 struct EasyHandleSetup {
     let easy: UnsafeMutableRawPointer
     private(set) var error: CURLcode = CURLE_OK
@@ -17,28 +23,51 @@ struct EasyHandleSetup {
     mutating func long(_ option: CURLoption, _ value: Int) { check(ferry_easy_setopt_long(easy, option, value)) }
     mutating func pointer(_ option: CURLoption, _ value: UnsafeMutableRawPointer?) { check(ferry_easy_setopt_ptr(easy, option, value)) }
 
-    /// Protocols, redirects, timeouts, user agent, proxy and the request's headers.
-    mutating func common(_ request: EngineRequest, url: String, receiveBuffer: Int) {
+    /// Protocols, redirects, timeouts, user agent, proxy, the request's headers and its
+    /// session's cookie jar. `receiveBuffer` is curl's receive buffer (clamped to 16 KiB to
+    /// `CurlTransfer.bufferSize`); `maxRedirects`, what this handle may still follow.
+    mutating func common(_ request: EngineRequest, url: String, receiveBuffer: Int, maxRedirects: Int = 10,
+                         cookies: CookieJars) {
         string(CURLOPT_URL, url)
         long(CURLOPT_NOSIGNAL, 1)
         string(CURLOPT_PROTOCOLS_STR, "http,https")
         string(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         long(CURLOPT_FOLLOWLOCATION, 1)
-        long(CURLOPT_MAXREDIRS, 10)
-        long(CURLOPT_FAILONERROR, 0)
-        long(CURLOPT_HTTP_CONTENT_DECODING, 0)
+        long(CURLOPT_MAXREDIRS, maxRedirects)
+        long(CURLOPT_FAILONERROR, 0)           // statuses are judged in the header callbacks
+        long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
+        // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
+        // measures speed over its last 5 s, so once the body has begun a stall is caught
+        // here later than that (each attempt's `stallDue`, checked by the loop, is on time).
         let timeout = CurlTransfer.stallSeconds(request)
         long(CURLOPT_LOW_SPEED_LIMIT, 1)
         long(CURLOPT_LOW_SPEED_TIME, Int(timeout.rounded(.up)))
         long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
         long(CURLOPT_BUFFERSIZE, min(CurlTransfer.bufferSize, max(16 * 1024, receiveBuffer)))
         string(CURLOPT_USERAGENT, CurlTransfer.userAgent)
-        if let proxy = request.proxy { string(CURLOPT_PROXY, proxy) }
+        if let proxy = request.proxy {
+            string(CURLOPT_PROXY, proxy)
+            string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
+        }
         for header in request.headers {
+            // "Name;" is curl's way of sending a header with an empty value.
             addHeader(header.value.isEmpty ? "\(header.name);" : "\(header.name): \(header.value)")
         }
+        check(cookies.attach(easy, to: request.cookieJar))
+    }
+
+    /// The owner's callbacks: `owner` (unretained; the owner cleans the handle up before
+    /// it goes) in CURLOPT_PRIVATE, WRITEDATA and HEADERDATA, and curl's error buffer.
+    mutating func callbacks(owner: UnsafeMutableRawPointer, errorBuffer: UnsafeMutablePointer<CChar>,
+                            body: CurlDataCallback, header: CurlDataCallback) {
+        pointer(CURLOPT_PRIVATE, owner)
+        pointer(CURLOPT_WRITEDATA, owner)
+        pointer(CURLOPT_HEADERDATA, owner)
+        check(ferry_easy_setopt_write_cb(easy, body))
+        check(ferry_easy_setopt_header_cb(easy, header))
+        pointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
     }
 
     mutating func addHeader(_ line: String) {

@@ -75,7 +75,7 @@ final class RangeConnection: PacedHandle {
         guard let easy = curl_easy_init() else { return CURLE_OUT_OF_MEMORY }
         self.easy = easy
         var setup = EasyHandleSetup(easy: easy)
-        setup.common(request, url: url, receiveBuffer: receiveBuffer)
+        setup.common(request, url: url, receiveBuffer: receiveBuffer, cookies: cookies)
         // Over HTTP/2 libcurl would multiplex every range on one connection, and a
         // server's per-connection limit would hold them all: ranges get their own.
         if separateConnection { setup.long(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
@@ -87,14 +87,8 @@ final class RangeConnection: PacedHandle {
         if sentIfRange, let validator { setup.addHeader("If-Range: \(validator)") }
         setup.installHeaders()
         headerList = setup.headerList
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        setup.pointer(CURLOPT_PRIVATE, me)
-        setup.pointer(CURLOPT_WRITEDATA, me)
-        setup.pointer(CURLOPT_HEADERDATA, me)
-        setup.check(ferry_easy_setopt_write_cb(easy, rangeBody))
-        setup.check(ferry_easy_setopt_header_cb(easy, rangeHeaderLine))
-        setup.pointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
-        setup.check(cookies.attach(easy, to: request.cookieJar))
+        setup.callbacks(owner: Unmanaged.passUnretained(self).toOpaque(), errorBuffer: errorBuffer,
+                        body: rangeBody, header: rangeHeaderLine)
         return setup.error
     }
 

@@ -159,7 +159,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         var setup = EasyHandleSetup(easy: easy)
         // The request's headers hold no Content-Type: the core leaves it out of uploads
         // (`HeaderFields.uploadBody`); the body's type is set below.
-        setup.common(request, url: request.url, receiveBuffer: 64 * 1024)
+        setup.common(request, url: request.url, receiveBuffer: 64 * 1024, cookies: loop.cookies)
         // No "Expect: 100-continue": servers that do not answer it cost a second per attempt.
         setup.addHeader("Expect:")
         let me = Unmanaged.passUnretained(self).toOpaque()
@@ -196,13 +196,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         }
         setup.installHeaders()
         headerList = setup.headerList
-        setup.check(loop.cookies.attach(easy, to: request.cookieJar))
-        setup.pointer(CURLOPT_PRIVATE, me)
-        setup.pointer(CURLOPT_WRITEDATA, me)
-        setup.pointer(CURLOPT_HEADERDATA, me)
-        setup.check(ferry_easy_setopt_write_cb(easy, uploadResponseBody))
-        setup.check(ferry_easy_setopt_header_cb(easy, uploadHeaderLine))
-        setup.pointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
+        setup.callbacks(owner: me, errorBuffer: errorBuffer, body: uploadResponseBody, header: uploadHeaderLine)
         return setup.error
     }
 

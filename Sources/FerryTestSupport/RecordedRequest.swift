@@ -3,8 +3,12 @@ public struct RecordedRequest: Sendable {
     public var method: String
     /// The request target as sent, query included ("/file.bin?x=1").
     public var uri: String
-    /// The path without the query ("/file.bin").
+    /// The path without the query ("/file.bin"), also when the request came through a
+    /// proxy in absolute form ("http://host:port/file.bin?x=1").
     public var path: String
+    /// The request target was in absolute form: a client sent it to this server as its
+    /// HTTP proxy. Serving it as its own path makes the server that proxy too.
+    public var viaProxy: Bool
     public var headers: [(name: String, value: String)]
     /// Body bytes the server handed to the connection for this request's answer.
     public var bodyBytesSent = 0
@@ -14,7 +18,13 @@ public struct RecordedRequest: Sendable {
     public init(method: String, uri: String, headers: [(name: String, value: String)]) {
         self.method = method
         self.uri = uri
-        self.path = String(uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+        var target = Substring(uri)
+        viaProxy = !uri.hasPrefix("/") && uri.contains("://")
+        if viaProxy, let authority = uri.range(of: "://") {
+            let rest = uri[authority.upperBound...]
+            target = rest.firstIndex(of: "/").map { rest[$0...] } ?? "/"
+        }
+        self.path = String(target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
         self.headers = headers
     }
 

@@ -47,6 +47,8 @@ struct EasyHandleSetup {
         long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
         long(CURLOPT_BUFFERSIZE, min(CurlTransfer.bufferSize, max(16 * 1024, receiveBuffer)))
         string(CURLOPT_USERAGENT, CurlTransfer.userAgent)
+        if let bundle = TrustedCertificates.bundle { string(CURLOPT_CAINFO, bundle) }
+        if let directory = TrustedCertificates.directory { string(CURLOPT_CAPATH, directory) }
         if let proxy = request.proxy {
             string(CURLOPT_PROXY, proxy)
             string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
@@ -97,4 +99,20 @@ struct EasyHandleSetup {
         }
         return fallback
     }
+}
+
+/// The certificate authorities TLS is verified against: the system's store (libcurl's
+/// default), unless ferryd's environment names others the way curl's users do —
+/// `CURL_CA_BUNDLE` or `SSL_CERT_FILE` (a PEM file), `SSL_CERT_DIR` (a hashed folder).
+/// This replaces the trusted set (as curl does); nothing turns verification off.
+enum TrustedCertificates {
+    static let bundle: String? = {
+        let environment = ProcessInfo.processInfo.environment
+        return [environment["CURL_CA_BUNDLE"], environment["SSL_CERT_FILE"]].lazy.compactMap { $0 }.first { !$0.isEmpty }
+    }()
+
+    static let directory: String? = {
+        guard let folder = ProcessInfo.processInfo.environment["SSL_CERT_DIR"], !folder.isEmpty else { return nil }
+        return folder
+    }()
 }

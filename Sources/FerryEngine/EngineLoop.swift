@@ -33,6 +33,8 @@ final class EngineLoop {
         self.multi = multi
         self.inbox = inbox
         self.logger = logger
+        if let bundle = TrustedCertificates.bundle { logger.info("TLS: trusting the certificate authorities in \(bundle)") }
+        if let folder = TrustedCertificates.directory { logger.info("TLS: also trusting the certificate authorities in \(folder)") }
     }
 
     func run() {

@@ -680,18 +680,19 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(script.contains("'-o'|'--output')\n        __ferry_add_completions -f"), "files for -o")
     }
 
-    /// Every example in the README's `ferry` section runs as written (with the
-    /// test server standing in for example.org), one after another, under `sh -e`.
+    /// Every example in the `ferry` section of docs/cli.md (moved there from the
+    /// README) runs as written (with the test server standing in for example.org),
+    /// one after another, under `sh -e`.
     func testReadmeExamplesRun() async throws {
         var dir = URL(fileURLWithPath: #filePath)
-        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("README.md").path) {
+        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("docs/cli.md").path) {
             dir.deleteLastPathComponent()
         }
-        let readme = try String(contentsOf: dir.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: dir.appendingPathComponent("docs/cli.md"), encoding: .utf8)
         guard let section = readme.range(of: "## The `ferry` command"),
               let open = readme.range(of: "```sh\n", range: section.upperBound..<readme.endIndex),
               let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex) else {
-            return XCTFail("no sh example block in the README's ferry section")
+            return XCTFail("no sh example block in the ferry section of docs/cli.md")
         }
         let block = String(readme[open.upperBound..<close.lowerBound])
         for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }

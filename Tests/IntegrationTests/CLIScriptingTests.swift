@@ -132,7 +132,7 @@ final class CLIScriptingTests: FerryTestCase {
                        "the gone transfer's event acknowledged; two.bin's (not shown by this get, still there) stops the run")
     }
 
-    /// The README's synopsis: global options before the subcommand.
+    /// The synopsis in docs/cli.md: global options before the subcommand.
     func testGlobalOptionsBeforeTheSubcommand() async throws {
         serve("/g.bin", size: 5_000)
         let r = try ferry(["--session", "org.example.Script", "get", server.url("/g.bin"), "-o", work + "/g.bin", "--wait"])
@@ -627,7 +627,7 @@ final class CLIScriptingTests: FerryTestCase {
         let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
         XCTAssertEqual(missing.status, 2)
         XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
-        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as the README says: \(missing.stderr)")
+        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as docs/cli.md says: \(missing.stderr)")
         let folder = try ferry(["put", work, server.url("/up")])
         XCTAssertEqual(folder.status, 2)
         XCTAssertTrue(folder.stderr.contains("is a folder"), "a folder is not 'no such file': \(folder.stderr)")
@@ -701,7 +701,7 @@ final class CLIScriptingTests: FerryTestCase {
         var env = environment()
         env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
         let r = try runTool("/bin/sh", ["-ec", script], environment: env, timeout: 60)
-        XCTAssertEqual(r.status, 0, "the README's examples: \(r.stderr)\n\(r.stdout)")
+        XCTAssertEqual(r.status, 0, "the examples of docs/cli.md: \(r.stderr)\n\(r.stdout)")
         XCTAssertTrue(exists(home + "/isos/a.iso") && exists(home + "/more/b.iso") && exists(home + "/x.tar.gz"))
         let json = try String(contentsOfFile: home + "/x.json", encoding: .utf8)
         XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")

@@ -5,7 +5,7 @@ import FerryBusClient
 import Foundation
 
 /// The entry point: lets the options every command takes come before the
-/// subcommand too (`ferry --session foo get URL`), as the README writes them,
+/// subcommand too (`ferry --session foo get URL`), as docs/cli.md writes them,
 /// and `ferry -T FILE URL` stand for `ferry put FILE URL` (curl's spelling).
 @main
 enum Main {

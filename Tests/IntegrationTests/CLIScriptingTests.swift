@@ -132,7 +132,7 @@ final class CLIScriptingTests: FerryTestCase {
                        "the gone transfer's event acknowledged; two.bin's (not shown by this get, still there) stops the run")
     }
 
-    /// The README's synopsis: global options before the subcommand.
+    /// The synopsis in docs/cli.md: global options before the subcommand.
     func testGlobalOptionsBeforeTheSubcommand() async throws {
         serve("/g.bin", size: 5_000)
         let r = try ferry(["--session", "org.example.Script", "get", server.url("/g.bin"), "-o", work + "/g.bin", "--wait"])
@@ -627,7 +627,7 @@ final class CLIScriptingTests: FerryTestCase {
         let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
         XCTAssertEqual(missing.status, 2)
         XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
-        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as the README says: \(missing.stderr)")
+        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as docs/cli.md says: \(missing.stderr)")
         let folder = try ferry(["put", work, server.url("/up")])
         XCTAssertEqual(folder.status, 2)
         XCTAssertTrue(folder.stderr.contains("is a folder"), "a folder is not 'no such file': \(folder.stderr)")
@@ -680,18 +680,19 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(script.contains("'-o'|'--output')\n        __ferry_add_completions -f"), "files for -o")
     }
 
-    /// Every example in the README's `ferry` section runs as written (with the
-    /// test server standing in for example.org), one after another, under `sh -e`.
+    /// Every example in the `ferry` section of docs/cli.md (moved there from the
+    /// README) runs as written (with the test server standing in for example.org),
+    /// one after another, under `sh -e`.
     func testReadmeExamplesRun() async throws {
         var dir = URL(fileURLWithPath: #filePath)
-        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("README.md").path) {
+        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("docs/cli.md").path) {
             dir.deleteLastPathComponent()
         }
-        let readme = try String(contentsOf: dir.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: dir.appendingPathComponent("docs/cli.md"), encoding: .utf8)
         guard let section = readme.range(of: "## The `ferry` command"),
               let open = readme.range(of: "```sh\n", range: section.upperBound..<readme.endIndex),
               let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex) else {
-            return XCTFail("no sh example block in the README's ferry section")
+            return XCTFail("no sh example block in the ferry section of docs/cli.md")
         }
         let block = String(readme[open.upperBound..<close.lowerBound])
         for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }
@@ -700,7 +701,7 @@ final class CLIScriptingTests: FerryTestCase {
         var env = environment()
         env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
         let r = try runTool("/bin/sh", ["-ec", script], environment: env, timeout: 60)
-        XCTAssertEqual(r.status, 0, "the README's examples: \(r.stderr)\n\(r.stdout)")
+        XCTAssertEqual(r.status, 0, "the examples of docs/cli.md: \(r.stderr)\n\(r.stdout)")
         XCTAssertTrue(exists(home + "/isos/a.iso") && exists(home + "/more/b.iso") && exists(home + "/x.tar.gz"))
         let json = try String(contentsOfFile: home + "/x.json", encoding: .utf8)
         XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")

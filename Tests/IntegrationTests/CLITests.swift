@@ -157,7 +157,7 @@ final class CLITests: FerryTestCase {
         r = try ferry(["pause", "9999"])
         XCTAssertEqual(r.status, 2, "an unknown id is refused: \(r.stderr)")
         XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
-        XCTAssertTrue(r.stderr.contains("(NoSuchTransfer)"), "exit 2 names the error, as the README says: \(r.stderr)")
+        XCTAssertTrue(r.stderr.contains("(NoSuchTransfer)"), "exit 2 names the error, as docs/cli.md says: \(r.stderr)")
     }
 
     /// What `rm` removes from the CLI's own session, the user has seen: its events are

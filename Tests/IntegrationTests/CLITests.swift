@@ -244,6 +244,23 @@ final class CLITests: FerryTestCase {
         XCTAssertEqual(state, "cancelled")
     }
 
+    /// `-T FILE URL/` uploads to URL/FILE (its name URL-encoded), as curl does; a URL
+    /// naming a file is used as it is.
+    func testUploadToAFolderURLAppendsTheFileName() async throws {
+        let name = "my notes+1.txt"
+        XCTAssertTrue(FileManager.default.createFile(atPath: work + "/" + name, contents: Data("hello".utf8)))
+        server.set(.acceptUploads(), on: "/up/my%20notes%2B1.txt")
+        let r = try ferry(["-T", work + "/" + name, server.url("/up/"), "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(server.requests(for: "/up/my%20notes%2B1.txt").map(\.method), ["PUT"])
+        XCTAssertEqual(server.requests(for: "/up/").count, 0)
+
+        server.set(.acceptUploads(), on: "/up/named.txt")
+        let named = try ferry(["put", work + "/" + name, server.url("/up/named.txt"), "--wait"])
+        XCTAssertEqual(named.status, 0, named.stderr)
+        XCTAssertEqual(server.requests(for: "/up/named.txt").map(\.method), ["PUT"])
+    }
+
     /// An invalid URL: one clear `ferry: …` line on stderr, exit 2, nothing queued.
     func testInvalidUrlIsOneClearError() async throws {
         let r = try ferry(["get", "not a url"])

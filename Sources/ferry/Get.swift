@@ -1,12 +1,17 @@
 import ArgumentParser
 import DBus
 import FerryBusClient
+import FerryInterface
 import Foundation
 
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Queue downloads; prints the new transfer ids, one per line.",
         discussion: """
+            -o FILE saves to exactly FILE, replacing a file there (as curl and wget do): the download \
+            is written beside it as FILE.part and renamed over it only once complete, so FILE never \
+            holds a partial download. -d DIR (or -o DIR/) picks a free name, `name (1).ext`, when \
+            one is taken, unless --overwrite.
             --retries, --timeout, --proxy and --no-notify set the session's configuration: they stay \
             for the session's later transfers too (use --session NAME to keep them apart).
             """)
@@ -16,7 +21,7 @@ struct Get: AsyncParsableCommand {
     @Argument(help: "http:// or https:// URLs.")
     var urls: [String] = []
 
-    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to this file (one URL only).", valueName: "FILE"),
+    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to exactly this file (one URL only), replacing it if it exists.", valueName: "FILE"),
             completion: .file())
     var output: String?
 
@@ -64,7 +69,7 @@ struct Get: AsyncParsableCommand {
     @Flag(help: "Leave these transfers out of the desktop notification (session setting).")
     var noNotify = false
 
-    @Flag(help: "Replace an existing file instead of picking a new name.")
+    @Flag(help: "With -d DIR: replace an existing file instead of picking a new name (-o FILE always replaces).")
     var overwrite = false
 
     @Flag(help: "Create the transfers paused.")
@@ -126,17 +131,20 @@ struct Get: AsyncParsableCommand {
         return c
     }
 
-    /// Where the files go: a file (`-o`), a directory made if missing (`-d`), or the session's.
-    func destination() throws -> String? {
+    /// Where the files go: a file (`-o`), a directory made if missing (`-d`), or the
+    /// session's; `exactFile` when it is the file `-o` named, which is replaced as curl
+    /// and wget replace it (the daemon's `overwrite`: the download is renamed over it
+    /// from its `.part` only once complete).
+    func destination() throws -> (path: String, exactFile: Bool)? {
         if let output {
             let path = absolutePath(output)
             var isDir: ObjCBool = false
             if output.hasSuffix("/") || (FileManager.default.fileExists(atPath: path, isDirectory: &isDir) && isDir.boolValue) {
-                return try makeDirectory(path)
+                return (try makeDirectory(path), false)
             }
-            return path
+            return (path, true)
         }
-        if let directory { return try makeDirectory(absolutePath(directory)) }
+        if let directory { return (try makeDirectory(absolutePath(directory)), false) }
         return nil
     }
 
@@ -148,7 +156,10 @@ struct Get: AsyncParsableCommand {
             guard !entries.isEmpty else { throw CLIError.usage("no URLs in \(inputFile ?? "the input")") }
             let destination = try destination()
             var options = try downloadOptions()
-            if let destination { options["destination"] = .string(destination) }
+            if let destination {
+                options["destination"] = .string(destination.path)
+                if destination.exactFile { options["overwrite"] = .boolean(true) }
+            }
 
             let client = try global.connect()
             let session = try await client.openSession(global.session, configuration: sessionConfiguration())
@@ -177,6 +188,16 @@ struct Get: AsyncParsableCommand {
                 }
             }
             let ids = created.map(FerryClient.transferID)
+            if let destination, destination.exactFile, let path = created.first {
+                // `overwrite` replaces a file, never the name another live transfer is
+                // saving to: that one keeps it, and this download gets a free name.
+                let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
+                                                   method: "Get", arguments: [.string(FerryClient.transferInterface),
+                                                                              .string(FerryInterface.TransferProperty.destination.name)])
+                if let chosen = v?.first?.string, !chosen.isEmpty, chosen != destination.path {
+                    printError("another transfer is saving to \(destination.path); this one saves to \(chosen)")
+                }
+            }
             if json && !wait {
                 let objects = try await client.listing()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })

@@ -244,6 +244,32 @@ final class CLITests: FerryTestCase {
         XCTAssertEqual(state, "cancelled")
     }
 
+    /// `-o FILE` saves to exactly FILE, as curl and wget do: a file already there is
+    /// replaced (and keeps its old content until the download is whole), not left
+    /// beside a new `rel (1).bin`; `-d DIR` still picks a free name.
+    func testOutputFileIsReplacedNotRenamed() async throws {
+        let body = serve("/rel.bin", size: 300_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/rel.bin")
+        let dest = work + "/rel.bin"
+        let old = Data("the old file".utf8)
+        XCTAssertTrue(FileManager.default.createFile(atPath: dest, contents: old))
+        let get = try ChildProcess(executable: ferryPath, arguments: ["get", server.url("/rel.bin"), "-o", dest, "--wait"],
+                                   environment: environment())
+        defer { get.kill(SIGKILL) }
+        try await waitForFileSize(dest + ".part", atLeast: 1)
+        XCTAssertEqual(FileManager.default.contents(atPath: dest), old, "the final name never holds a partial download")
+        XCTAssertEqual(get.waitForExit(timeout: 20), 0, get.log)
+        assertFile(dest, equals: body)
+        XCTAssertFalse(exists(work + "/rel (1).bin"), "no second name: \((try? FileManager.default.contentsOfDirectory(atPath: work)) ?? [])")
+        XCTAssertTrue(get.stdout.hasSuffix(" completed \(dest)\n"), get.stdout)
+
+        // Into a folder, nothing is replaced: the download takes a free name.
+        let into = try ferry(["get", server.url("/rel.bin"), "-d", work, "--wait"])
+        XCTAssertEqual(into.status, 0, into.stderr)
+        assertFile(work + "/rel (1).bin", equals: body)
+        assertFile(dest, equals: body)
+    }
+
     /// `-T FILE URL/` uploads to URL/FILE (its name URL-encoded), as curl does; a URL
     /// naming a file is used as it is.
     func testUploadToAFolderURLAppendsTheFileName() async throws {

@@ -14,6 +14,9 @@ struct Get: AsyncParsableCommand {
             one is taken, unless --overwrite.
             --retries, --timeout, --proxy and --no-notify set the session's configuration: they stay \
             for the session's later transfers too (use --session NAME to keep them apart).
+            In a terminal, `get` without --wait says what it queued (ID STATE: URL -> PATH) and \
+            `get --wait` ends with the saved path of each download; piped or with --json, it prints \
+            the ids (a line each) as before.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -201,6 +204,15 @@ struct Get: AsyncParsableCommand {
             if json && !wait {
                 let objects = try await client.listing()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
+            } else if !json && !global.quiet && !wait && isatty(STDOUT_FILENO) != 0 && !ids.isEmpty {
+                // A person reading a terminal is told what was queued and where it goes;
+                // a script (stdout not a terminal) still reads bare ids.
+                let objects = try? await client.listing()
+                let byID = Dictionary((objects?.transfers ?? []).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+                Output.lines(ids.map { id in
+                    guard let i = byID[id] else { return String(id) }
+                    return "\(id) \(Format.stateText(i)): \(i.url)" + (i.destination.isEmpty ? "" : " -> \(i.destination)")
+                })
             } else if !json && !global.quiet && (!wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
                 Output.lines(ids.map { String($0) })
             }

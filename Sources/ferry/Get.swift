@@ -12,8 +12,10 @@ struct Get: AsyncParsableCommand {
             is written beside it as FILE.part and renamed over it only once complete, so FILE never \
             holds a partial download. -d DIR (or -o DIR/) picks a free name, `name (1).ext`, when \
             one is taken, unless --overwrite.
-            --retries, --timeout, --proxy and --no-notify set the session's configuration: they stay \
-            for the session's later transfers too (use --session NAME to keep them apart).
+            --retries, --timeout, --proxy and --no-notify apply to this run's transfers only: such a \
+            run uses a session of its own beside the CLI's, IDENT.settings-HASH (one per set of \
+            settings), which `ls --session`, `events --session` and the --all commands count as the \
+            CLI's session.
             In a terminal, `get` without --wait says what it queued (ID STATE: URL -> PATH) and \
             `get --wait` ends with the saved path of each download; piped or with --json, it prints \
             the ids (a line each) as before.
@@ -60,16 +62,16 @@ struct Get: AsyncParsableCommand {
     @Option(help: ArgumentHelp("A description shown in listings and notifications.", valueName: "TEXT"))
     var description: String?
 
-    @Option(help: ArgumentHelp("Retries after transient errors (session setting).", valueName: "N"))
+    @Option(help: ArgumentHelp("Retries after transient errors (for this run's transfers).", valueName: "N"))
     var retries: UInt32?
 
-    @Option(help: ArgumentHelp("Seconds without data before a try fails (session setting).", valueName: "SECONDS"))
+    @Option(help: ArgumentHelp("Seconds without data before a try fails (for this run's transfers).", valueName: "SECONDS"))
     var timeout: Double?
 
-    @Option(help: ArgumentHelp("A proxy URL, http:// or socks5h:// (session setting).", valueName: "URL"))
+    @Option(help: ArgumentHelp("A proxy URL, http:// or socks5h:// (for this run's transfers).", valueName: "URL"))
     var proxy: String?
 
-    @Flag(help: "Leave these transfers out of the desktop notification (session setting).")
+    @Flag(help: "Leave these transfers out of the desktop notification.")
     var noNotify = false
 
     @Flag(help: "With -d DIR: replace an existing file instead of picking a new name (-o FILE always replaces).")
@@ -151,6 +153,21 @@ struct Get: AsyncParsableCommand {
         return nil
     }
 
+    /// The session this run's transfers go to: the user's, or with per-run session
+    /// settings one of their own beside it (`SettingsSession`), which takes over the
+    /// user's session's other settings (where to save, for one).
+    func openRunSession(_ client: FerryClient) async throws -> FerrySession {
+        let settings = sessionConfiguration()
+        guard !settings.isEmpty else { return try await client.openSession(global.session) }
+        var configuration: [String: DBusValue] = [:]
+        if let base = try await client.sessionInfos().session(identifier: global.session) {
+            for key in SettingsSession.inherited { if let v = base.configuration[key] { configuration[key] = v } }
+        }
+        configuration.merge(settings) { _, new in new }
+        return try await client.openSession(SettingsSession.identifier(base: global.session, settings: settings),
+                                            configuration: configuration)
+    }
+
     func run() async throws {
         try await runReportingErrors {
             var entries = urls.map { Checksums.Entry(url: $0, sha256: sha256) }
@@ -165,7 +182,7 @@ struct Get: AsyncParsableCommand {
             }
 
             let client = try global.connect()
-            let session = try await client.openSession(global.session, configuration: sessionConfiguration())
+            let session = try await openRunSession(client)
             // Subscribed before the transfers exist, so no event of theirs is missed.
             let monitor = wait ? try await TransferMonitor.start(client) : nil
             defer { monitor?.stop() }

@@ -268,6 +268,13 @@ final class CLITests: FerryTestCase {
         XCTAssertEqual(into.status, 0, into.stderr)
         assertFile(work + "/rel (1).bin", equals: body)
         assertFile(dest, equals: body)
+
+        // A name another transfer is saving to stays that one's: get says where this one goes.
+        let held = try ferry(["get", server.url("/rel.bin"), "-o", work + "/held.bin", "--paused"])
+        XCTAssertEqual(held.status, 0, held.stderr)
+        let second = try ferry(["get", server.url("/rel.bin"), "-o", work + "/held.bin", "--paused"])
+        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertEqual(second.stderr, "ferry: another transfer is saving to \(work!)/held.bin; this one saves to \(work!)/held (1).bin\n")
     }
 
     /// --retries, --timeout, --proxy and --no-notify apply to that run's transfers only:

@@ -86,7 +86,7 @@ enum CommandLineRewrite {
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("session"),
-            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers when --session names it ($FERRY_SESSION does not filter them).", valueName: "IDENT"))
+            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers (with its settings sessions', see `get --help`) when --session names it ($FERRY_SESSION does not filter them).", valueName: "IDENT"))
     var sessionOption: String?
 
     /// The CLI's session: --session, else $FERRY_SESSION, else org.ferry.cli.

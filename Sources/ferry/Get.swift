@@ -12,10 +12,12 @@ struct Get: AsyncParsableCommand {
             is written beside it as FILE.part and renamed over it only once complete, so FILE never \
             holds a partial download. -d DIR (or -o DIR/) picks a free name, `name (1).ext`, when \
             one is taken, unless --overwrite.
+
             --retries, --timeout, --proxy and --no-notify apply to this run's transfers only: such a \
             run uses a session of its own beside the CLI's, IDENT.settings-HASH (one per set of \
             settings), which `ls --session`, `events --session` and the --all commands count as the \
             CLI's session.
+
             In a terminal, `get` without --wait says what it queued (ID STATE: URL -> PATH) and \
             `get --wait` ends with the saved path of each download; piped or with --json, it prints \
             the ids (a line each) as before.

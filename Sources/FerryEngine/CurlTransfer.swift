@@ -301,6 +301,7 @@ final class CurlTransfer {
             contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
             effectiveURL: effectiveURL, retryAfter: head.retryAfter)
         response.spaceReserved = space.covers(upTo: expectedTotal)
+        response.multiplexed = EasyHandleSetup.isMultiplexed(easy)
         loop.emit(.response(id, response))
     }
 

@@ -38,6 +38,9 @@ struct EasyHandleSetup {
         long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
+        // A request to an origin whose connection is still being set up waits to learn
+        // whether it can be a stream on it (HTTP/2) instead of opening one more.
+        long(CURLOPT_PIPEWAIT, 1)
         // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
         // measures speed over its last 5 s, so once the body has begun a stall is caught
         // here later than that (each attempt's `stallDue`, checked by the loop, is on time).
@@ -89,6 +92,13 @@ struct EasyHandleSetup {
         let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         if let port = components.port { return "\(shownHost):\(port)" }
         return components.scheme?.lowercased() == "https" ? "\(shownHost):443" : "\(shownHost):80"
+    }
+
+    /// The handle's response came over HTTP/2 or later (one connection, many streams).
+    static func isMultiplexed(_ easy: UnsafeMutableRawPointer?) -> Bool {
+        var version = 0
+        guard let easy, ferry_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK else { return false }
+        return version >= CURL_HTTP_VERSION_2_0
     }
 
     /// The URL after redirects.

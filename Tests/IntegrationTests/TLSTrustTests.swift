@@ -9,24 +9,13 @@ import XCTest
 /// way curl's users do it (`CURL_CA_BUNDLE`, `SSL_CERT_FILE`). A test CA made here with
 /// openssl signs a loopback HTTPS server (Python's `ssl` over `http.server`).
 final class TLSTrustTests: FerryTestCase {
-    private var authority: String { work + "/ca.pem" }
+    private var authority: String { work + "/tls/ca.pem" }
 
     /// Makes the test CA and a certificate for 127.0.0.1 signed by it; starts an HTTPS
     /// server on a free loopback port with `body` at /file.bin; returns its base URL.
     private func startHTTPSServer(body: [UInt8]) throws -> String {
         let dir = work + "/tls"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        func openssl(_ args: [String]) throws {
-            let r = try runTool("/usr/bin/openssl", args, environment: ProcessInfo.processInfo.environment)
-            XCTAssertEqual(r.status, 0, "openssl \(args.joined(separator: " ")): \(r.stderr)")
-        }
-        try openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Ferry Test CA",
-                     "-keyout", dir + "/ca.key", "-out", authority])
-        try openssl(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-                     "-keyout", dir + "/server.key", "-out", dir + "/server.csr"])
-        try "subjectAltName=IP:127.0.0.1,DNS:localhost\n".write(toFile: dir + "/san.ext", atomically: true, encoding: .utf8)
-        try openssl(["x509", "-req", "-in", dir + "/server.csr", "-CA", authority, "-CAkey", dir + "/ca.key",
-                     "-CAcreateserial", "-days", "2", "-extfile", dir + "/san.ext", "-out", dir + "/server.pem"])
+        _ = try makeTestCertificates(in: dir)
         FileManager.default.createFile(atPath: dir + "/file.bin", contents: Data(body))
         let script = """
         import functools, http.server, ssl, sys
@@ -43,12 +32,11 @@ final class TLSTrustTests: FerryTestCase {
         cleanups.append { child.kill(SIGKILL); _ = child.waitForExit(timeout: 5) }
         extraLogs.append { child.log }
         var port = ""
-        let deadline = Date().addingTimeInterval(15)
-        while port.isEmpty {
+        waitUntil(timeout: 15) {
             port = child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            if Date() > deadline || !child.isRunning { throw TimedOut(description: "the HTTPS server did not start\n\(child.log)") }
-            if port.isEmpty { usleep(20_000) }
+            return !port.isEmpty || !child.isRunning
         }
+        guard !port.isEmpty else { throw TimedOut(description: "the HTTPS server did not start\n\(child.log)") }
         return "https://127.0.0.1:\(port)"
     }
 

@@ -584,6 +584,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             startOffset: 0, contentDisposition: head.contentDisposition, acceptsRanges: false,
             effectiveURL: EasyHandleSetup.effectiveURL(easy, fallback: request.url), retryAfter: head.retryAfter)
         if final && source.responseDestination == nil { response.body = keptBody }
+        response.multiplexed = EasyHandleSetup.isMultiplexed(easy)
         loop.emit(.response(id, response))
     }
 }

@@ -34,7 +34,8 @@ final class HTTP2Tests: FerryTestCase {
     /// nginx serving `root` over TLS with HTTP/2 on a free port: `/NAME` as is, `/slow/NAME`
     /// at 16 KiB/s a request. Its access log has a line per request: the connection's
     /// serial number, the protocol and the status.
-    private func startNginx(root: String, certificates: TestCertificates) throws -> (base: String, accessLog: String) {
+    private func startNginx(root: String, certificates: TestCertificates, serverDirectives: String = "") throws
+        -> (base: String, accessLog: String) {
         let dir = work + "/nginx"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let port = try freePort()
@@ -60,6 +61,7 @@ final class HTTP2Tests: FerryTestCase {
                 root \(root);
                 location / { }
                 location /slow/ { alias \(root)/; limit_rate 16k; }
+                \(serverDirectives)
             }
         }
         """
@@ -97,20 +99,31 @@ final class HTTP2Tests: FerryTestCase {
         return most
     }
 
-    func testTransfersToAnHTTP2OriginShareConnectionsAndRunBeyondTheConnectionLimit() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
+    /// `count` files of 24 KiB under a new site folder, and their bodies.
+    private func makeSite(count: Int) throws -> (root: String, bodies: [[UInt8]]) {
         let root = work + "/site"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let count = 60
         var bodies: [[UInt8]] = []
         for i in 0..<count {
             let body = TestData.bytes(count: 24 * 1024, seed: UInt64(100 + i))
             bodies.append(body)
             FileManager.default.createFile(atPath: root + "/f\(i).bin", contents: Data(body))
         }
-        let (base, accessLog) = try startNginx(root: root, certificates: certificates)
+        return (root, bodies)
+    }
+
+    /// ferryd again, trusting the test CA.
+    private func restartTrusting(_ certificates: TestCertificates) async throws {
         try await stopFerryd()
         try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
+    }
+
+    func testTransfersToAnHTTP2OriginShareConnectionsAndRunBeyondTheConnectionLimit() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates)
+        try await restartTrusting(certificates)
 
         // At 16 KiB/s a request each takes 1.5 s: six at a time would take 15 s, and
         // more than six run at once only if they share connections.
@@ -132,5 +145,31 @@ final class HTTP2Tests: FerryTestCase {
         XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
         let connections = Set(lines.map { $0[0] })
         XCTAssertLessThanOrEqual(connections.count, 6, "the requests shared connections: \(connections.count) for \(count) files")
+    }
+
+    /// nginx closes each HTTP/2 connection after 7 requests with a GOAWAY (its
+    /// `keepalive_requests`), with other streams of the batch in flight or about to go:
+    /// every download still completes on its first attempt, byte-exact, none failed or
+    /// retried after a backoff.
+    func testAGoawayMidBatchCostsNoTransferAnAttempt() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: "keepalive_requests 7;")
+        try await restartTrusting(certificates)
+
+        let s = try await session("com.example.Goaway")
+        var transfers: [FerryTransfer] = []
+        for i in 0..<count {
+            transfers.append(try await s.download(base + "/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+            XCTAssertEqual(info.attempts, 1, "\(t.path) took one attempt")
+        }
+        for i in 0..<count { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        let lines = try String(contentsOfFile: accessLog, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        XCTAssertGreaterThan(Set(lines.map { $0[0] }).count, 1, "nginx did close connections mid-batch")
     }
 }

@@ -4,7 +4,9 @@ import Foundation
 struct RequestURL: Equatable {
     /// As the client gave it (the `Url` property).
     let string: String
-    /// Lowercased host name, the key for per-host limits.
+    /// Lowercased host name and port (`example.org:443`), the key for per-host limits
+    /// and for what an origin's connections can carry: a server on another port of the
+    /// same host is another server (libcurl's per-host limit counts host and port too).
     let host: String
     /// The last path component, percent-decoded and sanitised (a file name suggestion).
     let suggestedFileName: String
@@ -35,7 +37,8 @@ struct RequestURL: Equatable {
         }
         let lastComponent = components.percentEncodedPath.split(separator: "/").last.map(String.init) ?? ""
         let decoded = lastComponent.removingPercentEncoding ?? lastComponent
-        return RequestURL(string: string, host: host.lowercased(),
+        let port = components.port ?? (scheme == "https" ? 443 : 80)
+        return RequestURL(string: string, host: "\(host.lowercased()):\(port)",
                           suggestedFileName: FileNameSanitizer.sanitize(decoded) ?? FileNameSanitizer.fallbackName)
     }
 

@@ -66,7 +66,10 @@ final class NamingTests: XCTestCase {
         XCTAssertEqual(try RequestURL.validate("https://example.com/x/%2E%2E").suggestedFileName, "download")
         XCTAssertEqual(try RequestURL.validate("https://example.com/x/..%2F..%2Fetc%2Fpasswd").suggestedFileName, "passwd")
         XCTAssertEqual(try RequestURL.validate("https://example.com/.env").suggestedFileName, "env")
-        XCTAssertEqual(try RequestURL.validate("HTTPS://Example.COM:8443/f").host, "example.com")
+        // The per-host key: host and port, the scheme's port when none is given.
+        XCTAssertEqual(try RequestURL.validate("HTTPS://Example.COM:8443/f").host, "example.com:8443")
+        XCTAssertEqual(try RequestURL.validate("https://example.com/f").host, "example.com:443")
+        XCTAssertEqual(try RequestURL.validate("http://example.com/f").host, "example.com:80")
     }
 
     func testRedaction() {

@@ -118,6 +118,14 @@ extension TransferCoordinator {
     /// file moves (`recordFinishing`; `recorded`: the first one already is), so a crash
     /// in between cannot make the download start over into a second copy.
     private func moveIntoPlace(_ t: TransferRecord, digest: String?, target first: String, recorded: Bool) throws -> String {
+        let target = try renameIntoPlace(t, digest: digest, target: first, recorded: recorded)
+        // The new name is durable once its folder is synced: before the completion is
+        // stored or announced (`syncMovedFolders`), once per folder and round.
+        movedFolders.insert(FileSystemChecks.directoryName(target))
+        return target
+    }
+
+    private func renameIntoPlace(_ t: TransferRecord, digest: String?, target first: String, recorded: Bool) throws -> String {
         let part = t.partPath
         if t.options.overwrite {
             if !recorded { recordFinishing(t, target: t.destination, digest: digest) }

@@ -29,6 +29,7 @@ extension TransferCoordinator {
         var next = counters
         if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
         if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
+        syncMovedFolders()
         do {
             try store.write(pendingWrites + [.setCounters(next)])
         } catch {
@@ -82,10 +83,21 @@ extension TransferCoordinator {
 
     // MARK: - Writing
 
+    /// Syncs the folders finished downloads were moved into, so their names survive a
+    /// power cut before any completion is stored or announced: once per folder, however
+    /// many files of the round went there. On the core's queue (never the bus's).
+    func syncMovedFolders() {
+        guard !movedFolders.isEmpty else { return }
+        let folders = movedFolders
+        movedFolders = []
+        for folder in folders.sorted() { DurableFiles.syncFolder(folder) }
+    }
+
     /// Writes what is staged, with the counters. A failure (a full disk under the
     /// database) is logged once: the change has happened in memory and is announced;
     /// its operations stay staged, in order, and go with the next write that works.
     func flushStore() {
+        syncMovedFolders()
         guard !pendingWrites.isEmpty else { return }
         let staged = pendingWrites
         let operations = staged + [.setCounters(counters)]
@@ -113,6 +125,7 @@ extension TransferCoordinator {
     /// before their change is durable. Throws (leaving the staged operations staged)
     /// when the store refuses; the caller then changes nothing.
     func writeNow(_ operations: [StoreOperation], counters: StoreCounters) throws {
+        syncMovedFolders()
         let all = pendingWrites + operations + [.setCounters(counters)]
         do {
             try store.write(all)

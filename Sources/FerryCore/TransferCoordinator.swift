@@ -93,6 +93,9 @@ public final class TransferCoordinator {
     /// written before they move (`finishPendingMoves`), and those paths (taken meanwhile).
     var pendingMoves: [PendingMove] = []
     var movingTargets: Set<String> = []
+    /// Folders a finished download was moved into since they were last synced: synced
+    /// (once each) before the next store write and the next announcement.
+    var movedFolders: Set<String> = []
 
     var isStarted = false
     var isShutDown = false

@@ -11,7 +11,7 @@ extension TransferCoordinator {
 
     var counters: StoreCounters {
         StoreCounters(nextSessionID: max(nextSessionID, reservedSessionIDs),
-                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: nextSerial)
+                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: max(nextSerial, reservedSerials))
     }
 
     /// How many ids one store write reserves for ephemeral sessions and transfers.
@@ -22,13 +22,16 @@ extension TransferCoordinator {
     /// moved a block past them when they reach the last reservation — one write per
     /// 1,024 ids. Ephemeral sessions do not need the store otherwise: when it cannot
     /// be written, this logs and the next id tries again.
-    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil) {
+    /// Event serials of ephemeral sessions are reserved the same way (`serial`).
+    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil, serial: UInt64? = nil) {
         let needsSession = session.map { $0 >= reservedSessionIDs } ?? false
         let needsTransfer = transfer.map { $0 >= reservedTransferIDs } ?? false
-        guard needsSession || needsTransfer else { return }
+        let needsSerial = serial.map { $0 >= reservedSerials } ?? false
+        guard needsSession || needsTransfer || needsSerial else { return }
         var next = counters
         if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
         if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
+        if needsSerial, let serial { next.nextSerial = serial + Self.idReservationBlock }
         syncMovedFolders()
         do {
             try store.write(pendingWrites + [.setCounters(next)])
@@ -40,6 +43,7 @@ extension TransferCoordinator {
         pendingWrites = []
         reservedSessionIDs = next.nextSessionID
         reservedTransferIDs = next.nextTransferID
+        reservedSerials = next.nextSerial
     }
 
     var settings: StoredSettings {

@@ -55,6 +55,8 @@ public final class TransferCoordinator {
     /// their ids are reserved in the store a block at a time.
     var reservedSessionIDs: SessionID = 0
     var reservedTransferIDs: TransferID = 0
+    /// The same for the serials of ephemeral sessions' events.
+    var reservedSerials: UInt64 = 0
 
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0

@@ -172,12 +172,28 @@ extension TransferCoordinator {
             throw FerryError.invalidArgument("give either 'destination' or 'destination-fd', not both")
         }
         if let refusal = DestinationDescriptor.refusal(descriptor.fd) { throw refusal }
+        // Each descriptor held is one of ferryd's open files: capped per caller, with
+        // the upload sources (no app can exhaust ferryd's descriptors).
+        let owner = sessions[session]?.owner
+        if let full = uploadSourceRoomMissing(for: owner) {
+            throw FerryError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
+        }
         var private_ = options
         private_.destination = try DestinationDescriptor.workDirectory() + "/" + UUID().uuidString
         private_.overwrite = false
         let id = try download(session: session, url: url, options: private_)
         transfers[id]?.destinationFD = descriptor
+        countUploadSource(of: owner, by: 1)
         return id
+    }
+
+    /// Closes a download's `destination-fd` once nothing can write to it any more:
+    /// completed, cancelled or forgotten (a paused or failed one may be resumed, and
+    /// keeps it). A copy into it still under way holds it until that copy stops.
+    func releaseDestinationFD(_ t: TransferRecord, forgetting: Bool = false) {
+        guard t.destinationFD != nil, forgetting || t.state == .completed || t.state == .cancelled else { return }
+        t.destinationFD = nil
+        countUploadSource(of: sessions[t.session]?.owner, by: -1)
     }
 
     /// Whether `t` is a `destination-fd` download: it holds its descriptor, or (after a
@@ -214,7 +230,7 @@ extension TransferCoordinator {
         mutate {
             switch result {
             case .success:
-                t.destinationFD = nil
+                // Its descriptor is closed as it completes (`reachedFinalState`).
                 try? fileManager.removeItem(atPath: t.partPath)
                 completeFinished(t, location: "", bytesOnDisk: bytesOnDisk, digest: digest)
             case .failure(let error):

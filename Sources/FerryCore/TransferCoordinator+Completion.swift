@@ -188,6 +188,7 @@ extension TransferCoordinator {
     /// queued, waiting or running any more; a closing session may go now.
     func reachedFinalState(_ t: TransferRecord) {
         releaseUploadSource(t)
+        releaseDestinationFD(t)
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)

@@ -160,6 +160,7 @@ extension TransferCoordinator {
         }
         if t.stopInFlight { detachedStops[t.id] = (leftovers, confinement(of: t)) }
         releaseUploadSource(t, forgetting: true)
+        releaseDestinationFD(t, forgetting: true)
         unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil

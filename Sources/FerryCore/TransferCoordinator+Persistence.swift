@@ -189,8 +189,8 @@ extension TransferCoordinator {
         nextSessionID = max(nextSessionID, contents.counters.nextSessionID, maxSession + 1)
         nextTransferID = max(nextTransferID, contents.counters.nextTransferID, maxTransfer + 1)
         nextSerial = max(nextSerial, contents.counters.nextSerial, maxSerial + 1)
-        for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.finishingPath != nil {
-            settleInterruptedFinish(t)
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) {
+            if t.finishingPath != nil { settleInterruptedFinish(t) } else { settleIfAlreadyInPlace(t) }
         }
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
         newlyQueued = []
@@ -260,6 +260,13 @@ extension TransferCoordinator {
             guard Self.sameFile(t.partPath, target, fileManager) else { return }
             FileSystemChecks.removeIfPresent(t.partPath, fileManager: fileManager) // the link was made, not the unlink
         }
+        settleAsFinished(t, at: target)
+        logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
+    }
+
+    /// The transfer completes at `target`, where its verified file is; its event (never
+    /// sent) is pending now.
+    private func settleAsFinished(_ t: TransferRecord, at target: String) {
         let size = FileSystemChecks.fileSize(target) ?? t.snapshot.bytesTransferred
         t.snapshot.destination = target
         t.life.finishedBeforeRestart()
@@ -271,7 +278,32 @@ extension TransferCoordinator {
         _ = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: target, bytes: size,
                                      sha256: digest), session: t.session)
         t.markPublished()
-        logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
+    }
+
+    /// A download the store shows under way whose `.part` is gone while its final name
+    /// holds the whole file: the move into place was made and reached the disk, the
+    /// commit that would have said so did not (a power cut, or a store that could not be
+    /// written). It completes there instead of starting over into `NAME (1)`. The file
+    /// must be the one this download made: started (so its length is the server's), of
+    /// that length, changed since the download started, its SHA-256 the expected one
+    /// where the download has one, and its origin URL, where the file system keeps one,
+    /// this download's.
+    private func settleIfAlreadyInPlace(_ t: TransferRecord) {
+        guard t.state.isActive, !t.isUpload, t.snapshot.attempts > 0, t.snapshot.started > 0, t.snapshot.bytesExpected > 0,
+              !isDescriptorDownload(t) else { return }
+        let area = confinement(of: t)
+        guard FileSystemChecks.fileSize(t.partPath, within: area) == nil, !FileSystemChecks.exists(t.partPath),
+              let file = FileSystemChecks.sizeAndModification(t.destination, within: area),
+              file.size == t.snapshot.bytesExpected,
+              file.modified + 2_000_000 >= t.snapshot.started else { return }
+        if let origin = OriginURLAttribute.get(path: t.destination, fileManager: fileManager),
+           origin != OriginURLAttribute.withoutCredentials(t.snapshot.url) { return }
+        if let wanted = t.options.sha256?.lowercased() {
+            guard FileDigest.sha256(path: t.destination, within: area) == wanted else { return }
+            t.snapshot.sha256 = wanted
+        }
+        settleAsFinished(t, at: t.destination)
+        logger.info("transfer \(t.id) was complete in its place before the restart: \(t.destination)")
     }
 
     private static func sameFile(_ a: String, _ b: String, _ fileManager: FileManager) -> Bool {

@@ -88,4 +88,60 @@ final class DurabilityTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: dir + "/state", encoding: .utf8), "key")
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/state.new"))
     }
+
+    // MARK: - Restore
+
+    /// A download under way whose move into place reached the disk while the commit
+    /// saying so did not (a power cut): after the restart its `.part` is gone and its
+    /// name holds the whole file. It completes there, with its event, instead of being
+    /// fetched again into `file (1).bin`.
+    private func downloadMovedBeforeItsCommit(_ configure: (inout DownloadOptions) -> Void = { _ in })
+        throws -> (CoreHarness, TransferID, [UInt8]) {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let body = Array(repeating: UInt8(9), count: 300 << 10)
+        let t = try h.download(s, "https://example.com/file.bin", configure)
+        h.answerAndWrite(t, Array(body[0..<1000]), total: Int64(body.count))
+        XCTAssertEqual(h.savedRows(of: t).last?.snapshot.bytesExpected, Int64(body.count), "its length is stored")
+        // The rest arrived and the file was moved into place; the store never heard of it.
+        try FileManager.default.removeItem(atPath: h.downloads + "/file.bin.part")
+        _ = FileManager.default.createFile(atPath: h.downloads + "/file.bin", contents: Data(body))
+        return (h, t, body)
+    }
+
+    func testARunningDownloadWhoseWholeFileIsInPlaceCompletesAtTheRestart() throws {
+        let (h, t, body) = try downloadMovedBeforeItsCommit()
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.state(t), .completed)
+        XCTAssertEqual(h2.destination(t), h.downloads + "/file.bin")
+        XCTAssertNil(h2.engine.lastRequest(t), "not fetched again")
+        XCTAssertFalse(h2.exists(h.downloads + "/file (1).bin"))
+        let events = try h2.sync { try $0.pendingEvents(session: 1) }
+        XCTAssertEqual(events.map(\.kind), [.finished])
+        XCTAssertEqual(events.first?.location, h.downloads + "/file.bin")
+        XCTAssertEqual(events.first?.bytes, Int64(body.count))
+    }
+
+    func testWithASha256OnlyTheExpectedFileCompletes() throws {
+        let wanted = CoreHarness.sha256Hex(Array(repeating: UInt8(9), count: 300 << 10))
+        let (h, t, _) = try downloadMovedBeforeItsCommit { $0.sha256 = wanted }
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.state(t), .completed)
+        XCTAssertEqual(h2.snapshot(t)?.sha256, wanted)
+
+        let other = Array(repeating: UInt8(8), count: 300 << 10) // the same length, other bytes
+        let (h3, t3, _) = try downloadMovedBeforeItsCommit { $0.sha256 = wanted }
+        _ = FileManager.default.createFile(atPath: h3.downloads + "/file.bin", contents: Data(other))
+        let h4 = h3.restarted(crashed: true)
+        XCTAssertEqual(h4.state(t3), .running, "another file at its name: fetched again")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: h3.downloads + "/file.bin")), Data(other), "that file is left alone")
+    }
+
+    func testAFileOfAnotherLengthAtTheNameIsNotTaken() throws {
+        let (h, t, _) = try downloadMovedBeforeItsCommit()
+        _ = FileManager.default.createFile(atPath: h.downloads + "/file.bin", contents: Data([1, 2, 3]))
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.state(t), .running)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0)
+    }
 }

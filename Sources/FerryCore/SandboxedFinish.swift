@@ -30,6 +30,7 @@ extension TransferCoordinator {
             throw FerryError.disk("the partial file '\(t.partPath)' is no longer a plain file in '\(directory)'")
         }
         OriginURLAttribute.set(folder: folder, name: part, url: t.snapshot.url)
+        PartFileMark.remove(folder: folder, file: part)
         if t.options.overwrite {
             recordFinishing(t, target: t.destination, digest: digest)
             guard renameat(folder, part, folder, FileSystemChecks.baseName(t.destination)) == 0 else {

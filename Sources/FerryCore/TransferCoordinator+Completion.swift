@@ -28,7 +28,10 @@ extension TransferCoordinator {
         }
         // On the .part, so the file never appears under its final name without it (a
         // sandboxed application's is given it through its folder, as it is moved).
-        if confinement(of: t) == nil { OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url) }
+        if confinement(of: t) == nil {
+            OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
+            PartFileMark.remove(t.partPath) // a finished file is not a partial one
+        }
         if mutationDepth > 0, isPersistent(t.session), sessions[t.session]?.owner == nil {
             // Where it goes is stored with the others that finish in this change, in one
             // write, before any of them moves (`finishPendingMoves`).

@@ -204,10 +204,41 @@ extension TransferCoordinator {
         }
         publishedManager = manager
         for id in orphans { pendingWrites.append(.deleteTransfer(id)) }
+        removeForgottenPartFiles(stored: contents.transfers)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }
         flushStore()
         let active = transfers.values.filter { $0.state.isActive }.count
         logger.info("restored \(sessions.count) sessions and \(transfers.count) transfers (\(active) to carry on)")
+    }
+
+    /// Removes the `.part` files this ferryd made (`PartFileMark`) that no transfer owns
+    /// any more, in the folders its transfers write to and the default download folder:
+    /// one whose unlink a power cut took back, or an ephemeral session's after a crash.
+    /// Before `start()`: nothing is writing. A sandboxed application's folders are left
+    /// alone, and so is any file without the mark (another program's `NAME.part`).
+    private func removeForgottenPartFiles(stored: [StoredTransfer]) {
+        // Owned files by identity, not by name: a folder may be reached by two paths.
+        func identity(_ path: String) -> [UInt64]? {
+            var st = stat()
+            return lstat(path, &st) == 0 ? [UInt64(st.st_dev), UInt64(st.st_ino)] : nil
+        }
+        var owned = Set(stored.compactMap { identity($0.partPath) })
+        var folders: Set<String> = [environment.defaultDownloadDirectory()]
+        for t in transfers.values where !t.isUpload {
+            if let id = identity(t.partPath) { owned.insert(id) }
+            if sessions[t.session]?.owner == nil { folders.insert(FileSystemChecks.directoryName(t.partPath)) }
+        }
+        for folder in folders.sorted() {
+            guard let names = try? fileManager.contentsOfDirectory(atPath: folder) else { continue }
+            var removed = 0
+            for name in names where name.hasSuffix(".part") {
+                let path = FileSystemChecks.join(folder, name)
+                guard let id = identity(path), !owned.contains(id), PartFileMark.isMarked(path), unlink(path) == 0 else { continue }
+                removed += 1
+                logger.info("removed a partial file no transfer owns any more: \(path)")
+            }
+            if removed > 0 { DurableFiles.syncFolder(folder) }
+        }
     }
 
     /// A stored transfer as the restarted daemon takes it up.

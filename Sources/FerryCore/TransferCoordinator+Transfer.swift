@@ -199,6 +199,9 @@ extension TransferCoordinator {
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
         var withRanges = data
         withRanges.segments = t.segments?.encoded
-        return withRanges.encoded(sealedWith: environment.resumeDataSeal)
+        let encoded = withRanges.encoded(sealedWith: environment.resumeDataSeal)
+        // The client may continue it after this transfer is gone: never removed as forgotten.
+        if !encoded.isEmpty { PartFileMark.remove(t.partPath) }
+        return encoded
     }
 }

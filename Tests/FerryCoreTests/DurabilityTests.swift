@@ -144,4 +144,48 @@ final class DurabilityTests: XCTestCase {
         XCTAssertEqual(h2.state(t), .running)
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0)
     }
+
+    /// Marks `path` as a partial file this ferryd made (as the engine does).
+    private func mark(_ path: String) throws {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        PartFileMark.set(fd: fd)
+        close(fd)
+        guard PartFileMark.isMarked(path) else { throw XCTSkip("the test folder keeps no user extended attributes") }
+    }
+
+    /// A `.part` this ferryd made that no transfer owns any more (a power cut brought
+    /// back one whose unlink had not reached the disk) is removed at the restart;
+    /// another program's `NAME.part` (no mark) and the one a transfer owns stay.
+    func testAForgottenPartFileOfOursIsRemovedAtTheRestartAndNoOtherFile() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.answerAndWrite(t, Array(repeating: 1, count: 1000), total: 300 << 10)
+        try mark(h.downloads + "/file.bin.part")
+        let forgotten = h.downloads + "/gone.bin.part", browsers = h.downloads + "/browser.bin.part"
+        _ = FileManager.default.createFile(atPath: forgotten, contents: Data([1, 2, 3]))
+        try mark(forgotten)
+        _ = FileManager.default.createFile(atPath: browsers, contents: Data([4, 5, 6]))
+
+        let h2 = h.restarted(crashed: true)
+        XCTAssertFalse(h2.exists(forgotten), "ours, owned by no transfer: removed")
+        XCTAssertTrue(h2.exists(browsers), "not ours: left alone")
+        XCTAssertTrue(h2.exists(h.downloads + "/file.bin.part"), "owned: kept")
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 1000, "and continued")
+    }
+
+    /// A partial file handed to the client in resume data is the client's: unmarked,
+    /// so no restart removes it although no transfer owns it then.
+    func testResumeDataTakesTheMarkOff() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.answerAndWrite(t, Array(repeating: 1, count: 1000), total: 300 << 10)
+        let part = h.downloads + "/file.bin.part"
+        try mark(part)
+        let data = try h.sync { try $0.pause(t) }
+        XCTAssertFalse(data.isEmpty)
+        XCTAssertFalse(PartFileMark.isMarked(part))
+    }
 }

@@ -44,10 +44,28 @@ public enum DurableFiles {
         syncFolder(fd: fd, path: directory)
     }
 
+    /// Syncs the folder that holds `path` (a file just created or renamed there).
+    public static func syncFolder(containing path: String) {
+        syncFolder(FileSystemChecks.directoryName(path))
+    }
+
     /// `syncFolder` for a folder already open (`path`: for the observer only).
     public static func syncFolder(fd: Int32, path: String) {
         while fsync(fd) != 0 && errno == EINTR {}
         note(.syncFolder(path))
+    }
+
+    /// Syncs the bytes of the file open at `fd` (`path`: for the observer only).
+    /// - Returns: 0, or the error number.
+    @discardableResult
+    public static func syncFile(fd: Int32, path: String) -> Int32 {
+        while fdatasync(fd) != 0 {
+            if errno == EINTR { continue }
+            // A file system that cannot sync (EINVAL) keeps the bytes it has.
+            return errno == EINVAL || errno == EROFS ? 0 : errno
+        }
+        note(.syncFile(path))
+        return 0
     }
 
     /// Writes `bytes` to `path` so that a power cut leaves either the old file or the

@@ -185,6 +185,8 @@ final class DestinationPipeTests: FerryTestCase {
         XCTAssertEqual(pipe(&ends), 0)
         let s = try await session()
         let t = try await s.download(server.url("/gone.bin"), options: ["destination-fd": .unixFD(ends[1])])
+        var st = stat()
+        XCTAssertEqual(fstat(ends[1], &st), 0)
         close(ends[1])
         close(ends[0]) // nobody will read
         let info = try await finish(t)
@@ -192,6 +194,14 @@ final class DestinationPipeTests: FerryTestCase {
         XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
         XCTAssertTrue(info.errorMessage.contains("destination-fd"), info.errorMessage)
         await assertDaemonAlive()
+        // No copy can reach a pipe whose reader left: ferryd closed it, before Remove.
+        let pid = try XCTUnwrap(ferryd?.pid)
+        func holdsThePipe() -> Bool {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []).contains {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == "pipe:[\(st.st_ino)]"
+            }
+        }
+        try await waitUntilAsync("ferryd closes the pipe", timeout: 5) { !holdsThePipe() }
 
         let n = try await s.download(server.url("/next.bin"), options: ["destination": .string(work + "/next.bin")])
         let nextInfo = try await finish(n)

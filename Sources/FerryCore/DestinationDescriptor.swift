@@ -30,6 +30,13 @@ public final class DestinationDescriptor: @unchecked Sendable {
     private let queue = DispatchQueue(label: "org.ferry.destination-fd")
     /// Bytes have gone into a pipe or socket (on `queue` only).
     private var streamBegun = false
+    /// A copy failed so that none can ever succeed (guarded by `lock`): its reader left
+    /// (EPIPE), or a pipe or socket that had part of the file was cut short.
+    private var spent = false
+    private let lock = NSLock()
+
+    /// Whether no copy into the descriptor can succeed any more (it may be closed).
+    var isSpent: Bool { lock.withLock { spent } }
 
     /// Takes ownership of `fd` (closed when the transfer is done or forgotten).
     public init(fd: Int32) { self.fd = fd }
@@ -92,7 +99,14 @@ public final class DestinationDescriptor: @unchecked Sendable {
     func deliver(_ path: String, _ delivery: DescriptorDelivery, stallLimit: Double,
                  done: @escaping @Sendable (Result<Void, Error>) -> Void) {
         queue.async { [self] in
-            done(Result { try receive(path, delivery: delivery, stallLimit: stallLimit) })
+            done(Result {
+                do {
+                    try receive(path, delivery: delivery, stallLimit: stallLimit)
+                } catch {
+                    if streamBegun || (error as NSError).code == Int(EPIPE) { lock.withLock { spent = true } }
+                    throw error
+                }
+            })
         }
     }
 
@@ -172,12 +186,30 @@ extension TransferCoordinator {
             throw FerryError.invalidArgument("give either 'destination' or 'destination-fd', not both")
         }
         if let refusal = DestinationDescriptor.refusal(descriptor.fd) { throw refusal }
+        // Each descriptor held is one of ferryd's open files: capped per caller, with
+        // the upload sources (no app can exhaust ferryd's descriptors).
+        let owner = sessions[session]?.owner
+        if let full = uploadSourceRoomMissing(for: owner) {
+            throw FerryError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
+        }
         var private_ = options
         private_.destination = try DestinationDescriptor.workDirectory() + "/" + UUID().uuidString
         private_.overwrite = false
         let id = try download(session: session, url: url, options: private_)
         transfers[id]?.destinationFD = descriptor
+        countUploadSource(of: owner, by: 1)
         return id
+    }
+
+    /// Closes a download's `destination-fd` once nothing can write to it any more:
+    /// completed, cancelled or forgotten, or failed with a descriptor no copy can
+    /// succeed into (`isSpent`); a paused or otherwise failed one may be resumed, and
+    /// keeps it. A copy into it still under way holds it until that copy stops.
+    func releaseDestinationFD(_ t: TransferRecord, forgetting: Bool = false) {
+        guard let descriptor = t.destinationFD else { return }
+        guard forgetting || t.state == .completed || t.state == .cancelled || (t.state == .failed && descriptor.isSpent) else { return }
+        t.destinationFD = nil
+        countUploadSource(of: sessions[t.session]?.owner, by: -1)
     }
 
     /// Whether `t` is a `destination-fd` download: it holds its descriptor, or (after a
@@ -190,7 +222,7 @@ extension TransferCoordinator {
     /// queue, and the transfer stays running until it ends (`deliveryEnded`).
     func startDelivery(_ t: TransferRecord, bytesOnDisk: Int64, digest: String?) {
         guard let descriptor = t.destinationFD else {
-            failTransfer(t, .disk("could not move the finished download to '\(t.destination)': its destination-fd was lost when ferryd restarted; start the download again with a new descriptor"))
+            failTransfer(t, .disk("could not move the finished download to '\(t.destination)': its destination-fd is gone (lost when ferryd restarted, or closed after a copy into it failed for good); start the download again with a new descriptor"))
             return
         }
         let delivery = DescriptorDelivery()
@@ -214,7 +246,7 @@ extension TransferCoordinator {
         mutate {
             switch result {
             case .success:
-                t.destinationFD = nil
+                // Its descriptor is closed as it completes (`reachedFinalState`).
                 try? fileManager.removeItem(atPath: t.partPath)
                 completeFinished(t, location: "", bytesOnDisk: bytesOnDisk, digest: digest)
             case .failure(let error):

@@ -56,6 +56,14 @@ enum FileSystemChecks {
         regularFileInfo(path, within: area).map { Int64($0.st_size) }
     }
 
+    /// Size and last change (µs since the epoch) of a regular file, looked up as
+    /// `fileSize(_:within:)` says; nil when there is none.
+    static func sizeAndModification(_ path: String, within area: SandboxArea?) -> (size: Int64, modified: UInt64)? {
+        regularFileInfo(path, within: area).map {
+            (Int64($0.st_size), UInt64(max(0, $0.st_mtim.tv_sec)) * 1_000_000 + UInt64(max(0, $0.st_mtim.tv_nsec)) / 1000)
+        }
+    }
+
     /// `lstat` of a regular file (nil for anything else, or nothing), looked up as
     /// `fileSize(_:within:)` says.
     private static func regularFileInfo(_ path: String, within area: SandboxArea?) -> stat? {

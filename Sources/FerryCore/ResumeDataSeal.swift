@@ -75,25 +75,8 @@ public struct ResumeDataSeal: @unchecked Sendable { // the key never changes aft
     }
 
     private static func writeKeyFile(_ bytes: [UInt8], to path: String, in directory: String) throws {
-        let temporary = path + ".new"
-        unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        var code = written == bytes.count ? 0 : (written < 0 ? errno : EIO)
-        if code == 0, fsync(fd) != 0 { code = errno }
-        close(fd)
-        if code == 0, rename(temporary, path) != 0 { code = errno }
-        guard code == 0 else {
-            unlink(temporary)
-            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
-        }
-        // The new name survives a power cut only once the folder is synced.
-        let folder = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if folder >= 0 {
-            _ = fsync(folder)
-            close(folder)
-        }
+        // Synced, renamed, the folder synced: a power cut leaves the key or none.
+        try DurableFiles.write(bytes, to: path, mode: 0o600)
     }
 
     /// The sealed bytes of `json`.

@@ -16,6 +16,11 @@ extension TransferCoordinator {
         let folder = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard folder >= 0 else { throw Self.finishFailure("opening '\(directory)'", errno) }
         defer { close(folder) }
+        // The new name survives a power cut once the folder (as opened) is synced.
+        func synced(_ target: String) -> String {
+            DurableFiles.syncFolder(fd: folder, path: directory)
+            return target
+        }
         guard area.holds(folder) else {
             throw FerryError.disk("'\(directory)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")
         }
@@ -25,12 +30,13 @@ extension TransferCoordinator {
             throw FerryError.disk("the partial file '\(t.partPath)' is no longer a plain file in '\(directory)'")
         }
         OriginURLAttribute.set(folder: folder, name: part, url: t.snapshot.url)
+        PartFileMark.remove(folder: folder, file: part)
         if t.options.overwrite {
             recordFinishing(t, target: t.destination, digest: digest)
             guard renameat(folder, part, folder, FileSystemChecks.baseName(t.destination)) == 0 else {
                 throw Self.finishFailure("moving it to '\(t.destination)'", errno)
             }
-            return t.destination
+            return synced(t.destination)
         }
         var target = t.destination
         for _ in 0..<8 {
@@ -38,7 +44,7 @@ extension TransferCoordinator {
             recordFinishing(t, target: target, digest: digest)
             if linkat(folder, part, folder, name, 0) == 0 {
                 _ = unlinkat(folder, part, 0)
-                return target
+                return synced(target)
             }
             let code = errno
             var there = stat()
@@ -49,7 +55,7 @@ extension TransferCoordinator {
             }
             // No hard links on this file system: a rename after the check above.
             guard renameat(folder, part, folder, name) == 0 else { throw Self.finishFailure("moving it to '\(target)'", errno) }
-            return target
+            return synced(target)
         }
         throw FerryError.disk("no free file name in '\(directory)'")
     }

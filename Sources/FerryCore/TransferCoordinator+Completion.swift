@@ -28,7 +28,10 @@ extension TransferCoordinator {
         }
         // On the .part, so the file never appears under its final name without it (a
         // sandboxed application's is given it through its folder, as it is moved).
-        if confinement(of: t) == nil { OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url) }
+        if confinement(of: t) == nil {
+            OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
+            PartFileMark.remove(t.partPath) // a finished file is not a partial one
+        }
         if mutationDepth > 0, isPersistent(t.session), sessions[t.session]?.owner == nil {
             // Where it goes is stored with the others that finish in this change, in one
             // write, before any of them moves (`finishPendingMoves`).
@@ -118,6 +121,14 @@ extension TransferCoordinator {
     /// file moves (`recordFinishing`; `recorded`: the first one already is), so a crash
     /// in between cannot make the download start over into a second copy.
     private func moveIntoPlace(_ t: TransferRecord, digest: String?, target first: String, recorded: Bool) throws -> String {
+        let target = try renameIntoPlace(t, digest: digest, target: first, recorded: recorded)
+        // The new name is durable once its folder is synced: before the completion is
+        // stored or announced (`syncMovedFolders`), once per folder and round.
+        movedFolders.insert(FileSystemChecks.directoryName(target))
+        return target
+    }
+
+    private func renameIntoPlace(_ t: TransferRecord, digest: String?, target first: String, recorded: Bool) throws -> String {
         let part = t.partPath
         if t.options.overwrite {
             if !recorded { recordFinishing(t, target: t.destination, digest: digest) }
@@ -180,6 +191,7 @@ extension TransferCoordinator {
     /// queued, waiting or running any more; a closing session may go now.
     func reachedFinalState(_ t: TransferRecord) {
         releaseUploadSource(t)
+        releaseDestinationFD(t)
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
         s.batch.count(t.state)

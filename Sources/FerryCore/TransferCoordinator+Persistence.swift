@@ -11,7 +11,7 @@ extension TransferCoordinator {
 
     var counters: StoreCounters {
         StoreCounters(nextSessionID: max(nextSessionID, reservedSessionIDs),
-                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: nextSerial)
+                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: max(nextSerial, reservedSerials))
     }
 
     /// How many ids one store write reserves for ephemeral sessions and transfers.
@@ -22,13 +22,17 @@ extension TransferCoordinator {
     /// moved a block past them when they reach the last reservation — one write per
     /// 1,024 ids. Ephemeral sessions do not need the store otherwise: when it cannot
     /// be written, this logs and the next id tries again.
-    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil) {
+    /// Event serials of ephemeral sessions are reserved the same way (`serial`).
+    func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil, serial: UInt64? = nil) {
         let needsSession = session.map { $0 >= reservedSessionIDs } ?? false
         let needsTransfer = transfer.map { $0 >= reservedTransferIDs } ?? false
-        guard needsSession || needsTransfer else { return }
+        let needsSerial = serial.map { $0 >= reservedSerials } ?? false
+        guard needsSession || needsTransfer || needsSerial else { return }
         var next = counters
         if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
         if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
+        if needsSerial, let serial { next.nextSerial = serial + Self.idReservationBlock }
+        syncMovedFolders()
         do {
             try store.write(pendingWrites + [.setCounters(next)])
         } catch {
@@ -39,6 +43,7 @@ extension TransferCoordinator {
         pendingWrites = []
         reservedSessionIDs = next.nextSessionID
         reservedTransferIDs = next.nextTransferID
+        reservedSerials = next.nextSerial
     }
 
     var settings: StoredSettings {
@@ -82,10 +87,21 @@ extension TransferCoordinator {
 
     // MARK: - Writing
 
+    /// Syncs the folders finished downloads were moved into, so their names survive a
+    /// power cut before any completion is stored or announced: once per folder, however
+    /// many files of the round went there. On the core's queue (never the bus's).
+    func syncMovedFolders() {
+        guard !movedFolders.isEmpty else { return }
+        let folders = movedFolders
+        movedFolders = []
+        for folder in folders.sorted() { DurableFiles.syncFolder(folder) }
+    }
+
     /// Writes what is staged, with the counters. A failure (a full disk under the
     /// database) is logged once: the change has happened in memory and is announced;
     /// its operations stay staged, in order, and go with the next write that works.
     func flushStore() {
+        syncMovedFolders()
         guard !pendingWrites.isEmpty else { return }
         let staged = pendingWrites
         let operations = staged + [.setCounters(counters)]
@@ -113,6 +129,7 @@ extension TransferCoordinator {
     /// before their change is durable. Throws (leaving the staged operations staged)
     /// when the store refuses; the caller then changes nothing.
     func writeNow(_ operations: [StoreOperation], counters: StoreCounters) throws {
+        syncMovedFolders()
         let all = pendingWrites + operations + [.setCounters(counters)]
         do {
             try store.write(all)
@@ -172,8 +189,8 @@ extension TransferCoordinator {
         nextSessionID = max(nextSessionID, contents.counters.nextSessionID, maxSession + 1)
         nextTransferID = max(nextTransferID, contents.counters.nextTransferID, maxTransfer + 1)
         nextSerial = max(nextSerial, contents.counters.nextSerial, maxSerial + 1)
-        for t in transfers.values.sorted(by: { $0.id < $1.id }) where t.finishingPath != nil {
-            settleInterruptedFinish(t)
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) {
+            if t.finishingPath != nil { settleInterruptedFinish(t) } else { settleIfAlreadyInPlace(t) }
         }
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
         newlyQueued = []
@@ -187,10 +204,41 @@ extension TransferCoordinator {
         }
         publishedManager = manager
         for id in orphans { pendingWrites.append(.deleteTransfer(id)) }
+        removeForgottenPartFiles(stored: contents.transfers)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }
         flushStore()
         let active = transfers.values.filter { $0.state.isActive }.count
         logger.info("restored \(sessions.count) sessions and \(transfers.count) transfers (\(active) to carry on)")
+    }
+
+    /// Removes the `.part` files this ferryd made (`PartFileMark`) that no transfer owns
+    /// any more, in the folders its transfers write to and the default download folder:
+    /// one whose unlink a power cut took back, or an ephemeral session's after a crash.
+    /// Before `start()`: nothing is writing. A sandboxed application's folders are left
+    /// alone, and so is any file without the mark (another program's `NAME.part`).
+    private func removeForgottenPartFiles(stored: [StoredTransfer]) {
+        // Owned files by identity, not by name: a folder may be reached by two paths.
+        func identity(_ path: String) -> [UInt64]? {
+            var st = stat()
+            return lstat(path, &st) == 0 ? [UInt64(st.st_dev), UInt64(st.st_ino)] : nil
+        }
+        var owned = Set(stored.compactMap { identity($0.partPath) })
+        var folders: Set<String> = [environment.defaultDownloadDirectory()]
+        for t in transfers.values where !t.isUpload {
+            if let id = identity(t.partPath) { owned.insert(id) }
+            if sessions[t.session]?.owner == nil { folders.insert(FileSystemChecks.directoryName(t.partPath)) }
+        }
+        for folder in folders.sorted() {
+            guard let names = try? fileManager.contentsOfDirectory(atPath: folder) else { continue }
+            var removed = 0
+            for name in names where name.hasSuffix(".part") {
+                let path = FileSystemChecks.join(folder, name)
+                guard let id = identity(path), !owned.contains(id), PartFileMark.isMarked(path), unlink(path) == 0 else { continue }
+                removed += 1
+                logger.info("removed a partial file no transfer owns any more: \(path)")
+            }
+            if removed > 0 { DurableFiles.syncFolder(folder) }
+        }
     }
 
     /// A stored transfer as the restarted daemon takes it up.
@@ -243,6 +291,13 @@ extension TransferCoordinator {
             guard Self.sameFile(t.partPath, target, fileManager) else { return }
             FileSystemChecks.removeIfPresent(t.partPath, fileManager: fileManager) // the link was made, not the unlink
         }
+        settleAsFinished(t, at: target)
+        logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
+    }
+
+    /// The transfer completes at `target`, where its verified file is; its event (never
+    /// sent) is pending now.
+    private func settleAsFinished(_ t: TransferRecord, at target: String) {
         let size = FileSystemChecks.fileSize(target) ?? t.snapshot.bytesTransferred
         t.snapshot.destination = target
         t.life.finishedBeforeRestart()
@@ -254,7 +309,32 @@ extension TransferCoordinator {
         _ = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .finished, location: target, bytes: size,
                                      sha256: digest), session: t.session)
         t.markPublished()
-        logger.info("transfer \(t.id) had finished moving into place before the restart: \(target)")
+    }
+
+    /// A download the store shows under way whose `.part` is gone while its final name
+    /// holds the whole file: the move into place was made and reached the disk, the
+    /// commit that would have said so did not (a power cut, or a store that could not be
+    /// written). It completes there instead of starting over into `NAME (1)`. The file
+    /// must be the one this download made: started (so its length is the server's), of
+    /// that length, changed since the download started, its SHA-256 the expected one
+    /// where the download has one, and its origin URL, where the file system keeps one,
+    /// this download's.
+    private func settleIfAlreadyInPlace(_ t: TransferRecord) {
+        guard t.state.isActive, !t.isUpload, t.snapshot.attempts > 0, t.snapshot.started > 0, t.snapshot.bytesExpected > 0,
+              !isDescriptorDownload(t) else { return }
+        let area = confinement(of: t)
+        guard FileSystemChecks.fileSize(t.partPath, within: area) == nil, !FileSystemChecks.exists(t.partPath),
+              let file = FileSystemChecks.sizeAndModification(t.destination, within: area),
+              file.size == t.snapshot.bytesExpected,
+              file.modified + 2_000_000 >= t.snapshot.started else { return }
+        if let origin = OriginURLAttribute.get(path: t.destination, fileManager: fileManager),
+           origin != OriginURLAttribute.withoutCredentials(t.snapshot.url) { return }
+        if let wanted = t.options.sha256?.lowercased() {
+            guard FileDigest.sha256(path: t.destination, within: area) == wanted else { return }
+            t.snapshot.sha256 = wanted
+        }
+        settleAsFinished(t, at: t.destination)
+        logger.info("transfer \(t.id) was complete in its place before the restart: \(t.destination)")
     }
 
     private static func sameFile(_ a: String, _ b: String, _ fileManager: FileManager) -> Bool {

@@ -154,7 +154,12 @@ extension TransferCoordinator {
         event.serial = nextSerial
         nextSerial += 1
         sessions[session]?.pendingEvents.append(event)
-        if isPersistent(session) { pendingWrites.append(.appendEvent(session, event)) }
+        if isPersistent(session) {
+            pendingWrites.append(.appendEvent(session, event))
+        } else {
+            // Never stored, yet its serial must not come again after a restart.
+            reserveIDs(serial: event.serial)
+        }
         return event.serial
     }
 }

@@ -161,6 +161,7 @@ extension TransferCoordinator {
         }
         if t.stopInFlight { detachedStops[t.id] = (leftovers, confinement(of: t)) }
         releaseUploadSource(t, forgetting: true)
+        releaseDestinationFD(t, forgetting: true)
         unindex(t)
         if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
@@ -199,6 +200,9 @@ extension TransferCoordinator {
                               session: sessions[t.session]?.identifier ?? "", created: t.snapshot.created)
         var withRanges = data
         withRanges.segments = t.segments?.encoded
-        return withRanges.encoded(sealedWith: environment.resumeDataSeal)
+        let encoded = withRanges.encoded(sealedWith: environment.resumeDataSeal)
+        // The client may continue it after this transfer is gone: never removed as forgotten.
+        if !encoded.isEmpty { PartFileMark.remove(t.partPath) }
+        return encoded
     }
 }

@@ -297,25 +297,27 @@ extension TransferCoordinator {
         countUploadSource(of: app, by: -1)
     }
 
-    /// Counts an upload source opened (1) or closed (-1), also against the sandboxed
-    /// application `app` (nil: an unconfined caller's).
-    private func countUploadSource(of app: String?, by change: Int) {
+    /// Counts an upload source (or a `destination-fd`: they share the budget) opened (1)
+    /// or closed (-1), also against the sandboxed application `app` (nil: an unconfined
+    /// caller's).
+    func countUploadSource(of app: String?, by change: Int) {
         openUploadSources += change
         guard let app else { return }
         let held = (openUploadSourcesByApp[app] ?? 0) + change
         openUploadSourcesByApp[app] = held > 0 ? held : nil
     }
 
-    /// Why no further upload source may be opened (for the sandboxed application `app`,
-    /// nil: an unconfined caller), nil when one may.
-    private func uploadSourceRoomMissing(for app: String?) -> String? {
+    /// Why no further upload source or `destination-fd` may be held (for the sandboxed
+    /// application `app`, nil: an unconfined caller), nil when one may. Both are
+    /// descriptors ferryd keeps for a client, so they share one budget.
+    func uploadSourceRoomMissing(for app: String?) -> String? {
         if openUploadSources >= environment.uploadSourceLimit {
-            return "\(openUploadSources) uploads are waiting or running, each with its file open: as many as ferryd's "
-                + "open-file limit leaves room for"
+            return "\(openUploadSources) files are held open for clients (uploads waiting or running, and destination-fd "
+                + "downloads not ended): as many as ferryd's open-file limit leaves room for"
         }
         if let app, let held = openUploadSourcesByApp[app], held >= Self.uploadSourceShare(environment) {
-            return "this application has \(held) uploads waiting or running, each with its file open: the most one "
-                + "application may (a quarter of what ferryd's open-file limit leaves room for)"
+            return "this application has \(held) files held open (uploads waiting or running, and destination-fd downloads "
+                + "not ended): the most one application may (a quarter of what ferryd's open-file limit leaves room for)"
         }
         return nil
     }

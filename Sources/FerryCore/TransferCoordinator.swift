@@ -55,6 +55,8 @@ public final class TransferCoordinator {
     /// their ids are reserved in the store a block at a time.
     var reservedSessionIDs: SessionID = 0
     var reservedTransferIDs: TransferID = 0
+    /// The same for the serials of ephemeral sessions' events.
+    var reservedSerials: UInt64 = 0
 
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0
@@ -96,6 +98,9 @@ public final class TransferCoordinator {
     /// written before they move (`finishPendingMoves`), and those paths (taken meanwhile).
     var pendingMoves: [PendingMove] = []
     var movingTargets: Set<String> = []
+    /// Folders a finished download was moved into since they were last synced: synced
+    /// (once each) before the next store write and the next announcement.
+    var movedFolders: Set<String> = []
 
     var isStarted = false
     var isShutDown = false

@@ -87,8 +87,10 @@ final class CookieJars {
         guard case .file(let path) = jar, let entry = jars[jar] else { return }
         if entry.writer == nil {
             guard let writer = curl_easy_init() else { return }
+            // curl writes a temporary file beside the jar; `install` syncs it and renames
+            // it over the jar, then syncs the folder (curl itself syncs nothing).
             guard ferry_easy_setopt_share(writer, entry.share) == CURLE_OK,
-                  ferry_easy_setopt_string(writer, CURLOPT_COOKIEJAR, path) == CURLE_OK else {
+                  ferry_easy_setopt_string(writer, CURLOPT_COOKIEJAR, Self.temporary(path)) == CURLE_OK else {
                 curl_easy_cleanup(writer)
                 return
             }
@@ -97,9 +99,19 @@ final class CookieJars {
         guard let writer = entry.writer else { return }
         let cookies = Self.cookieList(writer)
         guard cookies != entry.written else { return }
-        Self.createPrivately(path)
-        if ferry_easy_setopt_string(writer, CURLOPT_COOKIELIST, "FLUSH") == CURLE_OK { entry.written = cookies }
+        let temporary = Self.temporary(path)
+        unlink(temporary) // one left by a crash; created afresh, private
+        Self.createPrivately(temporary)
+        guard ferry_easy_setopt_string(writer, CURLOPT_COOKIELIST, "FLUSH") == CURLE_OK else { return }
+        // Durable, or tried again at the next save: a power cut leaves the old jar or the new one.
+        do {
+            try DurableFiles.install(temporary, at: path)
+            entry.written = cookies
+        } catch {}
     }
+
+    /// Where curl writes the jar before it takes the jar's name.
+    private static func temporary(_ path: String) -> String { path + ".new" }
 
     /// The share's cookies, one Netscape-format line each.
     private static func cookieList(_ easy: UnsafeMutableRawPointer) -> [String] {

@@ -296,7 +296,7 @@ final class CurlTransfer {
 
     private func emitResponse(acceptsRanges: Bool) {
         var response = EngineResponse(
-            status: head.status, etag: head.etag, lastModified: head.lastModified,
+            status: head.status, etag: head.etag, lastModified: head.usableLastModified,
             expectedTotal: expectedTotal, startOffset: startOffset,
             contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
             effectiveURL: effectiveURL, retryAfter: head.retryAfter)

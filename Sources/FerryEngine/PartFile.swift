@@ -75,7 +75,9 @@ final class PartFile {
             }
         }
         return (createUnnamedThenLink(path, folder: folder, name: name) ?? createNamed(path, folder: folder, name: name)).map {
-            PartFile(path: path, fd: $0, isRegular: true, initialSize: 0, area: area)
+            // Ours: a restart that finds it forgotten may remove it (`PartFileMark`).
+            PartFileMark.set(fd: $0)
+            return PartFile(path: path, fd: $0, isRegular: true, initialSize: 0, area: area)
         }
     }
 

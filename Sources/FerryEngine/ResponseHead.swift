@@ -8,6 +8,7 @@ struct ResponseHead {
     var reason = ""
     var etag: String?
     var lastModified: String?
+    var date: String?
     var contentLength: Int64?
     /// A Content-Length that is not a plain decimal count that fits in 63 bits
     /// ("1e23", "-1", 20 digits), or two that disagree: printable, for the message.
@@ -20,7 +21,12 @@ struct ResponseHead {
     var retryAfter: Double?
 
     /// What later range requests for this file are checked against (`If-Range`).
-    var strongValidator: String? { RangeValidator.strong(etag: etag, lastModified: lastModified) }
+    var strongValidator: String? { RangeValidator.strong(etag: etag, lastModified: usableLastModified) }
+
+    /// The Last-Modified date when it can check ranges: not within 60 s of `Date`
+    /// (`RangeValidator.usableLastModified`). What the core is told, so a file served
+    /// with only a weak date is neither resumed nor fetched in ranges.
+    var usableLastModified: String? { RangeValidator.usableLastModified(lastModified, date: date) }
 
     /// Whether this answer to a range request sent under `validator` (an ETag, or a
     /// Last-Modified date: the request's `If-Range`) is of the same file. A server that
@@ -77,6 +83,7 @@ struct ResponseHead {
         switch name {
         case "etag": etag = value
         case "last-modified": lastModified = value
+        case "date": date = value
         case "content-length":
             if let length = Self.decimalCount(value), contentLength == nil || contentLength == length {
                 contentLength = length

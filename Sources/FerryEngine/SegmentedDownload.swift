@@ -431,7 +431,7 @@ final class SegmentedDownload: EngineAttempt {
     private func emitResponse(_ head: ResponseHead, connection: RangeConnection, startOffset: Int64, acceptsRanges: Bool = false) {
         responded = true
         var response = EngineResponse(
-            status: head.status, etag: head.etag, lastModified: head.lastModified, expectedTotal: total,
+            status: head.status, etag: head.etag, lastModified: head.usableLastModified, expectedTotal: total,
             startOffset: startOffset, contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
             effectiveURL: EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url), retryAfter: head.retryAfter)
         response.connections = head.status >= 300 || single ? 1 : maxConnections

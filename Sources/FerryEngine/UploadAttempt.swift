@@ -220,6 +220,14 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         if let error { return finish(.failed(error, bytesOnDisk: position)) }
         if responseFD >= 0 {
             if let failure = claimResponseFile() { return finish(.failed(failure, bytesOnDisk: position)) } // an empty answer
+            // On the disk, under its name, before the upload is reported complete.
+            if let path = source.responseDestination {
+                let code = DurableFiles.syncFile(fd: responseFD, path: path)
+                if code != 0 {
+                    return finish(.failed(.disk(PartFileError(code: code, action: "flushing", path: path).message), bytesOnDisk: position))
+                }
+                DurableFiles.syncFolder(containing: path)
+            }
             let rc = Glibc.close(responseFD)
             responseFD = -1
             if rc != 0 && errno != EINTR, let path = source.responseDestination {

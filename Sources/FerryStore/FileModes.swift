@@ -1,3 +1,4 @@
+import FerryCore
 import Foundation
 import Logging
 
@@ -19,8 +20,13 @@ enum FileModes {
         if chmod(directory, directoryMode) != 0 {
             logger.warning("cannot make the state directory \(directory) private (mode 0700): \(String(cString: strerror(errno)))")
         }
-        let fd = open(database, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, fileMode)
-        if fd >= 0 { close(fd) }
+        let fd = open(database, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, fileMode)
+        if fd >= 0 {
+            close(fd)
+            // A new database's name survives a power cut once its folder is synced
+            // (SQLite syncs the folder for its -wal file, not for the file it opens).
+            DurableFiles.syncFolder(directory)
+        }
         let base = (database as NSString).lastPathComponent
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for name in names where name.hasPrefix(base) {

@@ -2,11 +2,13 @@ import FerryCore
 import Foundation
 import GRDB
 
-/// The daemon's `TransferStore`: one SQLite database (WAL, `synchronous = NORMAL`)
+/// The daemon's `TransferStore`: one SQLite database (WAL, `synchronous = FULL`)
 /// through a single GRDB `DatabaseQueue`. Every `write` is one transaction, committed
-/// before it returns, so a change survives `kill -9` of the daemon the moment the core
-/// announces it (a power cut may lose the last few commits: WAL with NORMAL syncs at
-/// checkpoints only).
+/// and synced to the disk (one fsync of the WAL) before it returns, so a change the
+/// core announces survives `kill -9` of the daemon and a power cut alike. (NORMAL
+/// synced at checkpoints only: a reply or signal could tell of a commit a power cut
+/// then took back.) The core writes once per change, however many transfers it touched,
+/// so the sync costs one fsync per change, not one per transfer.
 ///
 /// Use `StateDatabase.open` in the daemon: it creates the directory and moves a corrupt
 /// database aside. This initialiser just opens, checks and migrates.
@@ -37,13 +39,16 @@ public final class SQLiteTransferStore: TransferStore {
         configuration.busyMode = .timeout(5)
         configuration.label = "ferry.store"
         configuration.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
             // Only this connection ever opens the file (ferryd holds ferry.lock): no
             // fcntl lock and unlock around every transaction, and the WAL's index in
             // memory instead of a shared -shm file. Set before the WAL is first used.
             try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE")
         }
         database = try DatabaseQueue(path: path, configuration: configuration)
+        // Durable before acknowledged: every commit is on the disk when `write` returns.
+        // Set after opening: GRDB sets NORMAL itself as it turns WAL on (after
+        // `prepareDatabase`). The queue has this one connection, so it stays set.
+        try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try database.read { db in
             let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
             guard check == ["ok"] else {

@@ -44,6 +44,8 @@ public enum ServerBehaviour: Sendable {
     case failRangeRequests(Int, status: Int)
     /// Adds `Set-Cookie: value` to every answer (repeatable: one header each).
     case setCookie(String)
+    /// Adds `Date: value` to every answer (the server sends none otherwise).
+    case date(String)
     /// Accept PUT and POST bodies (recorded in `RecordedRequest.upload`) and answer
     /// `status` with `body` (default: "received N bytes, sha256 HEX").
     case acceptUploads(status: Int = 201, body: [UInt8]? = nil)
@@ -70,6 +72,7 @@ struct PathRules {
     var ignoreIfRange = false
     var rangeDrop: (bytes: Int, remaining: Int)?
     var cookies: [String] = []
+    var date: String?
     var rangeFailures: (remaining: Int, status: Int)?
     var uploads: (status: Int, body: [UInt8]?)?
     var silent = false
@@ -90,6 +93,7 @@ struct PathRules {
         case .ignoreIfRange: ignoreIfRange = true
         case .dropRangeAfter(let bytes, let times): rangeDrop = (max(0, bytes), times)
         case .setCookie(let value): cookies.append(value)
+        case .date(let value): date = value
         case .failRangeRequests(let count, let code): rangeFailures = (count, code)
         case .acceptUploads(let status, let body): uploads = (status, body)
         case .neverAnswer: silent = true

@@ -206,6 +206,7 @@ public final class TestHTTPServer: @unchecked Sendable {
         var plan = basePlan(for: head, path: path, rule: &rule, upload: upload)
         plan.held = rule.held
         for cookie in rule.cookies { plan.headers.add(name: "Set-Cookie", value: cookie) }
+        if let date = rule.date { plan.headers.add(name: "Date", value: date) }
         return plan
     }
 

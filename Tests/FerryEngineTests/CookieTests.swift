@@ -103,6 +103,23 @@ final class CookieTests: EngineTestCase {
         XCTAssertTrue(text.contains("theme") && text.contains("s3cr3t-value"), "a new cookie is saved with the old ones")
     }
 
+    /// A power cut leaves the old jar or the new one, never a part of it: the new one is
+    /// written beside it, synced, renamed over it, and then its folder is synced.
+    func testFileJarIsSyncedThenRenamedThenItsFolderSynced() throws {
+        let path = directory.appendingPathComponent("durable.cookies").path
+        let steps = StepLog()
+        DurableFiles.observe { step in steps.append(step) }
+        defer { DurableFiles.observe(nil) }
+        XCTAssertEqual(run(cookieRequest(1, "/login", jar: .file(path))), .succeeded(bytesOnDisk: 1, sha256: nil))
+        XCTAssertEqual(steps.all.filter { $0.mentions(path) || $0 == .syncFolder(directory.path) },
+                       [.syncFile(path + ".new"), .rename(from: path + ".new", to: path), .syncFolder(directory.path)])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path + ".new"))
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600, "readable by its owner only")
+        XCTAssertTrue((try String(contentsOfFile: path, encoding: .utf8)).contains("s3cr3t-value"))
+    }
+
     func testUploadsAndRangeConnectionsUseTheJar() throws {
         let jar = EngineCookieJar.memory(3)
         XCTAssertEqual(run(cookieRequest(1, "/login", jar: jar)), .succeeded(bytesOnDisk: 1, sha256: nil))
@@ -178,5 +195,23 @@ final class CookieLogTests: EngineTestCase {
         XCTAssertEqual(server.requests(for: "/fail").last?.header("Cookie"), "session=s3cr3t-value")
         XCTAssertFalse(captured.all.isEmpty, "the engine logged something")
         XCTAssertFalse(captured.all.contains { $0.contains("s3cr3t") }, "\(captured.all)")
+    }
+}
+
+/// The steps `DurableFiles` reports, from whichever thread makes them.
+final class StepLog: @unchecked Sendable {
+    // @unchecked Sendable: `steps` is guarded by `lock`.
+    private let lock = NSLock()
+    private var steps: [DurableFiles.Step] = []
+    func append(_ step: DurableFiles.Step) { lock.withLock { steps.append(step) } }
+    var all: [DurableFiles.Step] { lock.withLock { steps } }
+}
+
+extension DurableFiles.Step {
+    func mentions(_ path: String) -> Bool {
+        switch self {
+        case .syncFile(let p), .syncFolder(let p): return p.hasPrefix(path)
+        case .rename(let from, let to): return from.hasPrefix(path) || to.hasPrefix(path)
+        }
     }
 }

@@ -49,6 +49,18 @@ final class DownloadTests: EngineTestCase {
         assertWellFormedEvents(1)
     }
 
+    /// A partial file the engine creates carries this ferryd's mark, so a restart that
+    /// finds it forgotten may remove it and no other program's `NAME.part`.
+    func testANewPartFileIsMarkedAsOurs() throws {
+        server.add(path: "/marked.bin", body: [1, 2, 3])
+        let part = partPath("marked.bin.part")
+        XCTAssertEqual(run(request(1, "/marked.bin", part: part)), .succeeded(bytesOnDisk: 3, sha256: nil))
+        let probe = partPath("probe")
+        XCTAssertTrue(FileManager.default.createFile(atPath: probe, contents: nil))
+        guard OriginURLAttribute.set(path: probe, url: "https://example.com/") else { throw XCTSkip("no user extended attributes here") }
+        XCTAssertTrue(PartFileMark.isMarked(part))
+    }
+
     func testDownloadWithoutHashReportsNone() {
         let body = TestData.bytes(count: 100_000, seed: 3)
         server.add(path: "/a", body: body)

@@ -247,9 +247,14 @@ final class UploadTests: EngineTestCase {
         let destination = directory.appendingPathComponent("answer.json").path
         let source = try open(try sourceFile([1, 2, 3, 4]), responseDestination: destination)
 
+        let steps = StepLog()
+        DurableFiles.observe { steps.append($0) }
+        defer { DurableFiles.observe(nil) }
         XCTAssertEqual(run(uploadRequest(1, "/up", source)), .succeeded(bytesOnDisk: 4, sha256: nil))
         XCTAssertEqual(contents(destination), answer)
         XCTAssertNil(responses(1).first?.body, "saved, not kept in memory")
+        XCTAssertEqual(steps.all.filter { $0.mentions(destination) || $0 == .syncFolder(directory.path) },
+                       [.syncFile(destination), .syncFolder(directory.path)], "synced with its folder before the upload completed")
     }
 
     func testResponseKeptInMemoryIsCappedAt64KiB() throws {

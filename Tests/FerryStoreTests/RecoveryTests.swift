@@ -33,6 +33,24 @@ final class RecoveryTests: XCTestCase {
     /// A database another connection holds (a second ferryd where the folder's lock
     /// could not guard it) is "busy": never moved aside, and a named error so that the
     /// daemon stops instead of running on without its state. (Waits the 5 s busy timeout.)
+    /// A new database's name is made durable: its folder is synced once it is created
+    /// (and not again when it is opened later).
+    func testANewDatabasesFolderIsSynced() throws {
+        let dir = TemporaryDirectory()
+        var folders: [String] = []
+        let lock = NSLock()
+        DurableFiles.observe { step in
+            if case .syncFolder(let folder) = step { lock.withLock { folders.append(folder) } }
+        }
+        defer { DurableFiles.observe(nil) }
+        let store = try StateDatabase.open(directory: dir.path, logger: LogCapture().logger)
+        try store.close()
+        XCTAssertEqual(lock.withLock { folders }, [dir.path])
+        let again = try StateDatabase.open(directory: dir.path, logger: LogCapture().logger)
+        try again.close()
+        XCTAssertEqual(lock.withLock { folders }, [dir.path], "an existing database: no sync")
+    }
+
     func testADatabaseInUseIsNotMovedAsideButRefused() throws {
         let dir = TemporaryDirectory()
         let first = try StateDatabase.open(directory: dir.path, logger: LogCapture().logger)

@@ -13,7 +13,7 @@ final class SchemaTests: XCTestCase {
             (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))
         }
         XCTAssertEqual(mode, "wal")
-        XCTAssertEqual(sync, 1, "synchronous = NORMAL")
+        XCTAssertEqual(sync, 2, "synchronous = FULL: a commit is synced before write returns (and the core answers)")
         let tables = try store.database.read { db in
             try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'grdb%' ORDER BY name")
         }

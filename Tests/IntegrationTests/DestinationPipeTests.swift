@@ -77,6 +77,64 @@ final class DestinationPipeTests: FerryTestCase {
         XCTAssertEqual(info.bytesTransferred, Int64(body.count))
     }
 
+    /// Whether every writer of the pipe behind `reader` is gone (a read says end of
+    /// file), polled within `timeout`; the read end is made non-blocking for it.
+    private func writersGone(_ reader: Int32, timeout: TimeInterval = 10) async throws -> Bool {
+        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
+        let deadline = Date().addingTimeInterval(timeout)
+        var byte: UInt8 = 0
+        while Date() < deadline {
+            if read(reader, &byte, 1) == 0 { return true }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        return false
+    }
+
+    /// A cancelled download's descriptor is closed at once (not kept until `Remove`),
+    /// and every descriptor a caller holds in ferryd counts against one budget (here
+    /// 64: the open-file limit, 320, less 256): past it `destination-fd` is refused
+    /// with LimitExceeded, and a cancelled one makes room again.
+    func testDestinationDescriptorsAreCappedAndClosedWhenCancelled() async throws {
+        serve("/fd.bin", size: 1000)
+        try await stopFerryd()
+        try await startFerryd(wrapper: ["/usr/bin/prlimit", "--nofile=100:320", "--"])
+        let s = try await session()
+
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let (reader, writer) = (ends[0], ends[1])
+        defer { close(reader) }
+        let piped = try await s.download(server.url("/fd.bin"), options: ["destination-fd": .unixFD(writer), "start": .boolean(false)])
+        close(writer) // ferryd holds the only writer now
+        try await piped.cancel()
+        let gone = try await writersGone(reader)
+        XCTAssertTrue(gone, "the cancelled download's descriptor was closed before Remove")
+
+        let target = work + "/fd-target.bin"
+        XCTAssertTrue(FileManager.default.createFile(atPath: target, contents: nil))
+        let fd = open(target, O_WRONLY | O_CLOEXEC)
+        defer { close(fd) }
+        var held: [FerryTransfer] = []
+        var refusal: BusError?
+        for _ in 0..<70 {
+            do {
+                held.append(try await s.download(server.url("/fd.bin"), options: ["destination-fd": .unixFD(fd), "start": .boolean(false)]))
+            } catch let e as BusError {
+                refusal = e
+                break
+            }
+        }
+        XCTAssertEqual(held.count, 320 - 256, "the budget: the limit less 256 for everything else")
+        XCTAssertEqual(refusal?.name, "org.ferry.Ferry1.Error.LimitExceeded", refusal?.message ?? "no refusal")
+        XCTAssertTrue(refusal?.message.contains("destination-fd") ?? false, refusal?.message ?? "")
+
+        try await held[0].cancel()
+        let more = try await s.download(server.url("/fd.bin"), options: ["destination-fd": .unixFD(fd)])
+        let info = try await finish(more)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        await assertDaemonAlive()
+    }
+
     /// A connected stream socket takes the file as a pipe does; a datagram socket (which
     /// would cut it into messages) and a listening one (no peer) are refused at the call,
     /// by name, and create nothing.
@@ -127,6 +185,8 @@ final class DestinationPipeTests: FerryTestCase {
         XCTAssertEqual(pipe(&ends), 0)
         let s = try await session()
         let t = try await s.download(server.url("/gone.bin"), options: ["destination-fd": .unixFD(ends[1])])
+        var st = stat()
+        XCTAssertEqual(fstat(ends[1], &st), 0)
         close(ends[1])
         close(ends[0]) // nobody will read
         let info = try await finish(t)
@@ -134,6 +194,14 @@ final class DestinationPipeTests: FerryTestCase {
         XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Disk", info.errorMessage)
         XCTAssertTrue(info.errorMessage.contains("destination-fd"), info.errorMessage)
         await assertDaemonAlive()
+        // No copy can reach a pipe whose reader left: ferryd closed it, before Remove.
+        let pid = try XCTUnwrap(ferryd?.pid)
+        func holdsThePipe() -> Bool {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")) ?? []).contains {
+                (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\($0)")) == "pipe:[\(st.st_ino)]"
+            }
+        }
+        try await waitUntilAsync("ferryd closes the pipe", timeout: 5) { !holdsThePipe() }
 
         let n = try await s.download(server.url("/next.bin"), options: ["destination": .string(work + "/next.bin")])
         let nextInfo = try await finish(n)

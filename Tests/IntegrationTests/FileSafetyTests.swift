@@ -128,3 +128,37 @@ final class DirectoryWatch {
 
     func close() { Glibc.close(fd) }
 }
+
+extension FileSafetyTests {
+    /// ferryd marks the partial files it makes: after a SIGKILL its ephemeral
+    /// download's `.part`, which nothing on disk records, is removed at the next start,
+    /// while another program's `NAME.part` in the same folder stays; a finished file
+    /// carries no mark.
+    func testAForgottenPartFileOfFerrysIsRemovedAtTheNextStartAndNoOtherFile() async throws {
+        let downloads = try XCTUnwrap(self.downloads)
+        let done = serve("/done.bin", size: 1000)
+        let s = try await session()
+        let finished = try await s.download(server.url("/done.bin"), options: ["destination": .string(downloads + "/done.bin")])
+        let info = try await finish(finished)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(downloads + "/done.bin", equals: done)
+        let mark = try runTool("/usr/bin/python3", ["-c", "import os,sys; os.getxattr(sys.argv[1], 'user.ferry.part')",
+                                                    downloads + "/done.bin"], environment: environment())
+        XCTAssertNotEqual(mark.status, 0, "a finished file carries no partial-file mark")
+
+        serve("/eph.bin", size: stalledSize)
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/eph.bin")
+        let eph = try await session("com.example.Gone", ["persistent": .boolean(false)])
+        let t = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(downloads + "/eph.bin")])
+        try await waitForState(t, "running")
+        try await waitForFileSize(downloads + "/eph.bin.part", atLeast: stalledCut)
+        let browsers = downloads + "/browser.bin.part"
+        try "a browser's download under way".write(toFile: browsers, atomically: false, encoding: .utf8)
+
+        try await killFerryd()
+        XCTAssertTrue(exists(downloads + "/eph.bin.part"), "the crash left it")
+        try await startFerryd()
+        XCTAssertFalse(exists(downloads + "/eph.bin.part"), "ferryd's, owned by nothing: removed at the start")
+        XCTAssertEqual(contents(browsers), "a browser's download under way", "another program's: left alone")
+    }
+}

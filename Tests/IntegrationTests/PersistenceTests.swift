@@ -102,6 +102,30 @@ final class PersistenceTests: FerryTestCase {
         XCTAssertEqual(events.count, 0, "its events lived in memory only")
     }
 
+    /// Ids and serials never come again, for ephemeral sessions too (nothing of theirs
+    /// is stored): after a SIGKILL and after a clean stop, a new ephemeral session's
+    /// session, transfer and event serial are above every one handed out before.
+    func testEphemeralIdsAndSerialsNeverComeAgainAfterARestart() async throws {
+        serve("/e.bin", size: 1000)
+        var highest: (session: UInt64, transfer: UInt64, serial: UInt64) = (0, 0, 0)
+        for (round, restart) in ["kill -9", "stop", "none"].enumerated() {
+            let eph = try await session("com.example.Ephemeral\(round)", ["persistent": .boolean(false)])
+            let t = try await eph.download(server.url("/e.bin"), options: ["destination": .string(work + "/e\(round).bin")])
+            let (serial, error, _) = try await signals.completed(t.path)
+            XCTAssertEqual(error, "")
+            let sessionID = UInt64(eph.path.split(separator: "/").last ?? "") ?? 0
+            XCTAssertGreaterThan(sessionID, highest.session, "round \(round): a new session id")
+            XCTAssertGreaterThan(t.id, highest.transfer, "round \(round): a new transfer id")
+            XCTAssertGreaterThan(serial, highest.serial, "round \(round): a new event serial")
+            highest = (max(highest.session, sessionID), max(highest.transfer, t.id), max(highest.serial, serial))
+            switch restart {
+            case "kill -9": try await killAndRestart()
+            case "stop": try await self.restart()
+            default: break
+            }
+        }
+    }
+
     /// An ephemeral session's unfinished downloads vanish with the daemon, and so do
     /// their `.part` files: none is left in the download folder after a stop. Only a
     /// partial file that `Pause` handed out resume data for stays, and that data

@@ -33,6 +33,9 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
     private let joinLock = NSLock()
     private var joined = false
 
+    /// Connections kept open for reuse once idle, over all hosts.
+    static let idleConnectionsKept = 32
+
     /// Starts the engine thread.
     public init(logger: Logger = Logger(label: "org.ferry.engine")) {
         CurlGlobal.initialize()
@@ -43,6 +46,9 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
         // server's limit, at most 100 each), as many as there are.
         _ = ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         _ = ferry_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, Limits.streamsPerConnection)
+        // Idle connections kept for reuse (libcurl's default grows with the handles ever
+        // added: after a batch, hundreds stayed open until ferryd exited).
+        _ = ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.idleConnectionsKept)
         let inbox = EngineInbox(multi: multi)
         let loop = EngineLoop(multi: multi, inbox: inbox, logger: logger)
         self.inbox = inbox

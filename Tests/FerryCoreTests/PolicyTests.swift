@@ -52,24 +52,24 @@ final class PolicyTests: XCTestCase {
     }
 
     /// Over HTTP/2 the limits count connections: an origin's running transfers share one
-    /// per `Limits.streamsPerConnection` as streams, so a session limited to 2 connections
-    /// per host runs 200 transfers there, and one more waits; a host on HTTP/1.1 beside it
-    /// still takes a connection per transfer from the same global limit.
+    /// as up to `Limits.streamsPerConnection` streams, so 100 run there, and the next
+    /// waits for one of them; a host on HTTP/1.1 beside it still takes a connection per
+    /// transfer from the same global limit.
     func testAMultiplexingOriginCountsConnectionsNotTransfers() {
         var index = TransferIndex()
         let streams = Limits.streamsPerConnection
-        for id in 1...(2 * streams + 1) { add(&index, TransferID(id), host: "h2") }
-        for id in 1001...1003 { add(&index, TransferID(id), host: "h1") }
+        for id in 1...(streams + 1) { add(&index, TransferID(id), host: "h2") }
+        for id in 1001...1005 { add(&index, TransferID(id), host: "h1") }
         index.setMultiplexing(HostKey(session: 1, host: "h2"), true)
         let started = picks(&index, max: 4, perHost: 2)
-        XCTAssertEqual(started.filter { $0 <= 1000 }.count, 2 * streams, "two connections' worth of streams on the h2 origin")
-        XCTAssertEqual(started.filter { $0 > 1000 }.count, 2, "the h1 origin gets what the global 4 leaves: a connection each")
-        XCTAssertEqual(index.connectionsInUse, 4)
+        XCTAssertEqual(started.filter { $0 <= 1000 }.count, streams, "one connection's worth of streams on the h2 origin")
+        XCTAssertEqual(started.filter { $0 > 1000 }.count, 2, "the h1 origin gets its 2 connections from the global 4")
+        XCTAssertEqual(index.connectionsInUse, 3)
 
         // The origin turns out to answer over HTTP/1.1 after all: every transfer is a
         // connection again, and nothing more starts until they end.
         index.setMultiplexing(HostKey(session: 1, host: "h2"), false)
-        XCTAssertEqual(index.connectionsInUse, 2 * streams + 2)
+        XCTAssertEqual(index.connectionsInUse, streams + 2)
         XCTAssertEqual(picks(&index, max: 4, perHost: 2), [])
     }
 

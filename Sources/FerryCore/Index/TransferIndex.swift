@@ -134,9 +134,9 @@ struct TransferIndex {
         }
     }
 
-    /// Takes the next transfer to start, if the connection limits allow one: one more
-    /// transfer on a multiplexing origin takes a new connection only when its others fill
-    /// theirs.
+    /// Takes the next transfer to start, if the connection limits allow one. A
+    /// multiplexing origin's transfers share one connection, up to
+    /// `Limits.streamsPerConnection` of them at once.
     mutating func nextToStart(maxConnections: Int, perHostLimit: (SessionID) -> Int) -> TransferID? {
         let inUse = connectionsInUse
         guard inUse < maxConnections || !multiplexing.isEmpty else { return nil }
@@ -145,8 +145,10 @@ struct TransferIndex {
             let now = perHost[key, default: 0]
             let shared = multiplexing.contains(key)
             let after = Self.connections(running: now + 1, multiplexed: shared)
+            // A multiplexing origin gets one connection's worth of streams: past that,
+            // libcurl would open more connections than it needs, several at once.
             return inUse + after - Self.connections(running: now, multiplexed: shared) <= maxConnections
-                && after <= perHostLimit(key.session)
+                && after <= (shared ? 1 : perHostLimit(key.session))
         }
     }
 

@@ -20,17 +20,23 @@ Python 3 standard library only.
 
 import argparse
 import asyncio
+import collections
 import signal
 import socket
 import sys
 
-READ_SIZE = 256 * 1024
-QUEUE_CHUNKS = 1024          # per direction: up to 256 MiB waiting, far above RTT x throughput here
+HIGH = 64 * 1024 * 1024   # bytes waiting in one direction before the sender is paused
+LOW = 16 * 1024 * 1024    # ... and resumed (far above RTT x throughput here)
+EOF_MARK = b""
+RESET = None
 
 
 class DelayProxy:
     """Accepts on 127.0.0.1:`listen_port` (0: any free port) and forwards to
-    127.0.0.1:`target_port`, each direction delayed by `rtt` / 2 seconds."""
+    127.0.0.1:`target_port`, each direction delayed by `rtt` / 2 seconds.
+
+    Protocols and timers, not a coroutine per chunk: one Python process has to carry a
+    gigabyte of TLS through it in a few seconds."""
 
     def __init__(self, target_port, rtt=0.040, listen_port=0, handshake_rtt=True, host="127.0.0.1"):
         self.target_port, self.rtt, self.listen_port = target_port, rtt, listen_port
@@ -39,11 +45,12 @@ class DelayProxy:
         self.connections = 0
         self.bytes_up = 0      # client -> server
         self.bytes_down = 0    # server -> client
-        self._tasks = set()
+        self.sides = set()
 
     async def start(self):
-        self.server = await asyncio.start_server(self._accept, self.host, self.listen_port,
-                                                 backlog=4096, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self._accepted, self.host, self.listen_port,
+                                               backlog=4096, reuse_address=True)
         self.listen_port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -51,89 +58,154 @@ class DelayProxy:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        for t in list(self._tasks):
-            t.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for side in list(self.sides):
+            if side.transport is not None:
+                side.transport.abort()
+        await asyncio.sleep(0)
 
-    def _accept(self, c_reader, c_writer):
-        task = asyncio.ensure_future(self._serve(c_reader, c_writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, c_reader, c_writer):
+    def _accepted(self):
         loop = asyncio.get_running_loop()
-        accepted = loop.time()
+        now = loop.time()
         self.connections += 1
-        try:
-            s_reader, s_writer = await asyncio.open_connection(self.host, self.target_port)
-        except OSError:
-            c_writer.close()
-            return
-        for w in (c_writer, s_writer):
-            sock = w.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         half = self.rtt / 2
-        first_due = accepted + (self.rtt if self.handshake_rtt else 0) + half
-        up = self._direction(c_reader, s_writer, half, first_due, "bytes_up")
-        down = self._direction(s_reader, c_writer, half, 0.0, "bytes_down")
-        try:
-            await asyncio.gather(up, down, return_exceptions=True)
-        finally:
-            for w in (c_writer, s_writer):
-                try:
-                    w.close()
-                except OSError:
-                    pass
+        up = _Pipe(self, loop, half, now + (self.rtt if self.handshake_rtt else 0) + half, "bytes_up")
+        down = _Pipe(self, loop, half, 0.0, "bytes_down")
+        client = _Side(self, out=up, into=down)
+        up.src, down.dest = client, client
 
-    async def _direction(self, reader, writer, delay, not_before, counter):
-        """Copies reader to writer, each chunk written `delay` s after it was read."""
-        loop = asyncio.get_running_loop()
-        queue = asyncio.Queue(QUEUE_CHUNKS)
-
-        async def read_side():
+        async def connect():
             try:
-                while True:
-                    data = await reader.read(READ_SIZE)
-                    await queue.put((max(loop.time() + delay, not_before), data))
-                    if not data:
-                        return
+                await loop.create_connection(lambda: _Side(self, out=down, into=up, upstream=True),
+                                             self.host, self.target_port)
             except OSError:
-                await queue.put((loop.time(), None))  # a reset: pass it on at once
+                if client.transport is not None:
+                    client.transport.abort()
+        client.connecting = loop.create_task(connect())
+        return client
 
-        async def write_side():
-            while True:
-                due, data = await queue.get()
-                wait = due - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                if data is None:
-                    writer.transport.abort()
-                    return
-                if not data:  # EOF: half-close, as TCP would pass it on
-                    if writer.can_write_eof():
-                        writer.write_eof()
-                    return
-                # Chunks already due go out together.
-                parts = [data]
-                while not queue.empty():
-                    due2, more = queue._queue[0]  # peek: the queue is in due order
-                    if not more or due2 > loop.time():
-                        break
-                    queue.get_nowait()
-                    parts.append(more)
-                blob = b"".join(parts) if len(parts) > 1 else data
-                setattr(self, counter, getattr(self, counter) + len(blob))
-                writer.write(blob)
-                await writer.drain()
 
-        reading = asyncio.ensure_future(read_side())
-        try:
-            await write_side()
-        finally:
-            reading.cancel()  # done already unless writing failed
-            await asyncio.gather(reading, return_exceptions=True)
+class _Pipe:
+    """One direction: what `src` reads is written to `dest` `delay` s later (not before
+    `not_before`); an EOF is passed on as a half-close, a reset as an abort."""
+
+    def __init__(self, proxy, loop, delay, not_before, counter):
+        self.proxy, self.loop, self.delay, self.not_before, self.counter = proxy, loop, delay, not_before, counter
+        self.items = collections.deque()  # (due, bytes | EOF_MARK | RESET), in due order
+        self.queued = 0
+        self.timer = None
+        self.src = self.dest = None
+        self.dest_blocked = False
+        self.done = False  # EOF or reset delivered, or the destination is gone
+
+    def put(self, data):
+        if self.done:
+            return
+        self.items.append((max(self.loop.time() + self.delay, self.not_before), data))
+        if data:
+            self.queued += len(data)
+            if self.queued > HIGH:
+                self._pause_src()
+        self._schedule()
+
+    def _schedule(self):
+        if self.timer is None and self.items and self.dest is not None and self.dest.transport is not None:
+            self.timer = self.loop.call_at(self.items[0][0], self._fire)
+
+    def _fire(self):
+        self.timer = None
+        now = self.loop.time()
+        parts, end = [], False
+        while self.items and self.items[0][0] <= now:
+            _, data = self.items.popleft()
+            if not data:  # EOF_MARK or RESET
+                end, kind = True, data
+                break
+            parts.append(data)
+        t = self.dest.transport
+        if parts:
+            blob = b"".join(parts) if len(parts) > 1 else parts[0]
+            self.queued -= len(blob)
+            setattr(self.proxy, self.counter, getattr(self.proxy, self.counter) + len(blob))
+            if not t.is_closing():
+                t.write(blob)
+        if end:
+            self.items.clear()
+            self.done = True
+            if kind is RESET:
+                t.abort()
+            else:
+                if not t.is_closing() and t.can_write_eof():
+                    t.write_eof()
+                self.dest.maybe_close()
+            return
+        self._maybe_resume_src()
+        self._schedule()
+
+    def _pause_src(self):
+        t = self.src.transport if self.src is not None else None
+        if t is not None and not t.is_closing():
+            t.pause_reading()
+
+    def _maybe_resume_src(self):
+        t = self.src.transport if self.src is not None else None
+        if t is not None and not t.is_closing() and not self.dest_blocked and self.queued < LOW:
+            t.resume_reading()
+
+    def drop(self):
+        """The destination is gone: nothing more is delivered."""
+        self.done = True
+        self.items.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a proxied connection: what it reads goes into `out`; `into` writes to it."""
+
+    def __init__(self, proxy, out, into, upstream=False):
+        self.proxy, self.out, self.into, self.upstream = proxy, out, into, upstream
+        self.transport = None
+        self.got_eof = False
+        self.connecting = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.proxy.sides.add(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.upstream:
+            self.out.src, self.into.dest = self, self
+            self.into._schedule()  # what the client sent before the upstream connection was made
+
+    def data_received(self, data):
+        self.out.put(data)
+
+    def eof_received(self):
+        self.got_eof = True
+        self.out.put(EOF_MARK)
+        self.maybe_close()
+        return True  # keep the socket open for what still comes the other way
+
+    def connection_lost(self, exc):
+        self.proxy.sides.discard(self)
+        if not self.got_eof:
+            self.out.put(RESET)
+        self.into.drop()
+
+    def pause_writing(self):
+        self.into.dest_blocked = True
+        self.into._pause_src()
+
+    def resume_writing(self):
+        self.into.dest_blocked = False
+        self.into._maybe_resume_src()
+
+    def maybe_close(self):
+        """Closed once both directions have ended (it sent EOF, and EOF was passed to it)."""
+        if self.got_eof and self.into.done and self.transport is not None:
+            self.transport.close()
 
 
 def main():

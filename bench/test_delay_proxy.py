@@ -40,7 +40,10 @@ class Upstream:
     async def _serve(self, reader, writer):
         loop = asyncio.get_running_loop()
         while True:
-            data = await reader.read(65536)
+            try:
+                data = await reader.read(65536)
+            except ConnectionError:  # the proxy closed at the end of a test
+                data = b""
             if not data:
                 self.eof_at = loop.time()
                 writer.close()
@@ -61,13 +64,17 @@ class DelayProxyTests(unittest.IsolatedAsyncioTestCase):
         self.loop = asyncio.get_running_loop()
         self.loop.slow_callback_duration = 5  # hashing 16 MiB is not what this debug warning is for
         self.upstream = await Upstream().start()
+        self.proxies = []
 
     async def asyncTearDown(self):
+        for p in self.proxies:
+            await p.close()
+        await asyncio.sleep(0.05)  # the upstream's handlers see their connections end
         await self.upstream.close()
 
     async def proxy(self, handshake_rtt):
         p = await delay_proxy.DelayProxy(self.upstream.port, RTT, handshake_rtt=handshake_rtt).start()
-        self.addAsyncCleanup(p.close)
+        self.proxies.append(p)
         return p
 
     async def ping(self, reader, writer):

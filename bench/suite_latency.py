@@ -262,10 +262,10 @@ def run(ctx, suite):
         for proc in reversed(started):
             if isinstance(proc, h.Ferryd):
                 proc.stop()
-            elif hasattr(proc, "close"):
-                proc.close()
-            else:
+            elif isinstance(proc, subprocess.Popen):
                 ctx.children.stop(proc)
+            else:
+                proc.close()  # the bus connection
         shutil.rmtree(dest_root, ignore_errors=True)
         if getattr(args, "keep", False):
             shutil.rmtree(os.path.join(folder, "www"), ignore_errors=True)  # the 1 GiB file
@@ -459,7 +459,8 @@ def _report(suite, results, failed, count, big_mib, rtt_ms):
         tgt = f"<= {1 / target:.2f} ({target:g}x faster)" if faster else f"<= {target:.2f}"
         peer_s = f"{LABELS[peer].split()[0]} {h.fmt_s(med.get((group, peer)))}"
         if (group, ferry_tool) in failed:
-            suite.row(label, "failed: " + failed[(group, ferry_tool)][:100], peer_s, None, tgt, False)
+            error = failed[(group, ferry_tool)]  # its end says why (the note has all of it)
+            suite.row(label, "failed: " + (error if len(error) <= 90 else "…" + error[-89:]), peer_s, None, tgt, False)
             return
         ratio = paired((group, ferry_tool), (group, peer))
         met = ratio <= 1 / target if faster else ratio <= target

@@ -94,9 +94,10 @@ authorityKeyIdentifier = keyid
     return ca, cert, key
 
 
-def start_tls_nginx(ctx, folder, root, alias_dir, cert, key, port_h2, port_h1):
+def start_tls_nginx(ctx, started, folder, root, alias_dir, cert, key, port_h2, port_h1):
     """nginx with TLS on two ports of 127.0.0.1: HTTP/2 (and 1.1) on `port_h2`, HTTP/1.1
-    only on `port_h1`. /NAME from `root`; /batch/NAME from `alias_dir`."""
+    only on `port_h1`. /NAME from `root`; /batch/NAME from `alias_dir`. Added to `started`
+    as soon as it runs (stopped by the suite's clean-up even if it never answers)."""
     temp_paths = "\n".join(f"    {m}_temp_path {folder}/{m}_temp;" for m in ("proxy", "fastcgi", "uwsgi", "scgi")
                            if not h._nginx_without(m))
     user = "user root root;\n" if os.geteuid() == 0 else ""
@@ -137,6 +138,7 @@ http {{
     with open(os.path.join(folder, "nginx.out"), "wb") as out:
         proc = ctx.children.start("nginx-latency", ["nginx", "-p", folder, "-c", conf_path, "-e", errlog,
                                                     "-g", "daemon off;"], stdout=out, stderr=subprocess.STDOUT)
+    started.append(proc)
     for port in (port_h2, port_h1):
         h.wait_until("nginx (TLS)", lambda: _listening(port), proc, 10, errlog)
     return proc
@@ -151,13 +153,14 @@ def _listening(port):
         return False
 
 
-def start_proxy(ctx, folder, name, target_port, rtt_ms):
-    """A delay proxy in its own process; returns (Popen, port)."""
+def start_proxy(ctx, started, folder, name, target_port, rtt_ms):
+    """A delay proxy in its own process, added to `started`; returns (Popen, port)."""
     log_path = os.path.join(folder, f"proxy-{name}.log")
     with open(log_path, "wb") as out:
         proc = ctx.children.start(f"delay-proxy-{name}", [
             sys.executable, os.path.join(h.HERE, "delay_proxy.py"), "--to", str(target_port),
             "--rtt-ms", str(rtt_ms)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    started.append(proc)
     port = []
 
     def ready():
@@ -225,7 +228,7 @@ def run_timed(argv, env=None, timeout=TIMEOUT, err_path=None):
     return proc.returncode, wall, rusage.ru_utime + rusage.ru_stime
 
 
-def _first_line(text):
+def _last_line(text):
     lines = [l for l in text.strip().splitlines() if l.strip()]
     return lines[-1][:200] if lines else ""
 
@@ -293,12 +296,10 @@ def _run(ctx, suite, folder, dest_root, started, count, big_mib, runs, warmup, r
     port_h2, port_h1 = h.free_port(), h.free_port()
     while port_h1 == port_h2:
         port_h1 = h.free_port()
-    started.append(start_tls_nginx(ctx, folder, www, src_dir, cert, key, port_h2, port_h1))
+    start_tls_nginx(ctx, started, folder, www, src_dir, cert, key, port_h2, port_h1)
     access = AccessLog(os.path.join(folder, "access.log"))
-    proxy_h2, via_h2 = start_proxy(ctx, folder, "h2", port_h2, rtt_ms)
-    started.append(proxy_h2)
-    proxy_h1, via_h1 = start_proxy(ctx, folder, "h1", port_h1, rtt_ms)
-    started.append(proxy_h1)
+    proxy_h2, via_h2 = start_proxy(ctx, started, folder, "h2", port_h2, rtt_ms)
+    proxy_h1, via_h1 = start_proxy(ctx, started, folder, "h1", port_h1, rtt_ms)
 
     def urls_of(port):
         return [f"https://127.0.0.1:{port}/batch/{n}" for n in names]
@@ -341,7 +342,7 @@ def _run(ctx, suite, folder, dest_root, started, count, big_mib, runs, warmup, r
         code, wall, cpu = run_timed([ctx.ferry_exe, *argv], env=ctx.env, err_path=ferry_err)
         if code != 0:
             with open(ferry_err, errors="replace") as f:
-                raise BenchError(f"ferry get exited {code}: {_first_line(f.read())}")
+                raise BenchError(f"ferry get exited {code}: {_last_line(f.read())}")
         return {"wall": wall, "cpu_client": cpu, "cpu_daemon": ferryd.cpu() - c0}
 
     def run_bus(group, dest):
@@ -362,7 +363,7 @@ def _run(ctx, suite, folder, dest_root, started, count, big_mib, runs, warmup, r
         code, wall, cpu = run_timed(argv, err_path=os.path.join(folder, "peer.err"))
         if code != 0:
             with open(os.path.join(folder, "peer.err"), errors="replace") as f:
-                raise BenchError(f"{argv[0]} exited {code}: {_first_line(f.read())}")
+                raise BenchError(f"{argv[0]} exited {code}: {_last_line(f.read())}")
         return {"wall": wall, "cpu_client": cpu, "cpu_daemon": 0.0}
 
     def batch_runner(group, tool):

@@ -3,10 +3,11 @@
 written to the other side RTT/2 after it was read, in each direction.
 
 For the latency suite (this machine has no `tc netem`). Each direction of each
-connection has a reader and a writer joined by a queue of (due time, bytes): the reader
-keeps reading while earlier chunks wait for their time, so the delay is added once and
-the throughput is not cut (no sleep per chunk). What it does not model: loss, a
-bandwidth limit, TCP's slow start (the local sockets have their full windows at once).
+connection keeps a queue of (due time, bytes) and one timer for its head: reading goes on
+while earlier chunks wait for their time, and every chunk due is written at once, so the
+delay is added once and the throughput is not cut (no sleep per chunk). The sender is
+paused while 64 MiB wait in one direction. What it does not model: loss, a bandwidth
+limit, TCP's slow start (the local sockets have their full windows at once).
 
 A new connection also pays the round trip of TCP's handshake, which the kernel answers
 locally before the proxy sees the connection: the client's first bytes are delivered no

@@ -6,6 +6,11 @@ public enum Limits {
     /// `MaxConcurrentTransfers` and a session's `max-connections-per-host` (each a
     /// libcurl connection and a file descriptor).
     public static let concurrentTransfers: ClosedRange<UInt32> = 1...256
+    /// Requests one HTTP/2 connection carries at once as streams (libcurl's
+    /// CURLMOPT_MAX_CONCURRENT_STREAMS; a server may allow fewer, and libcurl then opens
+    /// another connection). The scheduler counts a multiplexing origin's running
+    /// transfers as one connection per this many.
+    public static let streamsPerConnection = 100
     /// A URL (`Download`, `Upload`, `SetUrl`, the resume data's, a proxy's).
     public static let urlBytes = 64 * 1024
     /// A file path: PATH_MAX.

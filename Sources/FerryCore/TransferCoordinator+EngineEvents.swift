@@ -46,6 +46,11 @@ extension TransferCoordinator {
             return
         }
         guard t.state == .running, !t.stopInFlight else { return }
+        if t.options.connections <= 1 {
+            // (Several connections are each one request, HTTP/1.1 by choice: they say
+            // nothing of the origin.)
+            index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
+        }
         if t.isUpload {
             handleUploadResponse(t, r)
             return

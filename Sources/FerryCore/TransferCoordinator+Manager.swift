@@ -26,6 +26,7 @@ extension TransferCoordinator {
                 var config = existing.configuration
                 if config.apply(configuration) {
                     try persistConfiguration(existing, config)
+                    speedLimitsApplied = nil
                     existing.publishedActive = activeCount(existing.id)
                     emit(.sessionChanged(snapshot(of: existing)))
                     // allow-metered and resource-timeout may judge its transfers anew.
@@ -169,6 +170,7 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         mutate {
             globalSpeedLimit = bps
+            speedLimitsApplied = nil
             stageSettings()
         }
     }

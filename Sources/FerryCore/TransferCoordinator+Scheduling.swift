@@ -9,7 +9,7 @@ extension TransferCoordinator {
         guard isStarted, !isShutDown else { return }
         judgeNewlyQueued()
         var starting: [TransferRecord] = []
-        while let id = index.nextToStart(maxRunning: Int(maxConcurrentTransfers), perHostLimit: { [unowned self] session in
+        while let id = index.nextToStart(maxConnections: Int(maxConcurrentTransfers), perHostLimit: { [unowned self] session in
             Int(self.sessions[session]?.configuration.maxConnectionsPerHost ?? 6)
         }), let t = transfers[id] {
             if let reason = networkBlocker(t) {
@@ -119,8 +119,11 @@ extension TransferCoordinator {
 
     /// Recomputes each running transfer's share of the limits; tells the engine about
     /// changes for attempts already under way (`starting` ones get it in their request).
-    /// O(running transfers), at most `MaxConcurrentTransfers`.
+    /// O(running transfers), and only when the running set or a limit changed since the
+    /// last time (`speedLimitsApplied`): not on every progress event.
     private func applySpeedLimits(starting: Set<TransferID>) {
+        guard !starting.isEmpty || speedLimitsApplied != index.runningChanges else { return }
+        speedLimitsApplied = index.runningChanges
         let running = index.running
         for id in running {
             guard let t = transfers[id] else { continue }

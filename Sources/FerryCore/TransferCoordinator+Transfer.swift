@@ -90,6 +90,7 @@ extension TransferCoordinator {
         let t = try record(id)
         mutate {
             t.snapshot.speedLimit = bps
+            speedLimitsApplied = nil
             publishChanged(t)
         }
     }

@@ -58,6 +58,9 @@ public final class TransferCoordinator {
 
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0
+    /// `index.runningChanges` when the running transfers' speed limits were last shared
+    /// out; nil after a limit changed (they are shared anew at the next `schedule`).
+    var speedLimitsApplied: UInt64?
     var notificationsEnabled = true
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed

@@ -96,6 +96,10 @@ public struct EngineResponse: Sendable, Equatable {
     public var retryAfter: Double?
     /// Connections this attempt uses (more than one: a segmented download).
     public var connections: Int = 1
+    /// The response came over a connection that carries several requests at once as
+    /// streams (HTTP/2, negotiated by ALPN): the scheduler counts the origin's transfers
+    /// by connection, not one each (`TransferIndex`).
+    public var multiplexed = false
     /// Why a download asked to use several connections uses one (no length, no
     /// `Accept-Ranges: bytes`, no strong validator, the file changed on the server...);
     /// nil otherwise. For the log and `Attempts`.

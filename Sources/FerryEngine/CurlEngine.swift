@@ -39,6 +39,10 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
         guard let multi = curl_multi_init() else {
             fatalError("curl_multi_init failed (out of memory)")
         }
+        // Transfers to one origin share an HTTP/2 connection as streams (up to the
+        // server's limit, at most 100 each), as many as there are.
+        _ = ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        _ = ferry_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, Limits.streamsPerConnection)
         let inbox = EngineInbox(multi: multi)
         let loop = EngineLoop(multi: multi, inbox: inbox, logger: logger)
         self.inbox = inbox

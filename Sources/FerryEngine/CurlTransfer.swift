@@ -4,23 +4,14 @@ import FerryCore
 import FerryInterface
 import Foundation
 
-/// One attempt of one transfer: its easy handle, its part file and what the response
-/// said so far. Engine thread only.
+/// The easy handle of a download on one connection (`SingleDownload`), its part file
+/// and what the response said so far. Engine thread only.
 ///
-/// Ownership: `EngineLoop.transfers` holds the only strong reference. The easy handle's
+/// Ownership: its `SingleDownload` holds the only strong reference. The easy handle's
 /// CURLOPT_PRIVATE, WRITEDATA and HEADERDATA carry this object *unretained*; that is
-/// safe because the loop always calls `releaseHandle(from:)` (remove from the multi,
-/// then curl_easy_cleanup) before it drops the object from its table.
+/// safe because the attempt always calls `releaseHandle()` (remove from the multi, then
+/// curl_easy_cleanup) before it lets go of the object.
 final class CurlTransfer {
-    enum Phase {
-        /// Resuming with SHA-256: a background job hashes the existing prefix first.
-        case hashingPrefix
-        /// In the multi handle.
-        case running
-        /// Body complete; a background job runs fdatasync + close.
-        case flushing
-    }
-
     /// Nanoseconds between two progress events of one transfer (250 ms).
     static let progressInterval: UInt64 = 250_000_000
     /// Receive buffer: fewer, larger reads from the socket (libcurl's default is 16 KiB).
@@ -33,7 +24,7 @@ final class CurlTransfer {
     /// Distinguishes this attempt's background job results from an older attempt's.
     let attempt: UInt64
     let file: PartFile
-    var phase = Phase.running
+    /// Its handle is in the multi (added by its `SingleDownload`).
     var inMulti = false
     private(set) var easy: UnsafeMutableRawPointer?
     /// First setopt failure, if any (the loop then fails the attempt).
@@ -109,7 +100,7 @@ final class CurlTransfer {
     /// (monotonic ns): the try fails then (`EngineLoop`). nil before the body and while
     /// the speed limit holds the transfer (that wait is ours, not the server's).
     var stallDue: UInt64? {
-        guard responseReady, phase == .running, inMulti, !isThrottled, failure == nil else { return nil }
+        guard responseReady, inMulti, !isThrottled, failure == nil else { return nil }
         return lastDataAt &+ UInt64(Self.stallSeconds(request) * 1_000_000_000)
     }
 
@@ -184,10 +175,10 @@ final class CurlTransfer {
     }
 
     /// Removes the handle from the multi (if added) and then cleans it up.
-    func releaseHandle(from multi: UnsafeMutableRawPointer) {
+    func releaseHandle() {
         guard let easy else { return }
         if inMulti {
-            curl_multi_remove_handle(multi, easy)
+            loop.remove(easy, owner: self)
             inMulti = false
         }
         loop.cookies.detach(easy)
@@ -310,6 +301,7 @@ final class CurlTransfer {
             contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
             effectiveURL: effectiveURL, retryAfter: head.retryAfter)
         response.spaceReserved = space.covers(upTo: expectedTotal)
+        response.multiplexed = EasyHandleSetup.isMultiplexed(easy)
         loop.emit(.response(id, response))
     }
 

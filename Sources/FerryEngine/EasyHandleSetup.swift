@@ -38,6 +38,9 @@ struct EasyHandleSetup {
         long(CURLOPT_HTTP_CONTENT_DECODING, 0) // bytes as served
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
+        // A request to an origin whose connection is still being set up waits to learn
+        // whether it can be a stream on it (HTTP/2) instead of opening one more.
+        long(CURLOPT_PIPEWAIT, 1)
         // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
         // measures speed over its last 5 s, so once the body has begun a stall is caught
         // here later than that (each attempt's `stallDue`, checked by the loop, is on time).
@@ -47,6 +50,8 @@ struct EasyHandleSetup {
         long(CURLOPT_CONNECTTIMEOUT_MS, Int(timeout * 1000))
         long(CURLOPT_BUFFERSIZE, min(CurlTransfer.bufferSize, max(16 * 1024, receiveBuffer)))
         string(CURLOPT_USERAGENT, CurlTransfer.userAgent)
+        if let bundle = TrustedCertificates.bundle { string(CURLOPT_CAINFO, bundle) }
+        if let directory = TrustedCertificates.directory { string(CURLOPT_CAPATH, directory) }
         if let proxy = request.proxy {
             string(CURLOPT_PROXY, proxy)
             string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
@@ -89,6 +94,13 @@ struct EasyHandleSetup {
         return components.scheme?.lowercased() == "https" ? "\(shownHost):443" : "\(shownHost):80"
     }
 
+    /// The handle's response came over HTTP/2 or later (one connection, many streams).
+    static func isMultiplexed(_ easy: UnsafeMutableRawPointer?) -> Bool {
+        var version = 0
+        guard let easy, ferry_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK else { return false }
+        return version >= CURL_HTTP_VERSION_2_0
+    }
+
     /// The URL after redirects.
     static func effectiveURL(_ easy: UnsafeMutableRawPointer?, fallback: String) -> String {
         var url: UnsafeMutablePointer<CChar>?
@@ -97,4 +109,20 @@ struct EasyHandleSetup {
         }
         return fallback
     }
+}
+
+/// The certificate authorities TLS is verified against: the system's store (libcurl's
+/// default), unless ferryd's environment names others the way curl's users do —
+/// `CURL_CA_BUNDLE` or `SSL_CERT_FILE` (a PEM file), `SSL_CERT_DIR` (a hashed folder).
+/// This replaces the trusted set (as curl does); nothing turns verification off.
+enum TrustedCertificates {
+    static let bundle: String? = {
+        let environment = ProcessInfo.processInfo.environment
+        return [environment["CURL_CA_BUNDLE"], environment["SSL_CERT_FILE"]].lazy.compactMap { $0 }.first { !$0.isEmpty }
+    }()
+
+    static let directory: String? = {
+        guard let folder = ProcessInfo.processInfo.environment["SSL_CERT_DIR"], !folder.isEmpty else { return nil }
+        return folder
+    }()
 }

@@ -1,9 +1,13 @@
 import CCurl
 import FerryCore
 
-/// An attempt the loop runs besides the single-connection download (`CurlTransfer`):
-/// an upload or a segmented download. It owns its easy handles (registered with the
-/// loop through `EngineLoop.add(_:owner:)`) and its files. Engine thread only.
+/// One attempt of one transfer, whatever its kind: a download whose part file is being
+/// opened (`OpeningDownload`), a download on one connection (`SingleDownload`) or on
+/// several (`SegmentedDownload`), an upload (`UploadAttempt`). The loop keeps one table
+/// of them, by transfer. An attempt owns its easy handles (registered with the loop
+/// through `EngineLoop.add(_:owner:)`, each set up by `EasyHandleSetup`) and its files,
+/// keeps its state in a phase of its own, and ends through `EngineLoop.attemptEnded`.
+/// Engine thread only.
 protocol EngineAttempt: AnyObject {
     var id: TransferID { get }
     /// Distinguishes this attempt's background job results from an older attempt's.
@@ -22,8 +26,8 @@ protocol EngineAttempt: AnyObject {
     func stalled(now: UInt64)
     /// Engine shutdown: release handles and close files, no events.
     func abandon()
-    /// A background file job (flush, hash) of this attempt finished.
-    func fileJobDone(_ result: Result<String?, PartFileError>)
+    /// A background job this attempt sent is back.
+    func jobDone(_ job: AttemptJob)
     /// Work a callback asked for (`EngineLoop.requestService`): adding and removing
     /// handles is not allowed inside libcurl's callbacks, so it happens here, after
     /// curl_multi_perform returns.

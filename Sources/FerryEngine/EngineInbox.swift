@@ -8,23 +8,32 @@ enum EngineCommand {
     case start(EngineRequest)
     case stop(TransferID)
     case setSpeedLimit(TransferID, UInt64)
-    /// A background job opened a starting attempt's part file.
-    case partOpened(TransferID, attempt: UInt64, Result<OpenedPart, OpenedPart.Failure>)
-    /// A background job opened a starting segmented attempt's part file (or found it is
-    /// not a regular file and opened it for one connection).
-    case segmentedPartOpened(TransferID, attempt: UInt64, SegmentedDownload.OpenedPart)
-    /// A background job hashed the part file's existing prefix for a resumed attempt.
-    case prefixHashed(TransferID, attempt: UInt64, Result<SHA256, PartFileError>)
-    /// A background job ran fdatasync + close on a finished attempt's part file.
-    case flushed(TransferID, attempt: UInt64, PartFileError?)
-    /// A background file job of an `EngineAttempt` (flush, hash) finished.
-    case attemptFileJob(TransferID, attempt: UInt64, Result<String?, PartFileError>)
+    /// A background job of attempt `attempt` of a transfer is back (a stale attempt's
+    /// result is dropped).
+    case jobDone(TransferID, attempt: UInt64, AttemptJob)
     case discardCookies(EngineCookieJar)
-    /// An upload's reader queue read a chunk of its file (or found it changed).
-    case uploadChunk(TransferID, attempt: UInt64, UploadChunk)
-    /// A background job hashed a segmented download's prefix up to `upTo`.
-    case attemptHashed(TransferID, attempt: UInt64, epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
     case shutdown
+}
+
+/// What a background job (a file job, an upload's reader) hands back to the attempt
+/// that sent it, on the engine thread (`EngineAttempt.jobDone`).
+enum AttemptJob {
+    /// The part file of a starting download is open (`OpeningDownload`).
+    case partOpened(Result<OpenedPart, OpenedPart.Failure>)
+    /// The part file of a starting segmented download is open, or was found not to be a
+    /// regular file and opened for one connection (`OpeningDownload`).
+    case segmentedPartOpened(SegmentedDownload.OpenedPart)
+    /// The part file's existing prefix is hashed for a resumed download (`SingleDownload`).
+    case prefixHashed(Result<SHA256, PartFileError>)
+    /// fdatasync and close of a finished download's part file (`SingleDownload`).
+    case flushed(PartFileError?)
+    /// A flush (and maybe the final hash) of a segmented download, or an upload's
+    /// response file (`SegmentedDownload`, `UploadAttempt`).
+    case fileJob(Result<String?, PartFileError>)
+    /// An upload's reader queue read a chunk of its file, or found it changed.
+    case uploadChunk(UploadChunk)
+    /// A segmented download's prefix is hashed up to `upTo`.
+    case hashed(epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
 }
 
 /// The locked inbox between the engine's callers and its thread, and the event handler.

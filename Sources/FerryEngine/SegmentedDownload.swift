@@ -659,11 +659,19 @@ final class SegmentedDownload: EngineAttempt {
             } else {
                 result = .success(nil)
             }
-            loop.postFileJobResult(id, attempt: attempt, result)
+            loop.post(.fileJob(result), to: id, attempt: attempt)
         }
     }
 
-    func fileJobDone(_ result: Result<String?, PartFileError>) {
+    func jobDone(_ job: AttemptJob) {
+        switch job {
+        case .fileJob(let result): flushed(result)
+        case .hashed(let epoch, let upTo, let result): prefixHashed(epoch: epoch, upTo: upTo, result)
+        default: break
+        }
+    }
+
+    private func flushed(_ result: Result<String?, PartFileError>) {
         guard flushing else { return }
         flushing = false
         switch result {
@@ -748,12 +756,12 @@ final class SegmentedDownload: EngineAttempt {
         let reader = file.openForReading()
         loop.fileJobs.async {
             let result = PartFile.hashRange(reader, path: path, from: from, to: frontier, continuing: hasher)
-            loop.postHashResult(id, attempt: attempt, epoch: epoch, upTo: frontier, result)
+            loop.post(.hashed(epoch: epoch, upTo: frontier, result), to: id, attempt: attempt)
         }
     }
 
     /// A background hash job is back (on the engine thread).
-    func prefixHashed(epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
+    private func prefixHashed(epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
         hashing = false
         if epoch == hashEpoch, hasher != nil {
             switch result {

@@ -256,7 +256,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         closeFiles()
     }
 
-    func fileJobDone(_ result: Result<String?, PartFileError>) {}
+    func jobDone(_ job: AttemptJob) {
+        if case .uploadChunk(let chunk) = job { chunkArrived(chunk) }
+    }
 
     func service() {}
 
@@ -350,7 +352,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         let (fd, source, id, attempt, generation, loop) = (self.fd, self.source, self.id, self.attempt, readGeneration, self.loop)
         sourceQueue.async {
             let result = Self.readChunk(fd, at: start, length: length, of: source)
-            loop.postUploadChunk(id, attempt: attempt, UploadChunk(generation: generation, start: start, result: result))
+            loop.post(.uploadChunk(UploadChunk(generation: generation, start: start, result: result)), to: id, attempt: attempt)
         }
     }
 
@@ -369,7 +371,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     /// A read came back (engine thread).
-    func chunkArrived(_ chunk: UploadChunk) {
+    private func chunkArrived(_ chunk: UploadChunk) {
         readPending = false
         if chunk.generation == readGeneration {
             switch chunk.result {
@@ -582,6 +584,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             startOffset: 0, contentDisposition: head.contentDisposition, acceptsRanges: false,
             effectiveURL: EasyHandleSetup.effectiveURL(easy, fallback: request.url), retryAfter: head.retryAfter)
         if final && source.responseDestination == nil { response.body = keptBody }
+        response.multiplexed = EasyHandleSetup.isMultiplexed(easy)
         loop.emit(.response(id, response))
     }
 }

@@ -55,14 +55,18 @@ struct List: AsyncParsableCommand {
             // A session named on the command line that does not exist lists nothing, as a
             // filter would, but says so on stderr: a typo is not "no transfers", and a
             // script that asks before its session is made still reads an empty listing.
-            let missingSession = global.sessionOption.flatMap { objects.session(identifier: $0) == nil ? $0 : nil }
+            let missingSession = global.sessionOption.flatMap { name in
+                objects.sessions.contains { global.isOwnSession($0.identifier) } ? nil : name
+            }
             if let name = missingSession, !global.quiet {
                 Output.line("No session '\(name)' (`ferry sessions` lists them).", to: .standardError)
             }
-            let wantedSessions = Set(global.sessionOption.map { [$0] } ?? [])
+            // --session IDENT: that session's transfers, with those of runs that had
+            // settings of their own (IDENT.settings-HASH).
+            let wantedSessions = Set(objects.sessions.filter { global.sessionOption != nil && global.isOwnSession($0.identifier) }.map(\.path))
             let wanted = wantedStates
             let infos = objects.transfers.filter { i in
-                (wantedSessions.isEmpty || wantedSessions.contains(names[i.session] ?? "")) && (wanted.isEmpty || wanted.contains(i.state))
+                (global.sessionOption == nil || wantedSessions.contains(i.session)) && (wanted.isEmpty || wanted.contains(i.state))
             }
             if json {
                 JSONOutput.print(infos.map { TransferJSON($0, sessions: names) })
@@ -114,7 +118,7 @@ struct TargetOptions: ParsableArguments {
     @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
     var ids: [String] = []
 
-    @Flag(help: "Every transfer of the session (rm: every finished transfer of it).")
+    @Flag(help: "Every transfer of the session that the command applies to (pause: queued, waiting or running; resume: paused; cancel: not yet ended; rm: ended); prints how many it changed.")
     var all = false
 
     func validate() throws {
@@ -124,29 +128,25 @@ struct TargetOptions: ParsableArguments {
     }
 }
 
-/// Applies an action to named transfers (or all of the session's), reporting
-/// each refusal on stderr and failing if any was refused. The calls are pipelined.
-func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
-           all allMethod: String?, filter: (TransferInfo) -> Bool = { _ in true }) async throws {
+/// Applies an action to named transfers, or with --all to those of the session (and
+/// of the runs with settings of their own beside it) in the states `allStates`,
+/// reporting each refusal on stderr and failing if any was refused. The calls are
+/// pipelined. --all works transfer by transfer rather than with the session's
+/// PauseAll/ResumeAll/CancelAll, which also resume old failures and overwrite the
+/// error of failed transfers, and prints how many transfers it changed ("3 resumed").
+func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String, done verb: String,
+           allStates: Set<String>) async throws {
     try await runReportingErrors {
         let client = try global.connect()
-        if target.all {
-            // Looked up, not opened: OpenSession would create a session a typo named.
-            guard let session = try await client.sessionInfos().session(identifier: global.session) else {
-                if global.sessionNamed { throw CLIError.refused("no session named \(global.session) (NoSuchSession)") }
-                return // the CLI's own session, never used: nothing to act on
-            }
-            if let allMethod {
-                try await client.bus.call(destination: FerryClient.busName, path: session.path, interface: FerryClient.sessionInterface,
-                                          method: allMethod)
-                return
-            }
-        }
         let objects = try await client.listing()
         let transfers: [TransferInfo]
         if target.all {
-            let path = objects.session(identifier: global.session)?.path
-            transfers = objects.transfers.filter { $0.session == path && filter($0) }
+            // Looked up, not opened: OpenSession would create a session a typo named.
+            let paths = Set(objects.sessions.filter { global.isOwnSession($0.identifier) }.map(\.path))
+            if paths.isEmpty && global.sessionNamed {
+                throw CLIError.refused("no session named \(global.session) (NoSuchSession)")
+            }
+            transfers = objects.transfers.filter { paths.contains($0.session) && allStates.contains($0.state) }
         } else {
             // Each transfer once: `resume 48 48` resumes 48, and is not refused the second time.
             var seen: Set<UInt64> = []
@@ -157,6 +157,10 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
         var done: Set<String> = []
         for (t, r) in zip(transfers, await client.pipeline(calls)) {
             if case .failure(let e) = r {
+                // With --all, one that changed state or went away since the listing is
+                // simply not among those to change.
+                let name = FerryInterface.ErrorName(fullName: e.name)
+                if target.all && (name == .invalidState || name == .noSuchTransfer) { continue }
                 let message = describe(e).message
                 // The service's message may name the transfer already ("transfer 34 is paused").
                 printError(message.hasPrefix("transfer \(t.id) ") ? message : "transfer \(t.id): \(message)")
@@ -170,6 +174,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String,
             // transfer's stay until acknowledged, and a session holds a limited number).
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions, shown: done, listed: nil)
         }
+        if target.all && !global.quiet { Output.line("\(done.count) \(verb)") }
         if refused { throw CLIError.refused("some transfers were not changed") }
     }
 }
@@ -178,28 +183,44 @@ struct Pause: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Pause transfers, keeping what was downloaded.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws { try await apply(global, target, method: "Pause", all: "PauseAll") }
+    func run() async throws {
+        try await apply(global, target, method: "Pause", done: "paused", allStates: ["queued", "waiting", "running"])
+    }
 }
 
 struct Resume: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Resume paused or failed transfers.")
+    static let configuration = CommandConfiguration(
+        abstract: "Resume paused or failed transfers.",
+        discussion: "--all resumes the session's paused transfers; with --failed, its failed ones too.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws { try await apply(global, target, method: "Resume", all: "ResumeAll") }
+    @Flag(help: "With --all: resume failed transfers too (retrying them).")
+    var failed = false
+    func validate() throws {
+        if failed && !target.all { throw ValidationError("--failed goes with --all (name failed transfers by id to resume them)") }
+    }
+    func run() async throws {
+        try await apply(global, target, method: "Resume", done: "resumed", allStates: failed ? ["paused", "failed"] : ["paused"])
+    }
 }
 
 struct Cancel: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Cancel transfers and delete their partial files.")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws { try await apply(global, target, method: "Cancel", all: "CancelAll") }
+    func run() async throws {
+        // Not failed ones with --all: cancelling would replace their error with "cancelled".
+        try await apply(global, target, method: "Cancel", done: "cancelled", allStates: ["queued", "waiting", "running", "paused"])
+    }
 }
 
 struct Remove: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "rm", abstract: "Forget finished transfers (downloaded files stay).")
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
-    func run() async throws { try await apply(global, target, method: "Remove", all: nil, filter: \.isFinal) }
+    func run() async throws {
+        try await apply(global, target, method: "Remove", done: "removed", allStates: ["completed", "failed", "cancelled"])
+    }
 }
 
 /// Runs a follower over `initial` with the display `--json`/`-q` ask for, then
@@ -321,10 +342,12 @@ struct Events: AsyncParsableCommand {
                 // A session made later is looked up when its first transfer comes.
                 let known = sessionNames(objects)
                 let lookup = SessionLookup(client: client, known: known)
-                options.accept = { lookup.identifier($0.session) == onlySession }
+                let global = global
+                options.accept = { global.isOwnSession(lookup.identifier($0.session)) }
             }
+            let names = sessionNames(objects)
             let initial = objects.transfers.filter { i in
-                !i.isFinal && (onlySession == nil || sessionNames(objects)[i.session] == onlySession)
+                !i.isFinal && (onlySession == nil || global.isOwnSession(names[i.session] ?? ""))
             }
             let sink = EventPrinter(json: json, progress: progress)
             _ = try await Follower(options: options).run(initial, monitor: monitor, sink: sink)

@@ -5,7 +5,7 @@ import FerryBusClient
 import Foundation
 
 /// The entry point: lets the options every command takes come before the
-/// subcommand too (`ferry --session foo get URL`), as the README writes them,
+/// subcommand too (`ferry --session foo get URL`), as docs/cli.md writes them,
 /// and `ferry -T FILE URL` stand for `ferry put FILE URL` (curl's spelling).
 @main
 enum Main {
@@ -86,7 +86,7 @@ enum CommandLineRewrite {
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
     @Option(name: .customLong("session"),
-            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers when --session names it ($FERRY_SESSION does not filter them).", valueName: "IDENT"))
+            help: ArgumentHelp("The session to use (a stable identifier; default $FERRY_SESSION, else org.ferry.cli). `ls` and `events` show only its transfers (with its settings sessions', see `get --help`) when --session names it ($FERRY_SESSION does not filter them).", valueName: "IDENT"))
     var sessionOption: String?
 
     /// The CLI's session: --session, else $FERRY_SESSION, else org.ferry.cli.
@@ -95,6 +95,13 @@ struct GlobalOptions: ParsableArguments {
     /// Whether the user named the session (--session or $FERRY_SESSION) rather than
     /// leaving the CLI's own.
     var sessionNamed: Bool { sessionOption != nil || ProcessInfo.processInfo.environment["FERRY_SESSION"] != nil }
+
+    /// Whether `identifier` is the CLI's session or one a run with session settings of
+    /// its own made beside it (`IDENT.settings-HASH`): `ls --session`, `events --session`,
+    /// `--all` and the acknowledging of shown events take both as the user's session.
+    func isOwnSession(_ identifier: String) -> Bool {
+        identifier == session || SettingsSession.isDerived(identifier, from: session)
+    }
 
     @Option(name: .long, help: ArgumentHelp("A D-Bus address to use instead of the session bus.", valueName: "ADDRESS"))
     var address: String?
@@ -113,6 +120,70 @@ struct GlobalOptions: ParsableArguments {
             throw CLIError.unreachable("cannot connect to the D-Bus session bus: \(e.message)")
         }
     }
+}
+
+/// The session a `get` with per-run session settings (--retries, --timeout, --proxy,
+/// --no-notify) uses, so that they apply to that run's transfers only: the contract
+/// carries these settings per session, not per Download, and changing the user's
+/// session would change every later transfer of it. The identifier is the session's
+/// plus `.settings-` and 8 hex digits of a hash of the settings (a proxy without its
+/// credentials), so runs with the same settings share one such session.
+enum SettingsSession {
+    static let marker = ".settings-"
+    /// Identifiers are at most 255 characters: a long base is cut to leave room.
+    static let baseLimit = 255 - marker.count - 8
+
+    static func identifier(base: String, settings: [String: DBusValue]) -> String {
+        String(base.prefix(baseLimit)) + marker + hash(settings)
+    }
+
+    static func isDerived(_ identifier: String, from base: String) -> Bool {
+        let prefix = String(base.prefix(baseLimit)) + marker
+        guard identifier.hasPrefix(prefix) else { return false }
+        let rest = identifier.dropFirst(prefix.count)
+        return rest.count == 8 && rest.allSatisfy { $0.isHexDigit && !$0.isUppercase }
+    }
+
+    /// 8 hex digits of FNV-1a over the settings, by key; stable across runs and builds.
+    static func hash(_ settings: [String: DBusValue]) -> String {
+        let text = settings.keys.sorted().map { key -> String in
+            let v = settings[key]!
+            var shown: String
+            if let s = v.string {
+                shown = key == "proxy" ? withoutCredentials(s) : s
+            } else if let n = v.uint32 {
+                shown = String(n)
+            } else if let d = v.double {
+                shown = String(d)
+            } else if let b = v.bool {
+                shown = b ? "true" : "false"
+            } else {
+                shown = "\(v)"
+            }
+            if shown.isEmpty { shown = "-" }
+            return key + "=" + shown
+        }.joined(separator: "\n")
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in text.utf8 {
+            h ^= UInt64(b)
+            h = h &* 0x0000_0100_0000_01b3
+        }
+        return String(format: "%08x", UInt32(truncatingIfNeeded: h ^ (h >> 32)))
+    }
+
+    /// A proxy URL without `user:password@`: a session identifier is visible on the bus.
+    static func withoutCredentials(_ proxy: String) -> String {
+        guard let scheme = proxy.range(of: "://"), let at = proxy.range(of: "@", options: .backwards),
+              at.lowerBound > scheme.upperBound else { return proxy }
+        return String(proxy[..<scheme.upperBound]) + String(proxy[at.upperBound...])
+    }
+
+    /// Keys a settings session takes over from the user's session, so that it differs
+    /// only in what the run asked for. Not `headers` and a proxy (the bus shows them
+    /// without their secrets), nor `application-id` (the application would be woken for
+    /// a session it does not know).
+    static let inherited = ["directory", "persistent", "max-connections-per-host", "request-timeout", "resource-timeout",
+                            "allow-metered", "notify", "speed-limit", "retries", "cookies"]
 }
 
 /// Errors the CLI reports as one line and an exit status.

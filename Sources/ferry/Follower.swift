@@ -228,8 +228,13 @@ func finalByPath(_ objects: ManagedObjects) -> [String: Bool] {
 
 func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
                       shown: Set<String>, listed: [String: Bool]?) async {
-    guard let info = sessions.session(identifier: identifier) else { return }
-    await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
+    // The session and those runs with settings of their own made beside it
+    // (`SettingsSession`): the user's session, as far as the user can tell.
+    var seen: Set<String> = []
+    for info in sessions.reversed()
+    where (info.identifier == identifier || SettingsSession.isDerived(info.identifier, from: identifier)) && seen.insert(info.identifier).inserted {
+        await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
+    }
 }
 
 /// The highest transfer id in a listing (0 for none).

@@ -1,14 +1,26 @@
 import ArgumentParser
 import DBus
 import FerryBusClient
+import FerryInterface
 import Foundation
 
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Queue downloads; prints the new transfer ids, one per line.",
         discussion: """
-            --retries, --timeout, --proxy and --no-notify set the session's configuration: they stay \
-            for the session's later transfers too (use --session NAME to keep them apart).
+            -o FILE saves to exactly FILE, replacing a file there (as curl and wget do): the download \
+            is written beside it as FILE.part and renamed over it only once complete, so FILE never \
+            holds a partial download. -d DIR (or -o DIR/) picks a free name, `name (1).ext`, when \
+            one is taken, unless --overwrite.
+
+            --retries, --timeout, --proxy and --no-notify apply to this run's transfers only: such a \
+            run uses a session of its own beside the CLI's, IDENT.settings-HASH (one per set of \
+            settings), which `ls --session`, `events --session` and the --all commands count as the \
+            CLI's session.
+
+            In a terminal, `get` without --wait says what it queued (ID STATE: URL -> PATH) and \
+            `get --wait` ends with the saved path of each download; piped or with --json, it prints \
+            the ids (a line each) as before.
             """)
 
     @OptionGroup var global: GlobalOptions
@@ -16,7 +28,7 @@ struct Get: AsyncParsableCommand {
     @Argument(help: "http:// or https:// URLs.")
     var urls: [String] = []
 
-    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to this file (one URL only).", valueName: "FILE"),
+    @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to exactly this file (one URL only), replacing it if it exists.", valueName: "FILE"),
             completion: .file())
     var output: String?
 
@@ -52,19 +64,19 @@ struct Get: AsyncParsableCommand {
     @Option(help: ArgumentHelp("A description shown in listings and notifications.", valueName: "TEXT"))
     var description: String?
 
-    @Option(help: ArgumentHelp("Retries after transient errors (session setting).", valueName: "N"))
+    @Option(help: ArgumentHelp("Retries after transient errors (for this run's transfers).", valueName: "N"))
     var retries: UInt32?
 
-    @Option(help: ArgumentHelp("Seconds without data before a try fails (session setting).", valueName: "SECONDS"))
+    @Option(help: ArgumentHelp("Seconds without data before a try fails (for this run's transfers).", valueName: "SECONDS"))
     var timeout: Double?
 
-    @Option(help: ArgumentHelp("A proxy URL, http:// or socks5h:// (session setting).", valueName: "URL"))
+    @Option(help: ArgumentHelp("A proxy URL, http:// or socks5h:// (for this run's transfers).", valueName: "URL"))
     var proxy: String?
 
-    @Flag(help: "Leave these transfers out of the desktop notification (session setting).")
+    @Flag(help: "Leave these transfers out of the desktop notification.")
     var noNotify = false
 
-    @Flag(help: "Replace an existing file instead of picking a new name.")
+    @Flag(help: "With -d DIR: replace an existing file instead of picking a new name (-o FILE always replaces).")
     var overwrite = false
 
     @Flag(help: "Create the transfers paused.")
@@ -126,18 +138,36 @@ struct Get: AsyncParsableCommand {
         return c
     }
 
-    /// Where the files go: a file (`-o`), a directory made if missing (`-d`), or the session's.
-    func destination() throws -> String? {
+    /// Where the files go: a file (`-o`), a directory made if missing (`-d`), or the
+    /// session's; `exactFile` when it is the file `-o` named, which is replaced as curl
+    /// and wget replace it (the daemon's `overwrite`: the download is renamed over it
+    /// from its `.part` only once complete).
+    func destination() throws -> (path: String, exactFile: Bool)? {
         if let output {
             let path = absolutePath(output)
             var isDir: ObjCBool = false
             if output.hasSuffix("/") || (FileManager.default.fileExists(atPath: path, isDirectory: &isDir) && isDir.boolValue) {
-                return try makeDirectory(path)
+                return (try makeDirectory(path), false)
             }
-            return path
+            return (path, true)
         }
-        if let directory { return try makeDirectory(absolutePath(directory)) }
+        if let directory { return (try makeDirectory(absolutePath(directory)), false) }
         return nil
+    }
+
+    /// The session this run's transfers go to: the user's, or with per-run session
+    /// settings one of their own beside it (`SettingsSession`), which takes over the
+    /// user's session's other settings (where to save, for one).
+    func openRunSession(_ client: FerryClient) async throws -> FerrySession {
+        let settings = sessionConfiguration()
+        guard !settings.isEmpty else { return try await client.openSession(global.session) }
+        var configuration: [String: DBusValue] = [:]
+        if let base = try await client.sessionInfos().session(identifier: global.session) {
+            for key in SettingsSession.inherited { if let v = base.configuration[key] { configuration[key] = v } }
+        }
+        configuration.merge(settings) { _, new in new }
+        return try await client.openSession(SettingsSession.identifier(base: global.session, settings: settings),
+                                            configuration: configuration)
     }
 
     func run() async throws {
@@ -148,10 +178,13 @@ struct Get: AsyncParsableCommand {
             guard !entries.isEmpty else { throw CLIError.usage("no URLs in \(inputFile ?? "the input")") }
             let destination = try destination()
             var options = try downloadOptions()
-            if let destination { options["destination"] = .string(destination) }
+            if let destination {
+                options["destination"] = .string(destination.path)
+                if destination.exactFile { options["overwrite"] = .boolean(true) }
+            }
 
             let client = try global.connect()
-            let session = try await client.openSession(global.session, configuration: sessionConfiguration())
+            let session = try await openRunSession(client)
             // Subscribed before the transfers exist, so no event of theirs is missed.
             let monitor = wait ? try await TransferMonitor.start(client) : nil
             defer { monitor?.stop() }
@@ -177,9 +210,28 @@ struct Get: AsyncParsableCommand {
                 }
             }
             let ids = created.map(FerryClient.transferID)
+            if let destination, destination.exactFile, let path = created.first {
+                // `overwrite` replaces a file, never the name another live transfer is
+                // saving to: that one keeps it, and this download gets a free name.
+                let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
+                                                   method: "Get", arguments: [.string(FerryClient.transferInterface),
+                                                                              .string(FerryInterface.TransferProperty.destination.name)])
+                if let chosen = v?.first?.string, !chosen.isEmpty, chosen != destination.path {
+                    printError("another transfer is saving to \(destination.path); this one saves to \(chosen)")
+                }
+            }
             if json && !wait {
                 let objects = try await client.listing()
                 JSONOutput.print(try pick(ids, from: objects).map { TransferJSON($0, sessions: sessionNames(objects)) })
+            } else if !json && !global.quiet && !wait && isatty(STDOUT_FILENO) != 0 && !ids.isEmpty {
+                // A person reading a terminal is told what was queued and where it goes;
+                // a script (stdout not a terminal) still reads bare ids.
+                let objects = try? await client.listing()
+                let byID = Dictionary((objects?.transfers ?? []).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+                Output.lines(ids.map { id in
+                    guard let i = byID[id] else { return String(id) }
+                    return "\(id) \(Format.stateText(i)): \(i.url)" + (i.destination.isEmpty ? "" : " -> \(i.destination)")
+                })
             } else if !json && !global.quiet && (!wait || !ProgressDisplay.drawnOnStandardOutputsTerminal) {
                 Output.lines(ids.map { String($0) })
             }

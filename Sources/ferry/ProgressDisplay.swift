@@ -5,7 +5,8 @@ import Foundation
 /// plus a total, fitted to the width and redrawn on resize; piped, plain lines (a
 /// state change, at most one progress line a second per transfer). Each completed
 /// transfer's final line ("ID completed PATH") goes to stdout — unless the live display
-/// shows it on the same terminal — and failures to stderr; `quiet` keeps only failures.
+/// shows it on the same terminal, which then ends with each saved file's path — and
+/// failures to stderr; `quiet` keeps only failures.
 final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private let lock = NSLock()
     private var infos: [String: TransferInfo] = [:]
@@ -167,7 +168,14 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         reportedFinal.insert(i.path)
         switch i.state {
         case "completed":
-            if resultLines { Output.line("\(i.id) completed \(i.destination.isEmpty ? i.url : i.destination)") }
+            if resultLines {
+                Output.line("\(i.id) completed \(i.destination.isEmpty ? i.url : i.destination)")
+            } else if terminal != nil && channel == .standardError && i.kind == "download" && !i.destination.isEmpty {
+                // The live display on the terminal stdout shares shows names cut to fit:
+                // after its last frame, where each download was saved, in full (the end
+                // of `end`, so after the frame).
+                Output.line(i.destination)
+            }
         case "paused":
             printError("transfer \(i.id) is paused: \(Format.name(i)) (resume it with `ferry resume \(i.id)`)")
         default:

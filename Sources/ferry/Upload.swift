@@ -92,7 +92,8 @@ func upload(_ global: GlobalOptions, _ opts: UploadOptions, url: String, file: S
 
 struct Put: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Upload a file with PUT (also `ferry -T FILE URL`); prints the new transfer id.")
+        abstract: "Upload a file with PUT (also `ferry -T FILE URL`); prints the new transfer id.",
+        discussion: "A URL whose path ends in / gets the file's name appended (URL-encoded), as curl -T does: -T notes.txt http://h/up/ PUTs to http://h/up/notes.txt.")
     @OptionGroup var global: GlobalOptions
     @Option(name: [.customShort("T"), .customLong("upload-file")], help: ArgumentHelp("The file to upload.", valueName: "FILE"), completion: .file())
     var uploadFile: String?
@@ -112,8 +113,24 @@ struct Put: AsyncParsableCommand {
 
     func run() async throws {
         let (file, url) = fileAndURL!
-        try await upload(global, opts, url: url, file: file, busOptions: opts.busOptions(method: "PUT"))
+        try await upload(global, opts, url: Self.target(url, file: file), file: file, busOptions: opts.busOptions(method: "PUT"))
     }
+
+    /// curl's rule for -T: a URL whose path ends in `/` (or has no path) names a folder,
+    /// and the file's base name, URL-encoded, is appended to it.
+    static func target(_ url: String, file: String) -> String {
+        guard var c = URLComponents(string: url), c.scheme != nil, c.host != nil else { return url }
+        let path = c.percentEncodedPath
+        guard path.isEmpty || path.hasSuffix("/") else { return url }
+        let name = (file as NSString).lastPathComponent
+        guard !name.isEmpty, name != "/", name != ".", name != "..",
+              let encoded = name.addingPercentEncoding(withAllowedCharacters: unreserved) else { return url }
+        c.percentEncodedPath = (path.isEmpty ? "/" : path) + encoded
+        return c.string ?? url
+    }
+
+    /// RFC 3986's unreserved characters: everything else in a name is percent-encoded.
+    static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 }
 
 struct Post: AsyncParsableCommand {

@@ -5,7 +5,7 @@ import Foundation
 import XCTest
 
 /// Other D-Bus implementations talking to our exported objects: gdbus (GDBus)
-/// and dbus-python (libdbus), as the README promises.
+/// and dbus-python (libdbus), as docs/bus-api.md promises.
 final class InteropTests: BusTestCase {
     private func gdbus(_ args: [String], file: StaticString = #filePath, line: UInt = #line) throws -> (status: Int32, stdout: String, stderr: String) {
         guard let gdbus = findExecutable("gdbus") else { throw XCTSkip("gdbus is not installed") }

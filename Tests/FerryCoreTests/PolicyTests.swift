@@ -11,7 +11,7 @@ final class PolicyTests: XCTestCase {
     /// Starts what the index offers, in order, as the coordinator does.
     private func picks(_ index: inout TransferIndex, max: Int, perHost: Int) -> [TransferID] {
         var picked: [TransferID] = []
-        while let id = index.nextToStart(maxRunning: max, perHostLimit: { _ in perHost }) {
+        while let id = index.nextToStart(maxConnections: max, perHostLimit: { _ in perHost }) {
             picked.append(id)
             let queued = facts(session: sessionOf[id] ?? 1, host: hostOf[id] ?? "a", priority: priorityOf[id] ?? 0)
             var running = queued
@@ -49,6 +49,28 @@ final class PolicyTests: XCTestCase {
         add(&hosts, 1, host: "a", state: .running); add(&hosts, 2, host: "a"); add(&hosts, 3, host: "b")
         add(&hosts, 4, session: 2, host: "a")
         XCTAssertEqual(picks(&hosts, max: 3, perHost: 1), [3, 4])
+    }
+
+    /// Over HTTP/2 the limits count connections: an origin's running transfers share one
+    /// per `Limits.streamsPerConnection` as streams, so a session limited to 2 connections
+    /// per host runs 200 transfers there, and one more waits; a host on HTTP/1.1 beside it
+    /// still takes a connection per transfer from the same global limit.
+    func testAMultiplexingOriginCountsConnectionsNotTransfers() {
+        var index = TransferIndex()
+        let streams = Limits.streamsPerConnection
+        for id in 1...(2 * streams + 1) { add(&index, TransferID(id), host: "h2") }
+        for id in 1001...1003 { add(&index, TransferID(id), host: "h1") }
+        index.setMultiplexing(HostKey(session: 1, host: "h2"), true)
+        let started = picks(&index, max: 4, perHost: 2)
+        XCTAssertEqual(started.filter { $0 <= 1000 }.count, 2 * streams, "two connections' worth of streams on the h2 origin")
+        XCTAssertEqual(started.filter { $0 > 1000 }.count, 2, "the h1 origin gets what the global 4 leaves: a connection each")
+        XCTAssertEqual(index.connectionsInUse, 4)
+
+        // The origin turns out to answer over HTTP/1.1 after all: every transfer is a
+        // connection again, and nothing more starts until they end.
+        index.setMultiplexing(HostKey(session: 1, host: "h2"), false)
+        XCTAssertEqual(index.connectionsInUse, 2 * streams + 2)
+        XCTAssertEqual(picks(&index, max: 4, perHost: 2), [])
     }
 
     func testQueueFollowsPriorityChangesAndRemovals() {

@@ -132,7 +132,7 @@ final class CLIScriptingTests: FerryTestCase {
                        "the gone transfer's event acknowledged; two.bin's (not shown by this get, still there) stops the run")
     }
 
-    /// The README's synopsis: global options before the subcommand.
+    /// The synopsis in docs/cli.md: global options before the subcommand.
     func testGlobalOptionsBeforeTheSubcommand() async throws {
         serve("/g.bin", size: 5_000)
         let r = try ferry(["--session", "org.example.Script", "get", server.url("/g.bin"), "-o", work + "/g.bin", "--wait"])
@@ -530,6 +530,37 @@ final class CLIScriptingTests: FerryTestCase {
         return (r.status, plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }, r.stdout + r.stderr)
     }
 
+    /// `ferry ARGS` in a terminal (script(1)) of 200 columns: its exit status and rows.
+    func ferryInTerminal(_ args: [String]) throws -> (status: Int32, rows: [String], raw: String) {
+        guard let script = findExecutable("script") else { throw XCTSkip("no script(1)") }
+        let quoted = args.map { "'\($0)'" }.joined(separator: " ")
+        let r = try runTool(script, ["-qfec", "sh -c 'stty cols 200 rows 24; exec \"$0\" \"$@\"' \(ferryPath!) \(quoted)", "/dev/null"],
+                            environment: environment(), timeout: 30)
+        let plain = r.stdout.replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
+        return (r.status, plain.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty }, r.stdout + r.stderr)
+    }
+
+    /// In a terminal, `get` says what it queued and where it goes, and `get --wait` ends
+    /// with the saved file's path (the display cuts names to fit); piped, the bare ids
+    /// scripts read are unchanged.
+    func testGetInATerminalSaysWhereTheFileGoes() async throws {
+        let body = serve("/where/f3.bin", size: 20_000)
+        let url = server.url("/where/f3.bin")
+        let queued = try ferryInTerminal(["get", url, "-o", work + "/later.bin", "--paused"])
+        XCTAssertEqual(queued.status, 0, queued.raw)
+        let id = try XCTUnwrap(queued.rows.first?.split(separator: " ").first.flatMap { UInt64($0) }, queued.raw)
+        XCTAssertEqual(queued.rows, ["\(id) paused: \(url) -> \(work!)/later.bin"])
+
+        let (status, rows, raw) = try getInTerminal([url], into: work + "/tty")
+        XCTAssertEqual(status, 0, raw)
+        XCTAssertEqual(rows.last, "\(work!)/tty/f3.bin", "the last line names the saved file: \(rows)")
+        assertFile(work + "/tty/f3.bin", equals: body)
+
+        let piped = try ferry(["get", url, "-o", work + "/piped.bin", "--paused"])
+        XCTAssertEqual(piped.status, 0, piped.stderr)
+        XCTAssertNotNil(UInt64(piped.stdout.trimmingCharacters(in: .newlines)), "a bare id: \(piped.stdout)")
+    }
+
     /// In an 80-column terminal the display fits: no line wider than 80, a total line, the final state.
     func testProgressInAnEightyColumnTerminal() async throws {
         let long = "/a-rather-long-file-name-that-would-not-fit-in-a-narrow-terminal-at-all-\(String(repeating: "x", count: 40)).bin"
@@ -539,7 +570,8 @@ final class CLIScriptingTests: FerryTestCase {
         let (status, rows, raw) = try getInTerminal([server.url(long), server.url("/second.bin")], into: work + "/tty")
         XCTAssertEqual(status, 0, raw)
         XCTAssertFalse(rows.isEmpty, raw.debugDescription)
-        for row in rows { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
+        // (The saved paths after the display are results, in full.)
+        for row in rows where !row.hasPrefix(work) { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
         XCTAssertTrue(rows.contains { $0.hasPrefix("Total:") }, "a total line: \(rows)")
         XCTAssertTrue(rows.last { $0.hasPrefix("Total:") }?.contains("2 completed") ?? false, rows.suffix(4).joined(separator: "\n"))
     }
@@ -615,7 +647,7 @@ final class CLIScriptingTests: FerryTestCase {
         let after = String(text[mark.upperBound...]).replacingOccurrences(of: "\u{1B}\\[[0-9;]*[A-Za-z]", with: "", options: .regularExpression)
         let rows = after.components(separatedBy: CharacterSet(charactersIn: "\r\n")).filter { !$0.isEmpty && !$0.hasPrefix("Script done") }
         XCTAssertTrue(rows.contains { $0.contains("done") }, "frames after the resize: \(rows)")
-        for row in rows { XCTAssertLessThanOrEqual(row.count, 50, "too wide after the resize: \(row)") }
+        for row in rows where !row.hasPrefix(work) { XCTAssertLessThanOrEqual(row.count, 50, "too wide after the resize: \(row)") }
     }
 
     /// `put`/`post`: argument errors are usage errors; a well-formed call reaches the service.
@@ -627,7 +659,7 @@ final class CLIScriptingTests: FerryTestCase {
         let missing = try ferry(["put", work + "/nope.txt", server.url("/up")])
         XCTAssertEqual(missing.status, 2)
         XCTAssertTrue(missing.stderr.contains("no such file"), missing.stderr)
-        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as the README says: \(missing.stderr)")
+        XCTAssertTrue(missing.stderr.contains("(FileNotFound)"), "exit 2 names the error, as docs/cli.md says: \(missing.stderr)")
         let folder = try ferry(["put", work, server.url("/up")])
         XCTAssertEqual(folder.status, 2)
         XCTAssertTrue(folder.stderr.contains("is a folder"), "a folder is not 'no such file': \(folder.stderr)")
@@ -680,18 +712,19 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(script.contains("'-o'|'--output')\n        __ferry_add_completions -f"), "files for -o")
     }
 
-    /// Every example in the README's `ferry` section runs as written (with the
-    /// test server standing in for example.org), one after another, under `sh -e`.
+    /// Every example in the `ferry` section of docs/cli.md (moved there from the
+    /// README) runs as written (with the test server standing in for example.org),
+    /// one after another, under `sh -e`.
     func testReadmeExamplesRun() async throws {
         var dir = URL(fileURLWithPath: #filePath)
-        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("README.md").path) {
+        while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("docs/cli.md").path) {
             dir.deleteLastPathComponent()
         }
-        let readme = try String(contentsOf: dir.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: dir.appendingPathComponent("docs/cli.md"), encoding: .utf8)
         guard let section = readme.range(of: "## The `ferry` command"),
               let open = readme.range(of: "```sh\n", range: section.upperBound..<readme.endIndex),
               let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex) else {
-            return XCTFail("no sh example block in the README's ferry section")
+            return XCTFail("no sh example block in the ferry section of docs/cli.md")
         }
         let block = String(readme[open.upperBound..<close.lowerBound])
         for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }
@@ -700,7 +733,7 @@ final class CLIScriptingTests: FerryTestCase {
         var env = environment()
         env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
         let r = try runTool("/bin/sh", ["-ec", script], environment: env, timeout: 60)
-        XCTAssertEqual(r.status, 0, "the README's examples: \(r.stderr)\n\(r.stdout)")
+        XCTAssertEqual(r.status, 0, "the examples of docs/cli.md: \(r.stderr)\n\(r.stdout)")
         XCTAssertTrue(exists(home + "/isos/a.iso") && exists(home + "/more/b.iso") && exists(home + "/x.tar.gz"))
         let json = try String(contentsOfFile: home + "/x.json", encoding: .utf8)
         XCTAssertEqual(decode([TransferRow].self, json)?.first?.state, "completed")

@@ -157,7 +157,7 @@ final class CLITests: FerryTestCase {
         r = try ferry(["pause", "9999"])
         XCTAssertEqual(r.status, 2, "an unknown id is refused: \(r.stderr)")
         XCTAssertTrue(r.stderr.hasPrefix("ferry: "), r.stderr)
-        XCTAssertTrue(r.stderr.contains("(NoSuchTransfer)"), "exit 2 names the error, as the README says: \(r.stderr)")
+        XCTAssertTrue(r.stderr.contains("(NoSuchTransfer)"), "exit 2 names the error, as docs/cli.md says: \(r.stderr)")
     }
 
     /// What `rm` removes from the CLI's own session, the user has seen: its events are
@@ -242,6 +242,149 @@ final class CLITests: FerryTestCase {
         XCTAssertEqual(cancel.status, 0, cancel.stderr)
         state = try await t.info().state
         XCTAssertEqual(state, "cancelled")
+    }
+
+    /// `-o FILE` saves to exactly FILE, as curl and wget do: a file already there is
+    /// replaced (and keeps its old content until the download is whole), not left
+    /// beside a new `rel (1).bin`; `-d DIR` still picks a free name.
+    func testOutputFileIsReplacedNotRenamed() async throws {
+        let body = serve("/rel.bin", size: 300_000)
+        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/rel.bin")
+        let dest = work + "/rel.bin"
+        let old = Data("the old file".utf8)
+        XCTAssertTrue(FileManager.default.createFile(atPath: dest, contents: old))
+        let get = try ChildProcess(executable: ferryPath, arguments: ["get", server.url("/rel.bin"), "-o", dest, "--wait"],
+                                   environment: environment())
+        defer { get.kill(SIGKILL) }
+        try await waitForFileSize(dest + ".part", atLeast: 1)
+        XCTAssertEqual(FileManager.default.contents(atPath: dest), old, "the final name never holds a partial download")
+        XCTAssertEqual(get.waitForExit(timeout: 20), 0, get.log)
+        assertFile(dest, equals: body)
+        XCTAssertFalse(exists(work + "/rel (1).bin"), "no second name: \((try? FileManager.default.contentsOfDirectory(atPath: work)) ?? [])")
+        XCTAssertTrue(get.stdout.hasSuffix(" completed \(dest)\n"), get.stdout)
+
+        // Into a folder, nothing is replaced: the download takes a free name.
+        let into = try ferry(["get", server.url("/rel.bin"), "-d", work, "--wait"])
+        XCTAssertEqual(into.status, 0, into.stderr)
+        assertFile(work + "/rel (1).bin", equals: body)
+        assertFile(dest, equals: body)
+
+        // A name another transfer is saving to stays that one's: get says where this one goes.
+        let held = try ferry(["get", server.url("/rel.bin"), "-o", work + "/held.bin", "--paused"])
+        XCTAssertEqual(held.status, 0, held.stderr)
+        let second = try ferry(["get", server.url("/rel.bin"), "-o", work + "/held.bin", "--paused"])
+        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertEqual(second.stderr, "ferry: another transfer is saving to \(work!)/held.bin; this one saves to \(work!)/held (1).bin\n")
+    }
+
+    /// --retries, --timeout, --proxy and --no-notify apply to that run's transfers only:
+    /// the next plain `get` has the session's settings (a 503 once is retried), and
+    /// `sessions show` still says so. The run's transfer is in a session of its own that
+    /// `ls --session`, `--all` and `wait` find as the CLI's.
+    func testPerRunSettingsDoNotStick() async throws {
+        serve("/held.bin", size: 1000)
+        let first = try ferry(["get", server.url("/held.bin"), "-o", work + "/held.bin", "--retries", "0", "--timeout", "7",
+                               "--no-notify", "--paused"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let heldID = try XCTUnwrap(UInt64(first.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), first.stdout)
+
+        let body = serve("/flaky.bin", size: 5000)
+        server.set(.failFirst(1, status: 503), on: "/flaky.bin")
+        let plain = try ferry(["get", server.url("/flaky.bin"), "-o", work + "/flaky.bin", "--wait"])
+        XCTAssertEqual(plain.status, 0, "the session's retries, not the earlier run's 0: \(plain.stderr)")
+        assertFile(work + "/flaky.bin", equals: body)
+        let show = try ferry(["sessions", "show"])
+        XCTAssertEqual(show.status, 0, show.stderr)
+        XCTAssertTrue(show.stdout.contains("    retries: 5\n"), show.stdout)
+        XCTAssertTrue(show.stdout.contains("    notify: true\n"), show.stdout)
+        XCTAssertTrue(show.stdout.contains("    request-timeout: 60\n"), show.stdout)
+
+        // The run's transfer had its settings, in a session of its own.
+        let sessionPath = try await getProperty(FerryClient.transferPathPrefix + String(heldID), FerryClient.transferInterface, "Session")?.string ?? ""
+        let identifier = try await getProperty(sessionPath, FerryClient.sessionInterface, "Identifier")?.string ?? ""
+        XCTAssertTrue(identifier.hasPrefix("org.ferry.cli.settings-"), identifier)
+        let own = try ferry(["sessions", "show", identifier])
+        XCTAssertTrue(own.stdout.contains("    retries: 0\n") && own.stdout.contains("    request-timeout: 7\n"), own.stdout)
+        // The same settings again: the same session, not one more.
+        let again = try ferry(["get", server.url("/held.bin"), "-o", work + "/held2.bin", "--timeout", "7", "--retries", "0",
+                               "--no-notify", "--paused"])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let sessions = try ferry(["sessions"]).stdout.split(separator: "\n").filter { $0.hasPrefix("org.ferry.cli") }
+        XCTAssertEqual(sessions.count, 2, "org.ferry.cli and one settings session: \(sessions)")
+
+        let ls = try ferry(["ls", "--json", "--session", "org.ferry.cli"])
+        let ids = (json(ls.stdout) as? [[String: Any]])?.compactMap { ($0["id"] as? NSNumber)?.uint64Value } ?? []
+        XCTAssertTrue(ids.contains(heldID), "ls --session org.ferry.cli lists the run's transfer: \(ls.stdout)")
+        let resume = try ferry(["resume", "--all"])
+        XCTAssertEqual(resume.status, 0, resume.stderr)
+        XCTAssertEqual(resume.stdout, "2 resumed\n")
+        let wait = try ferry(["wait", String(heldID)])
+        XCTAssertEqual(wait.status, 0, wait.stderr)
+    }
+
+    /// `-T FILE URL/` uploads to URL/FILE (its name URL-encoded), as curl does; a URL
+    /// naming a file is used as it is.
+    func testUploadToAFolderURLAppendsTheFileName() async throws {
+        let name = "my notes+1.txt"
+        XCTAssertTrue(FileManager.default.createFile(atPath: work + "/" + name, contents: Data("hello".utf8)))
+        server.set(.acceptUploads(), on: "/up/my%20notes%2B1.txt")
+        let r = try ferry(["-T", work + "/" + name, server.url("/up/"), "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(server.requests(for: "/up/my%20notes%2B1.txt").map(\.method), ["PUT"])
+        XCTAssertEqual(server.requests(for: "/up/").count, 0)
+
+        server.set(.acceptUploads(), on: "/up/named.txt")
+        let named = try ferry(["put", work + "/" + name, server.url("/up/named.txt"), "--wait"])
+        XCTAssertEqual(named.status, 0, named.stderr)
+        XCTAssertEqual(server.requests(for: "/up/named.txt").map(\.method), ["PUT"])
+    }
+
+    /// The --all commands act on what they apply to and say how many: `resume --all`
+    /// resumes paused transfers, not old failures (`--failed` adds them); `cancel --all`
+    /// leaves failed and completed ones as they ended; each prints "N VERBED".
+    func testAllCommandsChangeOnlyWhatTheyApplyToAndSayHowMany() async throws {
+        let cli = try await session("org.ferry.cli")
+        let failed = try await cli.download(server.url("/gone.bin"), options: ["destination": .string(work + "/gone.bin")])
+        try await finish(failed)
+        serve("/done.bin", size: 1000)
+        let completed = try await cli.download(server.url("/done.bin"), options: ["destination": .string(work + "/done.bin")])
+        try await finish(completed)
+        serve("/held.bin", size: 300_000)
+        server.set(.stallAfter(bytes: 10_000, times: 10), on: "/held.bin")
+        let held = try await cli.download(server.url("/held.bin"), options: ["destination": .string(work + "/held.bin"),
+                                                                          "start": .boolean(false)])
+        let failedError = try await failed.info().errorMessage
+
+        var r = try ferry(["resume", "--all"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "1 resumed\n")
+        var info = try await failed.info()
+        XCTAssertEqual(info.state, "failed", "an old failure is not retried by resume --all")
+        try await waitForState(held, "running")
+
+        r = try ferry(["cancel", "--all"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "1 cancelled\n")
+        info = try await failed.info()
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorMessage, failedError, "its error stays")
+        let done = try await completed.info().state
+        XCTAssertEqual(done, "completed")
+        let heldState = try await held.info().state
+        XCTAssertEqual(heldState, "cancelled")
+
+        r = try ferry(["pause", "--all"])
+        XCTAssertEqual(r.stdout, "0 paused\n", r.stderr)
+        let mark = signals.all.count
+        r = try ferry(["resume", "--all", "--failed"])
+        XCTAssertEqual(r.stdout, "1 resumed\n", r.stderr)
+        try await waitForState(failed, ["failed"], since: mark)
+        XCTAssertEqual(try ferry(["resume", "--failed", "1"]).status, 64, "--failed goes with --all")
+        r = try ferry(["-q", "rm", "--all"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "", "-q: nothing")
+        let left = try await cli.listTransfers().count
+        XCTAssertEqual(left, 0)
     }
 
     /// An invalid URL: one clear `ferry: …` line on stderr, exit 2, nothing queued.

@@ -12,7 +12,7 @@ final class ExternalClientTests: FerryTestCase {
         return path
     }
 
-    /// The README's gdbus calls work: OpenSession with `{}`, Download with an options
+    /// The gdbus calls of docs/bus-api.md work: OpenSession with `{}`, Download with an options
     /// dict, Properties.Get; gdbus introspects before it calls.
     func testGdbus() async throws {
         guard let gdbus = tool("gdbus") else { return }
@@ -56,7 +56,7 @@ final class ExternalClientTests: FerryTestCase {
         XCTAssertTrue(r.stderr.contains("org.ferry.Ferry1.Error.InvalidArgument"), r.stderr)
     }
 
-    /// The README's busctl calls work with the 'sa{sv}' signatures given there.
+    /// The busctl calls of docs/bus-api.md work with the 'sa{sv}' signatures given there.
     func testBusctl() async throws {
         guard let busctl = tool("busctl") else { return }
         let env = environment()

@@ -46,6 +46,15 @@ struct TransferIndex {
     /// takeover by resume data, for a moment).
     private var claims: [String: TransferID] = [:]
     private var moreClaims: [String: [TransferID]] = [:]
+    /// Origins (a host within a session) last seen answering over HTTP/2: their running
+    /// transfers share connections as streams (`Limits.streamsPerConnection` to one).
+    private var multiplexing: Set<HostKey> = []
+    /// The connections the running transfers take: one each, or one per
+    /// `Limits.streamsPerConnection` on a multiplexing origin. `MaxConcurrentTransfers`
+    /// and `max-connections-per-host` count these.
+    private(set) var connectionsInUse = 0
+    /// Bumped whenever the running set changes (the speed limits are shared anew then).
+    private(set) var runningChanges: UInt64 = 0
     /// Sessions whose active count changed since `takeChangedSessions`.
     private var changedSessions: Set<SessionID> = []
 
@@ -62,6 +71,9 @@ struct TransferIndex {
         }
         if f.state == .running {
             running.remove(id)
+            runningChanges &+= 1
+            let before = runningPerHost[f.key, default: 1]
+            connectionsInUse -= connections(f.key, running: before) - connections(f.key, running: before - 1)
             runningPerHost[f.key, default: 1] -= 1
             if runningPerHost[f.key] == 0 { runningPerHost[f.key] = nil }
             runningPerSession[f.session, default: 1] -= 1
@@ -100,6 +112,9 @@ struct TransferIndex {
         }
         if f.state == .running {
             running.insert(id)
+            runningChanges &+= 1
+            let before = runningPerHost[f.key, default: 0]
+            connectionsInUse += connections(f.key, running: before + 1) - connections(f.key, running: before)
             runningPerHost[f.key, default: 0] += 1
             runningPerSession[f.session, default: 0] += 1
         }
@@ -119,11 +134,39 @@ struct TransferIndex {
         }
     }
 
-    /// Takes the next transfer to start, if the limits allow one.
-    mutating func nextToStart(maxRunning: Int, perHostLimit: (SessionID) -> Int) -> TransferID? {
-        guard running.count < maxRunning else { return nil }
-        let perHost = runningPerHost
-        return queue.first { key in perHost[key, default: 0] < perHostLimit(key.session) }
+    /// Takes the next transfer to start, if the connection limits allow one: one more
+    /// transfer on a multiplexing origin takes a new connection only when its others fill
+    /// theirs.
+    mutating func nextToStart(maxConnections: Int, perHostLimit: (SessionID) -> Int) -> TransferID? {
+        let inUse = connectionsInUse
+        guard inUse < maxConnections || !multiplexing.isEmpty else { return nil }
+        let (perHost, multiplexing) = (runningPerHost, multiplexing)
+        return queue.first { key in
+            let now = perHost[key, default: 0]
+            let shared = multiplexing.contains(key)
+            let after = Self.connections(running: now + 1, multiplexed: shared)
+            return inUse + after - Self.connections(running: now, multiplexed: shared) <= maxConnections
+                && after <= perHostLimit(key.session)
+        }
+    }
+
+    /// Connections `running` transfers of an origin take.
+    func connections(_ key: HostKey, running: Int) -> Int {
+        Self.connections(running: running, multiplexed: multiplexing.contains(key))
+    }
+
+    private static func connections(running: Int, multiplexed: Bool) -> Int {
+        multiplexed ? (running + Limits.streamsPerConnection - 1) / Limits.streamsPerConnection : running
+    }
+
+    /// What the origin's last response said of its connection: HTTP/2 or later
+    /// (streams share a connection) or not.
+    mutating func setMultiplexing(_ key: HostKey, _ multiplexes: Bool) {
+        guard multiplexing.contains(key) != multiplexes else { return }
+        let running = runningPerHost[key, default: 0]
+        connectionsInUse -= connections(key, running: running)
+        if multiplexes { multiplexing.insert(key) } else { multiplexing.remove(key) }
+        connectionsInUse += connections(key, running: running)
     }
 
     func activeCount(session: SessionID) -> Int { activePerSession[session] ?? 0 }

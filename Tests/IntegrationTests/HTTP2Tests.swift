@@ -1,0 +1,175 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Against a real HTTP/2 server (nginx over TLS, with a test CA ferryd is told to
+/// trust): transfers to one origin share a connection as streams, so the limits, which
+/// count connections, let many more run at once than the 6 connections they allow.
+final class HTTP2Tests: FerryTestCase {
+    private var nginx: ChildProcess?
+
+    /// A free loopback port (bound, read, closed).
+    private func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard bound else { throw TestProcessError("no free port: \(String(cString: strerror(errno)))") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// nginx serving `root` over TLS with HTTP/2 on a free port: `/NAME` as is, `/slow/NAME`
+    /// at 16 KiB/s a request. Its access log has a line per request: the connection's
+    /// serial number, the protocol and the status.
+    private func startNginx(root: String, certificates: TestCertificates, serverDirectives: String = "") throws
+        -> (base: String, accessLog: String) {
+        let dir = work + "/nginx"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let port = try freePort()
+        let user = geteuid() == 0 ? "user root root;\n" : ""
+        let conf = """
+        \(user)worker_processes 1;
+        pid \(dir)/nginx.pid;
+        error_log \(dir)/error.log warn;
+        events { worker_connections 1024; }
+        http {
+            log_format ferry '$connection $server_protocol $status $uri';
+            access_log \(dir)/access.log ferry;
+            client_body_temp_path \(dir)/body;
+            proxy_temp_path \(dir)/proxy;
+            fastcgi_temp_path \(dir)/fastcgi;
+            uwsgi_temp_path \(dir)/uwsgi;
+            scgi_temp_path \(dir)/scgi;
+            default_type application/octet-stream;
+            server {
+                listen 127.0.0.1:\(port) ssl http2;
+                ssl_certificate \(certificates.certificate);
+                ssl_certificate_key \(certificates.key);
+                root \(root);
+                location / { }
+                location /slow/ { alias \(root)/; limit_rate 16k; }
+                \(serverDirectives)
+            }
+        }
+        """
+        try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
+        let child = try ChildProcess(executable: "/usr/sbin/nginx",
+                                     arguments: ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/error.log", "-g", "daemon off;"])
+        nginx = child
+        cleanups.append { child.kill(SIGTERM); if child.waitForExit(timeout: 5) == nil { child.kill(SIGKILL) } }
+        extraLogs.append { child.log + ((try? String(contentsOfFile: dir + "/error.log", encoding: .utf8)) ?? "") }
+        let listening = waitUntil(timeout: 10) {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+            }
+        }
+        guard listening else { throw TestProcessError("nginx did not listen on \(port)\n\(child.log)") }
+        return ("https://127.0.0.1:\(port)", dir + "/access.log")
+    }
+
+    /// The most transfers among `paths` that were running at the same time (from their
+    /// State signals).
+    private func mostRunningAtOnce(_ paths: Set<String>) -> Int {
+        var running: Set<String> = []
+        var most = 0
+        for s in signals.all where s.member == "PropertiesChanged" && paths.contains(s.path) {
+            guard let state = s.changed["State"]?.string else { continue }
+            if state == "running" { running.insert(s.path) } else { running.remove(s.path) }
+            most = max(most, running.count)
+        }
+        return most
+    }
+
+    /// `count` files of 24 KiB under a new site folder, and their bodies.
+    private func makeSite(count: Int) throws -> (root: String, bodies: [[UInt8]]) {
+        let root = work + "/site"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        var bodies: [[UInt8]] = []
+        for i in 0..<count {
+            let body = TestData.bytes(count: 24 * 1024, seed: UInt64(100 + i))
+            bodies.append(body)
+            FileManager.default.createFile(atPath: root + "/f\(i).bin", contents: Data(body))
+        }
+        return (root, bodies)
+    }
+
+    /// ferryd again, trusting the test CA.
+    private func restartTrusting(_ certificates: TestCertificates) async throws {
+        try await stopFerryd()
+        try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
+    }
+
+    func testTransfersToAnHTTP2OriginShareConnectionsAndRunBeyondTheConnectionLimit() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates)
+        try await restartTrusting(certificates)
+
+        // At 16 KiB/s a request each takes 1.5 s: six at a time would take 15 s, and
+        // more than six run at once only if they share connections.
+        let s = try await session("com.example.H2")
+        var transfers: [FerryTransfer] = []
+        for i in 0..<count {
+            transfers.append(try await s.download(base + "/slow/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+        }
+        for i in 0..<count { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+
+        let most = mostRunningAtOnce(Set(transfers.map(\.path)))
+        XCTAssertGreaterThan(most, 6, "more transfers ran at once than the 6 connections allowed")
+        let lines = try String(contentsOfFile: accessLog, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        XCTAssertEqual(lines.count, count, "one request per file")
+        XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
+        let connections = Set(lines.map { $0[0] })
+        XCTAssertLessThanOrEqual(connections.count, 6, "the requests shared connections: \(connections.count) for \(count) files")
+    }
+
+    /// nginx closes each HTTP/2 connection after 7 requests with a GOAWAY (its
+    /// `keepalive_requests`), with other streams of the batch in flight or about to go:
+    /// every download still completes on its first attempt, byte-exact, none failed or
+    /// retried after a backoff.
+    func testAGoawayMidBatchCostsNoTransferAnAttempt() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: "keepalive_requests 7;")
+        try await restartTrusting(certificates)
+
+        let s = try await session("com.example.Goaway")
+        var transfers: [FerryTransfer] = []
+        for i in 0..<count {
+            transfers.append(try await s.download(base + "/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+            XCTAssertEqual(info.attempts, 1, "\(t.path) took one attempt")
+        }
+        for i in 0..<count { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        let lines = try String(contentsOfFile: accessLog, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        XCTAssertGreaterThan(Set(lines.map { $0[0] }).count, 1, "nginx did close connections mid-batch")
+    }
+}

@@ -44,7 +44,11 @@ def main():
                 argv = ["curl", "-s", "-f", "-o", "/dev/null", "-T", source, url]
             else:
                 url, options = m.args
-                argv = ["curl", "-s", "-f", "-o", options["destination"], url]
+                dest = options["destination"]
+                # A folder (the batch and latency suites) or a file; curl reads
+                # CURL_CA_BUNDLE from the environment, as ferryd is to.
+                argv = (["curl", "-s", "-f", "--output-dir", dest, "-O", url] if os.path.isdir(dest) else
+                        ["curl", "-s", "-f", "-o", dest, url])
             running[path] = subprocess.Popen(argv)
             conn.send_reply(m, "o", [path])
         elif m.member == "Remove":

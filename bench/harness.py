@@ -473,8 +473,9 @@ class Context:
 class Ferryd:
     """One ferryd on the private bus, with its own state directory (so suites do not meet)."""
 
-    def __init__(self, ctx, name, extra_args=None, state_dir=None):
+    def __init__(self, ctx, name, extra_args=None, state_dir=None, env=None):
         self.ctx, self.name = ctx, name
+        self.env = dict(env or {})  # on top of the run's (the latency suite: CURL_CA_BUNDLE)
         self.extra_args = ctx.stay_up if extra_args is None else list(extra_args)
         self.state_dir = state_dir or ctx.new_state_dir()
         self.log_path = os.path.join(ctx.tmp, f"ferryd-{name}.log")
@@ -486,7 +487,7 @@ class Ferryd:
         return self.proc.pid
 
     def start(self):
-        env = dict(self.ctx.env, XDG_STATE_HOME=self.state_dir)
+        env = dict(self.ctx.env, XDG_STATE_HOME=self.state_dir, **self.env)
         log_file = open(self.log_path, "ab")
         self.started = time.perf_counter()
         wrap = os.environ.get("FERRY_BENCH_WRAP", "").split()  # profiling: e.g. "strace -f -c -o FILE"

@@ -13,6 +13,8 @@ one, with its own state directory, for each suite). Suites:
   segments  256 MiB at 8 MiB/s per connection: connections=8 against aria2c -x8 and
             connections=1; 1 GiB unthrottled: connections=4 against connections=1
   upload    1 GiB PUT: Session.Upload against curl -T, with ferryd's peak RSS
+  latency   HTTPS through a proxy adding 40 ms RTT: 1,000 x 100 KiB over h2 against curl -Z 100
+            and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
 
 Python 3 standard library only; no root needed. See bench/README.md.
 """
@@ -34,6 +36,7 @@ import harness as h
 import wire
 import suite_batch
 import suite_idle
+import suite_latency
 import suite_queued
 import suite_running
 import suite_segments
@@ -48,6 +51,7 @@ SUITES = {
     "single": suite_single,
     "segments": suite_segments,
     "upload": suite_upload,
+    "latency": suite_latency,
 }
 
 
@@ -58,11 +62,13 @@ def parse_args():
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: smaller counts and files, 2 rounds, no warm-up (figures not comparable)")
     ap.add_argument("--runs", type=int, default=5, help="alternating rounds where medians are taken (default 5)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first, batch and single (default 1)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first, batch, single and latency (default 1)")
     ap.add_argument("--batch-tools", help="batch: only these of bus,get,curl,aria2c (for profiling; ratios need the peers)")
     ap.add_argument("--segment-runs", type=int, default=1,
                     help="rounds of the throttled segments comparison (default 1, as issue 8 asks)")
     ap.add_argument("--size-mib", type=int, default=1024, help="size of the single and upload file (default 1024)")
+    ap.add_argument("--rtt-ms", type=float, default=40,
+                    help="latency: the round-trip time its delay proxies add, in ms (default 40)")
     ap.add_argument("--bin-dir", help="where ferryd and ferry are (default: swift build -c release --show-bin-path)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir with the logs")
     args = ap.parse_args()
@@ -70,8 +76,8 @@ def parse_args():
     unknown = [s for s in names if s not in SUITES]
     if unknown:
         ap.error(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
-    if args.runs < 1 or args.warmup < 0 or args.segment_runs < 1:
-        ap.error("--runs and --segment-runs must be at least 1, --warmup at least 0")
+    if args.runs < 1 or args.warmup < 0 or args.segment_runs < 1 or args.rtt_ms < 0:
+        ap.error("--runs and --segment-runs must be at least 1, --warmup and --rtt-ms at least 0")
     args.suites = names
     return args
 

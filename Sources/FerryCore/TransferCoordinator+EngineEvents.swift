@@ -28,9 +28,18 @@ extension TransferCoordinator {
             case .response(let id, let response): handleResponse(id, response)
             case .progress(let id, let written, let total, let expected): handleProgress(id, written, total, expected)
             case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
+            case .connectionsFreed(let id): handleConnectionsFreed(id)
             case .segments(let id, let map): handleSegments(id, map)
             }
         }
+    }
+
+    /// The attempt's connections are free while its file is flushed: they no longer
+    /// count against the limits, and the next transfer may start.
+    private func handleConnectionsFreed(_ id: TransferID) {
+        guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
+        t.connectionsFreed = true
+        reindex(t)
     }
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {

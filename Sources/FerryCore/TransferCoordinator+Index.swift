@@ -43,6 +43,7 @@ extension TransferCoordinator {
         let claims = claimsNames(t)
         return TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
                             priority: t.snapshot.priority, startable: t.life.isStartable,
+                            holdsConnections: t.state == .running && !t.connectionsFreed,
                             waitingForNetwork: t.isWaitingForNetwork,
                             resumedRun: t.runFromFailure && !t.state.isFinal,
                             claim: claims && !t.isUpload ? t.destination : nil,

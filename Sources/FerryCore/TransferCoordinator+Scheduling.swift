@@ -58,6 +58,7 @@ extension TransferCoordinator {
             t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset
+        t.connectionsFreed = false
         t.snapshot.attempts += 1
         t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)

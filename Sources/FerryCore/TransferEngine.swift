@@ -157,6 +157,10 @@ public enum EngineEvent: Sendable, Equatable {
     /// `bytesWritten` since the previous progress event; `totalOnDisk` includes the
     /// resumed prefix; `expected` is -1 when unknown.
     case progress(TransferID, bytesWritten: Int64, totalOnDisk: Int64, expected: Int64)
+    /// The attempt's body is complete and its connections are free for other
+    /// transfers; its file is being flushed (`.completed` follows). Sent by downloads
+    /// whose flush takes a while, so that the next transfer need not wait for a sync.
+    case connectionsFreed(TransferID)
     /// Always the last event of an attempt.
     case completed(TransferID, EngineOutcome)
     /// A segmented download's map of the ranges on disk: after its `.response`, with

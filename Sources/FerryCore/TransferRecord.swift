@@ -10,6 +10,9 @@ final class TransferRecord {
     var publishedDigest: Int?
     var options: DownloadOptions
     /// Lowercased host of the URL, for per-host limits.
+    /// The running attempt's body is complete and its file is being flushed: it holds
+    /// no connection (`EngineEvent.connectionsFreed`); reset as each attempt starts.
+    var connectionsFreed = false
     var host: String
     /// The directory the file goes to.
     var directory: String

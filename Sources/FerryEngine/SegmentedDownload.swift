@@ -635,6 +635,7 @@ final class SegmentedDownload: EngineAttempt {
         flushing = true
         if let map = currentMap() { reportMap(map) }
         reportProgress()
+        loop.emit(.connectionsFreed(id)) // the next transfer need not wait for the sync
         if file.isRegular, ftruncate(file.fd, off_t(total)) != 0 {
             let error = PartFileError(code: errno, action: "truncating", path: file.path)
             flushing = false

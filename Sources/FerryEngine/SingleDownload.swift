@@ -110,6 +110,7 @@ final class SingleDownload: EngineAttempt {
         // Complete: flush and close off the engine thread, then report (`jobDone(.flushed)`).
         transfer.releaseHandle()
         phase = .flushing(transfer)
+        loop.emit(.connectionsFreed(id)) // the next transfer need not wait for the sync
         let (id, attempt, loop) = (id, attempt, loop)
         let (fd, path, isRegular) = (transfer.file.handOver(), transfer.file.path, transfer.file.isRegular)
         let writebackFD = transfer.handOverWriteback()

@@ -29,6 +29,8 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
     private var pacing: Scheduled<Void>?
     /// After a stall nothing more is sent on this connection.
     private var stalled = false
+    /// A request of this connection is being answered (`TestHTTPServer.mostRequestsInFlight`).
+    private var answering = false
 
     init(server: TestHTTPServer) {
         self.server = server
@@ -39,6 +41,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         case .head(let head):
             requestHead = head
             requestIndex = server.record(head)
+            if !answering { answering = true; server.requestBegan() }
             upload = head.method == .PUT || head.method == .POST
                 ? UploadReceiver(contentType: head.headers.first(name: "Content-Type")) : nil
         case .body(let buffer):
@@ -85,6 +88,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
 
     private func endResponse(context: ChannelHandlerContext, keepAlive: Bool) {
         stream = nil
+        if answering { answering = false; server.requestEnded() }
         let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         if !keepAlive {
             done.assumeIsolated().whenComplete { _ in context.close(promise: nil) }
@@ -161,6 +165,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         server.connectionClosed()
+        if answering { answering = false; server.requestEnded() }
         pacing?.cancel()
         pacing = nil
         stream = nil

@@ -25,6 +25,8 @@ public final class TestHTTPServer: @unchecked Sendable {
     private var channel: Channel?
     private var boundPort = 0
     private var connections = 0
+    private var inFlight = 0
+    private var mostInFlight = 0
 
     public init() {}
 
@@ -46,6 +48,17 @@ public final class TestHTTPServer: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         return connections
     }
+
+    /// The most requests that were being answered at the same time (from a request's
+    /// head until its response ended or its connection closed): what a client's
+    /// connection limits allow the server to see.
+    public var mostRequestsInFlight: Int {
+        lock.lock(); defer { lock.unlock() }
+        return mostInFlight
+    }
+
+    func requestBegan() { lock.lock(); inFlight += 1; mostInFlight = max(mostInFlight, inFlight); lock.unlock() }
+    func requestEnded() { lock.lock(); inFlight -= 1; lock.unlock() }
 
     func connectionOpened() { lock.lock(); connections += 1; lock.unlock() }
     func connectionClosed() { lock.lock(); connections -= 1; lock.unlock() }

@@ -5,7 +5,8 @@ final class PolicyTests: XCTestCase {
     private func facts(session: SessionID = 1, host: String = "a", priority: Int32 = 0,
                        state: TransferState = .queued) -> TransferIndex.Facts {
         TransferIndex.Facts(session: session, state: state, key: HostKey(session: session, host: host), priority: priority,
-                            startable: state == .queued, waitingForNetwork: false, claim: nil, extraClaim: nil)
+                            startable: state == .queued, holdsConnections: state == .running, waitingForNetwork: false,
+                            claim: nil, extraClaim: nil)
     }
 
     /// Starts what the index offers, in order, as the coordinator does.
@@ -17,6 +18,7 @@ final class PolicyTests: XCTestCase {
             var running = queued
             running.state = .running
             running.startable = false
+            running.holdsConnections = true
             index.update(id, from: queued, to: running)
         }
         return picked

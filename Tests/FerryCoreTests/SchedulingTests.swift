@@ -13,6 +13,33 @@ final class SchedulingTests: XCTestCase {
         XCTAssertEqual(h.engine.startedIDs, Array(ids.prefix(7)), "a freed slot goes to the oldest queued")
     }
 
+    /// A download whose body is complete frees its connection while its file is flushed:
+    /// the next queued transfer starts then, not after the sync; the first still counts
+    /// as running until its attempt ends, and then completes as before.
+    func testTheNextTransferStartsWhenTheConnectionIsFreedNotAfterTheFlush() throws {
+        let h = CoreHarness()
+        try h.sync { try $0.setMaxConcurrentTransfers(1) }
+        let s = try h.openSession()
+        let first = try h.download(s, "https://example.com/1")
+        let second = try h.download(s, "https://example.com/2")
+        XCTAssertEqual(h.engine.startedIDs, [first])
+        h.answerAndWrite(first, Array("hello".utf8), total: 5)
+        h.send(.connectionsFreed(first))
+        XCTAssertEqual(h.engine.startedIDs, [first, second], "the second starts while the first is flushed")
+        XCTAssertEqual(h.state(first), .running, "the first is not done until its flush is")
+        XCTAssertEqual(h.sync { $0.manager.activeTransfers }, 2)
+        h.send(.completed(first, .succeeded(bytesOnDisk: 5, sha256: nil)))
+        XCTAssertEqual(h.state(first), .completed)
+        XCTAssertEqual(h.engine.startedIDs, [first, second], "nothing starts twice")
+
+        // The event of a transfer that is not running frees nothing.
+        let third = try h.download(s, "https://example.com/3")
+        let fourth = try h.download(s, "https://example.com/4")
+        h.send(.connectionsFreed(third))
+        XCTAssertEqual(h.engine.startedIDs, [first, second], "the second still holds the one connection")
+        XCTAssertEqual(h.state(fourth), .queued)
+    }
+
     func testTransfersStartedByOneChangeAreStoredAndAnnouncedWithIt() throws {
         let h = CoreHarness()
         let s = try h.openSession()

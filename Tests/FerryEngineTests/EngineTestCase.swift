@@ -69,7 +69,8 @@ final class EventLog: @unchecked Sendable {
 extension EngineEvent {
     var transferID: TransferID {
         switch self {
-        case .response(let id, _), .progress(let id, _, _, _), .completed(let id, _), .segments(let id, _): return id
+        case .response(let id, _), .progress(let id, _, _, _), .completed(let id, _), .segments(let id, _),
+             .connectionsFreed(let id): return id
         }
     }
 

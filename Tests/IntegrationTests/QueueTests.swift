@@ -22,8 +22,11 @@ final class QueueTests: FerryTestCase {
         signals.all.filter { $0.member == "Completed" && paths.contains($0.path) }.map(\.path)
     }
 
-    /// MaxConcurrentTransfers = 1: one transfer runs at a time, in FIFO order, and the
-    /// manager's ActiveTransfers/QueuedTransfers say so.
+    /// MaxConcurrentTransfers = 1: one transfer at a time holds a connection, in FIFO
+    /// order (the server never answers two at once), and the manager's
+    /// ActiveTransfers/QueuedTransfers say so. A download whose body is complete frees
+    /// its connection while its file is synced: the next one may start then, so at most
+    /// one more counts as running, for that moment.
     func testMaxConcurrentTransfersOneRunsInFIFOOrder() async throws {
         try await client.setManagerProperty("MaxConcurrentTransfers", .uint32(1))
         let value = try await managerProperty("MaxConcurrentTransfers")
@@ -54,10 +57,11 @@ final class QueueTests: FerryTestCase {
         let paths = transfers.map(\.path)
         for t in transfers { try await signals.completed(t.path, timeout: 30) }
         for i in 0..<3 { assertFile(work + "/q\(i).bin", equals: bodies[i]) }
-        XCTAssertEqual(maxRunningAtOnce(paths), 1, "never more than one running")
+        XCTAssertEqual(server.mostRequestsInFlight, 1, "the server never answered two at once")
+        XCTAssertLessThanOrEqual(maxRunningAtOnce(paths), 2, "one downloading, at most one finishing its sync")
         XCTAssertEqual(completionOrder(paths), paths, "first in, first out")
         let activeValues = signals.signals(path: FerryClient.managerPath, member: "PropertiesChanged").compactMap { $0.changed["ActiveTransfers"]?.uint32 }
-        XCTAssertLessThanOrEqual(activeValues.max() ?? 0, 1, "Manager.ActiveTransfers never above 1: \(activeValues)")
+        XCTAssertLessThanOrEqual(activeValues.max() ?? 0, 2, "Manager.ActiveTransfers: one downloading, at most one finishing: \(activeValues)")
         // The counters settle by the time the batch is announced as finished.
         try await signals.wait("the manager's AllFinished") { s in s.contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath } }
         let after = try await client.managerProperties()
@@ -84,7 +88,8 @@ final class QueueTests: FerryTestCase {
         for t in transfers { try await signals.completed(t.path, timeout: 30) }
         for i in 0..<3 { assertFile(work + "/h\(i).bin", equals: bodies[i]) }
         let paths = transfers.map(\.path)
-        XCTAssertEqual(maxRunningAtOnce(paths), 1)
+        XCTAssertEqual(server.mostRequestsInFlight, 1, "the server never answered two at once")
+        XCTAssertLessThanOrEqual(maxRunningAtOnce(paths), 2, "one downloading, at most one finishing its sync")
         XCTAssertEqual(completionOrder(paths), paths)
     }
 

@@ -13,6 +13,9 @@ struct TransferIndex {
         var priority: Int32
         /// Queued and no earlier attempt is still stopping: may be started.
         var startable: Bool
+        /// Running, and its connections not yet freed (a download whose file is being
+        /// flushed holds none): what the connection limits count.
+        var holdsConnections: Bool = false
         var waitingForNetwork: Bool
         /// Not ended, and its run began by resuming it after it failed.
         var resumedRun: Bool = false
@@ -27,6 +30,7 @@ struct TransferIndex {
     private(set) var queue = TransferQueue()
     /// Running transfers.
     private(set) var running: Set<TransferID> = []
+    /// Running transfers holding connections, by origin.
     private(set) var runningPerHost: [HostKey: Int] = [:]
     private(set) var runningPerSession: [SessionID: Int] = [:]
     /// Queued, waiting or running (the batch's live transfers).
@@ -69,13 +73,15 @@ struct TransferIndex {
         if f.startable, !(next?.startable == true && next?.key == f.key && next?.priority == f.priority) {
             queue.remove(id)
         }
-        if f.state == .running {
-            running.remove(id)
-            runningChanges &+= 1
+        if f.holdsConnections {
             let before = runningPerHost[f.key, default: 1]
             connectionsInUse -= connections(f.key, running: before) - connections(f.key, running: before - 1)
             runningPerHost[f.key, default: 1] -= 1
             if runningPerHost[f.key] == 0 { runningPerHost[f.key] = nil }
+        }
+        if f.state == .running {
+            running.remove(id)
+            runningChanges &+= 1
             runningPerSession[f.session, default: 1] -= 1
             if runningPerSession[f.session] == 0 { runningPerSession[f.session] = nil }
         }
@@ -110,12 +116,14 @@ struct TransferIndex {
         if f.startable, !(previous?.startable == true && previous?.key == f.key && previous?.priority == f.priority) {
             queue.insert(id, key: f.key, priority: f.priority)
         }
-        if f.state == .running {
-            running.insert(id)
-            runningChanges &+= 1
+        if f.holdsConnections {
             let before = runningPerHost[f.key, default: 0]
             connectionsInUse += connections(f.key, running: before + 1) - connections(f.key, running: before)
             runningPerHost[f.key, default: 0] += 1
+        }
+        if f.state == .running {
+            running.insert(id)
+            runningChanges &+= 1
             runningPerSession[f.session, default: 0] += 1
         }
         if f.state.isActive {

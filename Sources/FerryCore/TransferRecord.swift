@@ -221,6 +221,8 @@ final class TransferRecord {
     func syncState() {
         snapshot.state = life.state
         snapshot.waitingReason = life.waitingReason?.rawValue ?? ""
+        // A time it waits for (not the network's `.max`).
+        snapshot.nextAttempt = life.state == .waiting && life.notBefore != .max ? life.notBefore : 0
         // A completed transfer has no last failure to show (a retry's is cleared).
         if life.state == .completed { showError(nil) }
         if life.state != .running {

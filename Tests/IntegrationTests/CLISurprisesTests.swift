@@ -121,4 +121,21 @@ extension CLITests {
         assertFile(work + "/later.bin", equals: body)
         XCTAssertTrue(watch.stdout.contains(" completed "), watch.stdout)
     }
+
+    /// `config get` and `config get KEY` print a setting the same way, as people read
+    /// it and `config set` takes it back; --json keeps the number.
+    func testConfigGetPrintsOneHumanForm() async throws {
+        XCTAssertEqual(try ferry(["config", "get", "speed-limit"]).stdout, "none\n")
+        XCTAssertTrue(try ferry(["config", "get"]).stdout.contains("speed-limit none\n"))
+        XCTAssertEqual(try ferry(["config", "set", "speed-limit", "500k"]).status, 0)
+        XCTAssertEqual(try ferry(["config", "get", "speed-limit"]).stdout, "500 KiB/s\n")
+        XCTAssertTrue(try ferry(["config", "get"]).stdout.contains("speed-limit 500 KiB/s\n"))
+        XCTAssertEqual(try ferry(["config", "get", "speed-limit", "--json"]).stdout, "512000\n")
+        // What it prints, `config set` takes.
+        XCTAssertEqual(try ferry(["config", "set", "speed-limit", "1.5 MiB/s"]).status, 0)
+        XCTAssertEqual(try ferry(["config", "get", "speed-limit"]).stdout, "1.5 MiB/s\n")
+        XCTAssertEqual(try ferry(["config", "set", "speed-limit", "none"]).status, 0)
+        let limit = try await managerProperty("SpeedLimit")?.uint64
+        XCTAssertEqual(limit, 0)
+    }
 }

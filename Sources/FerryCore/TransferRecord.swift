@@ -236,6 +236,10 @@ final class TransferRecord {
         var s = snapshot
         s.rate = 0
         s.expectedEnd = 0
+        // Not stored: the next try's time comes from `notBefore` again, the reason for one
+        // connection from the next attempt.
+        s.nextAttempt = 0
+        s.singleConnectionReason = ""
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,

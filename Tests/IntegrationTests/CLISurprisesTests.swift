@@ -58,6 +58,10 @@ extension CLITests {
         XCTAssertTrue(show.stdout.contains("Next try:"), show.stdout)
         XCTAssertTrue(show.stdout.contains("Previous try: failed: HTTP 503"), show.stdout)
         XCTAssertFalse(show.stdout.contains("  Error:"), "not failed: \(show.stdout)")
+        // --json: the time itself.
+        let shown = json(try ferry(["show", "\(t.id)", "--json"]).stdout) as? [String: Any]
+        XCTAssertEqual((shown?["next_attempt"] as? NSNumber)?.uint64Value, next)
+        XCTAssertEqual(shown?["single_connection_reason"] as? String, "")
         try await t.cancel()
 
         // Failed once, then running: the error is the previous try's.

@@ -118,12 +118,16 @@ extension CLITests {
         defer { watch.kill(SIGKILL) }
         try await waitUntilAsync("watch says it waits", timeout: 10) { watch.stderr.contains("waiting for transfers") || !watch.isRunning }
         XCTAssertTrue(watch.isRunning, "it waits for the work: \(watch.log)")
+        // Work that fails once first: watch says the retry too.
         let body = serve("/later.bin", size: 30_000)
+        server.set(.failFirst(1, status: 503), on: "/later.bin")
         let r = try ferry(["get", server.url("/later.bin"), "-o", work + "/later.bin"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(watch.waitForExit(timeout: 20), 0, watch.log)
         assertFile(work + "/later.bin", equals: body)
         XCTAssertTrue(watch.stdout.contains(" completed "), watch.stdout)
+        XCTAssertTrue(watch.stdout.contains("waiting(retry) later.bin: retry 1"), watch.stdout)
+        XCTAssertTrue(watch.stdout.contains("HTTP 503"), watch.stdout)
     }
 
     /// `config get` and `config get KEY` print a setting the same way, as people read

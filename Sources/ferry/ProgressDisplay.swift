@@ -184,7 +184,9 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         let line = "\(i.id) \(Format.shown(Format.name(i))): \(note)"
         if let terminal {
             // A line of its own above the live frame, which is drawn again below it.
-            Output.write(backOverFrame(columns: terminal.columns) + line + "\n", to: channel)
+            // Fitted as the frame's lines are: a wrapped line would throw its redraw off.
+            let columns = terminal.columns
+            Output.write(backOverFrame(columns: columns) + line.fitted(columns - 1) + "\n", to: channel)
             drawnLengths = []
             draw()
         } else {

@@ -147,3 +147,22 @@ extension CLITests {
         XCTAssertEqual(limit, 0)
     }
 }
+
+extension CLIScriptingTests {
+    /// In a terminal, the live line of a transfer waiting to try again says which retry,
+    /// when and why, and a download that asked for several connections and runs on one
+    /// says why in a line above the display.
+    func testTerminalDisplaySaysRetriesAndOneConnection() async throws {
+        serve("/tty-flaky.bin", size: 20_000)
+        server.set(.failFirst(1, status: 503), on: "/tty-flaky.bin")
+        server.set(.retryAfter("1"), on: "/tty-flaky.bin")
+        serve("/tty-noranges.bin", size: 2_000_000, seed: 5, ranges: false)
+        let (status, rows, raw) = try getInTerminal([server.url("/tty-flaky.bin"), server.url("/tty-noranges.bin")],
+                                                    into: work + "/tty", extra: ["-x", "4"])
+        XCTAssertEqual(status, 0, raw)
+        XCTAssertTrue(rows.contains { $0.hasPrefix("1 tty-flaky") && $0.contains("retry 1/5 in") && $0.contains("HTTP 503") },
+                      rows.joined(separator: "\n"))
+        XCTAssertEqual(rows.filter { $0.hasPrefix("2 tty-noranges.bin: one connection: the server") }.count, 1, rows.joined(separator: "\n"))
+        for row in rows where !row.hasPrefix(work) { XCTAssertLessThanOrEqual(row.count, 80, "too wide: \(row)") }
+    }
+}

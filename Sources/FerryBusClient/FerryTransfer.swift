@@ -72,6 +72,12 @@ public struct TransferInfo: Sendable, Equatable {
     public var speedLimit: UInt64
     /// An upload's server answer: its first 64 KiB (v1.1 `Response`), empty when none.
     public var response: [UInt8]
+    /// While waiting for a time (a retry, `start-after`): when it is tried again (µs
+    /// since the epoch, the `NextAttempt` addition); 0 otherwise or from an older ferryd.
+    public var nextAttempt: UInt64
+    /// Why a download that asked for several connections runs on one (the
+    /// `SingleConnectionReason` addition); "" otherwise.
+    public var singleConnectionReason: String
 
     private typealias T = FerryInterface.TransferProperty
 
@@ -104,6 +110,8 @@ public struct TransferInfo: Sendable, Equatable {
         T.priority.name: { $0.priority = $1.int32 ?? 0 },
         T.speedLimit.name: { $0.speedLimit = $1.uint64 ?? 0 },
         T.response.name: { $0.response = $1.bytes ?? [] },
+        T.nextAttempt.name: { $0.nextAttempt = $1.uint64 ?? 0 },
+        T.singleConnectionReason.name: { $0.singleConnectionReason = $1.string ?? "" },
     ]
 
     /// A transfer with no properties known: every field at its default.
@@ -114,6 +122,7 @@ public struct TransferInfo: Sendable, Equatable {
         bytesTransferred = 0; bytesExpected = -1; rate = 0; expectedEnd = 0
         errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
         created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0; response = []
+        nextAttempt = 0; singleConnectionReason = ""
     }
 
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a

@@ -67,6 +67,12 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
     /// For an upload, once it has an answer: the first 64 KiB of the server's response
     /// body (nil when none, or when it went to the upload's `responseDestination`).
     public var response: Data?
+    /// While it waits for a time (a retry, `startAfter`): when it is tried again (the
+    /// service's `NextAttempt`); nil otherwise.
+    public var nextAttempt: Date?
+    /// Why a download asked to use several connections runs on one (the server accepts
+    /// no ranges, …); nil otherwise.
+    public var singleConnectionReason: String?
 
     /// A snapshot of the app's own making (a test's fixture, a preview); the service's
     /// come from ``FerryTask/snapshot()``.
@@ -75,13 +81,15 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
                 bytesExpected: Int64 = -1, rate: UInt64 = 0, expectedEnd: Date? = nil, error: FerryError? = nil,
                 httpStatus: Int = 0, attempts: Int = 0, isResumable: Bool = false, sha256: String? = nil,
                 created: Date? = nil, started: Date? = nil, completed: Date? = nil, priority: TransferPriority = .normal,
-                speedLimit: UInt64 = 0, response: Data? = nil) {
+                speedLimit: UInt64 = 0, response: Data? = nil, nextAttempt: Date? = nil,
+                singleConnectionReason: String? = nil) {
         self.id = id; self.kind = kind; self.url = url; self.description = description; self.destination = destination
         self.state = state; self.waitingReason = waitingReason; self.bytesTransferred = bytesTransferred
         self.bytesExpected = bytesExpected; self.rate = rate; self.expectedEnd = expectedEnd; self.error = error
         self.httpStatus = httpStatus; self.attempts = attempts; self.isResumable = isResumable; self.sha256 = sha256
         self.created = created; self.started = started; self.completed = completed; self.priority = priority
         self.speedLimit = speedLimit; self.response = response
+        self.nextAttempt = nextAttempt; self.singleConnectionReason = singleConnectionReason
     }
 
     init(_ i: TransferInfo) {
@@ -108,6 +116,8 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
         priority = TransferPriority(rawValue: max(-1, min(1, i.priority))) ?? .normal
         speedLimit = i.speedLimit
         response = i.response.isEmpty ? nil : Data(i.response)
+        nextAttempt = date(i.nextAttempt)
+        singleConnectionReason = i.singleConnectionReason.isEmpty ? nil : i.singleConnectionReason
     }
 }
 

@@ -151,6 +151,13 @@ public struct TransferSnapshot: Sendable, Hashable {
     public var speedLimit: UInt64
     /// An upload's answer: the first 64 KiB of the response body (empty otherwise).
     public var response: [UInt8] = []
+    /// While waiting for a time (`retry`, `start-after`): when it is queued again (µs
+    /// since the epoch); 0 otherwise (the `NextAttempt` addition).
+    public var nextAttempt: UInt64 = 0
+    /// Why a download that asked for several connections runs on one (the server
+    /// refused ranges, the file is small, …); "" otherwise (the
+    /// `SingleConnectionReason` addition).
+    public var singleConnectionReason: String = ""
 
     public init(id: TransferID, session: SessionID, kind: TransferKind = .download, url: String,
                 description: String = "", destination: String = "", state: TransferState = .queued,

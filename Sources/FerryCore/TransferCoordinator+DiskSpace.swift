@@ -35,19 +35,19 @@ extension TransferCoordinator {
     }
 }
 
-/// Byte counts for messages people read.
-/// Sizes in decimal units, as the desktop shows them: "1 byte", "999 bytes",
-/// "1.0 kB", "67.1 MB".
+/// Byte counts for messages people read (the desktop notification, disk errors).
 public enum ByteCount {
+    /// In IEC units (powers of 1024), as the `ferry` CLI counts: "10 bytes",
+    /// "9.8 KiB", "64.0 MiB" (one convention for the notification, the CLI and messages).
     public static func describe(_ bytes: Int64) -> String {
-        if bytes < 1000 { return bytes == 1 ? "1 byte" : "\(bytes) bytes" }
-        var value = Double(bytes) / 1000
-        for unit in ["kB", "MB", "GB", "TB"] {
-            // 999.95 would print as "1000.0": carry it to the next unit instead.
-            if value < 999.95 { return String(format: "%.1f", value) + " " + unit }
-            value /= 1000
+        if bytes < 1024 { return bytes == 1 ? "1 byte" : "\(bytes) bytes" }
+        var value = Double(bytes) / 1024
+        for unit in ["KiB", "MiB", "GiB", "TiB"] {
+            // 1023.95 would print as "1024.0": carry it to the next unit instead.
+            if value < 1023.95 { return String(format: "%.1f", value) + " " + unit }
+            value /= 1024
         }
-        return String(format: "%.1f", value) + " PB"
+        return String(format: "%.1f", value) + " PiB"
     }
 }
 

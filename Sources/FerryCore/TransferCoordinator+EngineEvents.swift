@@ -51,6 +51,10 @@ extension TransferCoordinator {
             t.partIsPrefix = false // ranges beyond the connection's bytes may be on disk
             t.snapshot.resumable = false
             t.snapshot.bytesTransferred = max(r.startOffset, 0) // the bytes that still count
+            if t.options.connections > 1, let reason = r.singleConnectionReason {
+                logger.info("transfer \(t.id): one connection instead of \(t.options.connections): \(reason)")
+                t.snapshot.singleConnectionReason = reason
+            }
             publishChanged(t, stage: true)
             return
         }
@@ -85,6 +89,9 @@ extension TransferCoordinator {
         t.etag = r.etag
         t.lastModified = r.lastModified
         t.snapshot.httpStatus = UInt32(clamping: r.status)
+        // Said on the bus (`SingleConnectionReason`) as well as in the log: a user who
+        // asked for -x 8 sees why it runs on one.
+        if t.options.connections > 1 { t.snapshot.singleConnectionReason = r.singleConnectionReason ?? "" }
         t.snapshot.bytesExpected = r.expectedTotal >= 0 ? r.expectedTotal : -1
         t.snapshot.resumable = r.acceptsRanges && t.validator != nil
         t.snapshot.bytesTransferred = max(r.startOffset, 0)

@@ -224,6 +224,8 @@ final class TransferRecord {
     func syncState() {
         snapshot.state = life.state
         snapshot.waitingReason = life.waitingReason?.rawValue ?? ""
+        // A time it waits for (not the network's `.max`).
+        snapshot.nextAttempt = life.state == .waiting && life.notBefore != .max ? life.notBefore : 0
         // A completed transfer has no last failure to show (a retry's is cleared).
         if life.state == .completed { showError(nil) }
         if life.state != .running {
@@ -237,6 +239,10 @@ final class TransferRecord {
         var s = snapshot
         s.rate = 0
         s.expectedEnd = 0
+        // Not stored: the next try's time comes from `notBefore` again, the reason for one
+        // connection from the next attempt.
+        s.nextAttempt = 0
+        s.singleConnectionReason = ""
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,

@@ -67,9 +67,14 @@ extension FerryInterface {
         public static let completed = BusProperty("Completed", "t")
         public static let priority = BusProperty("Priority", "i", writable: true)
         public static let speedLimit = BusProperty("SpeedLimit", "t", writable: true)
+        /// (Addition.) While waiting for a time: when it is tried again (µs), else 0.
+        public static let nextAttempt = BusProperty("NextAttempt", "t")
+        /// (Addition.) Why a download asked to use several connections uses one, else "".
+        public static let singleConnectionReason = BusProperty("SingleConnectionReason", "s")
 
         public static let all = [kind, url, session, description, destination, state, waitingReason, bytesTransferred,
                                  bytesExpected, rate, expectedEnd, error, httpStatus, attempts, resumable, sha256,
-                                 response, created, started, completed, priority, speedLimit]
+                                 response, created, started, completed, priority, speedLimit, nextAttempt,
+                                 singleConnectionReason]
     }
 }

@@ -35,6 +35,8 @@ enum PropertyMapping {
         (T.completed, { .uint64($0.completed) }),
         (T.priority, { .int32($0.priority) }),
         (T.speedLimit, { .uint64($0.speedLimit) }),
+        (T.nextAttempt, { .uint64($0.nextAttempt) }),
+        (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
     ]
 
     static func transfer(_ t: TransferSnapshot) -> [String: DBusValue] {

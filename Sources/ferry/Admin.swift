@@ -142,11 +142,14 @@ struct ConfigGet: AsyncParsableCommand {
                                 speedLimit: p[M.speedLimit.name]?.uint64 ?? 0, notifications: p[M.notificationsEnabled.name]?.bool ?? false,
                                 activeTransfers: p[M.activeTransfers.name]?.uint32 ?? 0, queuedTransfers: p[M.queuedTransfers.name]?.uint32 ?? 0,
                                 downloadRate: p[M.downloadRate.name]?.uint64 ?? 0, uploadRate: p[M.uploadRate.name]?.uint64 ?? 0)
-            let values = ["max-concurrent": String(m.maxConcurrent), "speed-limit": String(m.speedLimit),
+            // As people read (and `config set` takes) them, the same with or without a key:
+            // "speed-limit 500 KiB/s", "none" for 0; --json keeps the numbers.
+            let values = ["max-concurrent": String(m.maxConcurrent), "speed-limit": ByteRate.text(m.speedLimit),
                           "notifications": m.notifications ? "on" : "off"]
             if json, let key {
                 // The one value, as JSON (a number or a boolean).
-                return Output.raw(key == "notifications" ? (m.notifications ? "true" : "false") : values[key]!)
+                return Output.raw(key == "notifications" ? (m.notifications ? "true" : "false")
+                                  : key == "speed-limit" ? String(m.speedLimit) : values[key]!)
             }
             if json { return JSONOutput.print(m) }
             if let key { return Output.line(values[key]!) }
@@ -197,14 +200,29 @@ struct ConfigSet: AsyncParsableCommand {
 
 /// Byte rates and sizes as people type them: 500, 500k, 1.5M, 2MiB, 1G (powers of 1024).
 enum ByteRate {
+    /// A rate as `config get` prints it, in IEC units as the rest of the CLI: "none" for
+    /// 0, "500 KiB/s", "1.5 MiB/s", "100 B/s"; `parse` reads it back (to the byte where
+    /// the rate is a whole number of its unit, else to a tenth of it).
+    static func text(_ rate: UInt64) -> String {
+        if rate == 0 { return "none" }
+        let units: [(UInt64, String)] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")]
+        for (size, unit) in units where rate >= size {
+            return rate % size == 0 ? "\(rate / size) \(unit)/s" : String(format: "%.1f %@/s", Double(rate) / Double(size), unit)
+        }
+        return "\(rate) B/s"
+    }
+
     static func parse(_ text: String) -> UInt64? {
         var s = text.trimmingCharacters(in: .whitespaces).lowercased()
+        // What `config get` prints reads back: "none", "500 KiB/s".
+        if s == "none" { return 0 }
         for suffix in ["/s", "ib", "b"] where s.hasSuffix(suffix) { s.removeLast(suffix.count) }
         var multiplier: Double = 1
         if let last = s.last, let m = ["k": 1024.0, "m": 1024.0 * 1024, "g": 1024.0 * 1024 * 1024][last] {
             multiplier = m
             s.removeLast()
         }
+        s = s.trimmingCharacters(in: .whitespaces)
         guard let v = Double(s), v >= 0, v.isFinite, v * multiplier < Double(UInt64.max) else { return nil }
         // A rate between 0 and 1 byte/s is no rate: 0.4 must not mean "no limit".
         guard v == 0 || v * multiplier >= 1 else { return nil }

@@ -27,6 +27,13 @@ func sessionNames(_ objects: ManagedObjects) -> [String: String] {
     Dictionary(objects.sessions.map { ($0.path, $0.identifier) }, uniquingKeysWith: { a, _ in a })
 }
 
+/// Each session's `retries` setting, by path (for "retry 2/5").
+func sessionRetries(_ sessions: [SessionInfo]) -> [String: UInt32] {
+    var r: [String: UInt32] = [:]
+    for s in sessions { if let n = s.configuration["retries"]?.uint32 { r[s.path] = n } }
+    return r
+}
+
 struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ls", abstract: "List transfers, oldest first.")
 
@@ -105,7 +112,9 @@ struct Show: AsyncParsableCommand {
             if json {
                 if infos.count == 1 { JSONOutput.print(TransferJSON(infos[0], sessions: names)) } else { JSONOutput.print(infos.map { TransferJSON($0, sessions: names) }) }
             } else {
-                Output.line(infos.map { Format.details($0, sessionName: names[$0.session] ?? "") }.joined(separator: "\n\n"))
+                let retries = sessionRetries(objects.sessions)
+                Output.line(infos.map { Format.details($0, sessionName: names[$0.session] ?? "", maxRetries: retries[$0.session]) }
+                    .joined(separator: "\n\n"))
             }
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions,
                                    shown: Set(infos.filter(\.isFinal).map(\.path)), listed: finalByPath(objects))
@@ -229,7 +238,14 @@ func follow(_ client: FerryClient, _ global: GlobalOptions, monitor: TransferMon
             sessions: [SessionInfo], options: Follower.Options, json: Bool) async throws -> [TransferInfo] {
     let follower = Follower(options: options)
     // As JSON lines, live progress is `progress` events (at most one a second per transfer).
-    let sink: FollowSink = json ? EventPrinter(json: true, progress: true) : ProgressDisplay(quiet: global.quiet, on: .standardOutput)
+    let sink: FollowSink
+    if json {
+        sink = EventPrinter(json: true, progress: true)
+    } else {
+        let display = ProgressDisplay(quiet: global.quiet, on: .standardOutput)
+        display.maxRetries = sessionRetries(sessions)
+        sink = display
+    }
     let final = try await follower.run(initial, monitor: monitor, sink: sink)
     await acknowledgeShown(client, session: global.session, sessions: sessions,
                            shown: Set(final.filter(\.isFinal).map(\.path)), listed: nil)
@@ -247,13 +263,19 @@ struct Watch: AsyncParsableCommand {
     @Flag(help: "Follow paused transfers too.")
     var paused = false
 
-    @Flag(help: "Exit once every followed transfer has ended; exit 1 if any failed or was cancelled.")
+    @Flag(help: "Exit once every followed transfer has ended; exit 1 if any failed or was cancelled. Without ids and with nothing queued, waiting or running yet, it waits for transfers to come first.")
     var untilDone = false
+
+    @Flag(help: "With --until-done: exit at once (status 0) when nothing is queued, waiting or running, instead of waiting for transfers to come.")
+    var ifRunning = false
 
     @Flag(help: "Print events as JSON lines instead of a progress display.")
     var json = false
 
-    func validate() throws { _ = try parseTransferIDs(ids) }
+    func validate() throws {
+        _ = try parseTransferIDs(ids)
+        if ifRunning && !untilDone { throw ValidationError("--if-running goes with --until-done") }
+    }
 
     func run() async throws {
         try await runReportingErrors {
@@ -273,8 +295,14 @@ struct Watch: AsyncParsableCommand {
                 initial = try pick(try parseTransferIDs(ids), from: objects)
             }
             if initial.isEmpty && untilDone {
-                if !global.quiet && !json { Output.line("Nothing is queued or running.") }
-                return
+                if ifRunning || !ids.isEmpty {
+                    if !global.quiet && !json { Output.line("Nothing is queued or running.") }
+                    return
+                }
+                // Started before the work it is to watch (a monitor first, then `get`):
+                // it waits for transfers to come, then until they have all ended.
+                options.waitForWork = true
+                if !global.quiet && !json { Output.line("Nothing is queued or running; waiting for transfers (Ctrl-C to stop).", to: .standardError) }
             }
             let final = try await follow(client, global, monitor: monitor, initial: initial, sessions: objects.sessions,
                                          options: options, json: json)
@@ -416,7 +444,7 @@ final class EventPrinter: FollowSink {
             if !json && i.isFinal { return }
             e = EventJSON(event: "state", id: i.id, time: JSONOutput.now(), state: i.state,
                           waitingReason: i.waitingReason.isEmpty ? nil : i.waitingReason)
-            text = Format.stateText(i)
+            text = Format.stateText(i) + (Format.retryText(i).map { ": " + $0 } ?? "")
         case .progress(let i, _):
             guard progress else { return }
             let t = Date().timeIntervalSince1970

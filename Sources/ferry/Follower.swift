@@ -57,6 +57,10 @@ final class Follower {
         var accept: (TransferInfo) -> Bool = { _ in true }
         /// No note on standard error when the service leaves and following goes on.
         var quiet = false
+        /// With `untilDone` and `followNew`: nothing to follow yet is not "done": wait
+        /// until a transfer comes (`watch --until-done` started before `get`), then until
+        /// all have ended.
+        var waitForWork = false
     }
 
     private(set) var infos: [String: TransferInfo] = [:]
@@ -82,6 +86,15 @@ final class Follower {
 
     var allEnded: Bool { running.isEmpty && awaited.isEmpty }
 
+    /// Some transfer was followed (from the start, or new since).
+    private var followedAny = false
+
+    /// Still waiting for the first transfer to follow (`waitForWork`).
+    private var waitingForWork: Bool { options.waitForWork && !followedAny }
+
+    /// Following is over (with `untilDone`).
+    private var finished: Bool { options.untilDone && allEnded && !waitingForWork }
+
     /// Stores the transfer's new state and whether it still runs.
     private func update(_ i: TransferInfo) {
         infos[i.path] = i
@@ -106,6 +119,7 @@ final class Follower {
             monitor.restBetweenReads(wanted)
         }
         defer { if rest != 0 { monitor.restBetweenReads(0) } }
+        if !initial.isEmpty || !created.isEmpty { followedAny = true }
         for i in initial {
             if infos[i.path] == nil { order.append(i.path) }
             if i.isFinal { completedSeen.insert(i.path) }
@@ -113,7 +127,7 @@ final class Follower {
         }
         pace()
         sink.start(followed)
-        if options.untilDone && allEnded {
+        if finished {
             sink.end(followed)
             return followed
         }
@@ -129,15 +143,19 @@ final class Follower {
                         // Waiting for transfers to end: they cannot now. Following until
                         // Ctrl-C: ferryd also leaves when it has had nothing to do for a
                         // while, and comes back at the next call (its signals reach us).
-                        guard options.untilDone else {
+                        // Waiting for work to come, the service may leave (idle) and come back with it.
+                        guard options.untilDone && !waitingForWork else {
                             if !options.quiet { printError("the Ferry service left the bus; following on when it is back") }
                             continue
                         }
                         vanished = "the Ferry service left the bus"
                         return true
                     }
-                    if let change = apply(event) { sink.apply(change) }
-                    if options.untilDone && allEnded { return true }
+                    if let change = apply(event) {
+                        if case .added = change { followedAny = true }
+                        sink.apply(change)
+                    }
+                    if finished { return true }
                 }
                 return false
             }

@@ -46,6 +46,38 @@ enum Format {
         i.state == "waiting" && !i.waitingReason.isEmpty ? "waiting(\(i.waitingReason))" : i.state
     }
 
+    /// A wait in words: "0.3 s", "4 s", "2:05".
+    static func seconds(_ s: Double) -> String {
+        let s = max(0, s)
+        if s < 10 { return String(format: "%.1f s", s) }
+        if s < 60 { return "\(Int(s.rounded(.up))) s" }
+        return duration(s)
+    }
+
+    /// Whether it is waiting to try again after a failed try.
+    static func isRetrying(_ i: TransferInfo) -> Bool { i.state == "waiting" && i.waitingReason == "retry" }
+
+    /// A transfer waiting to try again, in words: "retry 2/5 in 4 s — Connection refused"
+    /// (the retry's number is the tries made so far, `Attempts`; of the session's
+    /// `retries` when known; the wait from `NextAttempt`; the failure from `Error`, the
+    /// last try's). Nil when it is not waiting for a retry.
+    static func retryText(_ i: TransferInfo, maxRetries: UInt32? = nil, now: Double = Date().timeIntervalSince1970) -> String? {
+        guard isRetrying(i) else { return nil }
+        var s = "retry"
+        if i.attempts > 0 {
+            s += " \(i.attempts)"
+            if let maxRetries, i.attempts <= maxRetries { s += "/\(maxRetries)" }
+        }
+        if i.nextAttempt > 0 { s += " in " + seconds(Double(i.nextAttempt) / 1_000_000 - now) }
+        if !i.errorMessage.isEmpty { s += " — " + shown(i.errorMessage) }
+        return s
+    }
+
+    /// Why a download asked to use several connections runs on one, as a note.
+    static func singleConnectionNote(_ i: TransferInfo) -> String? {
+        i.singleConnectionReason.isEmpty ? nil : "one connection: \(shown(i.singleConnectionReason))"
+    }
+
     /// The `ls` table; columns as wide as their widest cell.
     static func table(_ infos: [TransferInfo], sessions: [String: String], showSession: Bool) -> [String] {
         var rows: [[String]] = [["ID", "STATE", "DONE", "SIZE"] + (showSession ? ["SESSION"] : []) + ["NAME"]]
@@ -61,7 +93,7 @@ enum Format {
         }
     }
 
-    static func details(_ i: TransferInfo, sessionName: String = "") -> String {
+    static func details(_ i: TransferInfo, sessionName: String = "", maxRetries: UInt32? = nil) -> String {
         func time(_ t: UInt64) -> String {
             t == 0 ? "-" : ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(t) / 1_000_000))
         }
@@ -70,14 +102,24 @@ enum Format {
         var lines = [
             "Transfer \(i.id) (\(shown(i.kind)))",
             "  URL:          \(shown(i.url))",
-            "  State:        \(shown(stateText(i)))",
+            "  State:        \(shown(stateText(i)))" + (retryText(i, maxRetries: maxRetries).map { ": " + $0 } ?? ""),
             "  Session:      \(shown(sessionName.isEmpty ? i.session : sessionName))",
             "  Destination:  \(i.destination.isEmpty ? "-" : shown(i.destination))",
             "  Progress:     \(bytes(i.bytesTransferred)) of \(bytes(i.bytesExpected)) (\(percent(i)))",
         ]
         if i.rate > 0 { lines.append("  Rate:         \(rate(Double(i.rate)))") }
         if !i.description.isEmpty { lines.append("  Description:  \(shown(i.description))") }
-        if !i.errorName.isEmpty { lines.append("  Error:        \(shown(i.errorMessage)) (\(shown(i.errorName)))") }
+        if i.nextAttempt > 0 {
+            let wait = Double(i.nextAttempt) / 1_000_000 - Date().timeIntervalSince1970
+            lines.append("  Next try:     \(time(i.nextAttempt)) (in \(seconds(wait)))")
+        }
+        if !i.errorName.isEmpty {
+            // `Error` is the last failure: the transfer's own end only once it has ended;
+            // while it runs, waits or is paused, how its previous try failed.
+            let label = i.state == "failed" || i.state == "cancelled" ? "Error:       " : "Previous try:"
+            lines.append("  \(label) \(i.state == "failed" || i.state == "cancelled" ? "" : "failed: ")\(shown(i.errorMessage)) (\(shown(i.errorName)))")
+        }
+        if let note = singleConnectionNote(i) { lines.append("  Connections:  \(note)") }
         if i.httpStatus != 0 { lines.append("  HTTP status:  \(i.httpStatus)") }
         lines.append("  Attempts:     \(i.attempts)")
         lines.append("  Resumable:    \(i.resumable ? "yes" : "no")")

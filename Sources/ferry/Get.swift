@@ -240,6 +240,12 @@ struct Get: AsyncParsableCommand {
                 // (subscribed before the first Download) holds with all its properties.
                 let follower = Follower(options: Follower.Options())
                 let sink = ProgressDisplay(quiet: global.quiet || json, on: .standardError)
+                if let retries = try? await client.bus.call(
+                    destination: FerryClient.busName, path: session.path, interface: StandardNames.properties, method: "Get",
+                    arguments: [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)]
+                ).first?.vardict?["retries"]?.uint32 {
+                    sink.maxRetries = [session.path: retries]
+                }
                 var final = try await InterruptNote.whileWaiting(for: ids) {
                     try await follower.run([], created: created, monitor: monitor, sink: sink)
                 }

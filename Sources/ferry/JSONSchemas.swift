@@ -34,6 +34,10 @@ struct TransferJSON: Codable, Equatable {
     var completed: UInt64
     var priority: Int32
     var speedLimit: UInt64
+    /// While waiting for a time: when it is tried again (µs), else 0 (`NextAttempt`).
+    var nextAttempt: UInt64
+    /// Why a download asked to use several connections runs on one, else "".
+    var singleConnectionReason: String
     /// An upload's server answer (its first 64 KiB) as text; absent when there is none.
     var response: String?
 
@@ -62,6 +66,8 @@ struct TransferJSON: Codable, Equatable {
         completed = i.completed
         priority = i.priority
         speedLimit = i.speedLimit
+        nextAttempt = i.nextAttempt
+        singleConnectionReason = i.singleConnectionReason
         response = i.response.isEmpty ? nil : String(decoding: i.response, as: UTF8.self)
     }
 
@@ -90,6 +96,8 @@ struct TransferJSON: Codable, Equatable {
         case completed
         case priority
         case speedLimit = "speed_limit"
+        case nextAttempt = "next_attempt"
+        case singleConnectionReason = "single_connection_reason"
         case response
     }
 }

@@ -26,6 +26,10 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private let quiet: Bool
     private var ticker: DispatchSourceTimer?
     private var ended = false
+    /// Each session's `retries` setting by path, where known ("retry 2/5").
+    var maxRetries: [String: UInt32] = [:]
+    /// Transfers whose reason for one connection was said (once each).
+    private var saidSingle: Set<String> = []
 
     struct RateSample {
         var time: Double
@@ -73,11 +77,13 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
                 // One write for what may be thousands of lines.
                 var lines: [String] = []
                 for i in initial {
-                    if i.isFinal { reportFinal(i) } else { lines.append("\(i.id) \(Format.stateText(i)) \(Format.name(i))") }
+                    if i.isFinal { reportFinal(i) } else { lines.append(stateLine(i)) }
                 }
                 Output.lines(lines, to: channel)
+                for i in initial { noteSingleConnection(i) }
             } else {
                 for i in initial where i.isFinal { reportFinal(i) }
+                for i in initial { retryNote(i) }
             }
         }
     }
@@ -93,14 +99,17 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
                 infos[i.path] = i
                 if terminal == nil && !i.isFinal { plainStateLine(i) }
                 if i.state != "running" { rates[i.path] = nil }
+                noteSingleConnection(i)
             case .progress(let i, _), .resumed(let i, _):
                 infos[i.path] = i
                 sample(i)
                 if terminal == nil { plainProgressLine(i) }
+                noteSingleConnection(i)
             case .finished(let i, _):
                 infos[i.path] = i
             case .completed(let i, _):
                 infos[i.path] = i
+                noteSingleConnection(i)
                 rates[i.path] = nil
                 if terminal == nil || (resultLines && i.state == "completed") { reportFinal(i) }
             case .removed(let i):
@@ -145,9 +154,44 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     // MARK: Plain lines (piped)
 
     private func plainStateLine(_ i: TransferInfo) {
-        guard !quiet else { return }
+        guard !quiet else { return retryNote(i) }
         if i.isFinal { return reportFinal(i) }
-        Output.line("\(i.id) \(Format.stateText(i)) \(Format.name(i))", to: channel)
+        Output.line(stateLine(i), to: channel)
+    }
+
+    /// "7 running big.iso"; waiting to try again, with when and why:
+    /// "7 waiting(retry) big.iso: retry 2/5 in 4.0 s — Connection refused".
+    private func stateLine(_ i: TransferInfo) -> String {
+        let line = "\(i.id) \(Format.stateText(i)) \(Format.shown(Format.name(i)))"
+        guard let retry = Format.retryText(i, maxRetries: maxRetries[i.session]) else { return line }
+        return line + ": " + retry
+    }
+
+    /// With -q (which keeps only errors), a retry is not an error, but a transfer that
+    /// keeps failing is worth a word: from its second retry on, each is said on stderr,
+    /// so that a quiet `get --wait` against a server that is down does not sit silent
+    /// through minutes of backoff.
+    private func retryNote(_ i: TransferInfo) {
+        guard Format.isRetrying(i), i.attempts >= 2 else { return }
+        Output.line(stateLine(i), to: .standardError)
+    }
+
+    /// Once per transfer, where it asked for several connections and runs on one:
+    /// why ("7 one connection: the server does not accept ranges"), on stderr (a
+    /// remark, not a result), unless quiet.
+    private func noteSingleConnection(_ i: TransferInfo) {
+        guard !quiet, let note = Format.singleConnectionNote(i), saidSingle.insert(i.path).inserted else { return }
+        let line = "\(i.id) \(Format.shown(Format.name(i))): \(note)"
+        if let terminal {
+            // A line of its own above the live frame, which is drawn again below it.
+            // Fitted as the frame's lines are: a wrapped line would throw its redraw off.
+            let columns = terminal.columns
+            Output.write(backOverFrame(columns: columns) + line.fitted(columns - 1) + "\n", to: channel)
+            drawnLengths = []
+            draw()
+        } else {
+            Output.line(line, to: .standardError)
+        }
     }
 
     private func plainProgressLine(_ i: TransferInfo) {
@@ -191,18 +235,23 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         guard let terminal else { return }
         lastRender = now()
         let columns = terminal.columns
+        var out = backOverFrame(columns: columns)
+        let lines = frame(columns: columns, rows: terminal.rows).map { $0.fitted(columns - 1) }
+        for l in lines { out += l + "\n" }
+        drawnLengths = lines.map(\.columns)
+        drawnColumns = columns
+        Output.write(out, to: channel)
+    }
+
+    /// Moves back to the start of the last frame and clears from there.
+    private func backOverFrame(columns: Int) -> String {
         var out = "\r"
         if !drawnLengths.isEmpty {
             // A line drawn at an earlier, wider width may now wrap over several rows.
             let rows = drawnLengths.reduce(0) { $0 + max(1, ($1 + columns - 1) / columns) }
             out += "\u{1B}[\(rows)A"
         }
-        out += "\u{1B}[J"
-        let lines = frame(columns: columns, rows: terminal.rows).map { $0.fitted(columns - 1) }
-        for l in lines { out += l + "\n" }
-        drawnLengths = lines.map(\.columns)
-        drawnColumns = columns
-        Output.write(out, to: channel)
+        return out + "\u{1B}[J"
     }
 
     /// The lines of one frame: the transfers that matter most first (moving, then
@@ -247,7 +296,11 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
         case "failed":
             tail = " failed: \(Format.shown(i.errorMessage))"
         default:
-            tail = " \(Format.stateText(i)) \(Format.percent(i))"
+            if let retry = Format.retryText(i, maxRetries: maxRetries[i.session]) {
+                tail = " \(retry)"
+            } else {
+                tail = " \(Format.stateText(i)) \(Format.percent(i))"
+            }
         }
         let name = Format.shown(Format.name(i))
         // The name gets what is left after the id and tail, at least 12 columns; the

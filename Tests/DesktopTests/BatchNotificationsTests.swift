@@ -55,7 +55,7 @@ final class BatchNotificationsTests: XCTestCase {
         notifier.click(batch: first.batch, "retry")
         XCTAssertTrue(waitUntil { notifier.posted.count == 2 })
         XCTAssertEqual(notifier.posted.last?.summary, "Download complete")
-        XCTAssertEqual(notifier.posted.last?.body, "b.bin (1.0 kB) in \(directory!)")
+        XCTAssertEqual(notifier.posted.last?.body, "b.bin (1000 bytes) in \(directory!)")
         XCTAssertEqual(engine.requests.filter { $0.hasSuffix("b.bin") }.count, 2, "b.bin was tried again once")
         core.queue.sync { core.shutdown() }
     }

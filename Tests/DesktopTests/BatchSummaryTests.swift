@@ -20,7 +20,7 @@ final class BatchSummaryTests: XCTestCase {
         s.add(finished(1, "/home/ada/Downloads/debian.iso", 658_505_728))
         let n = s.notification(batch: 1, home: home)
         XCTAssertEqual(n.summary, "Download complete")
-        XCTAssertEqual(n.body, "debian.iso (658.5 MB) in ~/Downloads")
+        XCTAssertEqual(n.body, "debian.iso (628.0 MiB) in ~/Downloads")
         XCTAssertEqual(n.category, "transfer.complete")
         XCTAssertEqual(n.urgency, .normal)
         XCTAssertEqual(n.actions.map(\.key), ["default", "show"])
@@ -33,7 +33,7 @@ final class BatchSummaryTests: XCTestCase {
         s.add(finished(2, "/srv/isos/b.iso", 2_000_000_000))
         let n = s.notification(batch: 1, home: home)
         XCTAssertEqual(n.summary, "2 downloads complete")
-        XCTAssertEqual(n.body, "2 files (2.0 GB) in 2 folders")
+        XCTAssertEqual(n.body, "2 files (1.9 GiB) in 2 folders")
         XCTAssertEqual(n.actions.last?.label, "Show Files")
     }
 
@@ -86,7 +86,7 @@ final class BatchSummaryTests: XCTestCase {
         s.add(upload(2, "/home/ada/Pictures/b.jpg", .completed))
         var n = s.notification(batch: 1, home: home)
         XCTAssertEqual(n.summary, "2 uploads complete")
-        XCTAssertEqual(n.body, "2 files (8.0 kB) sent")
+        XCTAssertEqual(n.body, "2 files (7.8 KiB) sent")
         XCTAssertEqual(n.actions, [], "nothing to show: the files were sent")
 
         var one = BatchSummary()
@@ -99,7 +99,7 @@ final class BatchSummaryTests: XCTestCase {
         s.add(finished(4, "/home/ada/Downloads/d.txt", 10))
         n = s.notification(batch: 3, home: home)
         XCTAssertEqual(n.summary, "3 transfers complete")
-        XCTAssertEqual(n.body, "2 files (8.0 kB) sent\nd.txt (10 bytes) in ~/Downloads")
+        XCTAssertEqual(n.body, "2 files (7.8 KiB) sent\nd.txt (10 bytes) in ~/Downloads")
         XCTAssertEqual(n.actions.last?.label, "Show File")
     }
 
@@ -125,10 +125,12 @@ final class BatchSummaryTests: XCTestCase {
         XCTAssertEqual(ByteCount.describe(0), "0 bytes")
         XCTAssertEqual(ByteCount.describe(1), "1 byte")
         XCTAssertEqual(ByteCount.describe(999), "999 bytes")
-        XCTAssertEqual(ByteCount.describe(1_000), "1.0 kB")
-        XCTAssertEqual(ByteCount.describe(999_949), "999.9 kB")
-        XCTAssertEqual(ByteCount.describe(999_999), "1.0 MB")
-        XCTAssertEqual(ByteCount.describe(67_108_864), "67.1 MB")
+        // IEC units, as the CLI counts.
+        XCTAssertEqual(ByteCount.describe(1_000), "1000 bytes")
+        XCTAssertEqual(ByteCount.describe(1_024), "1.0 KiB")
+        XCTAssertEqual(ByteCount.describe(1_048_473), "1023.9 KiB")
+        XCTAssertEqual(ByteCount.describe(1_048_525), "1.0 MiB")
+        XCTAssertEqual(ByteCount.describe(67_108_864), "64.0 MiB")
         XCTAssertEqual(BatchSummary.abbreviate("/home/ada", home: home), "~")
         XCTAssertEqual(BatchSummary.abbreviate("/home/ada/Downloads", home: home), "~/Downloads")
         XCTAssertEqual(BatchSummary.abbreviate("/home/adam/Downloads", home: home), "/home/adam/Downloads")

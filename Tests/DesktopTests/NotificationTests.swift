@@ -26,7 +26,7 @@ final class NotificationTests: DesktopTestCase {
         XCTAssertEqual(first.appName, "Ferry")
         XCTAssertEqual(first.replacesID, 0)
         XCTAssertEqual(first.summary, "2 downloaded, 1 failed")
-        XCTAssertEqual(first.body, "report.pdf — 404 Not Found\n2 files (500.0 kB) in ~/Dl")
+        XCTAssertEqual(first.body, "report.pdf — 404 Not Found\n2 files (488.3 KiB) in ~/Dl")
         XCTAssertEqual(first.hints["desktop-entry"]?.string, "org.ferry.Ferry")
         XCTAssertEqual(first.hints["category"]?.string, "transfer.error")
         XCTAssertEqual(first.hints["urgency"]?.byte, 1)
@@ -42,7 +42,7 @@ final class NotificationTests: DesktopTestCase {
         let second = try XCTUnwrap(calls.last)
         XCTAssertEqual(second.replacesID, 1, "the second batch replaces the first notification (the mock's id 1)")
         XCTAssertEqual(second.summary, "Download complete")
-        XCTAssertEqual(second.body, "a (1).iso (300.0 kB) in ~/Dl")
+        XCTAssertEqual(second.body, "a (1).iso (293.0 KiB) in ~/Dl")
         XCTAssertEqual(second.hints["category"]?.string, "transfer.complete")
         XCTAssertEqual(second.actionKeys, ["default", "show"])
         XCTAssertEqual(second.actions.first { $0.key == "show" }?.label, "Show File")
@@ -63,7 +63,7 @@ final class NotificationTests: DesktopTestCase {
         try await batch(session, [server.url("/first.bin")])
         let calls = try await notifyCalls(notifications, atLeast: 1)
         XCTAssertEqual(calls.map(\.summary), ["Download complete"])
-        XCTAssertEqual(calls.first?.body, "first.bin (10.0 kB) in ~/Dl")
+        XCTAssertEqual(calls.first?.body, "first.bin (9.8 KiB) in ~/Dl")
         XCTAssertEqual(try mappedLibraries(pid, matching: ["libnotify", "libglib-2.0"]).sorted(),
                        ["libglib-2.0", "libnotify"], "loaded by the first notification")
     }
@@ -93,7 +93,7 @@ final class NotificationTests: DesktopTestCase {
 
         let calls = try await notifyCalls(notifications, atLeast: 1)
         XCTAssertEqual(calls.map(\.summary), ["Download complete"])
-        XCTAssertEqual(calls.first?.body, "loud.bin (20.0 kB) in ~/Dl")
+        XCTAssertEqual(calls.first?.body, "loud.bin (19.5 KiB) in ~/Dl")
     }
 
     func testRetryActionRetriesTheFailedTransfers() async throws {

@@ -37,6 +37,8 @@ final class CLIScriptingTests: FerryTestCase {
         var completed: UInt64
         var priority: Int32
         var speed_limit: UInt64
+        var next_attempt: UInt64
+        var single_connection_reason: String
     }
 
     func decode<T: Decodable>(_ type: T.Type, _ text: String, file: StaticString = #filePath, line: UInt = #line) -> T? {
@@ -354,7 +356,7 @@ final class CLIScriptingTests: FerryTestCase {
             var bytes_expected: Int64, rate: UInt64, expected_end: UInt64, error_name: String
             var error_message: String, http_status: UInt32, attempts: UInt32, resumable: Bool
             var sha256: String, created: UInt64, started: UInt64, completed: UInt64
-            var priority: Int32, speed_limit: UInt64
+            var priority: Int32, speed_limit: UInt64, next_attempt: UInt64, single_connection_reason: String
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]

@@ -1,4 +1,6 @@
 @testable import FerryClient
+import FerryBusClient
+import Foundation
 import XCTest
 
 /// FerryClient's bookkeeping that needs no service.
@@ -32,5 +34,21 @@ final class FerryClientUnitTests: XCTestCase {
         u.take(1)
         u.take(2)
         XCTAssertEqual(u.lowest, 3, "the new session's 3 is not taken by the old one's")
+    }
+
+    /// The issue-43 additions reach a task's snapshot: when the next try comes, and why a
+    /// download runs on one connection.
+    func testSnapshotCarriesNextAttemptAndSingleConnectionReason() {
+        var i = TransferInfo(id: 7, path: "/org/ferry/Ferry1/transfer/7")
+        i.state = "waiting"
+        i.waitingReason = "retry"
+        i.nextAttempt = 1_700_000_000_500_000
+        i.singleConnectionReason = "the server does not accept range requests"
+        let s = FerryTaskSnapshot(i)
+        XCTAssertEqual(s.nextAttempt, Date(timeIntervalSince1970: 1_700_000_000.5))
+        XCTAssertEqual(s.singleConnectionReason, "the server does not accept range requests")
+        let none = FerryTaskSnapshot(TransferInfo(id: 8, path: "/org/ferry/Ferry1/transfer/8"))
+        XCTAssertNil(none.nextAttempt)
+        XCTAssertNil(none.singleConnectionReason)
     }
 }

@@ -194,6 +194,7 @@ final class IntrospectionTests: FerryTestCase {
             T.httpStatus.name: .uint32(206), T.attempts.name: .uint32(3), T.resumable.name: .boolean(true),
             T.sha256.name: .string("ab"), T.response.name: .bytes([1]), T.created.name: .uint64(15), T.started.name: .uint64(16),
             T.completed.name: .uint64(17), T.priority.name: .int32(-1), T.speedLimit.name: .uint64(18),
+            T.nextAttempt.name: .uint64(19), T.singleConnectionReason.name: .string("no ranges"),
         ]
         XCTAssertEqual(Set(values.keys), Set(T.all.map(\.name)), "the sample covers every declared property")
         var expected = TransferInfo(id: 1, path: "/t/1")
@@ -203,6 +204,7 @@ final class IntrospectionTests: FerryTestCase {
         expected.errorName = "E"; expected.errorMessage = "m"; expected.httpStatus = 206; expected.attempts = 3
         expected.resumable = true; expected.sha256 = "ab"; expected.created = 15; expected.started = 16
         expected.completed = 17; expected.priority = -1; expected.speedLimit = 18; expected.response = [1]
+        expected.nextAttempt = 19; expected.singleConnectionReason = "no ranges"
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
         var changed = TransferInfo(id: 1, path: "/t/1")

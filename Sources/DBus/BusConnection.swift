@@ -193,11 +193,18 @@ public final class BusConnection: @unchecked Sendable {
                 completion(.failure(BusError(name: StandardErrors.disconnected, message: "not connected to the bus")))
                 return
             }
-            // Who answers for a well-known name: the bus routed the call to its owner.
+            // Who answers for a well-known name: the bus routed the call to its owner, or
+            // said who owns it (GetNameOwner).
             let wellKnown = call.destination.flatMap { $0.hasPrefix(":") || $0 == StandardNames.bus ? nil : $0 }
+            let ownerAsked = call.destination == StandardNames.bus && call.member == "GetNameOwner"
+                ? (try? call.arguments())?.first?.string : nil
             let box = ReplyBox(queue: queue) { [weak self] result in
-                if let wellKnown, case .success(let reply) = result, let owner = reply.sender, owner.hasPrefix(":") {
-                    self?.answeredFor[wellKnown] = owner
+                if case .success(let reply) = result {
+                    if let wellKnown, let owner = reply.sender, owner.hasPrefix(":") {
+                        self?.answeredFor[wellKnown] = owner
+                    } else if let ownerAsked, let owner = (try? reply.arguments())?.first?.string, owner.hasPrefix(":") {
+                        self?.answeredFor[ownerAsked] = owner
+                    }
                 }
                 completion(result)
             }
@@ -308,6 +315,13 @@ public final class BusConnection: @unchecked Sendable {
             // Taken back from the bus too: a call that timed out may have added it there.
             unsubscribe(Subscription(id: id, rule: rule), evenIfUnknown: true)
             throw error
+        }
+        // A rule naming a service by its well-known name: who owns it now, so that the
+        // signals it addresses to us before it first answers a call of ours are taken.
+        if let name = rule.sender, !name.hasPrefix(":"), name != StandardNames.bus,
+           queue.sync(execute: { answeredFor[name] == nil }) {
+            _ = try? await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                                method: "GetNameOwner", arguments: [.string(name)])
         }
         return Subscription(id: id, rule: rule)
     }

@@ -128,6 +128,10 @@ public final class FerryBusService: @unchecked Sendable {
         guard let id = FerryBusNames.id(inPath: inv.path, kind: "transfer") else {
             return inv.fail(Self.busError(FerryError.noSuchTransfer("no transfer at \(inv.path)")))
         }
+        // A caller acting on a transfer uses its session: it hears the session's private signals.
+        if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
+            callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
+        }
         run(inv) { core in try body(core, id) }
     }
 

@@ -60,4 +60,17 @@ final class SignalAudienceTests: BusTestCase {
         let got = try await atClient.next(timeout: 5, "the service's addressed signal")
         XCTAssertEqual(try got.arguments().first?.string, "real", "a peer's addressed signal passed for the service's")
     }
+
+    /// A subscriber that has not called the service yet takes its addressed signals too:
+    /// subscribing asked the bus who owns the name.
+    func testAnAddressedSignalBeforeAnyCallIsTaken() async throws {
+        try await startSample()
+        let atClient = try await collect(MatchRule(sender: Sample.busName, pathNamespace: Sample.rootPath), on: client)
+        let m = try BusMessage.signal(path: Sample.objectPath, interface: Sample.interfaceName, member: "Pinged")
+        try m.append([.string("early")])
+        try m.setDestination(client.uniqueName)
+        server.send(m)
+        let got = try await atClient.next(timeout: 5, "the service's addressed signal before any call")
+        XCTAssertEqual(try got.arguments().first?.string, "early")
+    }
 }

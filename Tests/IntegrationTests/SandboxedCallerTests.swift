@@ -723,6 +723,15 @@ final class SandboxedCallerTests: FerryTestCase {
         let third = try await download("third.bin")
         XCTAssertEqual(signals(in: signals, about: [third.path]).map(\.description), [], "Unwatch did not stop the signals")
 
+        // A client that acts on one of its transfers uses the session: it hears of it.
+        let helper = try FerryClient(address: bus.address)
+        cleanups.append { helper.close() }
+        let helperSignals = try await SignalRecorder.start(helper.bus)
+        try await helper.transfer(id: first.id).remove()
+        try await helperSignals.wait("InterfacesRemoved at a client that removed the transfer") {
+            $0.contains { $0.member == "InterfacesRemoved" && $0.args.first == .objectPath(first.path) }
+        }
+
         let paths: Set<String> = [s.path, first.path, second.path, third.path]
         XCTAssertTrue(Set(signals(in: ownerSignals, about: [first.path]).map(\.member))
             .isSuperset(of: ["InterfacesAdded", "PropertiesChanged", "Progress", "Finished", "Completed"]), "its client heard its own")

@@ -40,6 +40,9 @@ public final class BusConnection: @unchecked Sendable {
     var callBodyLimit: (bytes: Int, errorName: String)?
     /// Identifies callers before their calls are dispatched (see `CallerGate`).
     var gatekeeper: CallerGatekeeper?
+    /// Well-known name -> the unique name that last answered a call to it (queue-confined):
+    /// a signal that connection addresses to us is that service's own (see `route`).
+    var answeredFor: [String: String] = [:]
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`).
     public static func session(queue: DispatchQueue = DispatchQueue(label: "dbus.session")) throws -> BusConnection {
@@ -190,7 +193,21 @@ public final class BusConnection: @unchecked Sendable {
                 completion(.failure(BusError(name: StandardErrors.disconnected, message: "not connected to the bus")))
                 return
             }
-            let box = ReplyBox(queue: queue, completion: completion)
+            // Who answers for a well-known name: the bus routed the call to its owner, or
+            // said who owns it (GetNameOwner).
+            let wellKnown = call.destination.flatMap { $0.hasPrefix(":") || $0 == StandardNames.bus ? nil : $0 }
+            let ownerAsked = call.destination == StandardNames.bus && call.member == "GetNameOwner"
+                ? (try? call.arguments())?.first?.string : nil
+            let box = ReplyBox(queue: queue) { [weak self] result in
+                if case .success(let reply) = result {
+                    if let wellKnown, let owner = reply.sender, owner.hasPrefix(":") {
+                        self?.answeredFor[wellKnown] = owner
+                    } else if let ownerAsked, let owner = (try? reply.arguments())?.first?.string, owner.hasPrefix(":") {
+                        self?.answeredFor[ownerAsked] = owner
+                    }
+                }
+                completion(result)
+            }
             // The reply can only be read on this queue, so it cannot complete
             // between sending and setting the notify function.
             guard dbus_pending_call_set_notify(pending, replyArrived, Unmanaged.passRetained(box).toOpaque(), releaseReplyBox) != 0 else {
@@ -224,26 +241,30 @@ public final class BusConnection: @unchecked Sendable {
         return try await call(m, timeout: timeout).arguments()
     }
 
-    /// Emits a signal. One on an object that coalesces its property changes goes after
+    /// Emits a signal: to the `audience` of the object at `path` when it has one, else
+    /// broadcast. One on an object that coalesces its property changes goes after
     /// every change held back (an `AllFinished` after the counts that say so).
     public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
         let m = try BusMessage.signal(path: path, interface: interface, member: name)
         try m.append(arguments)
-        queue.async { [self] in sendSignalOnQueue(m, path: path) }
+        queue.async { [self] in sendSignalOnQueue(m, path: path, audience: objects[path]?.audience) }
     }
 
     /// `emitSignal` for code already on the queue (work handed over in one `perform`).
-    public func emitSignalNow(path: String, interface: String, name: String, arguments: [DBusValue] = []) throws {
+    /// `audience`: who hears it, for a signal that is not its object's (a manager's
+    /// signal about private work); nil: the object's audience, else broadcast.
+    public func emitSignalNow(path: String, interface: String, name: String, arguments: [DBusValue] = [],
+                              to audience: SignalAudience? = nil) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let m = try BusMessage.signal(path: path, interface: interface, member: name)
         try m.append(arguments)
-        sendSignalOnQueue(m, path: path)
+        sendSignalOnQueue(m, path: path, audience: audience ?? objects[path]?.audience)
     }
 
-    private func sendSignalOnQueue(_ m: BusMessage, path: String) {
+    private func sendSignalOnQueue(_ m: BusMessage, path: String, audience: SignalAudience?) {
         guard !closed else { return }
         if !heldBack.isEmpty, objects[path]?.coalescesChanges == true { sendHeldBackChanges() }
-        dbus_connection_send(raw, m.raw, nil)
+        sendSignal(m, to: audience)
     }
 
     // MARK: Bus methods
@@ -295,6 +316,13 @@ public final class BusConnection: @unchecked Sendable {
             unsubscribe(Subscription(id: id, rule: rule), evenIfUnknown: true)
             throw error
         }
+        // A rule naming a service by its well-known name: who owns it now, so that the
+        // signals it addresses to us before it first answers a call of ours are taken.
+        if let name = rule.sender, !name.hasPrefix(":"), name != StandardNames.bus,
+           queue.sync(execute: { answeredFor[name] == nil }) {
+            _ = try? await call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                                method: "GetNameOwner", arguments: [.string(name)])
+        }
         return Subscription(id: id, rule: rule)
     }
 
@@ -339,9 +367,18 @@ public final class BusConnection: @unchecked Sendable {
             }
             // A signal addressed to us reaches us whatever our match rules say (the bus
             // applies them only to broadcasts): from anyone but the bus itself it is a
-            // peer's, which no subscription asked for — a peer could otherwise pass one
-            // off as the bus's or a service's (a NameOwnerChanged, a transfer's Completed).
-            if message.destination != nil && message.sender != StandardNames.bus { return true }
+            // peer's, which a subscription takes only when its rule names that peer as
+            // sender — by unique name, or by a well-known name whose owner answered our
+            // last call to it (a service sending its private signals unicast). Otherwise
+            // a peer could pass one off as the bus's or a service's (a NameOwnerChanged,
+            // a transfer's Completed).
+            if message.destination != nil && message.sender != StandardNames.bus {
+                guard let sender = message.sender else { return true }
+                for (_, s) in subscriptions where s.rule.isFrom(sender, answeredFor: answeredFor) && s.rule.matches(message) {
+                    s.handler(message)
+                }
+                return true
+            }
             for (_, s) in subscriptions where s.rule.matches(message) { s.handler(message) }
             return false
         case .methodCall:

@@ -16,6 +16,9 @@ public final class ExportedObject: @unchecked Sendable {
     /// not a dictionary: a daemon may export tens of thousands of objects).
     private(set) var slots: [[DBusValue?]]
     weak var connection: BusConnection?
+    /// Who hears this object's signals; nil (the default): every connection whose match
+    /// rules ask for them (broadcast). Set before export or on the connection's queue.
+    public var audience: SignalAudience?
 
     /// Whether `PropertiesChanged` is held back and sent with others (see `init`).
     let coalescesChanges: Bool
@@ -101,7 +104,7 @@ public final class ExportedObject: @unchecked Sendable {
         do {
             let m = try BusMessage.signal(path: path, interface: StandardNames.properties, member: "PropertiesChanged")
             try m.append([.string(interface), .vardict(changed), .stringArray([])])
-            connection.sendOnQueue(m)
+            connection.sendSignal(m, to: audience)
         } catch let e as BusError {
             _ = connection.tooLarge("PropertiesChanged on \(path)", e)
         } catch {}
@@ -171,7 +174,7 @@ extension BusConnection {
         if announce, let manager = managerPath(for: object.path) {
             do {
                 try emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesAdded",
-                                      arguments: [.objectPath(object.path), object.interfacesAndProperties()])
+                                      arguments: [.objectPath(object.path), object.interfacesAndProperties()], to: object.audience)
             } catch let e as BusError {
                 _ = tooLarge("InterfacesAdded for \(object.path)", e)
             } catch {}
@@ -190,7 +193,7 @@ extension BusConnection {
         object.connection = nil
         if let manager = managerPath(for: path) {
             try? emitSignalOnQueue(path: manager, interface: StandardNames.objectManager, name: "InterfacesRemoved",
-                                   arguments: [.objectPath(path), .stringArray(object.interfaces.map(\.name))])
+                                   arguments: [.objectPath(path), .stringArray(object.interfaces.map(\.name))], to: object.audience)
         }
     }
 
@@ -232,9 +235,11 @@ extension BusConnection {
         dbus_connection_send_if_open(self, m)
     }
 
-    func emitSignalOnQueue(path: String, interface: String, name: String, arguments: [DBusValue]) throws {
+    /// `audience`: who hears it (nil: broadcast).
+    func emitSignalOnQueue(path: String, interface: String, name: String, arguments: [DBusValue],
+                           to audience: SignalAudience? = nil) throws {
         let m = try BusMessage.signal(path: path, interface: interface, member: name)
         try m.append(arguments)
-        sendOnQueue(m)
+        sendSignal(m, to: audience)
     }
 }

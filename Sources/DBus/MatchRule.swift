@@ -35,6 +35,14 @@ public struct MatchRule: Hashable, Sendable {
         return parts.joined(separator: ",")
     }
 
+    /// Whether the rule names `sender` as the sender: its unique name, or a well-known
+    /// name `answeredFor` says it owns (for signals addressed to us, which the bus
+    /// does not check against our rules). A rule without a sender names no one.
+    func isFrom(_ sender: String, answeredFor: [String: String]) -> Bool {
+        guard let name = self.sender else { return false }
+        return name == sender || answeredFor[name] == sender
+    }
+
     /// Local matching. A well-known `sender` is left to the bus (which resolves it, for
     /// the broadcasts it routes by our rules; `BusConnection` drops signals addressed
     /// to us by peers); a unique name (`:1.5`) and the bus's own name are compared here.

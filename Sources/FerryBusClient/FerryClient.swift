@@ -36,6 +36,28 @@ public final class FerryClient: Sendable {
                            method: method, arguments: args)
     }
 
+    /// `Manager.Watch` (v1.2): from now until `unwatch` or the connection closes, this
+    /// connection also receives, unicast, the private signals of every session (those
+    /// of sandboxed apps and of sessions with `private-signals`). Returns false when
+    /// the daemon has no such method (older than v1.2: every signal is broadcast
+    /// there). Throws `AccessDenied` for a sandboxed caller.
+    @discardableResult
+    public func watch() async throws -> Bool {
+        do {
+            _ = try await callManager("Watch")
+            return true
+        } catch let e as BusError where e.name == StandardErrors.unknownMethod {
+            return false
+        }
+    }
+
+    /// `Manager.Unwatch`: undoes `watch` (nothing on a daemon without it).
+    public func unwatch() async throws {
+        do {
+            _ = try await callManager("Unwatch")
+        } catch let e as BusError where e.name == StandardErrors.unknownMethod {}
+    }
+
     /// Opens (or re-attaches to) the session with this identifier.
     public func openSession(_ identifier: String, configuration: [String: DBusValue] = [:]) async throws -> FerrySession {
         let r = try await callManager("OpenSession", [.string(identifier), .vardict(configuration)])

@@ -32,9 +32,21 @@ public final class TransferMonitor: Sendable {
     private let gatherer: Gatherer
     private let client: FerryClient
     private let subscriptions: [BusConnection.Subscription]
+    private let watching: WatchState
+
+    /// Whether to ask a ferryd that comes (back) on the bus for the private signals.
+    private final class WatchState: @unchecked Sendable { // `on` only under `lock`
+        private let lock = NSLock()
+        private var on = false
+        var isOn: Bool {
+            get { lock.withLock { on } }
+            set { lock.withLock { on = newValue } }
+        }
+    }
 
     private init(client: FerryClient, batches: AsyncStream<[TransferEvent]>, gatherer: Gatherer,
-                 subscriptions: [BusConnection.Subscription]) {
+                 subscriptions: [BusConnection.Subscription], watching: WatchState) {
+        self.watching = watching
         self.client = client
         self.batches = batches
         self.gatherer = gatherer
@@ -78,6 +90,7 @@ public final class TransferMonitor: Sendable {
         let gatherer = Gatherer(continuation: streamContinuation, queue: client.bus.queue)
         let namespace = String(FerryClient.transferPathPrefix.dropLast())
         var subs: [BusConnection.Subscription] = []
+        let watching = WatchState()
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: FerryClient.busName, pathNamespace: namespace, interface: FerryClient.transferInterface)) { m in
             guard let path = m.path, let args = try? m.arguments() else { return }
@@ -121,11 +134,24 @@ public final class TransferMonitor: Sendable {
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
                       member: "NameOwnerChanged", arg0: FerryClient.busName)) { m in
-            guard let args = try? m.arguments(), args.count == 3, args[2].string == "" else { return }
+            guard let args = try? m.arguments(), args.count == 3 else { return }
+            guard args[2].string == "" else {
+                // A ferryd (back) on the bus knows nothing of our Watch: asked again.
+                if watching.isOn { Task { _ = try? await client.watch() } }
+                return
+            }
             gatherer.yield(.serviceVanished)
         })
         client.bus.onDisconnect { gatherer.yield(.busClosed) }
-        return TransferMonitor(client: client, batches: stream, gatherer: gatherer, subscriptions: subs)
+        return TransferMonitor(client: client, batches: stream, gatherer: gatherer, subscriptions: subs, watching: watching)
+    }
+
+    /// Asks ferryd for every session's signals, private ones too (`Manager.Watch`), now
+    /// and whenever a ferryd comes back on the bus. A daemon without the method (older
+    /// than v1.2) broadcasts every signal anyway: that is no error.
+    public func watchEverySession() async throws {
+        watching.isOn = true
+        try await client.watch()
     }
 
     /// Reads the connection's input at most every `seconds` (0: as it comes), so

@@ -37,6 +37,10 @@ extension FerrySession {
         /// are pending and none of its clients is on the bus (`sessionSendsLaunchEvents`).
         /// See ``FerryWakeUp``.
         public var applicationID: String?
+        /// true: the session's signals go only to its own clients (and to watchers),
+        /// never broadcast (`private-signals`, contract v1.2; default false, always
+        /// true for a sandboxed application's session).
+        public var privateSignals: Bool?
         /// The D-Bus address to reach Ferry at; nil = the session bus.
         public var busAddress: String?
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
@@ -118,6 +122,7 @@ extension FerrySession {
             proxy = c["proxy"]?.string.flatMap { $0.isEmpty ? nil : URL(string: $0) }
             httpShouldSetCookies = c["cookies"]?.bool
             applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
+            privateSignals = c["private-signals"]?.bool
             readHeaders = httpAdditionalHeaders
             readProxy = proxy
         }
@@ -136,6 +141,7 @@ extension FerrySession {
             if let retries { c["retries"] = .uint32(UInt32(clamping: retries)) }
             if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c["proxy"] = .string("") }
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
+            if let privateSignals { c["private-signals"] = .boolean(privateSignals) }
             if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
             return c
         }

@@ -91,8 +91,11 @@ public struct BatchEnd: Sendable, Equatable {
     public var counts: BatchCounts
     /// `NotificationsEnabled` at that moment.
     public var notificationsEnabled: Bool
+    /// The part of `counts` from sessions whose signals are private: other clients
+    /// hear only of the rest.
+    public var privateCounts: BatchCounts
 
-    public init(counts: BatchCounts, notificationsEnabled: Bool) {
-        self.counts = counts; self.notificationsEnabled = notificationsEnabled
+    public init(counts: BatchCounts, notificationsEnabled: Bool, privateCounts: BatchCounts = BatchCounts()) {
+        self.counts = counts; self.notificationsEnabled = notificationsEnabled; self.privateCounts = privateCounts
     }
 }

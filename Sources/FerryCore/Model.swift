@@ -33,6 +33,9 @@ public struct SessionConfiguration: Sendable, Equatable {
     public var applicationID: String = ""
     /// Keep the cookies servers set and send them back (a jar per session).
     public var cookies: Bool = true
+    /// The session's signals go unicast to its own clients (and watchers), never
+    /// broadcast (`private-signals`; always true for a sandboxed caller's session).
+    public var privateSignals: Bool = false
     public init() {}
 }
 
@@ -51,6 +54,7 @@ public struct SessionConfigurationUpdate: Sendable, Equatable {
     public var proxy: String?
     public var applicationID: String?
     public var cookies: Bool?
+    public var privateSignals: Bool?
     public init() {}
 }
 

@@ -112,6 +112,7 @@ extension SessionConfiguration {
         if let v = update.proxy { proxy = v.isEmpty ? nil : v }
         if let v = update.applicationID { applicationID = v }
         if let v = update.cookies { cookies = v }
+        if let v = update.privateSignals { privateSignals = v }
         return self != before
     }
 

@@ -194,6 +194,7 @@ extension TransferCoordinator {
         releaseDestinationFD(t)
         batch.count(t.state)
         guard let s = sessions[t.session] else { return }
+        if s.configuration.privateSignals { privateBatch.count(t.state) }
         s.batch.count(t.state)
         if t.state == .failed { t.failureCountedIn = (batchNumber, s.batchNumber) }
         // Within a change the counts go out once, when it ends (a burst of 100 ending

@@ -177,9 +177,10 @@ extension TransferCoordinator {
         settleDue = nil
         guard batch != BatchCounts(), index.activeTotal == 0 else { return }
         publishAggregates() // the counts that say so first
-        let counts = batch
+        let counts = batch, privateCounts = privateBatch
         batch = BatchCounts()
+        privateBatch = BatchCounts()
         batchNumber &+= 1
-        emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled)))
+        emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled, privateCounts: privateCounts)))
     }
 }

@@ -10,6 +10,9 @@ extension TransferCoordinator {
     public func openSession(identifier: String, configuration: SessionConfigurationUpdate,
                             owner: String? = nil) throws -> (id: SessionID, created: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
+        // A sandboxed caller's session is private whatever it asks for.
+        var configuration = configuration
+        if owner != nil { configuration.privateSignals = true }
         try SessionValidation.validateIdentifier(identifier)
         try SessionOwnership.checkIdentifier(identifier, by: owner)
         try SessionValidation.validate(configuration, fileManager: fileManager)

@@ -161,7 +161,10 @@ extension TransferCoordinator {
         let contents = try store.load()
         var restoredSessions: [SessionID: SessionRecord] = [:]
         for stored in contents.sessions {
-            let s = SessionRecord(id: stored.id, identifier: stored.identifier, configuration: stored.configuration)
+            var configuration = stored.configuration
+            // Stored before `private-signals` existed: a sandboxed caller's is private all the same.
+            if stored.owner != nil { configuration.privateSignals = true }
+            let s = SessionRecord(id: stored.id, identifier: stored.identifier, configuration: configuration)
             s.isClosing = stored.isClosing
             s.owner = stored.owner
             s.pendingEvents = (contents.events[stored.id] ?? []).sorted { $0.serial < $1.serial }

@@ -68,6 +68,8 @@ public final class TransferCoordinator {
     var network = NetworkConditions.assumed
     /// Outcomes since the last manager-wide AllFinished.
     var batch = BatchCounts()
+    /// The part of `batch` from sessions whose signals are private (`privateSignals`).
+    var privateBatch = BatchCounts()
     /// Batches the manager has ended (which one `batch` counts).
     var batchNumber: UInt64 = 0
     var publishedManager = ManagerSnapshot()

@@ -34,6 +34,8 @@ extension MethodInvocation {
 final class CallerRegistry: CallerGate, @unchecked Sendable {
     private let bus: BusConnection
     private let logger: Logger
+    /// Who hears private signals: learns each sandboxed app's connections here.
+    let signalRecipients = SignalRecipients()
     private let lock = NSLock()
     private var known: [String: CallerIdentity] = [:]
     /// Object path -> the app id owning it; absent: owned by unconfined callers.
@@ -107,6 +109,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
         lock.lock()
         known[sender] = identity
         lock.unlock()
+        if let app = identity.appID { signalRecipients.noteConnection(sender, ofApp: app) }
         if identity != .unconfined { logger.info("caller \(sender) is \(identity)") }
         done(identity)
     }
@@ -154,6 +157,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
             lock.lock()
             known[name] = nil
             lock.unlock()
+            signalRecipients.departed(name)
         }
     }
 

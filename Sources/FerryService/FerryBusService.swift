@@ -35,6 +35,10 @@ public final class FerryBusService: @unchecked Sendable {
     /// The bus work of the core's events delivered so far in this round (core queue
     /// only), handed to the bus queue in one hop when the round ends.
     private var busWork: [@Sendable () -> Void] = []
+    /// Each live session's signal audience (core queue only), shared by its objects.
+    private var audiences: [SessionID: SessionAudience] = [:]
+    /// The watchers alone: the manager's signals about private sessions only.
+    private(set) lazy var watcherAudience = WatcherAudience(registry: callers.signalRecipients)
 
     /// - Parameter notifier: shows the desktop notification of each batch (nil: none).
     public init(bus: BusConnection, core: TransferCoordinator, version: String, defaultDirectory: String,
@@ -114,12 +118,19 @@ public final class FerryBusService: @unchecked Sendable {
             return nil
         }
         waker.noteClient(inv.sender, of: id)
+        if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
+            callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
+        }
         return id
     }
 
     func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {
         guard let id = FerryBusNames.id(inPath: inv.path, kind: "transfer") else {
             return inv.fail(Self.busError(FerryError.noSuchTransfer("no transfer at \(inv.path)")))
+        }
+        // A caller acting on a transfer uses its session: it hears the session's private signals.
+        if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
+            callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
         }
         run(inv) { core in try body(core, id) }
     }
@@ -165,12 +176,17 @@ public final class FerryBusService: @unchecked Sendable {
             let object = sessionObject(session)
             onBus { [bus] in bus.exportNow(object) }
         case .sessionChanged(let session):
+            if let audience = audiences[session.id] {
+                let isPrivate = session.configuration.privateSignals || audience.app != nil
+                if audience.isPrivate != isPrivate { onBus { audience.isPrivate = isPrivate } }
+            }
             update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface,
                    PropertyMapping.session(session, defaultDirectory: defaultDirectory))
         case .sessionRemoved(let id):
             waker.forget(id)
             onBus { [bus] in bus.unexportNow(FerryBusNames.sessionPath(id)) }
             callers.forgetOwner(of: FerryBusNames.sessionPath(id))
+            audiences[id] = nil // its objects keep it while they are on the bus
         case .transferAdded(let transfer):
             let object = transferObject(transfer)
             onBus { [bus] in bus.exportNow(object) }
@@ -199,8 +215,17 @@ public final class FerryBusService: @unchecked Sendable {
         case .allFinished(let end):
             let counts = end.counts
             logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
-            signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished",
-                   [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)])
+            // Other clients hear only of the public sessions' part; a batch of private
+            // sessions alone is the watchers' to hear of.
+            let p = end.privateCounts
+            let shown = BatchCounts(succeeded: counts.succeeded - min(p.succeeded, counts.succeeded),
+                                    failed: counts.failed - min(p.failed, counts.failed),
+                                    cancelled: counts.cancelled - min(p.cancelled, counts.cancelled))
+            let onlyPrivate = p != BatchCounts() && shown == BatchCounts()
+            let args: [DBusValue] = onlyPrivate ? [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)]
+                                                : [.uint32(shown.succeeded), .uint32(shown.failed), .uint32(shown.cancelled)]
+            signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished", args,
+                   to: onlyPrivate ? watcherAudience : nil)
             notifications?.allFinished(end)
         }
     }
@@ -209,15 +234,33 @@ public final class FerryBusService: @unchecked Sendable {
     private func sessionObject(_ session: SessionSnapshot) -> ExportedObject {
         callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
         // Its ActiveTransfers changes with every transfer that starts or ends: signals coalesce.
-        return ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
-                              initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
-                              coalesceChanges: true)
+        let object = ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
+                                    initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
+                                    coalesceChanges: true)
+        object.audience = audience(of: session.id)
+        return object
     }
 
     private func transferObject(_ transfer: TransferSnapshot) -> ExportedObject {
         callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
-        return ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
-                              initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
+        let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
+                                    initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
+        object.audience = audience(of: transfer.session)
+        return object
+    }
+
+    /// The audience of a session's objects (core queue): made when its first object is,
+    /// private when the session's signals are (`private-signals`, always for a
+    /// sandboxed caller's).
+    private func audience(of session: SessionID) -> SessionAudience {
+        if let audience = audiences[session] { return audience }
+        let snapshot = core.session(session)
+        let app = core.sessionOwner(session)
+        let audience = SessionAudience(identifier: snapshot?.identifier ?? "", app: app,
+                                       isPrivate: app != nil || snapshot?.configuration.privateSignals == true,
+                                       registry: callers.signalRecipients)
+        audiences[session] = audience
+        return audience
     }
 
     /// The counts and rate as properties (no change signal) and the `Progress` signal.
@@ -265,10 +308,12 @@ public final class FerryBusService: @unchecked Sendable {
         onBus { [bus] in bus.object(at: path)?.setProperties(interface, values) }
     }
 
-    private func signal(_ path: String, _ interface: String, _ name: String, _ args: [DBusValue]) {
+    /// `audience`: who hears it when not its object's audience (nil: the object's).
+    private func signal(_ path: String, _ interface: String, _ name: String, _ args: [DBusValue],
+                        to audience: SignalAudience? = nil) {
         onBus { [bus, logger] in
             do {
-                try bus.emitSignalNow(path: path, interface: interface, name: name, arguments: args)
+                try bus.emitSignalNow(path: path, interface: interface, name: name, arguments: args, to: audience)
             } catch {
                 logger.error("could not emit \(interface).\(name) on \(path): \(error)")
             }

@@ -16,6 +16,11 @@ extension FerryBusService {
                         let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
                         try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "", owner: inv.sandboxAppID)
                         try self.confine(inv, configuration: update)
+                        // Before the session exists: its first signals (InterfacesAdded) reach
+                        // its opener when they are private.
+                        if inv.sandboxAppID == nil {
+                            self.callers.signalRecipients.noteClient(inv.sender, ofSession: inv.arguments[0].string ?? "")
+                        }
                         let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
                                                            owner: inv.sandboxAppID)
                         self.waker.noteClient(inv.sender, of: id)
@@ -32,6 +37,8 @@ extension FerryBusService {
                            out: [ArgSpec("transfers", "ao"), ArgSpec("values", "a{sv}")]) { [unowned self] inv in
                     listTransferProperties(inv)
                 },
+                MethodSpec("Watch") { [unowned self] inv in watch(inv, true) },
+                MethodSpec("Unwatch") { [unowned self] inv in watch(inv, false) },
                 MethodSpec("PauseAll") { [unowned self] inv in
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.pauseAll(session: $0) }; return [] }
                 },

@@ -19,7 +19,7 @@ enum OptionParsing {
 
     static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
                                     "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
-                                    "application-id", "cookies"]
+                                    "application-id", "cookies", "private-signals"]
 
     static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
         var u = SessionConfigurationUpdate()
@@ -38,6 +38,7 @@ enum OptionParsing {
             case "proxy": u.proxy = try typed(key, value, "s") { $0.string }
             case "application-id": u.applicationID = try typed(key, value, "s") { $0.string }
             case "cookies": u.cookies = try typed(key, value, "b") { $0.bool }
+            case "private-signals": u.privateSignals = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, configurationKeys)
             }
         }
@@ -61,6 +62,7 @@ enum OptionParsing {
             "proxy": .string(c.proxy.map(Redaction.urlWithoutCredentials) ?? ""),
             "application-id": .string(c.applicationID),
             "cookies": .boolean(c.cookies),
+            "private-signals": .boolean(c.privateSignals),
         ])
     }
 

@@ -6,6 +6,19 @@ import FerryCore
 /// this is the rest: its own sessions in the manager's lists and manager-wide
 /// actions, and paths only inside its own app directory.
 extension FerryBusService {
+    /// `Manager.Watch` (`on`) and `Unwatch`: an unconfined caller hears, unicast, the
+    /// private signals of every session from now on (until it undoes it or leaves the
+    /// bus); a sandboxed one may not. Answered on the bus queue, so every signal sent
+    /// after the reply reaches it.
+    func watch(_ inv: MethodInvocation, _ on: Bool) {
+        guard inv.sandboxAppID == nil else {
+            return inv.fail(Self.busError(FerryError.accessDenied("a sandboxed application cannot watch other applications' signals")))
+        }
+        guard let sender = inv.sender, sender.hasPrefix(":") else { return inv.reply([]) }
+        if on { callers.signalRecipients.watch(sender) } else { callers.signalRecipients.unwatch(sender) }
+        inv.reply([])
+    }
+
     /// The sessions the caller may see, oldest first.
     func visibleSessions(_ inv: MethodInvocation, _ core: TransferCoordinator) -> [SessionID] {
         guard let app = inv.sandboxAppID else { return core.sessionIDs }

@@ -23,9 +23,11 @@ struct SessionConfigurationRecord: Codable {
     var proxy: String?
     var applicationID: String?
     var cookies: Bool?
+    var privateSignals: Bool?
 
     init(_ c: SessionConfiguration) {
         cookies = c.cookies
+        privateSignals = c.privateSignals
         persistent = c.persistent; directory = c.directory; headers = c.headers
         maxConnectionsPerHost = c.maxConnectionsPerHost; requestTimeout = c.requestTimeout
         resourceTimeout = c.resourceTimeout; allowMetered = c.allowMetered; notify = c.notify
@@ -47,6 +49,7 @@ struct SessionConfigurationRecord: Codable {
         c.proxy = proxy
         if let v = applicationID { c.applicationID = v }
         if let v = cookies { c.cookies = v }
+        if let v = privateSignals { c.privateSignals = v }
         return c
     }
 }

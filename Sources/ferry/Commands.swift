@@ -282,6 +282,9 @@ struct Watch: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
+            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
+            // where its own still reach us.
+            try? await monitor.watchEverySession()
             let objects = try await client.listing()
             var options = Follower.Options()
             options.untilDone = untilDone
@@ -328,6 +331,9 @@ struct Wait: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
+            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
+            // where its own still reach us.
+            try? await monitor.watchEverySession()
             let objects = try await client.listing()
             let initial = try pick(try parseTransferIDs(ids), from: objects)
             let follower = Follower(options: Follower.Options())
@@ -359,6 +365,9 @@ struct Events: AsyncParsableCommand {
             let client = try global.connect()
             let monitor = try await TransferMonitor.start(client)
             defer { monitor.stop() }
+            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
+            // where its own still reach us.
+            try? await monitor.watchEverySession()
             let objects = try await client.listing()
             var options = Follower.Options()
             options.followNew = true

@@ -421,6 +421,21 @@ final class CLITests: FerryTestCase {
         assertFile(dest, equals: body)
     }
 
+    /// `ferry watch` follows a private session's transfer (`private-signals`: its
+    /// signals are sent only to its clients and watchers): it asks ferryd to watch.
+    func testWatchFollowsAPrivateSession() async throws {
+        let body = serve("/quiet.bin", size: 400 * 1024)
+        server.set(.slow(bytesPerSecond: 160 * 1024), on: "/quiet.bin")
+        let s = try await session("com.example.Quiet", ["private-signals": .boolean(true)])
+        let dest = work + "/quiet.bin"
+        let t = try await s.download(server.url("/quiet.bin"), options: ["destination": .string(dest)])
+        let r = try ferry(["watch", "\(t.id)", "--until-done"], timeout: 20)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let lines = r.stdout.split(separator: "\n")
+        XCTAssertTrue(lines.last?.hasPrefix("\(t.id) completed") ?? false, "last line: \(lines.last ?? "")")
+        assertFile(dest, equals: body)
+    }
+
     /// With no ferryd and no activation file, `ferry ls` exits 3 and says so.
     func testNoServiceExits3() async throws {
         try await stopFerryd()

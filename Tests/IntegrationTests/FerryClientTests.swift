@@ -133,6 +133,39 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(pending, 0, "delivered events are acknowledged")
     }
 
+    /// A session with `privateSignals` (v1.2): its signals come to it alone, addressed,
+    /// and it takes them as the service's: the task reports progress and its end, the
+    /// delegate hears of it, and the harness's client (a broadcast listener) hears nothing.
+    func testAPrivateSessionHearsItsOwnSignals() async throws {
+        let body = serve("/c/private.bin", size: 300_000)
+        let recorder = Recorder()
+        var c = configuration("org.example.Private")
+        c.privateSignals = true
+        let session = FerrySession(configuration: c, delegate: recorder)
+        defer { session.detach() }
+        let task = try await session.download(from: URL(string: server.url("/c/private.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/private.bin"))
+        // Bounded: a client that drops its own private signals would wait forever.
+        let (sawProgress, last) = try await withDeadline(20, "the task's events to their end") {
+            var sawProgress = false
+            var last: FerryTaskEvent?
+            for try await event in task.events {
+                if case .progress = event { sawProgress = true }
+                last = event
+            }
+            return (sawProgress, last)
+        }
+        XCTAssertTrue(sawProgress, "no Progress reached the session's own client")
+        XCTAssertEqual(last, .stateChanged(.completed))
+        assertFile(work + "/private.bin", equals: body)
+        try await recorder.wait(for: "idle")
+        let stored = try await session.storedConfiguration()
+        XCTAssertEqual(stored.privateSignals, true)
+        let path = "/org/ferry/Ferry1/transfer/\(task.id)"
+        _ = try await client.listSessions() // a round trip: ferryd's earlier signals have arrived
+        XCTAssertEqual(signals.signals(path: path).map(\.description), [], "a broadcast listener heard a private session")
+    }
+
     /// Nothing waits forever on a session that stopped following: `detach()` ends a
     /// task still running here with `detached` (the download goes on in the
     /// service); `finishTasksAndInvalidate()` keeps the session and delivers its tasks'

@@ -67,6 +67,10 @@ class FerryTestCase: XCTestCase {
     var ferryd: ChildProcess?
     var client: FerryClient!
     var signals: SignalRecorder!
+    /// Whether `client` asks ferryd for the private signals of every session
+    /// (`Manager.Watch`), again after each start: tests that follow sandboxed apps'
+    /// transfers through `signals` set it (`watchPrivateSignals`).
+    var watchesPrivateSignals = false
     /// Extra logs to print on failure (other processes a test started).
     var extraLogs: [() -> String] = []
     var cleanups: [() -> Void] = []
@@ -122,6 +126,14 @@ class FerryTestCase: XCTestCase {
             throw e
         }
         if signals == nil { signals = try await SignalRecorder.start(client.bus) }
+        if watchesPrivateSignals { try await client.watch() }
+    }
+
+    /// From now on `signals` records the private signals too (sandboxed apps' sessions).
+    func watchPrivateSignals() async throws {
+        guard !watchesPrivateSignals else { return }
+        watchesPrivateSignals = true
+        try await client.watch()
     }
 
     /// Kills ferryd with SIGKILL, waits for its bus name to go, and starts it again.

@@ -12,6 +12,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import threading
 import time
 
 import wire
@@ -88,17 +89,24 @@ class Children:
             self.stop(proc, timeout=5)
 
 
-def timed_run(argv, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None):
-    """Runs argv to completion; returns (exit code, wall s, user s, sys s) of the child."""
+def timed_run(argv, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=None, timeout=None):
+    """Runs argv to completion (killed after `timeout` s, if given); returns (exit code,
+    wall s, user s, sys s) of the child."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr, cwd=cwd,
                             stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+    killer = threading.Timer(timeout, proc.kill) if timeout else None
+    if killer:
+        killer.start()
     try:
         _, status, rusage = os.wait4(proc.pid, 0)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+    finally:
+        if killer:
+            killer.cancel()
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4
     return proc.returncode, wall, rusage.ru_utime, rusage.ru_stime
@@ -611,3 +619,14 @@ def fmt_s(seconds):
 
 def verdict(met):
     return {True: "PASS", False: "FAIL", None: "info"}[met]
+
+
+def fake_ferry_bin(tmp):
+    """A bin folder for the harness's own tests: fake_ferryd.py as `ferryd` (it transfers
+    with curl) and `false` as `ferry` (a Ferry tool that fails). Returns its path."""
+    bin_dir = os.path.join(tmp, "bin")
+    os.makedirs(bin_dir)
+    os.symlink(os.path.join(HERE, "fake_ferryd.py"), os.path.join(bin_dir, "ferryd"))
+    os.symlink(shutil.which("false"), os.path.join(bin_dir, "ferry"))
+    os.makedirs(OUT_DIR, exist_ok=True)
+    return bin_dir

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import harness as h
@@ -205,27 +204,13 @@ def run_timed(argv, env=None, timeout=TIMEOUT, err_path=None):
     """Runs argv to completion (killed after `timeout` s); returns (exit code, wall s, CPU s)."""
     err = open(err_path, "wb") if err_path else subprocess.DEVNULL
     try:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                stdin=subprocess.DEVNULL, preexec_fn=h._die_with_parent)
-        killer = threading.Timer(timeout, proc.kill)
-        killer.start()
-        try:
-            _, status, rusage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            killer.cancel()
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        code, wall, user, sys_ = h.timed_run(argv, env=env, stderr=err, timeout=timeout)
     finally:
         if err_path:
             err.close()
     if wall >= timeout:
         raise BenchError(f"{argv[0]} did not finish within {timeout} s")
-    return proc.returncode, wall, rusage.ru_utime + rusage.ru_stime
+    return code, wall, user + sys_
 
 
 def _last_line(text):

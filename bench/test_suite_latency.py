@@ -25,11 +25,7 @@ class LatencySuiteTests(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="bench-latency-test-")
         self.children = h.Children()
-        bin_dir = os.path.join(self.tmp, "bin")
-        os.makedirs(bin_dir)
-        os.symlink(os.path.join(h.HERE, "fake_ferryd.py"), os.path.join(bin_dir, "ferryd"))
-        os.symlink(shutil.which("false"), os.path.join(bin_dir, "ferry"))
-        os.makedirs(h.OUT_DIR, exist_ok=True)
+        bin_dir = h.fake_ferry_bin(self.tmp)
         address, bus = h.start_bus(self.children, self.tmp)
         args = argparse.Namespace(quick=False, runs=1, warmup=0, rtt_ms=10, keep=False,
                                   latency_files=20, latency_big_mib=8)

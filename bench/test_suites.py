@@ -24,11 +24,7 @@ class UploadSuiteTests(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="bench-suite-test-")
         self.children = h.Children()
-        bin_dir = os.path.join(self.tmp, "bin")
-        os.makedirs(bin_dir)
-        os.symlink(os.path.join(h.HERE, "fake_ferryd.py"), os.path.join(bin_dir, "ferryd"))
-        os.symlink(shutil.which("false"), os.path.join(bin_dir, "ferry"))
-        os.makedirs(h.OUT_DIR, exist_ok=True)
+        bin_dir = h.fake_ferry_bin(self.tmp)
         port = h.free_port()
         h.start_nginx(self.children, self.tmp, h.OUT_DIR, port)
         address, bus = h.start_bus(self.children, self.tmp)

@@ -39,8 +39,10 @@ struct EasyHandleSetup {
         long(CURLOPT_SUPPRESS_CONNECT_HEADERS, 1)
         long(CURLOPT_TCP_KEEPALIVE, 1)
         // A request to an origin whose connection is still being set up waits to learn
-        // whether it can be a stream on it (HTTP/2) instead of opening one more.
-        long(CURLOPT_PIPEWAIT, 1)
+        // whether it can be a stream on it (HTTP/2, which ALPN offers over TLS only)
+        // instead of opening one more. Not over plain http, which multiplexes never:
+        // there a request could wait behind a slow transfer on the connection it waits for.
+        if url.lowercased().hasPrefix("https:") { long(CURLOPT_PIPEWAIT, 1) }
         // "No data for requestTimeout seconds" = below 1 byte/s for that long. curl
         // measures speed over its last 5 s, so once the body has begun a stall is caught
         // here later than that (each attempt's `stallDue`, checked by the loop, is on time).

@@ -118,6 +118,28 @@ final class HTTP2Tests: FerryTestCase {
         try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
     }
 
+    /// Downloads `base/prefix f0.bin …` of the site into `work`, waits for each and checks it
+    /// completed byte-exact; returns the transfers with their final properties.
+    private func fetchAll(_ s: FerrySession, _ urlPrefix: String, bodies: [[UInt8]]) async throws -> [(FerryTransfer, TransferInfo)] {
+        var transfers: [FerryTransfer] = []
+        for i in bodies.indices {
+            transfers.append(try await s.download(urlPrefix + "f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        var ended: [(FerryTransfer, TransferInfo)] = []
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+            ended.append((t, info))
+        }
+        for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        return ended
+    }
+
+    /// nginx's access log, a line per request: connection serial, protocol, status, path.
+    private func accessLogLines(_ path: String) throws -> [[Substring]] {
+        try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+    }
+
     func testTransfersToAnHTTP2OriginShareConnectionsAndRunBeyondTheConnectionLimit() async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 60
@@ -127,20 +149,11 @@ final class HTTP2Tests: FerryTestCase {
 
         // At 16 KiB/s a request each takes 1.5 s: six at a time would take 15 s, and
         // more than six run at once only if they share connections.
-        let s = try await session("com.example.H2")
-        var transfers: [FerryTransfer] = []
-        for i in 0..<count {
-            transfers.append(try await s.download(base + "/slow/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
-        }
-        for t in transfers {
-            let info = try await finish(t, timeout: 60)
-            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
-        }
-        for i in 0..<count { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        let ended = try await fetchAll(try await session("com.example.H2"), base + "/slow/", bodies: bodies)
 
-        let most = mostRunningAtOnce(Set(transfers.map(\.path)))
+        let most = mostRunningAtOnce(Set(ended.map(\.0.path)))
         XCTAssertGreaterThan(most, 6, "more transfers ran at once than the 6 connections allowed")
-        let lines = try String(contentsOfFile: accessLog, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        let lines = try accessLogLines(accessLog)
         XCTAssertEqual(lines.count, count, "one request per file")
         XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
         let connections = Set(lines.map { $0[0] })
@@ -158,18 +171,10 @@ final class HTTP2Tests: FerryTestCase {
         let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: "keepalive_requests 7;")
         try await restartTrusting(certificates)
 
-        let s = try await session("com.example.Goaway")
-        var transfers: [FerryTransfer] = []
-        for i in 0..<count {
-            transfers.append(try await s.download(base + "/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
-        }
-        for t in transfers {
-            let info = try await finish(t, timeout: 60)
-            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+        for (t, info) in try await fetchAll(try await session("com.example.Goaway"), base + "/", bodies: bodies) {
             XCTAssertEqual(info.attempts, 1, "\(t.path) took one attempt")
         }
-        for i in 0..<count { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
-        let lines = try String(contentsOfFile: accessLog, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        let lines = try accessLogLines(accessLog)
         XCTAssertGreaterThan(Set(lines.map { $0[0] }).count, 1, "nginx did close connections mid-batch")
     }
 }

@@ -1,0 +1,387 @@
+import Foundation
+
+/// A LazyFS-style power-cut layer for tests: a FUSE file system (python3-fusepy, run by
+/// the Debian python3) passing everything through to a backing folder, that remembers
+/// each file's content as of its last `fsync`/`fdatasync` and, on `cut()`, puts every
+/// file back to it. The model (as LazyFS's default):
+/// - file data is lost unless synced: `fsync` or `fdatasync` of any descriptor of the
+///   file marks what it holds then as what survives (SQLite's WAL with
+///   `synchronous = FULL` syncs the `-wal` file at each commit);
+/// - a file created and never synced keeps its name but is emptied (length 0);
+/// - metadata — create, mkdir, rename, link, unlink, extended attributes, mode, times —
+///   is durable at once; a folder's `fsync` is accepted and changes nothing;
+/// - after the cut every request fails with EIO until the mount is taken away, so
+///   nothing a killed writer still had in flight lands; `remount()` mounts a fresh
+///   layer over the rolled-back folder, where everything on disk counts as synced.
+/// How it keeps the synced content: per file (by inode, so a rename keeps it), the
+/// synced length and, for each 4 KiB block an unsynced write or truncate first
+/// replaces, that block as it was; a cut writes those blocks back and truncates to the
+/// synced length. fusepy offers no `fallocate`, `O_TMPFILE` nor `renameat2` flags: the
+/// kernel answers those EOPNOTSUPP/EINVAL and ferryd takes its fallbacks.
+/// Throws `Unavailable` where FUSE cannot be mounted (the test then skips).
+public final class PowerCutMount: @unchecked Sendable {
+    public struct Unavailable: Error {
+        public let reason: String
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Where the layer is mounted.
+    public let mountPoint: String
+    /// The folder below it, which keeps the files between mounts.
+    public let backing: String
+    private let directory: URL
+    private let scriptPath: String
+    private let control: String
+    private let reply: String
+    private var process: Process?
+    private var errors = Pipe()
+    /// How many cuts this mount has made.
+    public private(set) var cuts = 0
+
+    static let script = #"""
+import errno, os, stat, sys, threading
+from fusepy import FUSE, FuseOSError, Operations
+
+# A LazyFS-style passthrough: writes reach the backing folder at once, but every
+# file's content as of its last fsync/fdatasync is kept (the 4 KiB blocks an unsynced
+# write or truncate replaced, and the synced length); "cut" on the control FIFO puts
+# every file back to that content. Model:
+# - data: lost unless fsynced (fsync or fdatasync of any descriptor of the file);
+# - a file created and never synced keeps its name but is emptied (length 0);
+# - metadata (create, mkdir, rename, link, unlink, xattrs, mode, times) is durable at
+#   once, as in LazyFS; a folder's fsync is accepted and changes nothing;
+# - after a cut every request fails with EIO until the mount is taken away (what the
+#   killed writer sends after the power went is lost too).
+backing, mountpoint, control, reply = sys.argv[1:5]
+BS = 4096
+lock = threading.RLock()
+dead = False
+state = {}  # (dev, ino) -> [synced_length, {block: bytes as synced}]
+log = open(reply + ".log", "a", buffering=1)
+
+def real(path):
+    return os.path.join(backing, path.lstrip("/"))
+
+def key(st):
+    return (st.st_dev, st.st_ino)
+
+def alive():
+    if dead:
+        raise FuseOSError(errno.EIO)
+
+def entry(fd):
+    st = os.fstat(fd)
+    e = state.get(key(st))
+    if e is None:
+        e = state[key(st)] = [st.st_size, {}]
+    return e
+
+def keep(fd, e, start, end):
+    """Keeps the synced bytes of the blocks [start, end) touches before they change."""
+    synced, saved = e
+    end = min(end, synced)
+    if start >= end:
+        return
+    for b in range(start // BS, (end - 1) // BS + 1):
+        if b not in saved:
+            saved[b] = os.pread(fd, BS, b * BS)
+
+def cut():
+    global dead
+    with lock:
+        dead = True
+        by_inode = {}
+        for root, dirs, files in os.walk(backing):
+            for n in files:
+                p = os.path.join(root, n)
+                try:
+                    by_inode[key(os.lstat(p))] = p
+                except OSError:
+                    pass
+        rolled = 0
+        for k, (synced, saved) in state.items():
+            p = by_inode.get(k)
+            if p is None:
+                continue  # unlinked since: nothing to roll back
+            fd = os.open(p, os.O_RDWR)
+            try:
+                for b, data in saved.items():
+                    os.pwrite(fd, data, b * BS)
+                os.ftruncate(fd, synced)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            rolled += 1
+            log.write("cut: %s back to %d bytes (%d blocks restored)\n" % (p, synced, len(saved)))
+        state.clear()
+        return rolled
+
+def controller():
+    while True:
+        with open(control) as f:
+            for line in f:
+                if line.strip() == "cut":
+                    n = cut()
+                    with open(reply + ".tmp", "w") as r:
+                        r.write("%d\n" % n)
+                    os.rename(reply + ".tmp", reply)
+
+class PowerCut(Operations):
+    use_ns = True
+
+    def getattr(self, path, fh=None):
+        alive()
+        st = os.fstat(fh) if fh is not None else os.lstat(real(path))
+        return {"st_mode": st.st_mode, "st_nlink": st.st_nlink, "st_size": st.st_size, "st_uid": st.st_uid,
+                "st_gid": st.st_gid, "st_blocks": st.st_blocks, "st_atime": st.st_atime_ns,
+                "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
+
+    def readdir(self, path, fh):
+        alive()
+        return [".", ".."] + os.listdir(real(path))
+
+    def access(self, path, amode):
+        alive()
+        if not os.access(real(path), amode):
+            raise FuseOSError(errno.EACCES)
+
+    def statfs(self, path):
+        alive()
+        v = os.statvfs(real(path))
+        return {k: getattr(v, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail",
+                                           "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
+
+    def mkdir(self, path, mode):
+        alive(); os.mkdir(real(path), mode)
+
+    def rmdir(self, path):
+        alive(); os.rmdir(real(path))
+
+    def chmod(self, path, mode):
+        alive(); os.chmod(real(path), mode)
+
+    def chown(self, path, uid, gid):
+        alive(); os.chown(real(path), uid, gid)
+
+    def utimens(self, path, times=None):
+        alive(); os.utime(real(path), ns=times) if times else os.utime(real(path))
+
+    def readlink(self, path):
+        alive(); return os.readlink(real(path))
+
+    def symlink(self, target, source):
+        alive(); os.symlink(source, real(target))
+
+    def link(self, target, source):
+        alive(); os.link(real(source), real(target))
+
+    def unlink(self, path):
+        with lock:
+            alive()
+            st = os.lstat(real(path))
+            os.unlink(real(path))
+            if st.st_nlink <= 1:
+                state.pop(key(st), None)
+
+    def rename(self, old, new):
+        with lock:
+            alive()
+            try:
+                st = os.lstat(real(new))
+            except OSError:
+                st = None
+            os.rename(real(old), real(new))
+            if st is not None and st.st_nlink <= 1 and not stat.S_ISDIR(st.st_mode):
+                state.pop(key(st), None)
+
+    def getxattr(self, path, name, position=0):
+        alive()
+        try:
+            return os.getxattr(real(path), name, follow_symlinks=False)
+        except OSError as e:
+            raise FuseOSError(e.errno)
+
+    def setxattr(self, path, name, value, options, position=0):
+        alive(); os.setxattr(real(path), name, value, options, follow_symlinks=False)
+
+    def listxattr(self, path):
+        alive(); return os.listxattr(real(path), follow_symlinks=False)
+
+    def removexattr(self, path, name):
+        alive(); os.removexattr(real(path), name, follow_symlinks=False)
+
+    def open(self, path, flags):
+        alive()
+        # Read-write (the blocks a write replaces are read first), never O_APPEND (the
+        # kernel gives every write its offset) nor O_TRUNC (the kernel truncates
+        # through truncate(), where the bytes it drops are kept).
+        flags &= ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_APPEND | os.O_ACCMODE)
+        return os.open(real(path), flags | os.O_RDWR)
+
+    def create(self, path, mode, fi=None):
+        with lock:
+            alive()
+            fd = os.open(real(path), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
+            state[key(os.fstat(fd))] = [0, {}]  # never synced: nothing of it survives a cut
+            return fd
+
+    def read(self, path, size, offset, fh):
+        alive()
+        return os.pread(fh, size, offset)
+
+    def write(self, path, data, offset, fh):
+        with lock:
+            alive()
+            e = entry(fh)
+            keep(fh, e, offset, offset + len(data))
+            return os.pwrite(fh, data, offset)
+
+    def truncate(self, path, length, fh=None):
+        with lock:
+            alive()
+            fd = fh if fh is not None else os.open(real(path), os.O_RDWR)
+            try:
+                e = entry(fd)
+                keep(fd, e, length, os.fstat(fd).st_size)
+                os.ftruncate(fd, length)
+            finally:
+                if fh is None:
+                    os.close(fd)
+
+    def fsync(self, path, datasync, fh):
+        with lock:
+            alive()
+            if datasync:
+                os.fdatasync(fh)
+            else:
+                os.fsync(fh)
+            st = os.fstat(fh)
+            state[key(st)] = [st.st_size, {}]  # what it holds now is what a cut leaves
+
+    def fsyncdir(self, path, datasync, fh):
+        alive()
+
+    def flush(self, path, fh):
+        alive()
+
+    def release(self, path, fh):
+        os.close(fh)
+
+threading.Thread(target=controller, daemon=True).start()
+# direct_io off (the page cache, and shared mmap for SQLite's -shm, work); writes are
+# written through (no writeback cache), so every write() reaches this process at once.
+FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True, big_writes=True,
+     max_write=131072, default_permissions=False)
+"""#
+
+    public init(in directory: URL) throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
+              Self.hasFusepy() else { throw Unavailable(reason: "python3-fusepy is not installed") }
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else { throw Unavailable(reason: "no usable /dev/fuse") }
+        self.directory = directory
+        mountPoint = directory.appendingPathComponent("mnt").path
+        backing = directory.appendingPathComponent("backing").path
+        control = directory.appendingPathComponent("control").path
+        reply = directory.appendingPathComponent("cut-reply").path
+        scriptPath = directory.appendingPathComponent("powercut_fs.py").path
+        for d in [mountPoint, backing] {
+            try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+        }
+        try Self.script.write(toFile: scriptPath, atomically: true, encoding: .utf8)
+        guard mkfifo(control, 0o600) == 0 || errno == EEXIST else {
+            throw Unavailable(reason: "mkfifo failed: \(String(cString: strerror(errno)))")
+        }
+        try mount()
+    }
+
+    /// The layer's log: one line per file a cut put back.
+    public var log: String { (try? String(contentsOfFile: reply + ".log", encoding: .utf8)) ?? "" }
+
+    private func mount() throws {
+        let p = Process()
+        errors = Pipe()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        p.arguments = [scriptPath, backing, mountPoint, control, reply]
+        p.standardError = errors
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        process = p
+        // Mounted when /proc/self/mounts shows it (bounded); a mount refused ends the process.
+        let deadline = Date().addingTimeInterval(20)
+        while !isMounted {
+            if !p.isRunning {
+                let why = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                throw Unavailable(reason: "FUSE cannot be mounted here: \(why.suffix(300))")
+            }
+            guard Date() < deadline else {
+                unmount()
+                throw Unavailable(reason: "the FUSE mount did not come up within 20 s")
+            }
+            usleep(20_000)
+        }
+    }
+
+    private var isMounted: Bool {
+        ProcFile.contents("/proc/self/mounts")?.contains(" \(mountPoint) fuse") == true
+    }
+
+    /// The power cut: every file goes back to its last synced content, and the mount
+    /// answers EIO from now on. Kill the writers first (SIGKILL, and wait for them), so
+    /// nothing they wrote after the cut can survive it. Returns how many files it
+    /// tracked (synced ones included).
+    @discardableResult
+    public func cut(timeout: TimeInterval = 20) throws -> Int {
+        guard let p = process, p.isRunning else { throw Failure(description: "the power-cut layer is not running") }
+        unlink(reply)
+        let fd = open(control, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw Failure(description: "cannot open the control FIFO: \(String(cString: strerror(errno)))") }
+        let command = Array("cut\n".utf8)
+        let written = command.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        guard written == command.count else { throw Failure(description: "cannot write to the control FIFO") }
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            if let text = try? String(contentsOfFile: reply, encoding: .utf8), let n = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                cuts += 1
+                return n
+            }
+            guard Date() < deadline, p.isRunning else {
+                throw Failure(description: "the cut did not finish within \(timeout) s")
+            }
+            usleep(5_000)
+        }
+    }
+
+    /// Takes the (cut) mount away and mounts a fresh layer over the same folder: the
+    /// machine coming back up.
+    public func remount() throws {
+        unmount()
+        try mount()
+    }
+
+    /// Ends the file system and takes the mount away. SIGKILL: libfuse's own handler of
+    /// SIGTERM only ends its loop when the main thread is the one that gets it.
+    public func unmount() {
+        if let p = process, p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+        process = nil
+        if isMounted {
+            _ = umount2(mountPoint, Int32(MNT_DETACH))
+        }
+    }
+
+    private static func hasFusepy() -> Bool {
+        let check = Process()
+        check.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        check.arguments = ["-c", "import fusepy"]
+        check.standardError = FileHandle.nullDevice
+        guard (try? check.run()) != nil else { return false }
+        check.waitUntilExit()
+        return check.terminationStatus == 0
+    }
+}

@@ -108,14 +108,17 @@ def cut():
                 continue  # unlinked since: nothing to roll back
             fd = os.open(p, os.O_RDWR)
             try:
+                had = os.fstat(fd).st_size
                 for b, data in saved.items():
                     os.pwrite(fd, data, b * BS)
                 os.ftruncate(fd, synced)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            rolled += 1
-            log.write("cut: %s back to %d bytes (%d blocks restored)\n" % (p, synced, len(saved)))
+            if had != synced or saved:
+                rolled += 1
+                log.write("cut: %s from %d back to %d bytes (%d blocks put back)\n"
+                          % (os.path.relpath(p, backing), had, synced, len(saved)))
         state.clear()
         return rolled
 
@@ -297,7 +300,8 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
         try mount()
     }
 
-    /// The layer's log: one line per file a cut put back.
+    /// The layer's log: one line per file a cut changed (its length before and after, how
+    /// many synced blocks it put back).
     public var log: String { (try? String(contentsOfFile: reply + ".log", encoding: .utf8)) ?? "" }
 
     private func mount() throws {
@@ -331,7 +335,7 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
     /// The power cut: every file goes back to its last synced content, and the mount
     /// answers EIO from now on. Kill the writers first (SIGKILL, and wait for them), so
     /// nothing they wrote after the cut can survive it. Returns how many files it
-    /// tracked (synced ones included).
+    /// changed (unsynced data dropped).
     @discardableResult
     public func cut(timeout: TimeInterval = 20) throws -> Int {
         guard let p = process, p.isRunning else { throw Failure(description: "the power-cut layer is not running") }

@@ -217,13 +217,15 @@ final class PowerCutTests: FerryTestCase {
             guard let p = ferryd else { return XCTFail("ferryd is not running") }
             p.kill(SIGKILL)
             XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
-            let tracked = try m.cut()
+            let logBefore = m.log.count
+            let rolledBack = try m.cut()
             round.stop()
             await queueing.value
             try await waitForNameToGo()
             let before = announced()
             let beforeIds = round.all.map(\.0.id)
-            print("cut \(cut) at \(delayMs) ms: \(round.all.count)/\(items.count) Download answered, \(before.count) completions announced in all, \(tracked) files tracked")
+            print("cut \(cut) at \(delayMs) ms: \(round.all.count)/\(items.count) Download answered, \(before.count) completions announced in all; the cut took unsynced data from \(rolledBack) files")
+            print(String(m.log.dropFirst(logBefore)), terminator: "")
 
             // Ids handed out in this round are above every one seen before.
             for id in beforeIds {

@@ -42,7 +42,7 @@ public final class PowerCutMount: @unchecked Sendable {
     public private(set) var cuts = 0
 
     static let script = #"""
-import errno, os, stat, sys, threading
+import errno, os, random, stat, sys, threading
 from fusepy import FUSE, FuseOSError, Operations
 
 # A LazyFS-style passthrough: writes reach the backing folder at once, but every
@@ -59,7 +59,7 @@ backing, mountpoint, control, reply = sys.argv[1:5]
 BS = 4096
 lock = threading.RLock()
 dead = False
-state = {}  # (dev, ino) -> [synced_length, {block: bytes as synced}]
+state = {}  # (dev, ino) -> [synced_length, {block: bytes as synced}, {blocks written since}, truncated since]
 log = open(reply + ".log", "a", buffering=1)
 
 def real(path):
@@ -76,12 +76,12 @@ def entry(fd):
     st = os.fstat(fd)
     e = state.get(key(st))
     if e is None:
-        e = state[key(st)] = [st.st_size, {}]
+        e = state[key(st)] = [st.st_size, {}, set(), False]
     return e
 
 def keep(fd, e, start, end):
     """Keeps the synced bytes of the blocks [start, end) touches before they change."""
-    synced, saved = e
+    synced, saved = e[0], e[1]
     end = min(end, synced)
     if start >= end:
         return
@@ -89,8 +89,28 @@ def keep(fd, e, start, end):
         if b not in saved:
             saved[b] = os.pread(fd, BS, b * BS)
 
-def cut():
+def torn_length(fd, e, rng):
+    """A torn cut: each 4 KiB block written since the last sync reached the disk, or not,
+    at random (the kernel's write-back had taken some pages, in any order); the length is
+    the synced one, or up to the end of the last block kept. Blocks not kept go back to
+    their synced bytes (zeros past the synced length: a hole). Returns the new length."""
+    synced, saved, dirty, _ = e
+    size = os.fstat(fd).st_size
+    kept = {b for b in dirty if rng.random() < 0.5}
+    length = max(synced, min(size, (max(kept) + 1) * BS)) if kept else synced
+    for b in sorted(dirty - kept):
+        start, end = b * BS, min((b + 1) * BS, length)
+        if start >= end:
+            continue
+        if b in saved:  # its synced bytes were overwritten: back
+            os.pwrite(fd, saved[b][:max(0, min(end, synced) - start)], start)
+        if end > max(start, synced):  # past the synced length: a hole
+            os.pwrite(fd, bytes(end - max(start, synced)), max(start, synced))
+    return length
+
+def cut(seed=None):
     global dead
+    rng = random.Random(seed) if seed is not None else None
     with lock:
         dead = True
         by_inode = {}
@@ -102,23 +122,27 @@ def cut():
                 except OSError:
                     pass
         rolled = 0
-        for k, (synced, saved) in state.items():
+        for k, e in sorted(state.items()):
+            synced, saved = e[0], e[1]
             p = by_inode.get(k)
             if p is None:
                 continue  # unlinked since: nothing to roll back
             fd = os.open(p, os.O_RDWR)
             try:
                 had = os.fstat(fd).st_size
-                for b, data in saved.items():
-                    os.pwrite(fd, data, b * BS)
+                if rng is not None and not e[3]:
+                    synced = torn_length(fd, e, rng)
+                else:
+                    for b, data in saved.items():
+                        os.pwrite(fd, data, b * BS)
                 os.ftruncate(fd, synced)
                 os.fsync(fd)
             finally:
                 os.close(fd)
             if had != synced or saved:
                 rolled += 1
-                log.write("cut: %s from %d back to %d bytes (%d blocks put back)\n"
-                          % (os.path.relpath(p, backing), had, synced, len(saved)))
+                log.write("cut%s: %s from %d back to %d bytes (%d synced blocks kept aside)\n"
+                          % (" (torn)" if rng is not None and not e[3] else "", os.path.relpath(p, backing), had, synced, len(saved)))
         state.clear()
         return rolled
 
@@ -126,8 +150,9 @@ def controller():
     while True:
         with open(control) as f:
             for line in f:
-                if line.strip() == "cut":
-                    n = cut()
+                words = line.split()
+                if words and words[0] == "cut":
+                    n = cut(int(words[1]) if len(words) > 1 else None)
                     with open(reply + ".tmp", "w") as r:
                         r.write("%d\n" % n)
                     os.rename(reply + ".tmp", reply)
@@ -228,7 +253,7 @@ class PowerCut(Operations):
         with lock:
             alive()
             fd = os.open(real(path), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
-            state[key(os.fstat(fd))] = [0, {}]  # never synced: nothing of it survives a cut
+            state[key(os.fstat(fd))] = [0, {}, set(), False]  # never synced: nothing of it survives a cut
             return fd
 
     def read(self, path, size, offset, fh):
@@ -240,6 +265,8 @@ class PowerCut(Operations):
             alive()
             e = entry(fh)
             keep(fh, e, offset, offset + len(data))
+            if data:
+                e[2].update(range(offset // BS, (offset + len(data) - 1) // BS + 1))
             return os.pwrite(fh, data, offset)
 
     def truncate(self, path, length, fh=None):
@@ -248,7 +275,10 @@ class PowerCut(Operations):
             fd = fh if fh is not None else os.open(real(path), os.O_RDWR)
             try:
                 e = entry(fd)
-                keep(fd, e, length, os.fstat(fd).st_size)
+                size = os.fstat(fd).st_size
+                keep(fd, e, length, size)
+                if length < size:
+                    e[3] = True  # shrunk: a torn cut rolls this one back whole
                 os.ftruncate(fd, length)
             finally:
                 if fh is None:
@@ -262,7 +292,7 @@ class PowerCut(Operations):
             else:
                 os.fsync(fh)
             st = os.fstat(fh)
-            state[key(st)] = [st.st_size, {}]  # what it holds now is what a cut leaves
+            state[key(st)] = [st.st_size, {}, set(), False]  # what it holds now is what a cut leaves
 
     def fsyncdir(self, path, datasync, fh):
         alive()
@@ -336,13 +366,18 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
     /// answers EIO from now on. Kill the writers first (SIGKILL, and wait for them), so
     /// nothing they wrote after the cut can survive it. Returns how many files it
     /// changed (unsynced data dropped).
+    /// `tornSeed`: a torn cut instead (seeded): of each file's 4 KiB blocks written
+    /// since its last sync a random half reached the disk, in any order, and its length
+    /// reaches the last one kept; the others hold their synced bytes, or zeros (a hole).
+    /// Stricter than ext4's ordered write-back, which keeps a prefix of appended data,
+    /// but what POSIX allows. (A file shrunk since its sync is rolled back whole.)
     @discardableResult
-    public func cut(timeout: TimeInterval = 20) throws -> Int {
+    public func cut(tornSeed: UInt64? = nil, timeout: TimeInterval = 20) throws -> Int {
         guard let p = process, p.isRunning else { throw Failure(description: "the power-cut layer is not running") }
         unlink(reply)
         let fd = open(control, O_WRONLY | O_CLOEXEC)
         guard fd >= 0 else { throw Failure(description: "cannot open the control FIFO: \(String(cString: strerror(errno)))") }
-        let command = Array("cut\n".utf8)
+        let command = Array((tornSeed.map { "cut \($0)\n" } ?? "cut\n").utf8)
         let written = command.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         close(fd)
         guard written == command.count else { throw Failure(description: "cannot write to the control FIFO") }

@@ -18,7 +18,8 @@ import Glibc
 /// or serial is reused.
 ///
 /// `FERRY_POWERCUT_CUTS` (default 4) sets how many cuts, `FERRY_POWERCUT_SEED` repeats
-/// a run; `scripts/power-cut.sh` runs many.
+/// a run, `FERRY_POWERCUT_TORN=1` makes every cut torn (`PowerCutMount.cut(tornSeed:)`:
+/// a random half of the unsynced blocks stay); `scripts/power-cut.sh` runs many.
 final class PowerCutTests: FerryTestCase {
     /// A fresh power-cut layer below the test's HOME, taken away when the test ends.
     func makeMount() throws -> PowerCutMount {
@@ -120,7 +121,9 @@ final class PowerCutTests: FerryTestCase {
         let cuts = env["FERRY_POWERCUT_CUTS"].flatMap { Int($0) } ?? 4
         var seed = UInt64(Date().timeIntervalSince1970 * 1000) & 0xffff_ffff
         if let fixed = env["FERRY_POWERCUT_SEED"], let v = UInt64(fixed) { seed = v }
-        print("PowerCutTests seed: \(seed), cuts: \(cuts) (FERRY_POWERCUT_SEED / FERRY_POWERCUT_CUTS repeat it)")
+        // Torn cuts: of the blocks written since a file's last sync, a random half stays.
+        let torn = env["FERRY_POWERCUT_TORN"] == "1"
+        print("PowerCutTests seed: \(seed), cuts: \(cuts)\(torn ? ", torn" : "") (FERRY_POWERCUT_SEED / FERRY_POWERCUT_CUTS / FERRY_POWERCUT_TORN repeat it)")
         var rng = SeededRandom(state: seed)
 
         let m = try makeMount()
@@ -218,7 +221,7 @@ final class PowerCutTests: FerryTestCase {
             p.kill(SIGKILL)
             XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
             let logBefore = m.log.count
-            let rolledBack = try m.cut()
+            let rolledBack = try m.cut(tornSeed: torn ? rng.next() : nil)
             round.stop()
             await queueing.value
             try await waitForNameToGo()

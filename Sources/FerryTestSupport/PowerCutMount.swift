@@ -9,7 +9,8 @@ import Foundation
 ///   `synchronous = FULL` syncs the `-wal` file at each commit);
 /// - a file created and never synced keeps its name but is emptied (length 0);
 /// - metadata — create, mkdir, rename, link, unlink, extended attributes, mode, times —
-///   is durable at once; a folder's `fsync` is accepted and changes nothing;
+///   is durable at once; a folder's `fsync` is accepted and changes nothing (with
+///   `strictNames`, names are undone unless their folder was synced since);
 /// - after the cut every request fails with EIO until the mount is taken away, so
 ///   nothing a killed writer still had in flight lands; `remount()` mounts a fresh
 ///   layer over the rolled-back folder, where everything on disk counts as synced.
@@ -42,7 +43,7 @@ public final class PowerCutMount: @unchecked Sendable {
     public private(set) var cuts = 0
 
     static let script = #"""
-import errno, os, random, stat, sys, threading
+import errno, os, random, shutil, stat, sys, threading
 from fusepy import FUSE, FuseOSError, Operations
 
 # A LazyFS-style passthrough: writes reach the backing folder at once, but every
@@ -56,6 +57,12 @@ from fusepy import FUSE, FuseOSError, Operations
 # - after a cut every request fails with EIO until the mount is taken away (what the
 #   killed writer sends after the power went is lost too).
 backing, mountpoint, control, reply = sys.argv[1:5]
+# strict: names too are undone unless their folder was synced (fsync of the folder)
+# since: a create, link, rename or unlink in a folder not synced after it is taken back.
+strict = len(sys.argv) > 5 and sys.argv[5] == "strict"
+graveyard = backing.rstrip("/") + ".graveyard"  # unlinked and replaced files, kept for a cut
+os.makedirs(graveyard, exist_ok=True)
+folders = {}  # folder (as mounted) -> {name: key} as of its last sync, for folders changed since
 BS = 4096
 lock = threading.RLock()
 dead = False
@@ -108,19 +115,84 @@ def torn_length(fd, e, rng):
             os.pwrite(fd, bytes(end - max(start, synced)), max(start, synced))
     return length
 
+def listing(folder):
+    r = {}
+    for n in os.listdir(real(folder)):
+        try:
+            r[n] = key(os.lstat(os.path.join(real(folder), n)))
+        except OSError:
+            pass
+    return r
+
+def changing(*paths):
+    """Before a change of names in the folders of `paths`: keeps their synced listing."""
+    if strict:
+        for p in paths:
+            folder = os.path.dirname(p) or "/"
+            if folder not in folders:
+                folders[folder] = listing(folder)
+
+def bury(path):
+    """Keeps the file at `path` (about to lose its name) in the graveyard, for a cut."""
+    if strict:
+        try:
+            st = os.lstat(real(path))
+        except OSError:
+            return
+        if stat.S_ISREG(st.st_mode):
+            grave = os.path.join(graveyard, "%d-%d" % key(st))
+            if not os.path.exists(grave):
+                os.link(real(path), grave)
+
+def undo_names(files_by_inode):
+    """Puts every folder changed since its sync back to its synced listing: first takes
+    away the names made since, then puts back those lost (from where their files are
+    now, the graveyard included)."""
+    for folder in sorted(folders, key=lambda f: f.count("/")):
+        if not os.path.isdir(real(folder)):
+            continue
+        want, have = folders[folder], listing(folder)
+        for n, k in have.items():
+            if want.get(n) != k:
+                p = os.path.join(real(folder), n)
+                grave = os.path.join(graveyard, "%d-%d" % k)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                elif os.path.isfile(p) and not os.path.exists(grave):
+                    os.rename(p, grave)  # it may have another name to take back
+                else:
+                    os.unlink(p)
+                log.write("cut: %s taken back\n" % os.path.relpath(p, backing))
+    by_inode = files_by_inode()
+    for folder in sorted(folders, key=lambda f: f.count("/")):
+        if not os.path.isdir(real(folder)):
+            continue
+        want, have = folders[folder], listing(folder)
+        for n, k in want.items():
+            if have.get(n) != k and k in by_inode:
+                os.link(by_inode[k], os.path.join(real(folder), n))
+                log.write("cut: %s put back\n" % os.path.relpath(os.path.join(real(folder), n), backing))
+    folders.clear()
+
 def cut(seed=None):
     global dead
     rng = random.Random(seed) if seed is not None else None
     with lock:
         dead = True
-        by_inode = {}
-        for root, dirs, files in os.walk(backing):
-            for n in files:
-                p = os.path.join(root, n)
-                try:
-                    by_inode[key(os.lstat(p))] = p
-                except OSError:
-                    pass
+        def files_by_inode():
+            r = {}
+            for top in ([graveyard] if strict else []) + [backing]:
+                for root, dirs, files in os.walk(top):
+                    for n in files:
+                        p = os.path.join(root, n)
+                        try:
+                            r[key(os.lstat(p))] = p
+                        except OSError:
+                            pass
+            return r
+        if strict:
+            undo_names(files_by_inode)
+        by_inode = files_by_inode()
         rolled = 0
         for k, e in sorted(state.items()):
             synced, saved = e[0], e[1]
@@ -183,10 +255,12 @@ class PowerCut(Operations):
                                            "f_ffree", "f_files", "f_flag", "f_frsize", "f_namemax")}
 
     def mkdir(self, path, mode):
-        alive(); os.mkdir(real(path), mode)
+        with lock:
+            alive(); changing(path); os.mkdir(real(path), mode)
 
     def rmdir(self, path):
-        alive(); os.rmdir(real(path))
+        with lock:
+            alive(); changing(path); os.rmdir(real(path))
 
     def chmod(self, path, mode):
         alive(); os.chmod(real(path), mode)
@@ -201,17 +275,21 @@ class PowerCut(Operations):
         alive(); return os.readlink(real(path))
 
     def symlink(self, target, source):
-        alive(); os.symlink(source, real(target))
+        with lock:
+            alive(); changing(target); os.symlink(source, real(target))
 
     def link(self, target, source):
-        alive(); os.link(real(source), real(target))
+        with lock:
+            alive(); changing(target); os.link(real(source), real(target))
 
     def unlink(self, path):
         with lock:
             alive()
             st = os.lstat(real(path))
+            changing(path)
+            bury(path)
             os.unlink(real(path))
-            if st.st_nlink <= 1:
+            if st.st_nlink <= 1 and not strict:
                 state.pop(key(st), None)
 
     def rename(self, old, new):
@@ -221,8 +299,11 @@ class PowerCut(Operations):
                 st = os.lstat(real(new))
             except OSError:
                 st = None
+            changing(old, new)
+            if st is not None:
+                bury(new)
             os.rename(real(old), real(new))
-            if st is not None and st.st_nlink <= 1 and not stat.S_ISDIR(st.st_mode):
+            if st is not None and st.st_nlink <= 1 and not stat.S_ISDIR(st.st_mode) and not strict:
                 state.pop(key(st), None)
 
     def getxattr(self, path, name, position=0):
@@ -252,6 +333,7 @@ class PowerCut(Operations):
     def create(self, path, mode, fi=None):
         with lock:
             alive()
+            changing(path)
             fd = os.open(real(path), os.O_RDWR | os.O_CREAT | os.O_EXCL, mode)
             state[key(os.fstat(fd))] = [0, {}, set(), False]  # never synced: nothing of it survives a cut
             return fd
@@ -275,10 +357,8 @@ class PowerCut(Operations):
             fd = fh if fh is not None else os.open(real(path), os.O_RDWR)
             try:
                 e = entry(fd)
-                size = os.fstat(fd).st_size
-                keep(fd, e, length, size)
-                if length < size:
-                    e[3] = True  # shrunk: a torn cut rolls this one back whole
+                keep(fd, e, length, os.fstat(fd).st_size)
+                e[3] = True
                 os.ftruncate(fd, length)
             finally:
                 if fh is None:
@@ -295,7 +375,9 @@ class PowerCut(Operations):
             state[key(st)] = [st.st_size, {}, set(), False]  # what it holds now is what a cut leaves
 
     def fsyncdir(self, path, datasync, fh):
-        alive()
+        with lock:
+            alive()
+            folders.pop(path, None)  # its names as they are now survive a cut
 
     def flush(self, path, fh):
         alive()
@@ -310,7 +392,16 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
      max_write=131072, default_permissions=False)
 """#
 
-    public init(in directory: URL) throws {
+    /// Whether names too are undone by a cut unless their folder was synced.
+    public let strictNames: Bool
+
+    /// `strictNames`: a stricter model than LazyFS's, where a create, link, rename or
+    /// unlink is undone by a cut unless its folder was synced (`fsync` of the folder)
+    /// after it, as on a file system that journals nothing (ext2) or a disk that
+    /// reorders. (A folder made and never synced goes with everything in it; a folder
+    /// renamed or removed comes back empty.)
+    public init(in directory: URL, strictNames: Bool = false) throws {
+        self.strictNames = strictNames
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
               Self.hasFusepy() else { throw Unavailable(reason: "python3-fusepy is not installed") }
         guard access("/dev/fuse", R_OK | W_OK) == 0 else { throw Unavailable(reason: "no usable /dev/fuse") }
@@ -338,7 +429,7 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
         let p = Process()
         errors = Pipe()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        p.arguments = [scriptPath, backing, mountPoint, control, reply]
+        p.arguments = [scriptPath, backing, mountPoint, control, reply] + (strictNames ? ["strict"] : [])
         p.standardError = errors
         p.standardOutput = FileHandle.nullDevice
         try p.run()

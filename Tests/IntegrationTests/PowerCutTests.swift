@@ -19,12 +19,13 @@ import Glibc
 ///
 /// `FERRY_POWERCUT_CUTS` (default 4) sets how many cuts, `FERRY_POWERCUT_SEED` repeats
 /// a run, `FERRY_POWERCUT_TORN=1` makes every cut torn (`PowerCutMount.cut(tornSeed:)`:
-/// a random half of the unsynced blocks stay); `scripts/power-cut.sh` runs many.
+/// a random half of the unsynced blocks stay), `FERRY_POWERCUT_STRICT=1` undoes names
+/// whose folder was not synced; `scripts/power-cut.sh` runs many.
 final class PowerCutTests: FerryTestCase {
     /// A fresh power-cut layer below the test's HOME, taken away when the test ends.
-    func makeMount() throws -> PowerCutMount {
+    func makeMount(strictNames: Bool = false) throws -> PowerCutMount {
         do {
-            let m = try PowerCutMount(in: URL(fileURLWithPath: home).appendingPathComponent("powercut"))
+            let m = try PowerCutMount(in: URL(fileURLWithPath: home).appendingPathComponent("powercut"), strictNames: strictNames)
             cleanups.append { m.unmount() }
             extraLogs.append { "===== power-cut layer log =====\n" + m.log }
             return m
@@ -41,6 +42,22 @@ final class PowerCutTests: FerryTestCase {
         let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
         guard n == bytes.count else { throw TestProcessError("write \(path): \(n)") }
         if sync { guard fsync(fd) == 0 else { throw TestProcessError("fsync \(path): \(String(cString: strerror(errno)))") } }
+    }
+
+    func syncFolder(_ path: String) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(fd, 0, "open \(path)")
+        XCTAssertEqual(fsync(fd), 0, "fsync \(path)")
+        close(fd)
+    }
+
+    /// Waits (10 s at most) until the killed ferryd's bus name is gone.
+    func waitForKilledNameToGo() async throws {
+        let deadline = Date().addingTimeInterval(10)
+        while try await client.bus.nameHasOwner(FerryClient.busName) {
+            if Date() > deadline { throw TimedOut(description: "the killed ferryd's bus name stayed") }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
     }
 
     func contents(_ path: String) -> [UInt8]? {
@@ -88,6 +105,63 @@ final class PowerCutTests: FerryTestCase {
         XCTAssertEqual(contents(root + "/truncated"), c, "an unsynced truncate is undone")
     }
 
+    /// The strict model's control: a name made or changed after its folder's last sync
+    /// is undone by a cut, one synced with its folder stays.
+    func testStrictCutUndoesNamesWhoseFolderWasNotSynced() throws {
+        let m = try makeMount(strictNames: true)
+        let d = m.mountPoint + "/d"
+        XCTAssertEqual(mkdir(d, 0o755), 0)
+        syncFolder(m.mountPoint)
+        let a = TestData.bytes(count: 6_000, seed: 1)
+        let b = TestData.bytes(count: 6_000, seed: 2)
+        try write(a, to: d + "/moved.part", sync: true)
+        XCTAssertEqual(rename(d + "/moved.part", d + "/moved"), 0)
+        try write(b, to: d + "/replaced", sync: true)
+        try write(a, to: d + "/new.part", sync: true)
+        syncFolder(d)
+        try write(b, to: d + "/unsynced-name", sync: true)
+        XCTAssertEqual(rename(d + "/new.part", d + "/replaced"), 0)
+        XCTAssertEqual(unlink(d + "/moved"), 0)
+
+        try m.cut()
+        try m.remount()
+        XCTAssertEqual(Set((try? FileManager.default.contentsOfDirectory(atPath: d)) ?? []), ["moved", "replaced", "new.part"])
+        XCTAssertEqual(contents(d + "/moved"), a, "an unlink after the folder's sync is undone")
+        XCTAssertEqual(contents(d + "/replaced"), b, "a rename over it after the sync is undone")
+        XCTAssertEqual(contents(d + "/new.part"), a)
+    }
+
+    /// A first run makes its state folder: its name must survive a power cut, or the
+    /// database goes with it (every transfer forgotten, ids handed out again). With
+    /// strict names, a folder made and never synced in its parent is undone by a cut;
+    /// ferryd syncs the parent of each state folder it makes (found by the strict
+    /// power-cut run: `state/ferry` was taken back at the first cut).
+    func testANewStateFolderSurvivesAPowerCut() async throws {
+        let m = try makeMount(strictNames: true)
+        try await stopFerryd()
+        let state = m.mountPoint + "/state"
+        let dl = m.mountPoint + "/Dl"
+        for d in [state, dl] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        syncFolder(m.mountPoint)
+        let ferrydEnvironment = ["XDG_STATE_HOME": state, "XDG_DOWNLOAD_DIR": dl]
+        try await startFerryd(extraEnvironment: ferrydEnvironment)
+        _ = serve("/one.bin", size: 300_000)
+        server.set(.slow(bytesPerSecond: 100_000), on: "/one.bin")
+        let t = try await session("com.example.PowerCut").download(server.url("/one.bin"),
+                                                                    options: ["destination": .string(dl + "/one.bin")])
+        guard let p = ferryd else { return XCTFail("ferryd is not running") }
+        p.kill(SIGKILL)
+        XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
+        try m.cut()
+        try await waitForKilledNameToGo()
+        try m.remount()
+        XCTAssertTrue(exists(state + "/ferry/ferry.sqlite"), "the state database survives the cut:\n\(m.log)")
+        try await startFerryd(extraEnvironment: ferrydEnvironment)
+        let listed = try await client.listTransfers().map(\.path)
+        XCTAssertEqual(listed, [t.path], "the acknowledged transfer is known after the cut")
+        try await stopFerryd()
+    }
+
     /// Tallies of the invariant checks, printed at the end of a run.
     struct Tally {
         var passed = 0
@@ -123,15 +197,18 @@ final class PowerCutTests: FerryTestCase {
         if let fixed = env["FERRY_POWERCUT_SEED"], let v = UInt64(fixed) { seed = v }
         // Torn cuts: of the blocks written since a file's last sync, a random half stays.
         let torn = env["FERRY_POWERCUT_TORN"] == "1"
-        print("PowerCutTests seed: \(seed), cuts: \(cuts)\(torn ? ", torn" : "") (FERRY_POWERCUT_SEED / FERRY_POWERCUT_CUTS / FERRY_POWERCUT_TORN repeat it)")
+        // Strict names: a create, rename or unlink is undone unless its folder was synced.
+        let strict = env["FERRY_POWERCUT_STRICT"] == "1"
+        print("PowerCutTests seed: \(seed), cuts: \(cuts)\(torn ? ", torn" : "")\(strict ? ", strict names" : "") (FERRY_POWERCUT_SEED / _CUTS / _TORN / _STRICT repeat it)")
         var rng = SeededRandom(state: seed)
 
-        let m = try makeMount()
+        let m = try makeMount(strictNames: strict)
         // setUp's ferryd keeps its state in the HOME; this test's one on the layer.
         try await stopFerryd()
         let state = m.mountPoint + "/state"
         let dl = m.mountPoint + "/Dl"
         for d in [state, dl] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        syncFolder(m.mountPoint)  // the folders were there long before (strict names undo them otherwise)
         let ferrydEnvironment = ["XDG_STATE_HOME": state, "XDG_DOWNLOAD_DIR": dl]
         try await startFerryd(extraEnvironment: ferrydEnvironment)
 
@@ -166,14 +243,6 @@ final class PowerCutTests: FerryTestCase {
             }
         }
 
-        func waitForNameToGo() async throws {
-            let deadline = Date().addingTimeInterval(10)
-            while try await client.bus.nameHasOwner(FerryClient.busName) {
-                if Date() > deadline { throw TimedOut(description: "the killed ferryd's bus name stayed") }
-                try await Task.sleep(nanoseconds: 10_000_000)
-            }
-        }
-
         for cut in 1...cuts {
             // The batch: small ones, slow ones, one with sha256, one on 4 connections,
             // one overwriting a file that is there.
@@ -195,6 +264,7 @@ final class PowerCutTests: FerryTestCase {
             let overDest = dl + "/c\(cut)-over.bin"
             let old = TestData.bytes(count: 50_000, seed: 9_000 + UInt64(cut))
             try write(old, to: overDest, sync: true)
+            syncFolder(dl)
             oldContents[overDest] = old
             add("over.bin", size: 200_000, rate: 300_000, ["overwrite": .boolean(true)])
             items.shuffle(using: &rng)
@@ -224,7 +294,7 @@ final class PowerCutTests: FerryTestCase {
             let rolledBack = try m.cut(tornSeed: torn ? rng.next() : nil)
             round.stop()
             await queueing.value
-            try await waitForNameToGo()
+            try await waitForKilledNameToGo()
             let before = announced()
             let beforeIds = round.all.map(\.0.id)
             print("cut \(cut) at \(delayMs) ms: \(round.all.count)/\(items.count) Download answered, \(before.count) completions announced in all; the cut took unsynced data from \(rolledBack) files")

@@ -149,6 +149,8 @@ final class PowerCutTests: FerryTestCase {
         server.set(.slow(bytesPerSecond: 100_000), on: "/one.bin")
         let t = try await session("com.example.PowerCut").download(server.url("/one.bin"),
                                                                     options: ["destination": .string(dl + "/one.bin")])
+        let folders = ((try? FileManager.default.contentsOfDirectory(atPath: state + "/ferry")) ?? [])
+            .filter { var st = stat(); return stat(state + "/ferry/" + $0, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR }
         guard let p = ferryd else { return XCTFail("ferryd is not running") }
         p.kill(SIGKILL)
         XCTAssertNotNil(p.waitForExit(timeout: 10), "ferryd died of SIGKILL")
@@ -156,6 +158,9 @@ final class PowerCutTests: FerryTestCase {
         try await waitForKilledNameToGo()
         try m.remount()
         XCTAssertTrue(exists(state + "/ferry/ferry.sqlite"), "the state database survives the cut:\n\(m.log)")
+        for f in folders {
+            XCTAssertTrue(exists(state + "/ferry/" + f), "ferryd's folder \(f) (made on the first run) survives the cut:\n\(m.log)")
+        }
         try await startFerryd(extraEnvironment: ferrydEnvironment)
         let listed = try await client.listTransfers().map(\.path)
         XCTAssertEqual(listed, [t.path], "the acknowledged transfer is known after the cut")

@@ -201,6 +201,9 @@ final class PowerCutTests: FerryTestCase {
         var seed = UInt64(Date().timeIntervalSince1970 * 1000) & 0xffff_ffff
         if let fixed = env["FERRY_POWERCUT_SEED"], let v = UInt64(fixed) { seed = v }
         // Torn cuts: of the blocks written since a file's last sync, a random half stays.
+        // Not in the CI run: they fail today (issue 42, point 6 finding): a download
+        // resumes from its .part's length after a crash, holes below it included, so
+        // files announced complete hold zeros. scripts/power-cut.sh runs them.
         let torn = env["FERRY_POWERCUT_TORN"] == "1"
         // Strict names: a create, rename or unlink is undone unless its folder was synced.
         let strict = env["FERRY_POWERCUT_STRICT"] == "1"

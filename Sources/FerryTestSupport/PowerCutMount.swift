@@ -357,8 +357,10 @@ class PowerCut(Operations):
             fd = fh if fh is not None else os.open(real(path), os.O_RDWR)
             try:
                 e = entry(fd)
-                keep(fd, e, length, os.fstat(fd).st_size)
-                e[3] = True
+                size = os.fstat(fd).st_size
+                keep(fd, e, length, size)
+                if length < size:
+                    e[3] = True  # shrunk: a torn cut rolls this one back whole
                 os.ftruncate(fd, length)
             finally:
                 if fh is None:

@@ -17,8 +17,9 @@ import Foundation
 /// How it keeps the synced content: per file (by inode, so a rename keeps it), the
 /// synced length and, for each 4 KiB block an unsynced write or truncate first
 /// replaces, that block as it was; a cut writes those blocks back and truncates to the
-/// synced length. fusepy offers no `fallocate`, `O_TMPFILE` nor `renameat2` flags: the
-/// kernel answers those EOPNOTSUPP/EINVAL and ferryd takes its fallbacks.
+/// synced length (`cut(tornSeed:)`: a torn cut keeps a random half of the unsynced
+/// blocks instead). fusepy (libfuse 2) implements no `fallocate`, `O_TMPFILE` nor
+/// `renameat2` flags: the kernel refuses them and ferryd takes its fallbacks.
 /// Throws `Unavailable` where FUSE cannot be mounted (the test then skips).
 public final class PowerCutMount: @unchecked Sendable {
     public struct Unavailable: Error {

@@ -49,6 +49,33 @@ public enum DurableFiles {
         syncFolder(FileSystemChecks.directoryName(path))
     }
 
+    /// Creates the folder at `path` and the missing ones above it (`mode`), and syncs
+    /// the parent of each one it creates, so that a new folder's name (a new state
+    /// folder, with the database in it) survives a power cut. Nothing is synced for a
+    /// folder that was there.
+    public static func createFolder(_ path: String, mode: mode_t = 0o700) throws {
+        var made: [String] = []
+        var missing = path
+        while !missing.isEmpty, missing != "/", access(missing, F_OK) != 0 {
+            made.append(missing)
+            missing = FileSystemChecks.directoryName(missing)
+        }
+        for folder in made.reversed() {
+            if mkdir(folder, mode) != 0 && errno != EEXIST {
+                throw NSError(domain: NSPOSIXErrorDomain, code: Int(errno),
+                              userInfo: [NSLocalizedDescriptionKey: "\(String(cString: strerror(errno))) (\(folder))"])
+            }
+            syncFolder(containing: folder)
+        }
+        if made.isEmpty {
+            var st = stat()
+            guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
+                throw NSError(domain: NSPOSIXErrorDomain, code: Int(ENOTDIR),
+                              userInfo: [NSLocalizedDescriptionKey: "\(path) is not a folder"])
+            }
+        }
+    }
+
     /// `syncFolder` for a folder already open (`path`: for the observer only).
     public static func syncFolder(fd: Int32, path: String) {
         while fsync(fd) != 0 && errno == EINTR {}

@@ -26,13 +26,17 @@ public enum StateDirectories {
     /// Makes `path` (and what is missing above it) if it is not there.
     /// - Throws: FileManager's error when it cannot be made, or when something other
     ///   than a folder has the name.
+    /// A folder it makes has its parent synced (`DurableFiles.createFolder`), so that
+    /// its name, and the files synced into it, survive a power cut.
     static func make(_ path: String) throws {
-        if mkdir(path, 0o700) == 0 { return }
+        if mkdir(path, 0o700) == 0 {
+            DurableFiles.syncFolder(containing: path)
+            return
+        }
         if errno == EEXIST {
             var st = stat()
             if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR { return }
         }
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try DurableFiles.createFolder(path)
     }
 }

@@ -18,8 +18,9 @@ public enum XDGUserDirectories {
         }
         if !fileManager.fileExists(atPath: directory) {
             // Best effort: when it cannot be created, Download reports the missing
-            // directory with InvalidDestination.
-            try? fileManager.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            // directory with InvalidDestination. Its parent is synced, so that the
+            // folder, and the downloads finished into it, survive a power cut.
+            try? DurableFiles.createFolder(directory, mode: 0o777)
         }
         return directory
     }

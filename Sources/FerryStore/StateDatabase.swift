@@ -25,8 +25,7 @@ public enum StateDatabase {
     ///   caller decides whether to go on without one.
     public static func open(directory: String, logger: Logger, now: () -> Date = Date.init) throws -> SQLiteTransferStore {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try DurableFiles.createFolder(directory)
         } catch {
             throw StoreError("cannot create the state directory \(directory): \((error as NSError).localizedDescription)")
         }

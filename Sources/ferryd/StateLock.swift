@@ -1,3 +1,4 @@
+import FerryCore
 import Foundation
 import Glibc
 import Logging
@@ -12,8 +13,7 @@ enum StateLock {
     /// lock held) until the process exits. True when taken, or when there is no folder
     /// to share (ferryd then runs without a state database anyway).
     static func acquire(in directory: String, timeout: TimeInterval, logger: Logger) -> Bool {
-        guard (try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                        attributes: [.posixPermissions: 0o700])) != nil else { return true }
+        guard (try? DurableFiles.createFolder(directory)) != nil else { return true }
         let path = directory + "/ferry.lock"
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {

@@ -405,9 +405,7 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
     /// renamed or removed comes back empty.)
     public init(in directory: URL, strictNames: Bool = false) throws {
         self.strictNames = strictNames
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
-              Self.hasFusepy() else { throw Unavailable(reason: "python3-fusepy is not installed") }
-        guard access("/dev/fuse", R_OK | W_OK) == 0 else { throw Unavailable(reason: "no usable /dev/fuse") }
+        if let reason = FUSEServer.unavailableReason() { throw Unavailable(reason: reason) }
         self.directory = directory
         mountPoint = directory.appendingPathComponent("mnt").path
         backing = directory.appendingPathComponent("backing").path
@@ -437,18 +435,10 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
         p.standardOutput = FileHandle.nullDevice
         try p.run()
         process = p
-        // Mounted when /proc/self/mounts shows it (bounded); a mount refused ends the process.
-        let deadline = Date().addingTimeInterval(20)
-        while !isMounted {
-            if !p.isRunning {
-                let why = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                throw Unavailable(reason: "FUSE cannot be mounted here: \(why.suffix(300))")
-            }
-            guard Date() < deadline else {
-                unmount()
-                throw Unavailable(reason: "the FUSE mount did not come up within 20 s")
-            }
-            usleep(20_000)
+        // Mounted when /proc/self/mounts shows it.
+        if let reason = FUSEServer.waitUntilMounted(p, errors: errors, { isMounted }) {
+            unmount()
+            throw Unavailable(reason: reason)
         }
     }
 
@@ -506,15 +496,5 @@ FUSE(PowerCut(), mountpoint, foreground=True, nothreads=False, hard_remove=True,
         if isMounted {
             _ = umount2(mountPoint, Int32(MNT_DETACH))
         }
-    }
-
-    private static func hasFusepy() -> Bool {
-        let check = Process()
-        check.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        check.arguments = ["-c", "import fusepy"]
-        check.standardError = FileHandle.nullDevice
-        guard (try? check.run()) != nil else { return false }
-        check.waitUntilExit()
-        return check.terminationStatus == 0
     }
 }

@@ -97,9 +97,7 @@ public final class StallingMount: @unchecked Sendable {
     """#
 
     public init(backing: String, in directory: URL) throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"),
-              Self.hasFusepy() else { throw Unavailable(reason: "python3-fusepy is not installed") }
-        guard access("/dev/fuse", R_OK | W_OK) == 0 else { throw Unavailable(reason: "no usable /dev/fuse") }
+        if let reason = FUSEServer.unavailableReason() { throw Unavailable(reason: reason) }
         mountPoint = directory.appendingPathComponent("mnt").path
         readsSeen = directory.appendingPathComponent("read-seen").path
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
@@ -110,30 +108,14 @@ public final class StallingMount: @unchecked Sendable {
         process.standardError = errors
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        // Mounted when the file shows (bounded); a mount refused ends the process.
-        let deadline = Date().addingTimeInterval(20)
-        var st = stat()
-        while stat(file, &st) != 0 {
-            if !process.isRunning {
-                let why = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                throw Unavailable(reason: "FUSE cannot be mounted here: \(why.suffix(300))")
-            }
-            guard Date() < deadline else {
-                unmount()
-                throw Unavailable(reason: "the FUSE mount did not come up within 20 s")
-            }
-            usleep(20_000)
+        // Mounted when the file shows.
+        if let reason = FUSEServer.waitUntilMounted(process, errors: errors, {
+            var st = stat()
+            return stat(file, &st) == 0
+        }) {
+            unmount()
+            throw Unavailable(reason: reason)
         }
-    }
-
-    private static func hasFusepy() -> Bool {
-        let check = Process()
-        check.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        check.arguments = ["-c", "import fusepy"]
-        check.standardError = FileHandle.nullDevice
-        guard (try? check.run()) != nil else { return false }
-        check.waitUntilExit()
-        return check.terminationStatus == 0
     }
 
     /// Waits (bounded) until a read of `file`, or a look-up in `slowFolder`, is being held.

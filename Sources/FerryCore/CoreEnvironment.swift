@@ -35,6 +35,8 @@ public struct CoreEnvironment {
     /// Completion events one session may hold unacknowledged, counting those its
     /// transfers may still add (`TransferCoordinator.checkRoomForEvents`).
     public var pendingEventsPerSession: Int
+    /// The time zone the schedule's `HH:MM` are in (ferryd: `TZ`, else the system's).
+    public var timeZone: () -> TimeZone
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.
@@ -49,6 +51,7 @@ public struct CoreEnvironment {
     ///   - descriptorStallLimit: 60 seconds by default.
     ///   - uploadSourceLimit: the process's open-file limit less 256 by default (`uploadSourceBudget`).
     ///   - pendingEventsPerSession: 100,000 by default (`Limits.defaultPendingEventsPerSession`).
+    ///   - timeZone: the process's (`TZ`, else the system's) by default.
     public init(now: @escaping () -> UInt64 = CoreEnvironment.systemClock,
                 defaultDownloadDirectory: @escaping () -> String = { XDGUserDirectories.downloadDirectory() },
                 version: String = "0.1.0",
@@ -59,7 +62,9 @@ public struct CoreEnvironment {
                 resumeDataSeal: ResumeDataSeal = .ephemeral(),
                 descriptorStallLimit: Double = 60,
                 uploadSourceLimit: Int = CoreEnvironment.uploadSourceBudget(),
-                pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession) {
+                pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession,
+                timeZone: @escaping () -> TimeZone = { TimeZone.current }) {
+        self.timeZone = timeZone
         self.now = now
         self.defaultDownloadDirectory = defaultDownloadDirectory
         self.version = version

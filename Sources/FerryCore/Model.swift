@@ -13,6 +13,16 @@ public enum TransferKind: String, Sendable { case download, upload }
 
 public enum WaitingReason: String, Sendable {
     case startAfter = "start-after", metered, offline, retry
+    /// (v1.2) A discretionary transfer while the machine runs on battery.
+    case battery
+    /// (v1.2) A discretionary transfer while the power-saver profile is active.
+    case powerSaver = "power-saver"
+    /// (v1.2) Outside the schedule's `discretionary-only` windows (discretionary
+    /// transfers), or inside one (others, before they start).
+    case schedule
+
+    /// Decided by conditions (network, power, schedule) rather than a time.
+    var isCondition: Bool { self != .startAfter && self != .retry }
 }
 
 /// A session's configuration: the contract's `a{sv}` keys, typed.
@@ -36,6 +46,9 @@ public struct SessionConfiguration: Sendable, Equatable {
     /// The session's signals go unicast to its own clients (and watchers), never
     /// broadcast (`private-signals`; always true for a sandboxed caller's session).
     public var privateSignals: Bool = false
+    /// (v1.2) The session's transfers are discretionary unless their own
+    /// `discretionary` option says otherwise (see `DiscretionaryPolicy`).
+    public var discretionary: Bool = false
     public init() {}
 }
 
@@ -55,6 +68,7 @@ public struct SessionConfigurationUpdate: Sendable, Equatable {
     public var applicationID: String?
     public var cookies: Bool?
     public var privateSignals: Bool?
+    public var discretionary: Bool?
     public init() {}
 }
 
@@ -76,6 +90,9 @@ public struct DownloadOptions: Sendable, Hashable {
     public var connections: UInt32 = 1
     public var overwrite: Bool = false
     public var start: Bool = true
+    /// (v1.2) Waits for an unmetered network, mains power and the schedule's
+    /// discretionary windows; nil = as the session's `discretionary` key says.
+    public var discretionary: Bool?
     public init() {}
 }
 
@@ -94,6 +111,8 @@ public struct UploadOptions: Sendable, Hashable {
     public var start: Bool = true
     /// Where the server's answer is saved; nil = its first 64 KiB in `Response`.
     public var responseDestination: String?
+    /// (v1.2) As for downloads; nil = the session's `discretionary` key.
+    public var discretionary: Bool?
     public init() {}
 }
 
@@ -200,9 +219,12 @@ public struct ManagerSnapshot: Sendable, Equatable {
     public var maxConcurrentTransfers: UInt32
     public var speedLimit: UInt64
     public var notificationsEnabled: Bool
+    /// (v1.2) The `Schedule`, as set.
+    public var schedule: [ScheduleWindow]
     public init(activeTransfers: UInt32 = 0, queuedTransfers: UInt32 = 0, downloadRate: UInt64 = 0,
                 uploadRate: UInt64 = 0, maxConcurrentTransfers: UInt32 = 6, speedLimit: UInt64 = 0,
-                notificationsEnabled: Bool = true) {
+                notificationsEnabled: Bool = true, schedule: [ScheduleWindow] = []) {
+        self.schedule = schedule
         self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
         self.downloadRate = downloadRate; self.uploadRate = uploadRate
         self.maxConcurrentTransfers = maxConcurrentTransfers; self.speedLimit = speedLimit

@@ -101,6 +101,10 @@ extension TransferCoordinator {
                     if entry.due == settleDue { endSettledBatch() }
                     continue
                 }
+                if entry.kind == .schedule {
+                    scheduleEdgeCame(entry.due)
+                    continue
+                }
                 guard let t = transfers[entry.id] else { continue }
                 switch entry.kind {
                 case .wake:
@@ -115,7 +119,7 @@ extension TransferCoordinator {
                         continue
                     }
                     failTransfer(t, resourceTimeoutError(t))
-                case .settle:
+                case .settle, .schedule:
                     continue
                 }
             }

@@ -152,7 +152,7 @@ extension TransferCoordinator {
         return ManagerSnapshot(activeTransfers: UInt32(index.running.count), queuedTransfers: UInt32(index.queuedOrWaiting),
                                downloadRate: download, uploadRate: upload,
                                maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
-                               notificationsEnabled: notificationsEnabled)
+                               notificationsEnabled: notificationsEnabled, schedule: discretion.schedule.windows)
     }
 
     /// How many transfers may run at once, 1-256; raising it starts queued ones at once,

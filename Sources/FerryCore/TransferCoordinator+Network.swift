@@ -36,10 +36,13 @@ extension TransferCoordinator {
     }
 
     /// Why the network keeps `t` from running now, nil when it does not.
+    /// Power and the schedule (discretionary transfers) come after the network's own
+    /// reasons (`TransferCoordinator+Discretionary.swift`).
     func networkBlocker(_ t: TransferRecord) -> WaitingReason? {
         if !network.online { return .offline }
-        if network.metered, !(sessions[t.session]?.configuration.allowMetered ?? true) { return .metered }
-        return nil
+        let configuration = sessions[t.session]?.configuration
+        if network.metered, !(configuration?.allowMetered ?? true) { return .metered }
+        return discretionaryBlocker(t, configuration: configuration)
     }
 
     /// Moves queued and running transfers the network holds back to `waiting`, and
@@ -85,7 +88,7 @@ extension TransferCoordinator {
     /// a resumable point).
     func waitForNetwork(_ t: TransferRecord, _ reason: WaitingReason) {
         if t.state == .running {
-            logger.info("transfer \(t.id): stopping; the network is \(reason == .offline ? "offline" : "metered")")
+            logger.info("transfer \(t.id): stopping; waiting (\(reason.rawValue))")
         }
         // Waits for the network, not for a time: no wake-up may queue it.
         settle(t, t.life.waitForNetwork(reason))

@@ -48,7 +48,7 @@ extension TransferCoordinator {
 
     var settings: StoredSettings {
         StoredSettings(maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
-                       notificationsEnabled: notificationsEnabled)
+                       notificationsEnabled: notificationsEnabled, schedule: discretion.schedule.windows)
     }
 
     // MARK: - Staging
@@ -204,6 +204,7 @@ extension TransferCoordinator {
             maxConcurrentTransfers = Limits.concurrentTransfers.contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
             globalSpeedLimit = settings.speedLimit
             notificationsEnabled = settings.notificationsEnabled
+            restoreSchedule(settings.schedule)
         }
         publishedManager = manager
         for id in orphans { pendingWrites.append(.deleteTransfer(id)) }
@@ -351,6 +352,8 @@ extension TransferCoordinator {
     /// resource-timeout ran out while the daemon was away, and lets closing sessions
     /// whose transfers are all final go.
     func resumeRestoredWork() {
+        // The window on now, before anything is judged; its next edge on the timeline.
+        evaluateSchedule(judge: false)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) {
             if t.state == .waiting && !t.isWaitingForNetwork { timeline.add(t.id, .wake, at: t.notBefore) }
             if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }

@@ -130,7 +130,7 @@ extension TransferCoordinator {
             guard let t = transfers[id] else { continue }
             let limit = SpeedLimitAllocator.effectiveLimit(
                 transfer: t.snapshot.speedLimit, session: sessions[t.session]?.configuration.speedLimit ?? 0,
-                runningInSession: max(index.runningCount(session: t.session), 1), global: globalSpeedLimit,
+                runningInSession: max(index.runningCount(session: t.session), 1), global: effectiveGlobalSpeedLimit,
                 runningOverall: running.count)
             if starting.contains(t.id) {
                 t.appliedSpeedLimit = limit

@@ -69,6 +69,7 @@ extension TransferCoordinator {
         common.headers = options.headers
         common.description = options.description
         common.start = options.start
+        common.discretionary = options.discretionary
         let id = try mutate {
             let id = nextTransferID
             let snapshot = TransferSnapshot(id: id, session: session, kind: .upload, url: url,

@@ -66,6 +66,8 @@ public final class TransferCoordinator {
     var notificationsEnabled = true
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed
+    /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).
+    var discretion = DiscretionaryPolicy()
     /// Outcomes since the last manager-wide AllFinished.
     var batch = BatchCounts()
     /// The part of `batch` from sessions whose signals are private (`privateSignals`).

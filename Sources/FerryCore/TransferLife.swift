@@ -6,7 +6,8 @@ struct TransferLife: Equatable {
     enum Phase: Equatable {
         case queued
         /// Waiting for a time (`start-after`, `retry`: until that moment, µs) or for the
-        /// network (`offline`, `metered`: `until` is `.max`, the network decides).
+        /// network, power or schedule (`offline`, `metered`, `battery`, `power-saver`,
+        /// `schedule`: `until` is `.max`, the conditions decide).
         case waiting(WaitingReason, until: UInt64)
         case running(Attempt)
         case paused
@@ -88,8 +89,8 @@ struct TransferLife: Equatable {
         return nil
     }
 
-    /// Waiting for the network (`offline`, `metered`) rather than for a time.
-    var isWaitingForNetwork: Bool { waitingReason == .offline || waitingReason == .metered }
+    /// Waiting for conditions (the network, power, the schedule) rather than for a time.
+    var isWaitingForNetwork: Bool { waitingReason?.isCondition ?? false }
 
     /// While waiting for a time: not before this moment (µs); `.max` for network waits.
     var notBefore: UInt64 {
@@ -141,7 +142,7 @@ struct TransferLife: Equatable {
     /// The network does not allow it now: it waits (a running attempt stops at a
     /// resumable point). Already waiting for the network: the reason follows.
     mutating func waitForNetwork(_ reason: WaitingReason) -> [Action] {
-        precondition(reason == .offline || reason == .metered)
+        precondition(reason.isCondition)
         if isWaitingForNetwork {
             phase = .waiting(reason, until: .max)
             return []

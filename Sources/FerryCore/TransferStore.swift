@@ -119,10 +119,13 @@ public struct StoredSettings: Sendable, Equatable {
     public var maxConcurrentTransfers: UInt32
     public var speedLimit: UInt64
     public var notificationsEnabled: Bool
+    /// (v1.2) The `Schedule`'s windows, in order.
+    public var schedule: [ScheduleWindow]
 
-    public init(maxConcurrentTransfers: UInt32 = 6, speedLimit: UInt64 = 0, notificationsEnabled: Bool = true) {
+    public init(maxConcurrentTransfers: UInt32 = 6, speedLimit: UInt64 = 0, notificationsEnabled: Bool = true,
+                schedule: [ScheduleWindow] = []) {
         self.maxConcurrentTransfers = maxConcurrentTransfers; self.speedLimit = speedLimit
-        self.notificationsEnabled = notificationsEnabled
+        self.notificationsEnabled = notificationsEnabled; self.schedule = schedule
     }
 }
 

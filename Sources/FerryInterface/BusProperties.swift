@@ -28,10 +28,12 @@ extension FerryInterface {
         public static let maxConcurrentTransfers = BusProperty("MaxConcurrentTransfers", "u", writable: true)
         public static let speedLimit = BusProperty("SpeedLimit", "t", writable: true)
         public static let notificationsEnabled = BusProperty("NotificationsEnabled", "b", writable: true)
+        /// (v1.2) Windows of `(days, start, end, speed_limit, extras)`.
+        public static let schedule = BusProperty("Schedule", "a(sssta{sv})", writable: true)
 
         /// In the contract's order.
         public static let all = [version, activeTransfers, queuedTransfers, downloadRate, uploadRate,
-                                 maxConcurrentTransfers, speedLimit, notificationsEnabled]
+                                 maxConcurrentTransfers, speedLimit, notificationsEnabled, schedule]
     }
 
     /// `org.ferry.Ferry1.Session`'s properties.

@@ -59,6 +59,9 @@ extension FerryBusService {
                 FerryInterface.ManagerProperty.notificationsEnabled: { [unowned self] v, _, done in
                     onCore(done) { core in core.setNotificationsEnabled(v.bool ?? true) }
                 },
+                FerryInterface.ManagerProperty.schedule: { [unowned self] v, _, done in
+                    onCore(done) { core in try core.setSchedule(try OptionParsing.schedule(v)) }
+                },
             ]),
             signals: [
                 SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),

@@ -19,7 +19,7 @@ enum OptionParsing {
 
     static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
                                     "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
-                                    "application-id", "cookies", "private-signals"]
+                                    "application-id", "cookies", "private-signals", "discretionary"]
 
     static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
         var u = SessionConfigurationUpdate()
@@ -39,6 +39,7 @@ enum OptionParsing {
             case "application-id": u.applicationID = try typed(key, value, "s") { $0.string }
             case "cookies": u.cookies = try typed(key, value, "b") { $0.bool }
             case "private-signals": u.privateSignals = try typed(key, value, "b") { $0.bool }
+            case "discretionary": u.discretionary = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, configurationKeys)
             }
         }
@@ -63,11 +64,12 @@ enum OptionParsing {
             "application-id": .string(c.applicationID),
             "cookies": .boolean(c.cookies),
             "private-signals": .boolean(c.privateSignals),
+            "discretionary": .boolean(c.discretionary),
         ])
     }
 
     static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
-                               "speed-limit", "connections", "overwrite", "start"]
+                               "speed-limit", "connections", "overwrite", "start", "discretionary"]
 
     static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
         var o = DownloadOptions()
@@ -83,6 +85,7 @@ enum OptionParsing {
             case "connections": o.connections = try typed(key, value, "u") { $0.uint32 }
             case "overwrite": o.overwrite = try typed(key, value, "b") { $0.bool }
             case "start": o.start = try typed(key, value, "b") { $0.bool }
+            case "discretionary": o.discretionary = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, downloadKeys)
             }
         }
@@ -90,7 +93,7 @@ enum OptionParsing {
     }
 
     static let uploadKeys = ["method", "headers", "description", "content-type", "form-field", "form-values", "start",
-                             "response-destination", "source-fd"]
+                             "response-destination", "source-fd", "discretionary"]
 
     /// Upload options (`source-fd` is taken out by the caller first).
     static func upload(_ dict: [String: DBusValue]) throws -> UploadOptions {
@@ -105,10 +108,44 @@ enum OptionParsing {
             case "form-values": o.formValues = try typed(key, value, "a{ss}") { $0.stringDict }
             case "start": o.start = try typed(key, value, "b") { $0.bool }
             case "response-destination": o.responseDestination = try typed(key, value, "s") { $0.string }
+            case "discretionary": o.discretionary = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, uploadKeys)
             }
         }
         return o
+    }
+
+    static let scheduleExtrasKeys = ["discretionary-only"]
+
+    /// The Manager's `Schedule` (`a(sssta{sv})`) as windows; the core checks their
+    /// meaning. Extras other than `discretionary-only` b are refused.
+    static func schedule(_ value: DBusValue) throws -> [ScheduleWindow] {
+        guard let items = value.arrayElements else { throw FerryError.invalidArgument("Schedule must be of D-Bus type 'a(sssta{sv})'") }
+        guard items.count <= ScheduleWindows.maxWindows else {
+            throw FerryError.invalidArgument("the schedule has \(items.count) windows; at most \(ScheduleWindows.maxWindows) are allowed")
+        }
+        return try items.enumerated().map { i, item in
+            guard let f = item.structFields, f.count == 5, let days = f[0].string, let start = f[1].string,
+                  let end = f[2].string, let limit = f[3].uint64 else {
+                throw FerryError.invalidArgument("schedule window \(i) must be (days, start, end, speed_limit, extras) of D-Bus type '(sssta{sv})'")
+            }
+            var window = ScheduleWindow(days: days, start: start, end: end, speedLimit: limit)
+            for (key, v) in try vardict(f[4]) {
+                switch key {
+                case "discretionary-only": window.discretionaryOnly = try typed(key, v, "b") { $0.bool }
+                default: throw FerryError.invalidArgument("schedule window \(i): unknown extra '\(key.utf8.count <= 64 ? key : "…")'; known extras: \(scheduleExtrasKeys.joined(separator: ", "))")
+                }
+            }
+            return window
+        }
+    }
+
+    /// The `Schedule` property's value.
+    static func scheduleValue(_ windows: [ScheduleWindow]) -> DBusValue {
+        .array(element: "(sssta{sv})", windows.map { w in
+            .structure([.string(w.days), .string(w.start), .string(w.end), .uint64(w.speedLimit),
+                        .vardict(w.discretionaryOnly ? ["discretionary-only": .boolean(true)] : [:])])
+        })
     }
 
     /// The bus form of the caller's `a{sv}` argument, each value taken out of its one

@@ -63,6 +63,7 @@ enum PropertyMapping {
             M.maxConcurrentTransfers.name: .uint32(m.maxConcurrentTransfers),
             M.speedLimit.name: .uint64(m.speedLimit),
             M.notificationsEnabled.name: .boolean(m.notificationsEnabled),
+            M.schedule.name: OptionParsing.scheduleValue(m.schedule),
         ]
     }
 

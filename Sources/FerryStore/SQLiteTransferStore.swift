@@ -118,6 +118,14 @@ public final class SQLiteTransferStore: TransferStore {
                     default: break
                     }
                 }
+                for row in try Row.fetchAll(db, sql: """
+                    SELECT days, start_time, end_time, speed_limit, discretionary_only FROM schedule_windows ORDER BY position
+                    """) {
+                    s.schedule.append(ScheduleWindow(days: try row.value("days"), start: try row.value("start_time"),
+                                                     end: try row.value("end_time"),
+                                                     speedLimit: UInt64(stored: try row.value("speed_limit")),
+                                                     discretionaryOnly: (try row.value("discretionary_only") as Int64) != 0))
+                }
                 contents.settings = s
             }
             return contents
@@ -189,6 +197,13 @@ public final class SQLiteTransferStore: TransferStore {
                                   ("speed_limit", s.speedLimit.stored),
                                   ("notifications_enabled", Int64(s.notificationsEnabled ? 1 : 0))] {
                 try Self.run(db, sql: "INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)", arguments: [name, value])
+            }
+            try Self.run(db, sql: "DELETE FROM schedule_windows")
+            for (position, w) in s.schedule.enumerated() {
+                try Self.run(db, sql: """
+                    INSERT INTO schedule_windows (position, days, start_time, end_time, speed_limit, discretionary_only)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """, arguments: [Int64(position), w.days, w.start, w.end, w.speedLimit.stored, Int64(w.discretionaryOnly ? 1 : 0)])
             }
         }
     }

@@ -24,8 +24,10 @@ struct SessionConfigurationRecord: Codable {
     var applicationID: String?
     var cookies: Bool?
     var privateSignals: Bool?
+    var discretionary: Bool?
 
     init(_ c: SessionConfiguration) {
+        discretionary = c.discretionary
         cookies = c.cookies
         privateSignals = c.privateSignals
         persistent = c.persistent; directory = c.directory; headers = c.headers
@@ -50,6 +52,7 @@ struct SessionConfigurationRecord: Codable {
         if let v = applicationID { c.applicationID = v }
         if let v = cookies { c.cookies = v }
         if let v = privateSignals { c.privateSignals = v }
+        if let v = discretionary { c.discretionary = v }
         return c
     }
 }
@@ -66,8 +69,10 @@ struct DownloadOptionsRecord: Codable {
     var connections: UInt32?
     var overwrite: Bool?
     var start: Bool?
+    var discretionary: Bool?
 
     init(_ o: DownloadOptions) {
+        discretionary = o.discretionary
         destination = o.destination; headers = o.headers; description = o.description; sha256 = o.sha256
         startAfter = o.startAfter; priority = o.priority; speedLimit = o.speedLimit
         connections = o.connections; overwrite = o.overwrite; start = o.start
@@ -85,6 +90,7 @@ struct DownloadOptionsRecord: Codable {
         if let v = connections { o.connections = v }
         if let v = overwrite { o.overwrite = v }
         if let v = start { o.start = v }
+        o.discretionary = discretionary
         return o
     }
 }

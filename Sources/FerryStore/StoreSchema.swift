@@ -101,9 +101,22 @@ enum StoreSchema {
         migrator.registerMigration("6-prefix-limit") { db in
             try db.execute(sql: "ALTER TABLE transfers ADD COLUMN prefix_limit INTEGER")
         }
+        // The Manager's Schedule (v1.2): its windows in order.
+        migrator.registerMigration("7-schedule") { db in
+            try db.execute(sql: """
+                CREATE TABLE schedule_windows (
+                    position INTEGER PRIMARY KEY,
+                    days TEXT NOT NULL,
+                    start_time TEXT NOT NULL,
+                    end_time TEXT NOT NULL,
+                    speed_limit INTEGER NOT NULL,
+                    discretionary_only INTEGER NOT NULL
+                );
+                """)
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "6-prefix-limit"
+    static let latest = "7-schedule"
 }

@@ -3,8 +3,8 @@ import FerryCore
 import FerrySystem
 import Logging
 
-/// The system bus, wired to the core: NetworkManager's metered/online state goes
-/// into the core (on its queue); the number of running transfers drives logind's
+/// The system bus, wired to the core: NetworkManager's metered/online state and
+/// UPower's and power-profiles-daemon's power state go into the core (on its queue); the number of running transfers drives logind's
 /// sleep inhibitor. Both have their own connection and queue, so a slow or missing
 /// system bus never holds up the core or the session bus.
 ///
@@ -13,6 +13,7 @@ import Logging
 final class SystemIntegration: @unchecked Sendable {
     let core: TransferCoordinator
     let network: NetworkMonitor
+    let power: PowerMonitor
     let inhibitor: SleepInhibitor
     /// The number of running transfers last passed to the inhibitor (core queue only).
     private var running: UInt32?
@@ -29,8 +30,15 @@ final class SystemIntegration: @unchecked Sendable {
         if !system.network.waitUntilKnown(timeout: networkWait) {
             logger.notice("no answer about the network within \(networkWait) s; starting as if online and not metered")
         }
+        system.power.start()
         let now = system.network.current
         core.queue.sync { core.setNetworkState(metered: now.metered, online: now.online) }
+        // Started alongside the network's; by now it has had the same time to answer.
+        if !system.power.waitUntilKnown(timeout: networkWait) {
+            logger.notice("no answer about power within \(networkWait) s; starting as if on mains power")
+        }
+        let power = system.power.current
+        core.queue.sync { core.setPowerState(onBattery: power.onBattery, powerSaver: power.powerSaver) }
         return system
     }
 
@@ -38,6 +46,9 @@ final class SystemIntegration: @unchecked Sendable {
         self.core = core
         network = NetworkMonitor(logger: Logger(label: "ferry.network")) { conditions in
             core.queue.async { core.setNetworkState(metered: conditions.metered, online: conditions.online) }
+        }
+        power = PowerMonitor(logger: Logger(label: "ferry.power")) { conditions in
+            core.queue.async { core.setPowerState(onBattery: conditions.onBattery, powerSaver: conditions.powerSaver) }
         }
         let inhibitor = SleepInhibitor(logger: Logger(label: "ferry.inhibitor"))
         self.inhibitor = inhibitor

@@ -42,7 +42,8 @@ final class CoreHarness {
                                           version: "9.9", retryPolicy: retryPolicy,
                                           freeSpace: { path in disk.free(path) },
                                           checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime,
-                                          pendingEventsPerSession: pendingEventsPerSession)
+                                          pendingEventsPerSession: pendingEventsPerSession,
+                                          timeZone: { TimeZone(identifier: "UTC")! })
         core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
         observer.attach(to: core)
         observer.expectedQueue = queue

@@ -13,6 +13,7 @@ final class RoundTripTests: XCTestCase {
         c.requestTimeout = 12.5
         c.resourceTimeout = 3600.25
         c.allowMetered = false
+        c.discretionary = true
         c.notify = false
         c.speedLimit = UInt64.max
         c.retries = 9
@@ -34,6 +35,7 @@ final class RoundTripTests: XCTestCase {
         o.connections = 4
         o.overwrite = true
         o.start = false
+        o.discretionary = true
         let s = TransferSnapshot(
             id: 7, session: 42, kind: .download, url: "https://example.com/a%20b.mp3?x=1", description: o.description,
             destination: "/home/u/Dl/a b.mp3", state: .waiting, waitingReason: "retry", bytesTransferred: 1_234_567,
@@ -70,7 +72,9 @@ final class RoundTripTests: XCTestCase {
                                   errorMessage: "404 Not Found", httpStatus: 404, bytes: 0)
         let cancelled = PendingEvent(serial: 13, transfer: 99, kind: .cancelled)
         let counters = StoreCounters(nextSessionID: 44, nextTransferID: 100, nextSerial: 14)
-        let settings = StoredSettings(maxConcurrentTransfers: 3, speedLimit: UInt64.max, notificationsEnabled: false)
+        let settings = StoredSettings(maxConcurrentTransfers: 3, speedLimit: UInt64.max, notificationsEnabled: false,
+                                      schedule: [ScheduleWindow(days: "Mon-Fri", start: "09:00", end: "17:30", speedLimit: 524_288),
+                                                 ScheduleWindow(days: "*", start: "23:00", end: "06:00", discretionaryOnly: true)])
 
         try SQLiteTransferStore(path: dir.database).write([
             .saveSession(session), .saveSession(minimal), .saveTransfer(transfer), .saveTransfer(bare),

@@ -9,8 +9,8 @@ import HeapModule
 struct DueTimeline {
     enum Kind: Int, Comparable {
         /// A waiting transfer's `notBefore`; a resource deadline; the end of a batch's
-        /// settle time (transfer id 0).
-        case wake, deadline, settle
+        /// settle time (transfer id 0); the schedule's next window edge (id 0).
+        case wake, deadline, settle, schedule
         static func < (a: Kind, b: Kind) -> Bool { a.rawValue < b.rawValue }
     }
 

@@ -224,6 +224,11 @@ public final class PowerMonitor: @unchecked Sendable {
         reported = conditions
         logger.debug("power conditions: \(conditions)")
         onChange(conditions)
-        if first { known.signal() }
+        if first {
+            // After the report: once this line is in the log, the core has the state
+            // queued before anything a client sends afterwards.
+            logger.info("power state known: \(conditions)")
+            known.signal()
+        }
     }
 }

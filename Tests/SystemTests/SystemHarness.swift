@@ -45,6 +45,8 @@ class SystemTestCase: XCTestCase {
     var system: BusConnection!
     var networkManager: ChildProcess?
     var logind: ChildProcess?
+    var upower: ChildProcess?
+    var powerProfiles: ChildProcess?
     var server: TestHTTPServer!
     var temporaryHome: TemporaryHome!
     var home: String!
@@ -82,10 +84,12 @@ class SystemTestCase: XCTestCase {
             print("\n===== ferryd log for \(name) =====\n" + (ferryd?.log ?? "(not started)"))
             if let nm = networkManager { print("===== NetworkManager mock =====\n" + nm.log) }
             if let l = logind { print("===== logind mock =====\n" + l.log) }
+            if let u = upower { print("===== UPower mock =====\n" + u.log) }
+            if let p = powerProfiles { print("===== power-profiles-daemon mock =====\n" + p.log) }
             print("===== ferryd's signals =====\n" + (signals?.all.suffix(60).map(\.description).joined(separator: "\n") ?? ""))
         }
         client?.close()
-        for p in [ferryd, networkManager, logind].compactMap({ $0 }) where p.isRunning {
+        for p in [ferryd, networkManager, logind, upower, powerProfiles].compactMap({ $0 }) where p.isRunning {
             p.terminate()
             if p.waitForExit(timeout: 10) == nil {
                 p.kill(SIGKILL)
@@ -103,13 +107,14 @@ class SystemTestCase: XCTestCase {
     // MARK: The mocks
 
     /// Starts a dbusmock template on the private system bus and waits until it owns `name`.
-    func startMock(_ template: String, owning name: String) async throws -> ChildProcess {
+    func startMock(_ template: String, owning name: String, parameters: String? = nil) async throws -> ChildProcess {
         var env = ProcessInfo.processInfo.environment
         env["DBUS_SYSTEM_BUS_ADDRESS"] = systemBus.address
         env.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
         let python = self.python!
         let p = try withUnblockedSignals {
-            try ChildProcess(executable: python, arguments: ["-m", "dbusmock", "--system", "--template", template], environment: env)
+            try ChildProcess(executable: python, arguments: ["-m", "dbusmock", "--system", "--template", template]
+                                + (parameters.map { ["--parameters", $0] } ?? []), environment: env)
         }
         try await waitForBusName(name, on: system, process: p, timeout: 20)
         return p
@@ -120,6 +125,29 @@ class SystemTestCase: XCTestCase {
         networkManager = try await startMock("networkmanager", owning: "org.freedesktop.NetworkManager")
         try await system.call(destination: "org.freedesktop.NetworkManager", path: Self.nmPath, interface: Self.mockInterface,
                               method: "AddProperty", arguments: [.string(Self.nmInterface), .string("Metered"), .variant(.uint32(metered))])
+    }
+
+    /// UPower's mock (`OnBattery` as given).
+    func startUPower(onBattery: Bool) async throws {
+        upower = try await startMock("upower", owning: "org.freedesktop.UPower",
+                                     parameters: "{\"OnBattery\": \(onBattery ? "true" : "false")}")
+    }
+
+    /// Sets UPower's `OnBattery`; the mock sends PropertiesChanged, as UPower does.
+    func setOnBattery(_ value: Bool) async throws {
+        try await system.call(destination: "org.freedesktop.UPower", path: "/org/freedesktop/UPower", interface: StandardNames.properties,
+                              method: "Set", arguments: [.string("org.freedesktop.UPower"), .string("OnBattery"), .variant(.boolean(value))])
+    }
+
+    /// power-profiles-daemon's mock (`net.hadess.PowerProfiles`), with this active profile.
+    func startPowerProfiles(_ profile: String) async throws {
+        powerProfiles = try await startMock("power_profiles_daemon", owning: "net.hadess.PowerProfiles",
+                                            parameters: "{\"ActiveProfile\": \"\(profile)\"}")
+    }
+
+    func setActiveProfile(_ profile: String) async throws {
+        try await system.call(destination: "net.hadess.PowerProfiles", path: "/net/hadess/PowerProfiles", interface: StandardNames.properties,
+                              method: "Set", arguments: [.string("net.hadess.PowerProfiles"), .string("ActiveProfile"), .variant(.string(profile))])
     }
 
     func startLogind() async throws {
@@ -189,6 +217,10 @@ class SystemTestCase: XCTestCase {
         if networkManager != nil && systemBusAddress == nil {
             try await waitForLog("following NetworkManager on the system bus", timeout: 15)
         }
+        // The same for UPower and power-profiles-daemon.
+        if (upower != nil || powerProfiles != nil) && systemBusAddress == nil {
+            try await waitForLog("power state known", timeout: 15)
+        }
     }
 
     /// How often ferryd's log has a line containing `text`.
@@ -219,8 +251,8 @@ class SystemTestCase: XCTestCase {
         return body
     }
 
-    func download(_ session: FerrySession, _ path: String) async throws -> FerryTransfer {
-        try await session.download(server.url(path), options: ["destination": .string(work + path)])
+    func download(_ session: FerrySession, _ path: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
+        try await session.download(server.url(path), options: options.merging(["destination": .string(work + path)]) { a, _ in a })
     }
 
     /// Waits until the transfer is in `state` (and, for `waiting`, has `reason`):

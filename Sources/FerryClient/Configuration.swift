@@ -41,6 +41,12 @@ extension FerrySession {
         /// never broadcast (`private-signals`, contract v1.2; default false, always
         /// true for a sandboxed application's session).
         public var privateSignals: Bool?
+        /// true: the session's transfers are discretionary (`discretionary`, contract
+        /// v1.2; default false): they wait while the network is metered, the machine
+        /// runs on battery, the power-saver profile is active, or outside the service's
+        /// discretionary-only schedule windows (`isDiscretionary`). A download's own
+        /// ``DownloadOptions/isDiscretionary`` wins over it.
+        public var isDiscretionary: Bool?
         /// The D-Bus address to reach Ferry at; nil = the session bus.
         public var busAddress: String?
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
@@ -89,6 +95,7 @@ extension FerrySession {
                 && a.sendsNotifications == b.sendsNotifications && a.speedLimit == b.speedLimit && a.retries == b.retries
                 && a.proxy == b.proxy && a.httpShouldSetCookies == b.httpShouldSetCookies
                 && a.applicationID == b.applicationID && a.busAddress == b.busAddress && a.resets == b.resets
+                && a.isDiscretionary == b.isDiscretionary
         }
 
         /// A session whose transfers go on when the app exits, and survive restarts.
@@ -123,6 +130,7 @@ extension FerrySession {
             httpShouldSetCookies = c["cookies"]?.bool
             applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
             privateSignals = c["private-signals"]?.bool
+            isDiscretionary = c["discretionary"]?.bool
             readHeaders = httpAdditionalHeaders
             readProxy = proxy
         }
@@ -142,6 +150,7 @@ extension FerrySession {
             if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c["proxy"] = .string("") }
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
             if let privateSignals { c["private-signals"] = .boolean(privateSignals) }
+            if let isDiscretionary { c["discretionary"] = .boolean(isDiscretionary) }
             if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
             return c
         }
@@ -172,6 +181,10 @@ public struct DownloadOptions: Sendable, Equatable {
     public var overwrite: Bool = false
     /// Create the task suspended; `resume()` starts it.
     public var startsSuspended: Bool = false
+    /// Wait for an unmetered network, mains power and the schedule's
+    /// discretionary-only windows (`discretionary`, contract v1.2); nil = as the
+    /// session's ``FerrySession/Configuration/isDiscretionary`` says.
+    public var isDiscretionary: Bool?
 
     public init() {}
 
@@ -191,6 +204,7 @@ public struct DownloadOptions: Sendable, Equatable {
         if let connections { o["connections"] = .uint32(UInt32(clamping: connections)) }
         if overwrite { o["overwrite"] = .boolean(true) }
         if startsSuspended { o["start"] = .boolean(false) }
+        if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
         return o
     }
 }
@@ -207,6 +221,8 @@ public struct UploadOptions: Sendable, Equatable {
     /// Save the server's response body here.
     public var responseDestination: URL?
     public var startsSuspended: Bool = false
+    /// As ``DownloadOptions/isDiscretionary``.
+    public var isDiscretionary: Bool?
 
     public init() {}
 
@@ -218,6 +234,7 @@ public struct UploadOptions: Sendable, Equatable {
         if let formField { o["form-field"] = .string(formField) }
         if let responseDestination { o["response-destination"] = .string(responseDestination.path) }
         if startsSuspended { o["start"] = .boolean(false) }
+        if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
         return o
     }
 }

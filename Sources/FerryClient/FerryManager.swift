@@ -105,7 +105,7 @@ public final class FerryManager: @unchecked Sendable {
     /// Leaves the bus (a stream of ``batches()`` keeps its manager until it ends).
     deinit { client?.close() }
 
-    private func connected() throws -> FerryClient {
+    func connected() throws -> FerryClient {
         if let client { return client }
         throw connectError ?? .serviceUnavailable("cannot connect to the bus")
     }

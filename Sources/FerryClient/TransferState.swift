@@ -16,4 +16,11 @@ public enum WaitingReason: String, Sendable, Codable, CaseIterable {
     case offline
     /// It failed with a transient error and waits before trying again.
     case retry
+    /// (v1.2) A discretionary transfer while the machine runs on battery.
+    case battery
+    /// (v1.2) A discretionary transfer while the power-saver profile is active.
+    case powerSaver = "power-saver"
+    /// (v1.2) The service's schedule holds it back: a discretionary transfer outside
+    /// the discretionary-only windows, or another one, not yet started, inside one.
+    case schedule
 }

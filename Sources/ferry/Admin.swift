@@ -112,8 +112,8 @@ struct SessionsClose: AsyncParsableCommand {
 
 struct Config: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Read or change the service's settings: max-concurrent, speed-limit, notifications.",
-        subcommands: [ConfigGet.self, ConfigSet.self], defaultSubcommand: ConfigGet.self)
+        abstract: "Read or change the service's settings: max-concurrent, speed-limit, notifications, and the schedule.",
+        subcommands: [ConfigGet.self, ConfigSet.self, ConfigSchedule.self], defaultSubcommand: ConfigGet.self)
 
     static let keys = ["max-concurrent": FerryInterface.ManagerProperty.maxConcurrentTransfers.name,
                        "speed-limit": FerryInterface.ManagerProperty.speedLimit.name,

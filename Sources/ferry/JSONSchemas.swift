@@ -357,3 +357,19 @@ enum JSONOutput {
 
     static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
 }
+
+/// `ferry config schedule --json`: one object per window, in order.
+struct ScheduleWindowJSON: Codable, Equatable {
+    var days: String
+    var start: String
+    var end: String
+    /// Bytes/s over all transfers while the window is on; 0 = none.
+    var speedLimit: UInt64
+    var discretionaryOnly: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case days, start, end
+        case speedLimit = "speed_limit"
+        case discretionaryOnly = "discretionary_only"
+    }
+}

@@ -108,9 +108,11 @@ struct Ferryd: ParsableCommand {
         }
         // Under the state lock, so two daemons starting at once never make two keys.
         let seal = ResumeDataSeal.persistent(in: StateDatabase.directory(), logger: logger)
+        let zone = Ferryd.timeZone(logger: logger)
         let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
                                           batchSettleTime: batchSettle, resumeDataSeal: seal,
-                                          pendingEventsPerSession: maxPendingEventsPerSession)
+                                          pendingEventsPerSession: maxPendingEventsPerSession,
+                                          timeZone: zone.map { z in { z } } ?? { TimeZone.current })
         let store = try Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().
@@ -183,6 +185,20 @@ extension Ferryd {
             logger.error("\(error). Running without a state database: transfers and events will be lost when ferryd stops.")
             return InMemoryTransferStore()
         }
+    }
+
+    /// The time zone of the schedule's windows: nil for `TZ` (a zone name), else the
+    /// system's. Testing knob: `FERRY_UTC_OFFSET_SECONDS` fixes a
+    /// zone that many seconds east of UTC, so a test can put a window's edge a few
+    /// seconds ahead (windows are whole minutes).
+    static func timeZone(logger: Logger) -> TimeZone? {
+        guard let text = ProcessInfo.processInfo.environment["FERRY_UTC_OFFSET_SECONDS"], !text.isEmpty else { return nil }
+        guard let seconds = Int(text), let zone = TimeZone(secondsFromGMT: seconds) else {
+            logger.warning("ignoring FERRY_UTC_OFFSET_SECONDS='\(text)': not a whole number of seconds within 18 hours")
+            return nil
+        }
+        logger.notice("the schedule's local time is UTC\(seconds >= 0 ? "+" : "")\(seconds) s (FERRY_UTC_OFFSET_SECONDS)")
+        return zone
     }
 
     /// Exponential backoff with jitter from 2 s. Testing knob: `FERRY_RETRY_BASE_MS`

@@ -155,6 +155,13 @@ final class SandboxedCallerTests: FerryTestCase {
         try await evil.cancelAll()
         try await evil.pauseAll()
         await assertBusError(ok + "AccessDenied", "set MaxConcurrentTransfers") { try await evil.setManagerProperty("MaxConcurrentTransfers", .uint32(0)) }
+        // The schedule may be read, not set.
+        await assertBusError(ok + "AccessDenied", "set Schedule") {
+            try await evil.setManagerProperty("Schedule", .array(element: "(sssta{sv})", [
+                .structure([.string("*"), .string("00:00"), .string("24:00"), .uint64(1), .vardict([:])])]))
+        }
+        let readSchedule = try await evil.managerProperties()["Schedule"]?.arrayElements
+        XCTAssertEqual(readSchedule?.count, 0, "a sandboxed caller reads the schedule")
 
         let after = try await vt.info()
         XCTAssertEqual(after.state, "paused", "the victim's transfer was not resumed or cancelled")

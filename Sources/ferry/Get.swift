@@ -82,6 +82,9 @@ struct Get: AsyncParsableCommand {
     @Flag(help: "Create the transfers paused.")
     var paused = false
 
+    @Flag(help: "Discretionary: wait while the network is metered, on battery or in power-saver mode, and for the schedule's discretionary-only windows.")
+    var discretionary = false
+
     @Flag(help: "Wait until the downloads end, showing progress on standard error; exit 1 if any failed.")
     var wait = false
 
@@ -119,6 +122,7 @@ struct Get: AsyncParsableCommand {
         var options: [String: DBusValue] = [:]
         if !headers.isEmpty { options["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
         if overwrite { options["overwrite"] = .boolean(true) }
+        if discretionary { options["discretionary"] = .boolean(true) }
         if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
         if let connections { options["connections"] = .uint32(connections) }
         if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }

@@ -150,6 +150,7 @@ final class NetworkPolicyTests: SystemTestCase {
         assertFile(work + "/x.bin", equals: body)
         XCTAssertEqual(logCount("assuming the network is online and not metered"), 1)
         try await waitForLog("cannot hold off sleep")
-        XCTAssertEqual(logCount("no system bus"), 2, "the network monitor and the inhibitor each say it once")
+        XCTAssertEqual(logCount("assuming mains power"), 1)
+        XCTAssertEqual(logCount("no system bus"), 3, "the network and power monitors and the inhibitor each say it once")
     }
 }

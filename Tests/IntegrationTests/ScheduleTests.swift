@@ -112,6 +112,23 @@ final class ScheduleTests: FerryTestCase {
         assertFile(work + "/backup.bin", equals: body)
     }
 
+    func testAWindowsSpeedLimitAppliesToEveryTransferWhileItIsOn() async throws {
+        // On all day, every day: 64 KiB/s over all transfers, though SpeedLimit has none.
+        try await setSchedule([window("*", "00:00", "24:00", 64 * 1024)])
+        let s = try await client.openSession("com.example.Limited")
+        let body = serve("/limited.bin", size: 192 * 1024)
+        let started = Date()
+        let t = try await s.download(server.url("/limited.bin"), options: ["destination": .string(work + "/limited.bin")])
+        let info = try await finish(t, timeout: 30)
+        let took = Date().timeIntervalSince(started)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/limited.bin", equals: body)
+        // 192 KiB at 64 KiB/s: about 3 s (unlimited, it takes milliseconds).
+        XCTAssertGreaterThan(took, 1.8, "the window's speed limit held it back")
+        let manual = try await managerProperty("SpeedLimit")?.uint64
+        XCTAssertEqual(manual, 0, "SpeedLimit keeps its own value")
+    }
+
     func testCLIReadsAndSetsTheSchedule() throws {
         let set = try ferry(["config", "schedule", "Mon-Fri 09:00-17:00 512KiB", "* 23:00-06:00 none discretionary-only"])
         XCTAssertEqual(set.status, 0, set.stderr)

@@ -183,7 +183,7 @@ enum SettingsSession {
     /// without their secrets), nor `application-id` (the application would be woken for
     /// a session it does not know).
     static let inherited = ["directory", "persistent", "max-connections-per-host", "request-timeout", "resource-timeout",
-                            "allow-metered", "notify", "speed-limit", "retries", "cookies", "private-signals"]
+                            "allow-metered", "notify", "speed-limit", "retries", "cookies", "private-signals", "discretionary"]
 }
 
 /// Errors the CLI reports as one line and an exit status.

@@ -148,8 +148,10 @@ struct ConfigurationJSON: Codable, Equatable {
     var proxy: String?
     var cookies: Bool?
     var applicationId: String?
+    var discretionary: Bool?
 
     init(_ c: [String: DBusValue]) {
+        discretionary = c["discretionary"]?.bool
         persistent = c["persistent"]?.bool
         directory = c["directory"]?.string
         headers = c["headers"]?.stringDict
@@ -179,6 +181,7 @@ struct ConfigurationJSON: Codable, Equatable {
         case proxy
         case cookies
         case applicationId = "application_id"
+        case discretionary
     }
 }
 

@@ -50,7 +50,9 @@ extension TransferCoordinator {
         mutate {
             discretion.setSchedule(checked)
             stageSettings()
-            evaluateSchedule(judge: true)
+            // Judged whether or not the window on changed: gaining or losing its
+            // discretionary-only windows changes who waits outside every window.
+            evaluateSchedule(judge: true, force: true)
         }
     }
 
@@ -65,13 +67,16 @@ extension TransferCoordinator {
         }
     }
 
-    /// Decides the window on now; when it changed, speed limits are shared anew and (if
-    /// `judge`) the transfers waiting or running are judged again. Puts a new next edge
+    /// Decides the window on now; when it changed (or `force`), speed limits are shared
+    /// anew and (if `judge`) the transfers waiting or running are judged again. Puts a new next edge
     /// on the timeline.
-    func evaluateSchedule(judge: Bool) {
+    func evaluateSchedule(judge: Bool, force: Bool = false) {
         let result = discretion.evaluate(now: environment.now(), zone: environment.timeZone())
         if let edge = result.newEdge { timeline.add(0, .schedule, at: edge) }
-        guard result.changed else { return }
+        guard result.changed else {
+            if force && judge { judgeConditionWaits() }
+            return
+        }
         if let w = discretion.activeWindow {
             logger.info("schedule: window \(w.days) \(w.start)-\(w.end) is on (speed limit \(w.speedLimit == 0 ? "none" : "\(w.speedLimit) B/s")\(w.discretionaryOnly ? ", discretionary transfers only" : ""))")
         } else {

@@ -136,6 +136,21 @@ final class DiscretionaryTests: XCTestCase {
         XCTAssertTrue(h.engine.stopped.contains(d))
     }
 
+    func testGainingOrLosingDiscretionaryOnlyWindowsJudgesAgainOutsideThem() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let d = try discretionary(h, s)
+        XCTAssertEqual(h.state(d), .running)
+        // A discretionary-only window that is not on now (22:13): it stops and waits.
+        try h.sync { try $0.setSchedule([ScheduleWindow(days: "*", start: "02:00", end: "03:00", discretionaryOnly: true)]) }
+        XCTAssertEqual(reason(h, d), "schedule")
+        XCTAssertEqual(h.engine.stopped, [d])
+        h.send(.completed(d, .stopped(bytesOnDisk: 0)))
+        // No schedule any more (the window on is still none): it goes on.
+        try h.sync { try $0.setSchedule([]) }
+        XCTAssertEqual(h.state(d), .running)
+    }
+
     func testABadScheduleChangesNothing() throws {
         let h = CoreHarness()
         let good = [ScheduleWindow(days: "Mon-Fri", start: "09:00", end: "17:00", speedLimit: 5)]

@@ -109,6 +109,43 @@ final class FerryManagerTests: FerryTestCase {
         }
     }
 
+    /// The schedule (v1.2) through the library: set, read back, refused when bad; a
+    /// discretionary session's task waits for its discretionary-only window and says so.
+    func testTheScheduleAndDiscretionaryTasksThroughTheLibrary() async throws {
+        let ferry = FerryManager(busAddress: bus.address)
+        let none = try await ferry.schedule()
+        XCTAssertEqual(none, [])
+        // A night window far from now (the hour opposite to this one, UTC or local).
+        let hour = (Calendar.current.component(.hour, from: Date()) + 12) % 24
+        let night = FerryScheduleWindow(days: "*", start: String(format: "%02d:00", hour), end: String(format: "%02d:30", hour),
+                                        speedLimit: nil, discretionaryOnly: true)
+        let office = FerryScheduleWindow(days: "Mon-Fri", start: "09:00", end: "17:00", speedLimit: 512 * 1024)
+        try await ferry.setSchedule([night, office])
+        let read = try await ferry.schedule()
+        XCTAssertEqual(read, [night, office])
+        do {
+            try await ferry.setSchedule([FerryScheduleWindow(days: "Mon", start: "9:00", end: "17:00")])
+            XCTFail("a bad time was accepted")
+        } catch let e as FerryError {
+            guard case .invalidArgument = e else { return XCTFail("\(e)") }
+        }
+        let unchanged = try await ferry.schedule()
+        XCTAssertEqual(unchanged, [night, office])
+
+        var c = configuration("org.example.Discretionary")
+        c.isDiscretionary = true
+        let session = FerrySession(configuration: c)
+        serve("/later.bin", size: 10_000)
+        let task = try await session.download(from: URL(string: server.url("/later.bin"))!)
+        let snapshot = try await task.snapshot()
+        XCTAssertEqual(snapshot.state, .waiting)
+        XCTAssertEqual(snapshot.waitingReason, .schedule)
+        // No schedule any more: nothing keeps it waiting (bounded: `finish` has a timeout).
+        try await ferry.setSchedule([])
+        let done = try await finish(client.transfer(id: task.id))
+        XCTAssertEqual(done.state, "completed", "it went on once the schedule was gone")
+    }
+
     /// `suspendAll`, `resumeAll` and `cancelAll` reach every session's transfers, and
     /// `batches()` gives one element per batch with its counts.
     func testTheManagerSteersEverySessionAndReportsEachBatch() async throws {

@@ -35,6 +35,12 @@ public struct CoreEnvironment {
     /// Completion events one session may hold unacknowledged, counting those its
     /// transfers may still add (`TransferCoordinator.checkRoomForEvents`).
     public var pendingEventsPerSession: Int
+    /// The machine itself restarted since the state was last written (ferryd compares
+    /// the kernel's boot id): a power cut or a crash may have left holes under a part
+    /// file's length, so `restore` trusts of each only what was synced (`DurablePart`).
+    /// False when unknown, as after `kill -9` of the daemon, where the page cache kept
+    /// every byte written.
+    public var machineRestarted = false
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.

@@ -422,6 +422,10 @@ final class CurlTransfer {
         let written = unreportedBytes
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))
+        if let writeback {
+            let (loop, id, attempt, end) = (loop, id, attempt, bytesOnDisk)
+            writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(end)), to: id, attempt: attempt) }
+        }
     }
 
     /// Lowercase hex of the hash, when one was asked for.

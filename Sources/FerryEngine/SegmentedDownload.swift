@@ -668,6 +668,7 @@ final class SegmentedDownload: EngineAttempt {
         switch job {
         case .fileJob(let result): flushed(result)
         case .hashed(let epoch, let upTo, let result): prefixHashed(epoch: epoch, upTo: upTo, result)
+        case .synced(let part): if !completed { loop.emit(.durable(id, part)) }
         default: break
         }
     }
@@ -834,8 +835,16 @@ final class SegmentedDownload: EngineAttempt {
         if let map = currentMap() {
             reportMap(map)
             onDisk = map.bytesDone
+            if let writeback {
+                let (loop, id, attempt) = (loop, id, attempt)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.ranges(map)), to: id, attempt: attempt) }
+            }
         } else {
             onDisk = connections.first?.position ?? end ?? total
+            if single, let first = connections.first, first.accepted, let writeback {
+                let (loop, id, attempt, prefix) = (loop, id, attempt, first.position)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(prefix)), to: id, attempt: attempt) }
+            }
         }
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))
         hashPrefixIfDue()

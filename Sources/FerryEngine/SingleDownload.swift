@@ -131,6 +131,8 @@ final class SingleDownload: EngineAttempt {
             complete(transfer, .failed(.disk(error.message), bytesOnDisk: transfer.bytesOnDisk))
         case (.flushed(nil), .flushing(let transfer)):
             complete(transfer, .succeeded(bytesOnDisk: transfer.bytesOnDisk, sha256: transfer.finalDigest()))
+        case (.synced(let part), .running), (.synced(let part), .flushing):
+            loop.emit(.durable(id, part))
         default:
             break // not this attempt's job, or a phase it no longer is in
         }

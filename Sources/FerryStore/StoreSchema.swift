@@ -101,9 +101,14 @@ enum StoreSchema {
         migrator.registerMigration("6-prefix-limit") { db in
             try db.execute(sql: "ALTER TABLE transfers ADD COLUMN prefix_limit INTEGER")
         }
+        // What of a part file was synced to the disk ("prefix:N" or "ranges:" and a
+        // SegmentMap, see DurablePart): trusted after the machine restarted.
+        migrator.registerMigration("7-durable-part") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN durable_part TEXT")
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "6-prefix-limit"
+    static let latest = "7-durable-part"
 }

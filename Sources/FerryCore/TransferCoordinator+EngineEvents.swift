@@ -65,6 +65,9 @@ extension TransferCoordinator {
             // nothing of the origin.)
             index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
         }
+        // A stream of a shared (HTTP/2) connection: if that connection goes, the attempt
+        // is tried again at once (`attemptFailed`).
+        t.onSharedConnection = r.multiplexed && !r.isFailure
         if t.isUpload {
             handleUploadResponse(t, r)
             return

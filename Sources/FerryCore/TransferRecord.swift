@@ -178,6 +178,19 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.durablePart = newValue } }
     }
 
+    /// The current attempt is a stream of a shared (HTTP/2) connection that answered.
+    var onSharedConnection: Bool {
+        get { extrasBox?.onSharedConnection ?? false }
+        set { if newValue || extrasBox != nil { extras.onSharedConnection = newValue } }
+    }
+
+    /// Attempts whose shared connection went away under them, tried again at once
+    /// without counting as retries (`attemptFailed`).
+    var sharedConnectionLosses: Int {
+        get { extrasBox?.sharedConnectionLosses ?? 0 }
+        set { if newValue != 0 || extrasBox != nil { extras.sharedConnectionLosses = newValue } }
+    }
+
     /// How much of a part file of `size` bytes may be continued: all of it, or no more
     /// than `prefixLimit`.
     func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
@@ -315,4 +328,6 @@ final class TransferExtras {
     var partIsPrefix = false
     var prefixLimit: Int64?
     var durablePart: DurablePart?
+    var onSharedConnection = false
+    var sharedConnectionLosses = 0
 }

@@ -222,17 +222,18 @@ final class FerryClientURLSessionTests: FerryTestCase {
         let events = FerrySessionEvents()
         let third = FerrySession(configuration: configuration(identifier), delegate: events)
         defer { third.detach() }
-        var seen: [String] = []
-        try await withDeadline(20, "the kept events and idle") {
+        let seen: [String] = try await withDeadline(20, "the kept events and idle") {
+            var seen: [String] = []
             for await e in events {
                 switch e {
                 case .completed(let t, _): seen.append("completed \(t.id)")
                 case .finishedBackgroundEvents: seen.append("kept")
-                case .becameIdle: seen.append("idle"); return
+                case .becameIdle: seen.append("idle"); return seen
                 default: continue
                 }
             }
+            return seen
         }
-        XCTAssertEqual(seen.filter { $0 != "idle" }, ["completed \(second.id)", "kept"])
+        XCTAssertEqual(seen, ["completed \(second.id)", "kept", "idle"])
     }
 }

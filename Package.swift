@@ -76,7 +76,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // Examples/: a command-line app on FerryClient that queues, is killed, and collects (run by the tests).
+        // Examples/: a command-line app on FerryClient that queues, exits, and collects on relaunch (built by `swift build`, run by the tests).
         .executableTarget(name: "ferry-queue-and-collect", dependencies: ["FerryClient"], path: "Examples/QueueAndCollect"),
         .executableTarget(name: "ferry", dependencies: [
             "FerryClient", "FerryBusClient", "FerryInterface",

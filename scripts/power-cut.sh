@@ -6,9 +6,10 @@
 # with strict names (a create, rename or unlink is undone unless its folder was synced).
 # Needs root (a usable /dev/fuse) and python3-fusepy.
 #   scripts/power-cut.sh [cuts (default 50)] [seed (default: the time)] [modes (default "lazy torn strict")]
-# Known finding (not in the CI run): with torn cuts, ferryd resumes a download from its
-# .part file's length, whatever holes the cut left below it, so a file announced
-# complete can hold zeros (or, with the sha256 option, fail with ChecksumMismatch).
+# Torn cuts leave holes under a part file's length: ferryd, told by a new boot id that
+# the machine restarted, continues each part file only as far as it was synced. The
+# negative control, FERRY_POWERCUT_SAME_BOOT=1 scripts/power-cut.sh 20 SEED torn, keeps
+# the boot id: then files announced complete hold zeros.
 set -u
 cd "$(dirname "$0")/.."
 cuts=${1:-50}

@@ -179,7 +179,9 @@ public struct DownloadOptions: Sendable, Equatable {
     public var connections: Int?
     /// Replace an existing file (default: pick a unique name `name (1).ext`).
     public var overwrite: Bool = false
-    /// Create the task suspended; `resume()` starts it.
+    /// Create the task suspended (the `start` option false): it is `.paused`, and the
+    /// server is not asked, until `FerryTask.resume()`. `FerrySession.downloadTask(with:)`
+    /// sets it.
     public var startsSuspended: Bool = false
     /// Wait for an unmetered network, mains power and the schedule's
     /// discretionary-only windows (`discretionary`, contract v1.2); nil = as the
@@ -220,6 +222,8 @@ public struct UploadOptions: Sendable, Equatable {
     public var formField: String?
     /// Save the server's response body here.
     public var responseDestination: URL?
+    /// Create the task suspended: `FerryTask.resume()` starts it
+    /// (`FerrySession.uploadTask(with:fromFile:)` sets it).
     public var startsSuspended: Bool = false
     /// As ``DownloadOptions/isDiscretionary``.
     public var isDiscretionary: Bool?

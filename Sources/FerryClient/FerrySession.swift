@@ -19,16 +19,28 @@ internal import FerryInterface
 public final class FerrySession: @unchecked Sendable {
     public let configuration: Configuration
     public let delegate: FerrySessionDelegate?
+    /// The queue the delegate is called on, as given; nil: a serial queue of the
+    /// session's own.
+    public let delegateQueue: OperationQueue?
     let core: SessionCore
 
     /// Makes the session and starts attaching to it in the background: the
     /// delegate gets the pending events of an earlier run without any further call.
     /// Use ``attach()`` to wait for that (and to see an error, if the service
     /// cannot be reached).
-    public init(configuration: Configuration, delegate: FerrySessionDelegate? = nil) {
+    ///
+    /// `delegateQueue`, as `URLSession`'s: the delegate's methods run as operations on
+    /// it (`OperationQueue.main` for an app whose state lives on the main thread, and
+    /// whose main thread runs the main queue: a `RunLoop` or `dispatchMain()`). They
+    /// still come one at a time and in order, even on a queue that runs several
+    /// operations at once. A completion is acknowledged to the service once its
+    /// method has returned. nil (the default): a serial queue of the session's own,
+    /// the event being handled when its method is called.
+    public init(configuration: Configuration, delegate: FerrySessionDelegate? = nil, delegateQueue: OperationQueue? = nil) {
         self.configuration = configuration
         self.delegate = delegate
-        core = SessionCore(configuration: configuration, delegate: delegate)
+        self.delegateQueue = delegateQueue
+        core = SessionCore(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue)
         core.session = self
         let core = core
         Task { _ = try? await core.attach() }
@@ -43,13 +55,39 @@ public final class FerrySession: @unchecked Sendable {
     /// Successful attaches so far (for tests that wait for a re-attach).
     var attachCount: Int { core.attachCount }
 
-    /// Queues a download and returns at once. `destination`: a file path, or an
+    /// Queues a download and returns at once: it starts without a `resume()` (unless
+    /// `options.startsSuspended`). `destination`: a file path, or an
     /// existing directory (the name then comes from the server or the URL; a URL with
     /// `hasDirectoryPath` is always taken for a directory, and `invalidDestination`
     /// when there is none); nil puts it in the session's download directory.
     public func download(from url: URL, to destination: URL? = nil, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(options.busValue(destination: destination))])
-        return core.handOut(r.first?.string ?? "/", upload: false)
+        return core.handOut(r.first?.string ?? "/", upload: false, seed: Self.seed("download", url, suspended: options.startsSuspended))
+    }
+
+    /// Makes a download suspended, as `URLSession.downloadTask(with:)` does: nothing
+    /// is asked of the server until ``FerryTask/resume()``; its ``FerryTask/state`` is
+    /// `.paused` until then. The task is the service's at once (it is kept across an
+    /// exit of the app and restarts of the service, suspended). ``download(from:to:options:)``
+    /// is the one that starts at once.
+    public func downloadTask(with url: URL, to destination: URL? = nil, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
+        var o = options
+        o.startsSuspended = true
+        return try await download(from: url, to: destination, options: o)
+    }
+
+    /// Makes an upload suspended, as `URLSession.uploadTask(with:fromFile:)` does:
+    /// ``FerryTask/resume()`` starts it.
+    public func uploadTask(with url: URL, fromFile file: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
+        var o = options
+        o.startsSuspended = true
+        return try await upload(file: file, to: url, options: o)
+    }
+
+    /// What a creating call knows of its task before the service says more.
+    private static func seed(_ kind: String, _ url: URL, suspended: Bool) -> [String: DBusValue] {
+        typealias T = FerryInterface.TransferProperty
+        return [T.kind.name: .string(kind), T.url.name: .string(url.absoluteString), T.state.name: .string(suspended ? "paused" : "queued")]
     }
 
     /// Queues a download written into an open, writable file (a regular file, a pipe or
@@ -66,13 +104,14 @@ public final class FerrySession: @unchecked Sendable {
         o["destination-fd"] = .unixFD(fileHandle.fileDescriptor)
         defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
         let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(o)])
-        return core.handOut(r.first?.string ?? "/", upload: false)
+        return core.handOut(r.first?.string ?? "/", upload: false, seed: Self.seed("download", url, suspended: options.startsSuspended))
     }
 
     /// Queues an upload of a local file.
     public func upload(file: URL, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
-        return core.handOut(r.first?.string ?? "/", upload: true, source: file.path)
+        return core.handOut(r.first?.string ?? "/", upload: true, source: file.path,
+                            seed: Self.seed("upload", url, suspended: options.startsSuspended))
     }
 
     /// Queues an upload of an open, readable file (a sandboxed app's file from the file
@@ -85,7 +124,7 @@ public final class FerrySession: @unchecked Sendable {
         o["source-fd"] = .unixFD(fileHandle.fileDescriptor)
         defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
         let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(""), .vardict(o)])
-        return core.handOut(r.first?.string ?? "/", upload: true, source: "")
+        return core.handOut(r.first?.string ?? "/", upload: true, source: "", seed: Self.seed("upload", url, suspended: options.startsSuspended))
     }
 
     /// A new download that continues from `FerryTask.pause()`'s resume data. The
@@ -96,7 +135,7 @@ public final class FerrySession: @unchecked Sendable {
     public func resumeDownload(with resumeData: Data, to destination: URL? = nil,
                                options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         let r = try await core.callSession("ResumeDownload", [.bytes([UInt8](resumeData)), .vardict(options.busValue(destination: destination))])
-        return core.handOut(r.first?.string ?? "/", upload: false)
+        return core.handOut(r.first?.string ?? "/", upload: false, seed: [FerryInterface.TransferProperty.kind.name: .string("download")])
     }
 
     /// Every task of the session, oldest first (`getAllTasks`).

@@ -2,7 +2,8 @@ import Foundation
 
 /// Receives a session's events, as `URLSessionDownloadDelegate` does. Every method
 /// has an empty default. Calls come one at a time, in the order the service sent
-/// the events, on a queue of the session's (not the main thread).
+/// the events: on the session's `delegateQueue` when it was given one, else on a
+/// serial queue of the session's own (not the main thread).
 ///
 /// Events that happened while the app was away (completions the service kept for
 /// it) are delivered when the session attaches, oldest first, before any new one;
@@ -26,9 +27,18 @@ public protocol FerrySessionDelegate: AnyObject, Sendable {
                       totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
     /// The task ended: `error` is nil on success. Always the task's last event.
     func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?)
-    /// The session has nothing queued, waiting or running any more (after the
-    /// events that led there were delivered).
-    func ferrySessionDidFinishEvents(_ session: FerrySession)
+    /// The events the service kept for the session while the app was away (or the
+    /// service was restarting) were all delivered, each method above having returned:
+    /// `urlSessionDidFinishEvents(forBackgroundURLSession:)`'s meaning. Called after the
+    /// session attaches (when it is made, and again after the service came back) if
+    /// there was at least one such event.
+    func ferrySessionDidFinishEvents(forBackgroundSession session: FerrySession)
+    /// The session has nothing queued, waiting or running any more, and some task
+    /// ended since it last was (the session's `AllFinished`; after the events that led
+    /// there were delivered); also after the kept events, when nothing is left to run.
+    /// (Before, this was `ferrySessionDidFinishEvents(_:)`, a name URLSession gives
+    /// another meaning.)
+    func ferrySessionDidBecomeIdle(_ session: FerrySession)
 }
 
 extension FerrySessionDelegate {
@@ -40,5 +50,6 @@ extension FerrySessionDelegate {
     public func ferrySession(_ session: FerrySession, task: FerryTask, didSendBodyData bytesSent: Int64,
                              totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {}
     public func ferrySession(_ session: FerrySession, task: FerryTask, didCompleteWithError error: FerryError?) {}
-    public func ferrySessionDidFinishEvents(_ session: FerrySession) {}
+    public func ferrySessionDidFinishEvents(forBackgroundSession session: FerrySession) {}
+    public func ferrySessionDidBecomeIdle(_ session: FerrySession) {}
 }

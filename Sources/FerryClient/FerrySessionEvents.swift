@@ -13,8 +13,12 @@ public enum FerrySessionEvent: Sendable, Equatable {
     case finishedDownloading(FerryTask, location: URL)
     /// The task ended: `error` is nil on success. Always the task's last event.
     case completed(FerryTask, error: FerryError?)
-    /// The session has nothing queued, waiting or running any more.
-    case finishedEvents
+    /// The events kept for the session while the app was away were all delivered
+    /// (``FerrySessionDelegate/ferrySessionDidFinishEvents(forBackgroundSession:)``).
+    case finishedBackgroundEvents
+    /// The session has nothing queued, waiting or running any more
+    /// (``FerrySessionDelegate/ferrySessionDidBecomeIdle(_:)``; this was `.finishedEvents`).
+    case becameIdle
 }
 
 /// A session's events as an `AsyncSequence`: give one as the delegate of one session
@@ -153,7 +157,11 @@ public final class FerrySessionEvents: FerrySessionDelegate, AsyncSequence, @unc
         send(.completed(task, error: error))
     }
 
-    public func ferrySessionDidFinishEvents(_ session: FerrySession) {
-        send(.finishedEvents)
+    public func ferrySessionDidFinishEvents(forBackgroundSession session: FerrySession) {
+        send(.finishedBackgroundEvents)
+    }
+
+    public func ferrySessionDidBecomeIdle(_ session: FerrySession) {
+        send(.becameIdle)
     }
 }

@@ -35,6 +35,24 @@ public struct FerryTaskResult: Sendable, Equatable {
     }
 }
 
+/// The server's answer to a task, as far as the service tells it (`URLResponse`'s
+/// place): the bus carries the status but not the headers.
+public struct FerryTaskResponse: Sendable, Equatable {
+    /// The HTTP status of the last answer (`HttpStatus`), 200 or 206 for a download
+    /// that is being written.
+    public var statusCode: Int
+    /// A download's file name as the service chose it (`Destination`'s last part, once
+    /// chosen): the server's (`Content-Disposition`) or the URL's when the download was
+    /// given a directory, made unique (`name (1).ext`) when the name was taken; the
+    /// app's own when it gave a file path. Nil for an upload, and before it is chosen.
+    public var suggestedFilename: String?
+
+    public init(statusCode: Int, suggestedFilename: String? = nil) {
+        self.statusCode = statusCode
+        self.suggestedFilename = suggestedFilename
+    }
+}
+
 /// A task's properties at one moment.
 public struct FerryTaskSnapshot: Sendable, Equatable {
     public enum Kind: String, Sendable { case download, upload }
@@ -146,10 +164,14 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     /// An upload's source file (known once the session has seen it); on the session's queue.
     var source: String?
 
+    /// What the session last heard of the task (read without a bus call).
+    let status: TaskStatus
+
     init(path: String, core: SessionCore) {
         self.path = path
         id = FerryClient.transferID(path)
         self.core = core
+        status = TaskStatus(id: id, path: path)
     }
 
     public static func == (a: FerryTask, b: FerryTask) -> Bool { a.path == b.path }
@@ -261,9 +283,17 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     /// Stops the task, keeping the partial file; returns the resume data for
     /// `FerrySession.resumeDownload(with:)` (empty when the server cannot resume).
+    /// Once it returns, ``state`` reads `.paused`.
     @discardableResult
-    public func pause() async throws -> Data { Data(try await call("Pause").first?.bytes ?? []) }
-    /// Paused or failed: queue it again, continuing from the partial file where possible.
+    public func pause() async throws -> Data {
+        let data = Data(try await call("Pause").first?.bytes ?? [])
+        await core?.settle()
+        return data
+    }
+    /// Starts a task made suspended (``FerrySession/downloadTask(with:to:options:)``,
+    /// `startsSuspended`), as `URLSessionTask.resume()` does; a paused or failed one is
+    /// queued again, continuing from the partial file where possible. Once it returns,
+    /// ``state`` reads `.queued` (or what came next).
     public func resume() async throws {
         let before = lock.withLock { completions }
         _ = try await call("Resume")
@@ -271,13 +301,20 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
         // `events` read right after this follow the new run (unless that run already
         // ended meanwhile).
         reopen(ifCompletions: before)
+        await core?.settle()
     }
     /// Stops it for good and deletes the partial file.
-    public func cancel() async throws { _ = try await call("Cancel") }
+    public func cancel() async throws {
+        _ = try await call("Cancel")
+        await core?.settle()
+    }
     /// Forgets a completed, failed or cancelled task (a downloaded file stays).
     public func remove() async throws { _ = try await call("Remove") }
     /// Points a paused or failed download at a new URL (an expired signed link).
-    public func setURL(_ url: URL) async throws { _ = try await call("SetUrl", [.string(url.absoluteString)]) }
+    public func setURL(_ url: URL) async throws {
+        _ = try await call("SetUrl", [.string(url.absoluteString)])
+        await core?.settle()
+    }
 
     public func setPriority(_ p: TransferPriority) async throws {
         _ = try await call(setProperty: FerryInterface.TransferProperty.priority.name, .int32(p.rawValue))
@@ -294,17 +331,60 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     // MARK: Properties
 
-    /// All properties now.
+    /// All properties now, asked of the service (a bus round trip). ``cachedSnapshot``
+    /// and the properties below read what the session last heard instead, at no cost.
     public func snapshot() async throws -> FerryTaskSnapshot {
         guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
         let r = try await core.call(path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
         return FerryTaskSnapshot(TransferInfo(id: id, path: path, properties: r.first?.vardict ?? [:]))
     }
 
-    public var state: TransferState { get async throws { try await snapshot().state } }
-    public var bytesTransferred: Int64 { get async throws { try await snapshot().bytesTransferred } }
-    public var bytesExpected: Int64 { get async throws { try await snapshot().bytesExpected } }
-    public var url: URL? { get async throws { try await snapshot().url } }
-    public var destination: URL? { get async throws { try await snapshot().destination } }
-    public var error: FerryError? { get async throws { try await snapshot().error } }
+    // MARK: What the session last heard (no bus call)
+
+    /// The task's properties as the session last heard them: kept current from the
+    /// signals it follows (each property change, each `Progress`, the completion), so
+    /// reading costs no bus call. Current as of the last signal handled: a completion
+    /// is in it before `value`, `events` and the delegate tell it, and a change this
+    /// task's own `pause()`, `resume()`, `cancel()` or `setURL(_:)` made is in it once
+    /// that call returns. `Rate` and `ExpectedEnd` have no change signal: ask
+    /// ``snapshot()`` for them. Once the session is detached, it stays as it was.
+    public var cachedSnapshot: FerryTaskSnapshot { status.snapshot }
+
+    /// Where the task is in its life (`URLSessionTask.state`), as last heard.
+    public var state: TransferState { cachedSnapshot.state }
+    /// The bytes written (a download) or sent (an upload) so far, as last heard.
+    public var bytesTransferred: Int64 { cachedSnapshot.bytesTransferred }
+    /// The size, -1 while unknown, as last heard.
+    public var bytesExpected: Int64 { cachedSnapshot.bytesExpected }
+    /// A download's bytes written so far (`countOfBytesReceived`); 0 for an upload.
+    public var countOfBytesReceived: Int64 { let s = cachedSnapshot; return s.kind == .download ? s.bytesTransferred : 0 }
+    /// A download's size, -1 while unknown (`countOfBytesExpectedToReceive`,
+    /// `NSURLSessionTransferSizeUnknown`); 0 for an upload.
+    public var countOfBytesExpectedToReceive: Int64 { let s = cachedSnapshot; return s.kind == .download ? s.bytesExpected : 0 }
+    /// An upload's bytes sent so far (`countOfBytesSent`); 0 for a download.
+    public var countOfBytesSent: Int64 { let s = cachedSnapshot; return s.kind == .upload ? s.bytesTransferred : 0 }
+    /// An upload's size, -1 while unknown (`countOfBytesExpectedToSend`); 0 for a download.
+    public var countOfBytesExpectedToSend: Int64 { let s = cachedSnapshot; return s.kind == .upload ? s.bytesExpected : 0 }
+    /// The task's URL.
+    public var url: URL? { cachedSnapshot.url }
+    /// A download's final path (once chosen); an upload's source.
+    public var destination: URL? { cachedSnapshot.destination }
+    /// The task's description (`taskDescription`, the `description` option).
+    public var taskDescription: String { cachedSnapshot.description }
+    /// The last failure (also while the task waits to try again); nil once it completed.
+    public var error: FerryError? { cachedSnapshot.error }
+    /// The server's answer once it came (`URLSessionTask.response`): its status and,
+    /// for a download, the file name the service chose. Nil before any answer.
+    public var response: FerryTaskResponse? {
+        let s = cachedSnapshot
+        guard s.httpStatus != 0 else { return nil }
+        return FerryTaskResponse(statusCode: s.httpStatus,
+                                 suggestedFilename: s.kind == .download ? s.destination?.lastPathComponent : nil)
+    }
+    /// The task's bytes as a Foundation `Progress` (`URLSessionTask.progress`):
+    /// `completedUnitCount` of `totalUnitCount` bytes (-1, indeterminate, while the size
+    /// is unknown), updated as the session hears `Progress` signals; `fractionCompleted`
+    /// is 1 once the task completed. Observe it (KVO where available) or read it.
+    /// It only reports: `cancel()` and `pause()` on it do not reach the task.
+    public var progress: Progress { status.progress }
 }

@@ -24,8 +24,11 @@ public final class FerryWakeUp: @unchecked Sendable {
         self.onWake = onWake
     }
 
-    /// Opens the woken session (once) with `delegate`, in a configuration `configure` may adjust.
+    /// Opens the woken session (once) with `delegate` (called on `delegateQueue`, as
+    /// ``FerrySession/init(configuration:delegate:delegateQueue:)`` says), in a
+    /// configuration `configure` may adjust.
     public convenience init(applicationID: String, busAddress: String? = nil, delegate: FerrySessionDelegate,
+                            delegateQueue: OperationQueue? = nil,
                             configure: (@Sendable (inout FerrySession.Configuration) -> Void)? = nil) {
         let box = WeakBox()
         self.init(applicationID: applicationID, busAddress: busAddress) { identifier in
@@ -39,7 +42,7 @@ public final class FerryWakeUp: @unchecked Sendable {
                 // The session exists (it has events for the app): opening it must not
                 // make an ephemeral one persistent unless `configure` asked for ephemeral.
                 c.sendsPersistence = !c.isPersistent
-                me.opened[identifier] = FerrySession(configuration: c, delegate: delegate)
+                me.opened[identifier] = FerrySession(configuration: c, delegate: delegate, delegateQueue: delegateQueue)
             }
         }
         box.value = self

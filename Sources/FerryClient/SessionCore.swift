@@ -12,8 +12,10 @@ final class SessionCore: @unchecked Sendable {
     let configuration: FerrySession.Configuration
     let delegate: FerrySessionDelegate?
     weak var session: FerrySession?
-    /// Event handling and delegate calls, one at a time.
+    /// Event handling and, unless the app gave a queue, delegate calls, one at a time.
     let queue = DispatchQueue(label: "ferry.session.events")
+    /// Where the delegate is called.
+    let delegateCalls: DelegateCalls
 
     private let lock = NSLock()
     private var bus: BusConnection?
@@ -67,8 +69,9 @@ final class SessionCore: @unchecked Sendable {
     /// A signal, as the bus queue hands it over.
     enum Incoming {
         case transfer(path: String, member: String, args: [DBusValue])
-        /// PropertiesChanged: a new state, an upload's server answer, a download's digest.
-        case changed(path: String, state: String?, response: [UInt8]?, sha256: String? = nil)
+        /// PropertiesChanged: the values (for the task's status); among them a new state,
+        /// an upload's server answer, a download's digest.
+        case changed(path: String, state: String?, response: [UInt8]?, sha256: String? = nil, properties: [String: DBusValue] = [:])
         case added(path: String, [String: DBusValue])
         case removed(path: String)
         case allFinished(path: String)
@@ -77,9 +80,10 @@ final class SessionCore: @unchecked Sendable {
         case serviceGone
     }
 
-    init(configuration: FerrySession.Configuration, delegate: FerrySessionDelegate?) {
+    init(configuration: FerrySession.Configuration, delegate: FerrySessionDelegate?, delegateQueue: OperationQueue? = nil) {
         self.configuration = configuration
         self.delegate = delegate
+        delegateCalls = DelegateCalls(operationQueue: delegateQueue)
         (delegate as? FerrySessionEvents)?.connect { [weak self] serial in
             guard let self else { return }
             self.queue.async {
@@ -140,8 +144,7 @@ final class SessionCore: @unchecked Sendable {
                 let state = changed[FerryInterface.TransferProperty.state.name]?.string
                 let response = changed[FerryInterface.TransferProperty.response.name]?.bytes
                 let sha256 = changed[FerryInterface.TransferProperty.sha256.name]?.string
-                guard state != nil || response != nil || sha256 != nil else { return }
-                self?.receive(.changed(path: path, state: state, response: response, sha256: sha256))
+                self?.receive(.changed(path: path, state: state, response: response, sha256: sha256, properties: changed))
             }),
             (MatchRule(sender: service, path: FerryClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
                 guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
@@ -215,6 +218,7 @@ final class SessionCore: @unchecked Sendable {
             let pendingPaths = Set(pending.map(\.transferPath))
             for info in objects.transfers where info.session == session.path {
                 let t = task(info.path)
+                t.status.replace(with: info)
                 t.isUpload = info.kind == "upload"
                 if t.isUpload {
                     t.source = info.destination
@@ -226,7 +230,7 @@ final class SessionCore: @unchecked Sendable {
             for i in buffered {
                 switch i {
                 case .added(let path, let props): added(path, props)
-                case .changed(let path, _, let response?, _) where tasks[path]?.isUpload == true:
+                case .changed(let path, _, let response?, _, _) where tasks[path]?.isUpload == true:
                     responses[path] = response.isEmpty ? nil : response
                 default: break
                 }
@@ -267,7 +271,12 @@ final class SessionCore: @unchecked Sendable {
             buffered = []
             for i in waiting { process(i) }
             let active = objects.session(path: session.path)?.activeTransfers ?? 0
-            if delivered > 0 && active == 0, let s = self.session { delegate?.ferrySessionDidFinishEvents(s) }
+            if delivered > 0, let s = self.session, let d = delegate {
+                // What was kept for the session is all delivered (the URLSession meaning);
+                // then, if nothing is left to run, that it is idle.
+                delegateCalls.run { d.ferrySessionDidFinishEvents(forBackgroundSession: s) }
+                if active == 0 { delegateCalls.run { d.ferrySessionDidBecomeIdle(s) } }
+            }
         }
         return session.path
     }
@@ -309,11 +318,13 @@ final class SessionCore: @unchecked Sendable {
         return t
     }
 
-    /// The task for a path the app now holds (its events may be acknowledged).
-    func handOut(_ path: String, upload: Bool? = nil, source: String? = nil) -> FerryTask {
+    /// The task for a path the app now holds (its events may be acknowledged). `seed`:
+    /// what the creating call knows of it, should the service have said nothing yet.
+    func handOut(_ path: String, upload: Bool? = nil, source: String? = nil, seed: [String: DBusValue] = [:]) -> FerryTask {
         queue.sync {
             handedOut.insert(path)
             let t = task(path)
+            t.status.seed(seed)
             if let upload { t.isUpload = upload }
             if let source, t.source == nil { t.source = source } // the service's name (from .added) wins
             taken(path)
@@ -343,6 +354,7 @@ final class SessionCore: @unchecked Sendable {
     private func added(_ path: String, _ props: [String: DBusValue]) {
         guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
         let t = task(path)
+        t.status.apply(props)
         t.isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
         if t.isUpload, let source = props[FerryInterface.TransferProperty.destination.name]?.string { t.source = source }
     }
@@ -364,8 +376,9 @@ final class SessionCore: @unchecked Sendable {
             added(path, props)
         case .removed(let path):
             forget(path)
-        case .changed(let path, let state, let response, let sha256):
+        case .changed(let path, let state, let response, let sha256, let properties):
             guard let t = tasks[path] else { return }
+            t.status.apply(properties)
             if let sha256, !t.isCompleted { digests[path] = sha256.isEmpty ? nil : sha256 }
             // An answer for the run under way (not one heard again after its replay).
             if let response, t.isUpload, !t.isCompleted { responses[path] = response.isEmpty ? nil : response }
@@ -376,8 +389,8 @@ final class SessionCore: @unchecked Sendable {
             t.reopen() // a failed task resumed: a new run
             t.yield(.stateChanged(s))
         case .allFinished(let path):
-            guard path == sessionPath, let s = session else { return }
-            delegate?.ferrySessionDidFinishEvents(s)
+            guard path == sessionPath, let s = session, let d = delegate else { return }
+            delegateCalls.run { d.ferrySessionDidBecomeIdle(s) }
         case .serviceBack:
             lock.withLock { attachTask = nil }
             scheduleAttach()
@@ -390,18 +403,21 @@ final class SessionCore: @unchecked Sendable {
             case ("Progress", 3):
                 let (written, total, expected) = (args[0].int64 ?? 0, args[1].int64 ?? 0, args[2].int64 ?? -1)
                 totals[path] = total
+                t.status.progressed(total: total, expected: expected)
                 t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
-                if let s = session {
+                if let s = session, let d = delegate {
                     if t.isUpload {
-                        delegate?.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected)
+                        delegateCalls.run { d.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected) }
                     } else {
-                        delegate?.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected)
+                        delegateCalls.run { d.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected) }
                     }
                 }
             case ("ResumedAtOffset", 2):
                 let (offset, expected) = (args[0].int64 ?? 0, args[1].int64 ?? -1)
                 t.yield(.resumed(offset: offset, expectedTotal: expected))
-                if let s = session { delegate?.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+                if let s = session, let d = delegate {
+                    delegateCalls.run { d.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+                }
             case ("Finished", 1):
                 // Delivered with the Completed that follows (so a replayed one is not delivered twice).
                 locations[path] = args[0].string ?? ""
@@ -439,10 +455,15 @@ final class SessionCore: @unchecked Sendable {
         }
         let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status,
                                    location: location, response: response, bytes: bytes, sha256: sha256)
+        // Live, the run's end is the newest news of the task; replayed, the listing the
+        // attach read is newer.
+        if !replaying, !t.isCompleted {
+            t.status.ended(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status, bytes: bytes)
+        }
         if case .success = outcome { responses[path] = nil } // kept after a failure: a retry may not answer anew
         if case .success(let r) = outcome, let url = r.location, !t.isUpload {
             t.yield(.finished(location: url))
-            if let s = session { delegate?.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) }
+            if let s = session, let d = delegate { delegateCalls.run { d.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) } }
         }
         if !t.isCompleted, let final = TransferState(rawValue: state) { t.yield(.stateChanged(final)) }
         if let s = session {
@@ -451,9 +472,21 @@ final class SessionCore: @unchecked Sendable {
             if let events = delegate as? FerrySessionEvents {
                 // Acknowledged once a reader has taken it.
                 notTaken.add(serial)
-                events.completed(t, error: error, serial: serial)
-            } else {
-                delegate?.ferrySession(s, task: t, didCompleteWithError: error)
+                delegateCalls.run { events.completed(t, error: error, serial: serial) }
+            } else if let d = delegate {
+                if delegateCalls.operationQueue == nil {
+                    d.ferrySession(s, task: t, didCompleteWithError: error)
+                } else {
+                    // Acknowledged once the delegate has returned, on the app's queue.
+                    notTaken.add(serial)
+                    delegateCalls.run({ d.ferrySession(s, task: t, didCompleteWithError: error) }, then: { [weak self] in
+                        guard let self else { return }
+                        self.queue.async {
+                            self.notTaken.take(serial)
+                            self.acknowledgeTaken()
+                        }
+                    })
+                }
             }
         }
         t.complete(outcome)
@@ -503,6 +536,12 @@ final class SessionCore: @unchecked Sendable {
         return try await mapped {
             try await bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method, arguments: args)
         }
+    }
+
+    /// Returns once every signal heard so far was handled: after a call, what the
+    /// service said before answering it is in the tasks' status.
+    func settle() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in queue.async { c.resume() } }
     }
 
     func callSession(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {

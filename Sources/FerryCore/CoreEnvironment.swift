@@ -37,6 +37,12 @@ public struct CoreEnvironment {
     public var pendingEventsPerSession: Int
     /// The time zone the schedule's `HH:MM` are in (ferryd: `TZ`, else the system's).
     public var timeZone: () -> TimeZone
+    /// The machine itself restarted since the state was last written (ferryd compares
+    /// the kernel's boot id): a power cut or a crash may have left holes under a part
+    /// file's length, so `restore` trusts of each only what was synced (`DurablePart`).
+    /// False when unknown, as after `kill -9` of the daemon, where the page cache kept
+    /// every byte written.
+    public var machineRestarted = false
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.

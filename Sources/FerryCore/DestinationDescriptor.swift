@@ -212,6 +212,11 @@ extension TransferCoordinator {
         countUploadSource(of: sessions[t.session]?.owner, by: -1)
     }
 
+    /// Whether `path` is a `destination-fd` download's private file in ferryd's folder.
+    public static func isDescriptorDownloadPath(_ path: String) -> Bool {
+        FileSystemChecks.directoryName(path) == StateDirectories.descriptorDownloads
+    }
+
     /// Whether `t` is a `destination-fd` download: it holds its descriptor, or (after a
     /// restart, which loses it) its private copy is in ferryd's folder for them.
     func isDescriptorDownload(_ t: TransferRecord) -> Bool {

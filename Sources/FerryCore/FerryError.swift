@@ -18,6 +18,10 @@ public enum FerryError: Error, Equatable, Sendable {
 
     // Transfer failures: in `Error`, `Completed` and pending events.
     case network(String)
+    /// `Network` on the bus, but not worth a retry: the server's answer cannot be used
+    /// as it is (a response header larger than libcurl takes), and will not change by
+    /// asking again at once.
+    case unusableResponse(String)
     case timeout(String)
     case http(status: Int, String)
     case tls(String)
@@ -42,7 +46,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case .noSuchTransfer: return .noSuchTransfer
         case .limitExceeded: return .limitExceeded
         case .accessDenied: return .accessDenied
-        case .network: return .network
+        case .network, .unusableResponse: return .network
         case .timeout: return .timeout
         case .http: return .http
         case .tls: return .tls
@@ -65,7 +69,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case .invalidArgument(let m), .invalidUrl(let m), .unsupportedScheme(let m),
              .invalidDestination(let m), .fileNotFound(let m), .invalidState(let m),
              .invalidResumeData(let m), .noSuchSession(let m), .noSuchTransfer(let m),
-             .limitExceeded(let m), .accessDenied(let m), .network(let m), .timeout(let m), .tls(let m),
+             .limitExceeded(let m), .accessDenied(let m), .network(let m), .unusableResponse(let m), .timeout(let m), .tls(let m),
              .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m):
             return m
         case .http(_, let m):

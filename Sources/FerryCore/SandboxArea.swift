@@ -7,12 +7,16 @@ import Foundation
 /// the real location of that directory. Anything else must come as a file descriptor.
 public struct SandboxArea: Sendable, Equatable {
     public let appID: String
-    /// `~/.var/app/APPID`.
+    /// `~/.var/app/APPID` for a Flatpak; `~/snap/NAME` for a snap (`snap:NAME`).
     public let root: String
 
     public init(appID: String, home: String = SandboxArea.home) {
         self.appID = appID
-        self.root = FileSystemChecks.join(home, ".var/app/\(appID)")
+        if appID.hasPrefix("snap:") {
+            self.root = FileSystemChecks.join(home, "snap/\(appID.dropFirst(5))")
+        } else {
+            self.root = FileSystemChecks.join(home, ".var/app/\(appID)")
+        }
     }
 
     /// ferryd's (the user's) home directory.

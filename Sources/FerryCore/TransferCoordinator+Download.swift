@@ -110,12 +110,27 @@ extension TransferCoordinator {
     ///   missing or shorter than recorded), `.invalidState` (a transfer is still
     ///   downloading into that file, or the session is closing), the option errors of
     ///   `download`.
-    public func resumeDownload(session: SessionID, resumeData: [UInt8], options: DownloadOptions) throws -> TransferID {
+    ///
+    /// A `destination-fd` download (its file in ferryd's own folder) continues into
+    /// `descriptor`, else into the descriptor the transfer it came from still holds;
+    /// only the application whose download it was may continue it, and no message names
+    /// ferryd's private file.
+    public func resumeDownload(session: SessionID, resumeData: [UInt8], options: DownloadOptions,
+                               into descriptor: DestinationDescriptor? = nil) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
-        _ = try openSessionRecord(session)
+        let caller = try openSessionRecord(session)
         let data = try openResumeData(resumeData)
         let requestURL = try validateRequestURL(data.url)
         try DownloadOptionsValidation.validate(options)
+        let intoDescriptor = Self.isDescriptorDownloadPath(data.destination)
+        let partName = intoDescriptor ? "the download's partial file" : "the partial file '\(data.partPath)'"
+        if intoDescriptor {
+            if options.destination != nil {
+                throw FerryError.invalidArgument("this download was made into a destination-fd: leave 'destination' out (give 'destination-fd' for a new descriptor)")
+            }
+        } else if descriptor != nil {
+            throw FerryError.invalidArgument("'destination-fd' continues only a download made into a destination-fd; this one goes to '\(data.destination)'")
+        }
         if let wanted = options.destination,
            !wanted.hasPrefix("/") || FileSystemChecks.normalize(wanted) != data.destination {
             throw FerryError.invalidDestination("destination '\(wanted)' differs from the resume data's '\(data.destination)'; leave the option out")
@@ -127,13 +142,15 @@ extension TransferCoordinator {
             }
             segments = map
         }
-        let partSize = FileSystemChecks.fileSize(data.partPath, within: sessions[session]?.owner.map { SandboxArea(appID: $0) })
+        // ferryd's own folder for descriptor downloads is outside any app's area.
+        let area = intoDescriptor ? nil : caller.owner.map { SandboxArea(appID: $0) }
+        let partSize = FileSystemChecks.fileSize(data.partPath, within: area)
         if data.offset > 0 {
             guard let size = partSize else {
-                throw FerryError.invalidResumeData("the partial file '\(data.partPath)' no longer exists; start the download again")
+                throw FerryError.invalidResumeData("\(partName) no longer exists; start the download again")
             }
             guard size >= data.offset else {
-                throw FerryError.invalidResumeData("the partial file '\(data.partPath)' holds \(size) bytes, fewer than the \(data.offset) recorded when it was paused")
+                throw FerryError.invalidResumeData("\(partName) holds \(size) bytes, fewer than the \(data.offset) recorded when it was paused")
             }
         }
         let directory = FileSystemChecks.directoryName(data.destination)
@@ -144,11 +161,26 @@ extension TransferCoordinator {
         // with the validator its bytes are of: another download there since (the first
         // one cancelled, a new one into the same path), or the same one fetching a
         // changed file since, holds other bytes, which the data's range must not join.
+        if intoDescriptor, owners.contains(where: { sessions[$0.session]?.owner != caller.owner }) {
+            throw FerryError.invalidResumeData("this resume data is of another application's download")
+        }
         if let other = owners.first(where: { !$0.madeResumeData(data) }) {
-            throw FerryError.invalidResumeData("the partial file '\(data.partPath)' now holds transfer \(other.id)'s bytes, not those this resume data was made for; resume transfer \(other.id) instead, or start the download again")
+            throw FerryError.invalidResumeData("\(partName) now holds transfer \(other.id)'s bytes, not those this resume data was made for; resume transfer \(other.id) instead, or start the download again")
         }
         if let busy = owners.first(where: { $0.state.isActive }) {
-            throw FerryError.invalidState("transfer \(busy.id) is still downloading into '\(data.partPath)'; pause it first, or resume that transfer instead")
+            throw FerryError.invalidState("transfer \(busy.id) is still downloading into \(intoDescriptor ? "its destination-fd" : "'\(data.partPath)'"); pause it first, or resume that transfer instead")
+        }
+        // The descriptor it goes on into: a new one (counted against the caller's cap),
+        // or the one the transfer it came from holds (taken over with its count).
+        let inherited = descriptor == nil ? owners.first(where: { $0.destinationFD != nil }) : nil
+        if intoDescriptor && descriptor == nil && inherited == nil {
+            throw FerryError.invalidResumeData("this download was made into a destination-fd, which ferryd no longer holds (it restarted, or the transfer was removed); pass a new 'destination-fd' with ResumeDownload")
+        }
+        if let descriptor {
+            if let refusal = DestinationDescriptor.refusal(descriptor.fd) { throw refusal }
+            if let full = uploadSourceRoomMissing(for: caller.owner) {
+                throw FerryError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
+            }
         }
         // The download the data came from learnt since that it cannot be resumed (the
         // server refuses range requests): what the data says of the file is void, and the
@@ -180,6 +212,13 @@ extension TransferCoordinator {
             try persistNew(t)
             // Added first so that the takeover below does not look like the end of a batch.
             add(t)
+            if let descriptor {
+                t.destinationFD = descriptor
+                countUploadSource(of: caller.owner, by: 1)
+            } else if let inherited {
+                t.destinationFD = inherited.destinationFD
+                inherited.destinationFD = nil // its count goes with it (same application)
+            }
             for owner in owners {
                 cancelTransfer(owner, reason: .cancelled("Continued as transfer \(id) from its resume data"), deletePart: false)
             }

@@ -30,6 +30,7 @@ extension TransferCoordinator {
             case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
             case .connectionsFreed(let id): handleConnectionsFreed(id)
             case .segments(let id, let map): handleSegments(id, map)
+            case .durable(let id, let part): handleDurable(id, part)
             }
         }
     }
@@ -64,6 +65,9 @@ extension TransferCoordinator {
             // nothing of the origin.)
             index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
         }
+        // A stream of a shared (HTTP/2) connection: if that connection goes, the attempt
+        // is tried again at once (`attemptFailed`).
+        t.onSharedConnection = r.multiplexed && !r.isFailure
         if t.isUpload {
             handleUploadResponse(t, r)
             return
@@ -86,6 +90,7 @@ extension TransferCoordinator {
         }
         if t.options.connections > 1 { t.partIsPrefix = r.connections <= 1 && t.segments == nil }
         t.prefixLimit = nil // the engine cut the part file where this response starts
+        t.durablePart = t.durablePart?.cut(at: r.startOffset, rangesKept: t.segments != nil)
         t.etag = r.etag
         t.lastModified = r.lastModified
         t.snapshot.httpStatus = UInt32(clamping: r.status)
@@ -218,6 +223,14 @@ extension TransferCoordinator {
         let now = environment.now()
         let interval = UInt64(min(max(environment.checkpointInterval, 0), 1) * 1_000_000)
         if now >= t.lastCheckpoint &+ interval || now < t.lastCheckpoint { stageTransfer(t) }
+    }
+
+    /// Bytes of the part file are on the disk itself: kept with the transfer and stored
+    /// with its next checkpoint (they come every few seconds of a long download).
+    private func handleDurable(_ id: TransferID, _ part: DurablePart) {
+        guard let t = transfers[id], !t.isUpload, t.state == .running, !t.stopInFlight else { return }
+        t.durablePart = part
+        stageTransfer(t)
     }
 
     /// After a Content-Disposition rename the engine may have created the `.part` under

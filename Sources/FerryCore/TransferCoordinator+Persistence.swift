@@ -266,6 +266,7 @@ extension TransferCoordinator {
             if !t.state.isFinal { t.snapshot.bytesTransferred = 0 }
             t.enginePartPath = nil
         } else if !t.state.isFinal {
+            if environment.machineRestarted { trustOnlySyncedBytes(t) }
             // The file's real size wins over the last checkpoint.
             let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t, owner: owner)) ?? 0
             // A prefix is trusted only up to what was checkpointed with the mark: more on
@@ -280,6 +281,24 @@ extension TransferCoordinator {
         t.snapshot.expectedEnd = 0
         t.markPublished()
         return t
+    }
+
+    /// The machine restarted since `t`'s part file was written: what was not synced may
+    /// be holes (zeros) under the file's length, which its size cannot tell. Only the
+    /// bytes last reported synced (`durablePart`) are continued; the rest is fetched
+    /// again (an offset resume cuts the file where it continues).
+    private func trustOnlySyncedBytes(_ t: TransferRecord) {
+        switch t.durablePart {
+        case .prefix(let n)? where t.segments == nil:
+            t.prefixLimit = min(t.prefixLimit ?? n, n)
+        case .ranges(let map)? where t.segments != nil:
+            t.segments = map
+        default:
+            t.segments = nil
+            t.partIsPrefix = false
+            t.prefixLimit = 0
+        }
+        logger.info("transfer \(t.id): the machine restarted; continuing only the part file's synced bytes (\(t.durablePart?.encoded ?? "none"))")
     }
 
     /// The daemon died while moving a verified download into place. Moved (the `.part`

@@ -7,11 +7,27 @@ extension TransferCoordinator {
     /// tried again, continuing from the bytes on disk, up to the session's `retries`,
     /// after the policy's backoff or the server's `Retry-After` (the longer); anything
     /// else, or a wait that would outlast the resource-timeout, fails the transfer.
+    /// Losses of a shared connection a transfer is tried again after at once, before
+    /// they count as failed attempts (a server that keeps dropping its connections).
+    static let sharedConnectionLossesForgiven = 3
+
     func attemptFailed(_ t: TransferRecord, _ error: FerryError) {
         if case .http(let status, _) = error { t.snapshot.httpStatus = UInt32(clamping: status) }
         let now = environment.now()
         if let deadline = resourceDeadline(t), now >= deadline {
             failTransfer(t, resourceTimeoutError(t))
+            return
+        }
+        if case .network = error, t.onSharedConnection, t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
+            // The shared (HTTP/2) connection its stream was on went away: a GOAWAY, a
+            // reset, a server that dropped a hundred streams at once. Not this transfer's
+            // failure: it goes back to the queue at once, its retries untouched.
+            t.sharedConnectionLosses += 1
+            t.onSharedConnection = false
+            logger.info("transfer \(t.id): its shared connection went away (\(error.message)); trying again at once")
+            t.life.requeue()
+            settle(t)
+            publishChanged(t)
             return
         }
         if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {

@@ -58,7 +58,10 @@ extension TransferCoordinator {
             t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset
+        // Starting over: what was synced of the old part file says nothing of the new.
+        if offset == 0 && t.segments == nil { t.durablePart = nil }
         t.connectionsFreed = false
+        t.onSharedConnection = false
         t.snapshot.attempts += 1
         t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)

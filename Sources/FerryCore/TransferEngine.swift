@@ -169,6 +169,50 @@ public enum EngineEvent: Sendable, Equatable {
     /// A later `.response` with `startOffset` 0 (the file changed on the server: the
     /// engine started over on one connection) makes earlier maps void.
     case segments(TransferID, SegmentMap)
+    /// What of the part file is on the disk itself (fdatasync'd), not only in the page
+    /// cache: a running download syncs every few seconds (`PartFileWriteback`). After
+    /// the machine itself restarted (a power cut, a crash of the kernel), the part file
+    /// is trusted only this far (`TransferCoordinator.restore`).
+    case durable(TransferID, DurablePart)
+}
+
+/// The bytes of a part file known to be on the disk (see `EngineEvent.durable`).
+public enum DurablePart: Sendable, Hashable {
+    /// Its first `n` bytes (a download on one connection).
+    case prefix(Int64)
+    /// These ranges (a segmented download).
+    case ranges(SegmentMap)
+
+    /// What stays of it once a response starts writing at `offset` (0: the part file
+    /// was cut; below a prefix: the file is cut there): nil when nothing.
+    /// `rangesKept`: a segmented download's map survived the response.
+    public func cut(at offset: Int64, rangesKept: Bool) -> DurablePart? {
+        switch self {
+        case .prefix(let n):
+            let kept = min(n, max(offset, 0))
+            return kept > 0 ? .prefix(kept) : nil
+        case .ranges:
+            return rangesKept ? self : nil
+        }
+    }
+
+    /// As stored: "prefix:N" or "ranges:" and the map's own encoding.
+    public var encoded: String {
+        switch self {
+        case .prefix(let n): return "prefix:\(n)"
+        case .ranges(let map): return "ranges:" + map.encoded
+        }
+    }
+
+    public init?(encoded: String) {
+        if encoded.hasPrefix("prefix:"), let n = Int64(encoded.dropFirst(7)), n >= 0 {
+            self = .prefix(n)
+        } else if encoded.hasPrefix("ranges:"), let map = SegmentMap(encoded: String(encoded.dropFirst(7))) {
+            self = .ranges(map)
+        } else {
+            return nil
+        }
+    }
 }
 
 /// The transfer engine: libcurl in production, a fake in unit tests.

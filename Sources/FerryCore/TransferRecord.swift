@@ -169,6 +169,28 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.prefixLimit = newValue } }
     }
 
+    /// What of the part file was last known to be on the disk itself (the engine's
+    /// `.durable`); nil: nothing yet. Stored. After the machine restarted (not only the
+    /// daemon) the part file is trusted only this far: the rest may be holes a power
+    /// cut left under the file's length.
+    var durablePart: DurablePart? {
+        get { extrasBox?.durablePart }
+        set { if newValue != nil || extrasBox != nil { extras.durablePart = newValue } }
+    }
+
+    /// The current attempt is a stream of a shared (HTTP/2) connection that answered.
+    var onSharedConnection: Bool {
+        get { extrasBox?.onSharedConnection ?? false }
+        set { if newValue || extrasBox != nil { extras.onSharedConnection = newValue } }
+    }
+
+    /// Attempts whose shared connection went away under them, tried again at once
+    /// without counting as retries (`attemptFailed`).
+    var sharedConnectionLosses: Int {
+        get { extrasBox?.sharedConnectionLosses ?? 0 }
+        set { if newValue != 0 || extrasBox != nil { extras.sharedConnectionLosses = newValue } }
+    }
+
     /// How much of a part file of `size` bytes may be continued: all of it, or no more
     /// than `prefixLimit`.
     func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
@@ -247,7 +269,7 @@ final class TransferRecord {
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
                               finishingPath: finishingPath, upload: upload, segments: segments,
-                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit)
+                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit, durablePart: durablePart)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -266,6 +288,7 @@ final class TransferRecord {
         segments = stored.segments
         partIsPrefix = stored.partIsPrefix
         prefixLimit = stored.prefixLimit
+        durablePart = stored.durablePart
         // Kept only when it differs from the usual `.part` path (one string less each).
         if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue
@@ -304,4 +327,7 @@ final class TransferExtras {
     var segments: SegmentMap?
     var partIsPrefix = false
     var prefixLimit: Int64?
+    var durablePart: DurablePart?
+    var onSharedConnection = false
+    var sharedConnectionLosses = 0
 }

@@ -36,6 +36,14 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
     /// Connections kept open for reuse once idle, over all hosts.
     static let idleConnectionsKept = 32
 
+    /// How often a running download's part file is synced, so that after a power cut
+    /// its bytes up to the last sync are trusted (`PartFileWriteback.syncIfDue`): 5 s
+    /// unless set. Call before the first engine starts (ferryd: the testing knob
+    /// `FERRY_PART_SYNC_MS`).
+    public static func setPartSyncInterval(milliseconds: UInt64) {
+        PartFileWriteback.syncInterval = max(milliseconds, 1) * 1_000_000
+    }
+
     /// Starts the engine thread.
     public init(logger: Logger = Logger(label: "org.ferry.engine")) {
         CurlGlobal.initialize()

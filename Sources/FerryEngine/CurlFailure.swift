@@ -12,6 +12,10 @@ enum CurlFailure {
         let isUpload = transfer.request.upload != nil
         let via = isUpload ? "uploading to \(host)" : "downloading from \(host)"
         switch code {
+        case CURLE_COULDNT_RESOLVE_HOST where resolvedNameIsTheProxy(transfer):
+            // A SOCKS proxy's own name that does not resolve comes as the host's (libcurl 7.88).
+            return .network("Could not resolve the host name of the proxy \(proxyDescription(transfer) ?? "")"
+                .trimmingCharacters(in: .whitespaces))
         case CURLE_COULDNT_RESOLVE_HOST:
             return .network("Could not resolve the host name of \(host)")
         case CURLE_COULDNT_RESOLVE_PROXY:
@@ -75,6 +79,10 @@ enum CurlFailure {
             return .tls("A secure connection to \(host) could not be made: \(why)")
         case CURLE_WRITE_ERROR:
             return .disk("Could not write \(transfer.writtenPath)")
+        case CURLE_OUT_OF_MEMORY where transfer.requestWasSent:
+            // libcurl's answer to a response header line over its 100 KiB (or headers
+            // over 300 KiB in all): the same request gets the same header again.
+            return .unusableResponse("\(host) sent a response header larger than Ferry accepts (100 KiB a line, 300 KiB in all)")
         case CURLE_OUT_OF_MEMORY:
             return .network("Out of memory while \(via)")
         default:
@@ -101,6 +109,18 @@ enum CurlFailure {
         }
         let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         return "\(shownHost):\(components.port ?? 1080)"
+    }
+
+    /// libcurl's "Could not resolve host: NAME" names the proxy's host (a SOCKS proxy's
+    /// name is resolved as a host's).
+    static func resolvedNameIsTheProxy(_ transfer: CurlFailureContext) -> Bool {
+        let marker = "Could not resolve host: "
+        guard let proxy = proxyDescription(transfer), let range = transfer.curlErrorDetail.range(of: marker) else { return false }
+        let name = transfer.curlErrorDetail[range.upperBound...].trimmingCharacters(in: .whitespaces)
+        let targetHost = URLComponents(string: transfer.request.url)?.host ?? ""
+        guard !name.isEmpty, name.caseInsensitiveCompare(targetHost) != .orderedSame else { return false }
+        let proxyHost = proxy.hasPrefix("[") ? String(proxy.dropFirst().prefix { $0 != "]" }) : String(proxy.prefix { $0 != ":" })
+        return name.caseInsensitiveCompare(proxyHost) == .orderedSame
     }
 
     /// Nothing came from the server for `request-timeout`.

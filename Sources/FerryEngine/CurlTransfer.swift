@@ -46,6 +46,15 @@ final class CurlTransfer {
     private var body = BodyBuffer(startingAt: 0)
     private var unreportedBytes: Int64 = 0
     private var writeback: PartFileWriteback?
+    /// Tells this transfer's part-file syncs from those of the one it replaced (a
+    /// redirect, the file started over), whose news is void (`SingleDownload`).
+    let syncEpoch = CurlTransfer.nextSyncEpoch()
+    nonisolated(unsafe) private static var syncEpochs = 0
+    /// Engine thread only.
+    private static func nextSyncEpoch() -> Int {
+        syncEpochs &+= 1
+        return syncEpochs
+    }
 
     /// The write-out's duplicate descriptor, for the file job that flushes the file
     /// (-1 when there is none); no more write-out after this.
@@ -422,6 +431,10 @@ final class CurlTransfer {
         let written = unreportedBytes
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))
+        if let writeback {
+            let (loop, id, attempt, end, epoch) = (loop, id, attempt, bytesOnDisk, syncEpoch)
+            writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(end), epoch: epoch), to: id, attempt: attempt) }
+        }
     }
 
     /// Lowercase hex of the hash, when one was asked for.

@@ -34,6 +34,10 @@ enum AttemptJob {
     case uploadChunk(UploadChunk)
     /// A segmented download's prefix is hashed up to `upTo`.
     case hashed(epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
+    /// A running download's part file was synced (`PartFileWriteback.syncIfDue`) with
+    /// these bytes in it; `epoch` says which writing of the file (one that started the
+    /// file over since makes it void).
+    case synced(DurablePart, epoch: Int)
 }
 
 /// The locked inbox between the engine's callers and its thread, and the event handler.

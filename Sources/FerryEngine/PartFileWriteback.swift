@@ -49,6 +49,29 @@ final class PartFileWriteback {
         queue.sync { _ = Glibc.close(fd) }
     }
 
+    /// Nanoseconds between two syncs of a running download's part file: what a power
+    /// cut may take back of it (the rest is trusted after the machine restarts).
+    /// Set once, before the engine starts (`CurlEngine.setPartSyncInterval`).
+    nonisolated(unsafe) static var syncInterval: UInt64 = 5_000_000_000
+    private var nextSyncAt = monotonicNanoseconds() &+ PartFileWriteback.syncInterval
+
+    /// Every `syncInterval`: fdatasync of the whole file on the write-out queue (after
+    /// the write-out queued before it), then `synced` there, if the sync succeeded.
+    /// The caller reads what the file holds before calling: what it then says is on
+    /// the disk was written before the sync. Returns whether a sync was queued.
+    @discardableResult
+    func syncIfDue(now: UInt64, _ synced: @escaping () -> Void) -> Bool {
+        guard now >= nextSyncAt, fd >= 0 else { return false }
+        nextSyncAt = now &+ Self.syncInterval
+        let fd = self.fd
+        Self.queue.async {
+            var rc: Int32
+            repeat { rc = fdatasync(fd) } while rc != 0 && errno == EINTR
+            if rc == 0 { synced() }
+        }
+        return true
+    }
+
     /// Where the next request is due.
     var nextRequestAt: Int64 { requested + Self.step }
 

@@ -74,6 +74,8 @@ final class SegmentedDownload: EngineAttempt {
     private var hashing = false
     /// Bumped when the file starts over: an older hash job's result is void.
     private var hashEpoch = 0
+    /// Bumped with it, hash or not: a part-file sync of an older writing is void.
+    private var partEpoch = 0
     private var completeAfterHash = false
     /// Prefix bytes worth a background hash job.
     private static let hashStep: Int64 = 8 << 20
@@ -668,6 +670,7 @@ final class SegmentedDownload: EngineAttempt {
         switch job {
         case .fileJob(let result): flushed(result)
         case .hashed(let epoch, let upTo, let result): prefixHashed(epoch: epoch, upTo: upTo, result)
+        case .synced(let part, let epoch): if !completed && epoch == partEpoch { loop.emit(.durable(id, part)) }
         default: break
         }
     }
@@ -734,6 +737,7 @@ final class SegmentedDownload: EngineAttempt {
     // MARK: - Hashing the prefix
 
     private func restartHash() {
+        partEpoch += 1 // the file starts over (or is hashed anew): syncs in flight are void
         guard hasher != nil else { return }
         hasher = SHA256()
         hashedUpTo = 0
@@ -834,8 +838,16 @@ final class SegmentedDownload: EngineAttempt {
         if let map = currentMap() {
             reportMap(map)
             onDisk = map.bytesDone
+            if let writeback {
+                let (loop, id, attempt, epoch) = (loop, id, attempt, partEpoch)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.ranges(map), epoch: epoch), to: id, attempt: attempt) }
+            }
         } else {
             onDisk = connections.first?.position ?? end ?? total
+            if single, let first = connections.first, first.accepted, let writeback {
+                let (loop, id, attempt, prefix, epoch) = (loop, id, attempt, first.position, partEpoch)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(prefix), epoch: epoch), to: id, attempt: attempt) }
+            }
         }
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))
         hashPrefixIfDue()

@@ -131,6 +131,9 @@ final class SingleDownload: EngineAttempt {
             complete(transfer, .failed(.disk(error.message), bytesOnDisk: transfer.bytesOnDisk))
         case (.flushed(nil), .flushing(let transfer)):
             complete(transfer, .succeeded(bytesOnDisk: transfer.bytesOnDisk, sha256: transfer.finalDigest()))
+        case (.synced(let part, let epoch), .running(let transfer)) where epoch == transfer.syncEpoch,
+             (.synced(let part, let epoch), .flushing(let transfer)) where epoch == transfer.syncEpoch:
+            loop.emit(.durable(id, part))
         default:
             break // not this attempt's job, or a phase it no longer is in
         }

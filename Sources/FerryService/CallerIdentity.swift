@@ -7,7 +7,8 @@ import Logging
 public enum CallerIdentity: Sendable, Equatable {
     /// A process of our user outside any sandbox: trusted with everything.
     case unconfined
-    /// A Flatpak application: its own sessions only, files only in its own area.
+    /// A Flatpak application (its app id) or a snap (`snap:NAME`): its own sessions
+    /// only, files only in its own area.
     case sandboxed(appID: String)
     /// Not identified (credentials unavailable, another user, an unreadable
     /// `.flatpak-info`): every call is refused with `AccessDenied`.
@@ -26,7 +27,8 @@ extension MethodInvocation {
 }
 
 /// Identifies callers (`GetConnectionCredentials`: uid and pid; the Flatpak app id
-/// from `/proc/PID/root/.flatpak-info`) and keeps each sandboxed caller to its own
+/// from `/proc/PID/root/.flatpak-info`; a snap's from its AppArmor label, `SnapLabel`)
+/// and keeps each sandboxed caller to its own
 /// objects. Identities are cached per unique bus name and forgotten when the name
 /// leaves the bus; the look-up is asynchronous, so the bus queue never waits.
 ///
@@ -70,7 +72,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
             switch result {
             case .failure(let failure):
                 done(CallerIdentity.refused(failure.reason)) // not cached: most likely the caller is gone
-            case .success(let (uid, pid)):
+            case .success(let (uid, pid, label)):
                 guard uid == getuid() else {
                     return finish(sender, .refused("the caller runs as another user (uid \(uid))"), done)
                 }
@@ -81,7 +83,9 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
                 DispatchQueue(label: "org.ferry.callers.proc").async { [self] in
                     let identity: CallerIdentity
                     switch FlatpakInfo.finding(forProcess: pid) {
-                    case .unconfined: identity = .unconfined
+                    case .unconfined:
+                        // Not a Flatpak: a snap, by its AppArmor label, else unconfined.
+                        identity = label.flatMap(SnapLabel.appID(fromLabel:)).map { .sandboxed(appID: $0) } ?? .unconfined
                     case .app(let id): identity = .sandboxed(appID: id)
                     case .unreadable(let why): identity = .refused("the caller could not be identified: \(why)")
                     }
@@ -96,7 +100,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
     private func confirm(_ sender: String, pid: UInt32, _ identity: CallerIdentity,
                          _ done: @escaping @Sendable ((any Sendable)) -> Void) {
         credentials(of: sender) { [self] again in
-            guard case .success(let (_, stillPid)) = again, stillPid == pid else {
+            guard case .success(let (_, stillPid, _)) = again, stillPid == pid else {
                 // Not cached: the name is gone (or going), and its departure may
                 // already have been seen.
                 return done(CallerIdentity.refused("the caller left while being identified"))
@@ -161,8 +165,10 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
         }
     }
 
-    /// (uid, pid) of a connection, from the bus daemon.
-    private func credentials(of sender: String, _ done: @escaping @Sendable (Result<(UInt32, UInt32), IdentificationFailure>) -> Void) {
+    /// (uid, pid, security label) of a connection, from the bus daemon; the label only
+    /// where the kernel has a security module that labels sockets (AppArmor, SELinux).
+    private func credentials(of sender: String,
+                             _ done: @escaping @Sendable (Result<(UInt32, UInt32, [UInt8]?), IdentificationFailure>) -> Void) {
         let call: BusMessage
         do {
             call = try BusMessage.methodCall(destination: StandardNames.bus, path: StandardNames.busPath,
@@ -180,7 +186,7 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
                       let uid = dict["UnixUserID"]?.uint32, let pid = dict["ProcessID"]?.uint32, pid > 0 else {
                     return done(.failure(IdentificationFailure("the bus gave no user and process id for the caller")))
                 }
-                done(.success((uid, pid)))
+                done(.success((uid, pid, dict["LinuxSecurityLabel"]?.bytes)))
             }
         }
     }

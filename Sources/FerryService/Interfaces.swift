@@ -104,10 +104,16 @@ extension FerryBusService {
                 MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
-                        let options = try OptionParsing.download(try OptionParsing.vardict(inv.arguments[1]))
+                        var dict = try OptionParsing.vardict(inv.arguments[1])
+                        // A destination-fd download resumed into a new descriptor (the
+                        // old one is lost when ferryd restarts); the descriptor owns the fd.
+                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
+                        if let descriptor { inv.keepUnixFD(descriptor.fd) }
+                        let options = try OptionParsing.download(dict)
                         try self.checkTransferLimit(core, session: session)
                         try self.confineResume(inv, resumeData: inv.arguments[0].bytes ?? [])
-                        let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options)
+                        let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options,
+                                                         into: descriptor)
                         return [.objectPath(FerryBusNames.transferPath(id))]
                     }
                 },

@@ -89,6 +89,9 @@ extension FerryBusService {
             throw FerryError.invalidResumeData("a sandboxed application must pass the resume data Pause returned, unchanged")
         }
         guard let data = try? core.openResumeData(resumeData) else { return }
+        // A destination-fd download's file is ferryd's own, in its state folder: the
+        // core lets only the app whose download it was continue it.
+        if TransferCoordinator.isDescriptorDownloadPath(data.destination) { return }
         if let refusal = SandboxArea(appID: app).refusal(data.destination, role: "destination") { throw refusal }
     }
 

@@ -101,8 +101,13 @@ enum StoreSchema {
         migrator.registerMigration("6-prefix-limit") { db in
             try db.execute(sql: "ALTER TABLE transfers ADD COLUMN prefix_limit INTEGER")
         }
+        // What of a part file was synced to the disk ("prefix:N" or "ranges:" and a
+        // SegmentMap, see DurablePart): trusted after the machine restarted.
+        migrator.registerMigration("7-durable-part") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN durable_part TEXT")
+        }
         // The Manager's Schedule (v1.2): its windows in order.
-        migrator.registerMigration("7-schedule") { db in
+        migrator.registerMigration("8-schedule") { db in
             try db.execute(sql: """
                 CREATE TABLE schedule_windows (
                     position INTEGER PRIMARY KEY,
@@ -118,5 +123,5 @@ enum StoreSchema {
     }
 
     /// The newest migration this build knows.
-    static let latest = "7-schedule"
+    static let latest = "8-schedule"
 }

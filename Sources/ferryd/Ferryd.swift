@@ -102,6 +102,10 @@ struct Ferryd: ParsableCommand {
             throw ExitCode(1)
         }
 
+        // Testing knob: the power-cut tests sync part files often, to cut between syncs.
+        if let text = ProcessInfo.processInfo.environment["FERRY_PART_SYNC_MS"], let ms = UInt64(text) {
+            CurlEngine.setPartSyncInterval(milliseconds: ms)
+        }
         let engine = CurlEngine()
         guard StateLock.acquire(in: StateDatabase.directory(), timeout: stateLockWait, logger: logger) else {
             throw ExitCode(1)
@@ -109,10 +113,15 @@ struct Ferryd: ParsableCommand {
         // Under the state lock, so two daemons starting at once never make two keys.
         let seal = ResumeDataSeal.persistent(in: StateDatabase.directory(), logger: logger)
         let zone = Ferryd.timeZone(logger: logger)
-        let environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
+        var environment = CoreEnvironment(version: Ferryd.version, retryPolicy: Ferryd.retryPolicy(logger: logger),
                                           batchSettleTime: batchSettle, resumeDataSeal: seal,
                                           pendingEventsPerSession: maxPendingEventsPerSession,
                                           timeZone: zone.map { z in { z } } ?? { TimeZone.current })
+        let boot = MachineBoot.currentID()
+        environment.machineRestarted = MachineBoot.changed(since: StateDatabase.directory(), current: boot)
+        if environment.machineRestarted {
+            logger.info("the machine restarted since the last run: part files are trusted only as far as they were synced")
+        }
         let store = try Ferryd.openStore(logger: logger)
         let core = TransferCoordinator(engine: engine, environment: environment, store: store)
         // NetworkManager and logind (system bus); the network state is known before start().
@@ -125,6 +134,7 @@ struct Ferryd: ParsableCommand {
         core.queue.sync {
             do {
                 try core.restore()
+                MachineBoot.record(boot, in: StateDatabase.directory(), logger: logger)
             } catch {
                 logger.error("could not restore the saved sessions and transfers: \(error); starting without them")
             }

@@ -27,7 +27,8 @@ final class CoreHarness {
     ///   - restore: call `restore()` before `start()`, as ferryd does.
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
-         root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession) {
+         root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession,
+         machineRestarted: Bool = false) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
@@ -44,7 +45,9 @@ final class CoreHarness {
                                           checkpointInterval: checkpointInterval, batchSettleTime: batchSettleTime,
                                           pendingEventsPerSession: pendingEventsPerSession,
                                           timeZone: { TimeZone(identifier: "UTC")! })
-        core = TransferCoordinator(engine: engine, environment: environment, store: store, queue: queue)
+        var restartedEnvironment = environment
+        restartedEnvironment.machineRestarted = machineRestarted
+        core = TransferCoordinator(engine: engine, environment: restartedEnvironment, store: store, queue: queue)
         observer.attach(to: core)
         observer.expectedQueue = queue
         if restore { try! queue.sync { try core.restore() } }
@@ -54,12 +57,13 @@ final class CoreHarness {
     /// The daemon stopped (`shutdown`) and started again over the same store, files and
     /// clock: a new core that restores and starts. `crashed`: killed instead, so only
     /// what it had written counts (the old core is abandoned, as after kill -9).
-    func restarted(retryPolicy: RetryPolicy? = nil, crashed: Bool = false) -> CoreHarness {
+    /// `machineRestarted`: the machine itself restarted (a power cut), not only the daemon.
+    func restarted(retryPolicy: RetryPolicy? = nil, crashed: Bool = false, machineRestarted: Bool = false) -> CoreHarness {
         if !crashed { queue.sync { core.shutdown() } }
         ownsRoot = false
         return CoreHarness(retryPolicy: retryPolicy ?? self.retryPolicy, store: store, restore: true,
                            checkpointInterval: checkpointInterval, clock: clock, disk: disk, root: root,
-                           pendingEventsPerSession: pendingEventsPerSession)
+                           pendingEventsPerSession: pendingEventsPerSession, machineRestarted: machineRestarted)
     }
 
     deinit { if ownsRoot { try? FileManager.default.removeItem(atPath: root) } }

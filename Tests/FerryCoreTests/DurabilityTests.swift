@@ -145,6 +145,48 @@ final class DurabilityTests: XCTestCase {
         XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0)
     }
 
+    /// A download part-way, its first `synced` bytes reported on the disk itself (`nil`:
+    /// never synced), then the daemon killed.
+    private func downloadCutAfterSync(synced: DurablePart?) throws -> (CoreHarness, TransferID) {
+        let h = CoreHarness(checkpointInterval: 0)
+        let s = try h.openSession()
+        let t = try h.download(s, "https://example.com/file.bin")
+        h.answerAndWrite(t, Array(repeating: 7, count: 200_000), total: 1_000_000)
+        if let synced { h.send(.durable(t, synced)) }
+        return (h, t)
+    }
+
+    /// After a power cut the bytes a part file's length covers may be holes: when the
+    /// machine restarted, a download continues only from what was synced.
+    func testAfterTheMachineRestartedOnlySyncedBytesAreContinued() throws {
+        let (h, t) = try downloadCutAfterSync(synced: .prefix(65_536))
+        let h2 = h.restarted(crashed: true, machineRestarted: true)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 65_536, "continued from the synced prefix, not the part file's 200,000 bytes")
+        XCTAssertEqual(h2.snapshot(t)?.bytesTransferred, 65_536)
+    }
+
+    func testAfterTheMachineRestartedAPartFileNeverSyncedStartsOver() throws {
+        let (h, t) = try downloadCutAfterSync(synced: nil)
+        let h2 = h.restarted(crashed: true, machineRestarted: true)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0)
+    }
+
+    /// kill -9 of the daemon alone loses nothing the kernel had: the whole part file counts.
+    func testAfterTheDaemonAloneRestartedThePartFileCountsWhole() throws {
+        let (h, t) = try downloadCutAfterSync(synced: .prefix(65_536))
+        let h2 = h.restarted(crashed: true)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 200_000)
+    }
+
+    /// A response that starts the file over makes the old sync mark void.
+    func testStartingOverForgetsTheSyncedPrefix() throws {
+        let (h, t) = try downloadCutAfterSync(synced: .prefix(150_000))
+        h.answerAndWrite(t, Array(repeating: 8, count: 100_000), total: 1_000_000, etag: "\"y\"")
+        XCTAssertEqual(h.savedRows(of: t).last?.durablePart, nil, "the file was cut: nothing of it is known synced")
+        let h2 = h.restarted(crashed: true, machineRestarted: true)
+        XCTAssertEqual(h2.engine.lastRequest(t)?.offset, 0)
+    }
+
     /// Marks `path` as a partial file this ferryd made (as the engine does).
     private func mark(_ path: String) throws {
         let fd = open(path, O_WRONLY | O_CLOEXEC)

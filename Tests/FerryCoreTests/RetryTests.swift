@@ -14,6 +14,38 @@ final class RetryTests: XCTestCase {
         return t
     }
 
+    // MARK: - A shared connection that goes away
+
+    /// A stream of a shared (HTTP/2) connection whose connection goes away is tried again
+    /// at once, its retries untouched (here none are allowed); a server that keeps
+    /// dropping its connections gets three such tries, then the failure counts.
+    func testALostSharedConnectionIsTriedAgainAtOnceWithoutARetry() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        multiplexed.multiplexed = true
+        for attempt in 1...3 {
+            h.send(.response(t, multiplexed))
+            h.fail(t, .network("The connection to example.com:443 was reset"))
+            XCTAssertEqual(h.state(t), .running, "attempt \(attempt): started again at once, no wait")
+            XCTAssertEqual(h.engine.started.filter { $0.id == t }.count, attempt + 1)
+        }
+        h.send(.response(t, multiplexed))
+        h.fail(t, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(t), .failed, "the fourth loss counts: no retries are allowed")
+    }
+
+    /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
+    func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)))
+        h.fail(t, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(t), .failed)
+    }
+
     // MARK: - The policy
 
     func testClassification() {

@@ -24,6 +24,8 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
         /// Maps reported while part of the file was still to come.
         var partialMaps = 0
         var lastMap: SegmentMap?
+        /// `.durable` events: what was synced, each checked against the file.
+        var durableMarks = 0
 
         init(body: [UInt8], path: String, progressIsPrefix: Bool = true) {
             self.body = body; self.path = path; self.progressIsPrefix = progressIsPrefix
@@ -43,6 +45,12 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
                 if map.bytesDone < map.total { partialMaps += 1 }
                 lastMap = map
                 for range in map.done { expectOnDisk(range, "range \(range) of a map") }
+            case .durable(_, .prefix(let n)):
+                durableMarks += 1
+                expectOnDisk(0..<n, "synced prefix of \(n) bytes")
+            case .durable(_, .ranges(let map)):
+                durableMarks += 1
+                for range in map.done { expectOnDisk(range, "synced range \(range)") }
             default:
                 break
             }
@@ -64,6 +72,30 @@ final class ReportedBytesOnDiskTests: EngineTestCase {
             checker.check(event)
             log!.append(event)
         }
+    }
+
+    /// A running download's part file is synced every `syncInterval` and what it then
+    /// held is reported (`.durable`): after a power cut it is trusted that far. Each mark
+    /// names bytes the file holds, on one connection and on several.
+    func testSyncedMarksNameBytesThePartFileHolds() throws {
+        CurlEngine.setPartSyncInterval(milliseconds: 100)
+        defer { CurlEngine.setPartSyncInterval(milliseconds: 5_000) }
+        let body = TestData.bytes(count: 2 << 20, seed: 35)
+        server.add(path: "/synced", body: body, etag: "\"y\"")
+        server.set(.slow(bytesPerSecond: 2_000_000), on: "/synced")
+        let checker = Checker(body: body, path: partPath("5.part"))
+        follow(checker)
+        XCTAssertEqual(run(request(5, "/synced"), timeout: 30), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertGreaterThanOrEqual(checker.durableMarks, 3, "a second's download is synced every 100 ms")
+        XCTAssertEqual(checker.problems, [])
+
+        let ranged = TestData.bytes(count: 4 << 20, seed: 36)
+        let (r, segmentedChecker) = segmented(6, "/synced-ranges", ranged, bytesPerSecond: 500_000) // each connection
+        XCTAssertEqual(run(r, timeout: 60), .succeeded(bytesOnDisk: Int64(ranged.count), sha256: nil))
+        XCTAssertGreaterThanOrEqual(segmentedChecker.durableMarks, 3)
+        XCTAssertTrue(log.events(for: 6).contains { if case .durable(_, .ranges) = $0 { return true } else { return false } },
+                      "a segmented download's mark is its range map")
+        XCTAssertEqual(segmentedChecker.problems, [])
     }
 
     func testEveryProgressCountsBytesThePartFileHolds() throws {

@@ -59,7 +59,9 @@ final class FerryClientTests: FerryTestCase {
             add("completed \(task.id) \(error.map { "\($0)" } ?? "ok")")
         }
 
-        func ferrySessionDidFinishEvents(_ session: FerrySession) { add("idle") }
+        func ferrySessionDidBecomeIdle(_ session: FerrySession) { add("idle") }
+
+        func ferrySessionDidFinishEvents(forBackgroundSession session: FerrySession) { add("kept") }
 
         func ferrySession(_ session: FerrySession, downloadTask: FerryTask, didWriteData bytesWritten: Int64,
                           totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
@@ -240,8 +242,7 @@ final class FerryClientTests: FerryTestCase {
         }
         let stopped = try await session.download(from: URL(string: server.url("/c/missing"))!, to: URL(fileURLWithPath: work + "/m2"),
                                                  options: { var o = DownloadOptions(); o.startsSuspended = true; return o }())
-        let state = try await stopped.state
-        XCTAssertEqual(state, .paused)
+        XCTAssertEqual(stopped.state, .paused, "made suspended: paused as soon as it is handed out")
         do {
             try await stopped.remove()
             XCTFail("removing a paused task")
@@ -265,7 +266,7 @@ final class FerryClientTests: FerryTestCase {
         let again = FerrySession(configuration: configuration("org.example.Away"), delegate: recorder)
         defer { again.detach() }
         try await again.attach()
-        XCTAssertEqual(recorder.recorded, ["finished \(id) \(work!)/away.bin", "completed \(id) ok", "idle"])
+        XCTAssertEqual(recorder.recorded, ["finished \(id) \(work!)/away.bin", "completed \(id) ok", "kept", "idle"])
         let pending = try await pendingCountOnceAcknowledged("org.example.Away")
         XCTAssertEqual(pending, 0)
         let tasks = try await again.allTasks()
@@ -366,7 +367,7 @@ final class FerryClientTests: FerryTestCase {
         let next = Recorder()
         let again = FerrySession(configuration: configuration(id), delegate: next)
         try await again.attach()
-        XCTAssertEqual(next.recorded, ["completed \(away.id) ok", "idle"])
+        XCTAssertEqual(next.recorded, ["completed \(away.id) ok", "kept", "idle"])
         let replayed = try await again.allTasks().first { $0.id == away.id }?.value
         XCTAssertEqual(replayed, FerryTaskResult(location: URL(fileURLWithPath: file), response: answer, bytes: 30_000))
         again.detach()
@@ -571,7 +572,7 @@ final class FerryClientTests: FerryTestCase {
         app.detach()
 
         try await recorder.wait(for: "completed \(task.id)", timeout: 30)
-        XCTAssertEqual(recorder.recorded.filter { !$0.hasPrefix("progress") && $0 != "idle" },
+        XCTAssertEqual(recorder.recorded.filter { !$0.hasPrefix("progress") && $0 != "idle" && $0 != "kept" },
                        ["finished \(task.id) \(work!)/wake.bin", "completed \(task.id) ok"])
         XCTAssertEqual(wake.sessions.map(\.configuration.identifier), ["org.example.Wakeful.background"])
         // The helper acknowledges after its delegate returned.
@@ -581,39 +582,45 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(stored?["persistent"]?.bool, false, "waking the app did not make its ephemeral session persistent")
     }
 
-    /// Examples/QueueAndCollect: queues, is killed, comes back and collects.
-    func testExampleQueuesIsKilledAndCollects() async throws {
+    /// Examples/QueueAndCollect, the re-attach story: a first run makes the downloads
+    /// suspended, resumes them and exits; they end while it is away; a second run opens
+    /// the session by its identifier, its delegate gets what was kept (then "delivered
+    /// what was kept"), and it prints each file; a third run has nothing left to collect.
+    func testExampleQueuesExitsAndCollectsOnRelaunch() async throws {
         guard let example = Binaries.locate("ferry-queue-and-collect", variable: "FERRY_EXAMPLE_PATH") else {
             return XCTFail("the example ferry-queue-and-collect was not built beside ferry")
         }
         let a = serve("/ex/a.bin", size: 150_000, seed: 4)
         let b = serve("/ex/b.bin", size: 150_000, seed: 5)
-        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/ex/a.bin")
-        server.set(.slow(bytesPerSecond: 512 * 1024), on: "/ex/b.bin")
+        // Slow enough to end after the first run has exited.
+        server.set(.slow(bytesPerSecond: 128 * 1024), on: "/ex/a.bin")
+        server.set(.slow(bytesPerSecond: 128 * 1024), on: "/ex/b.bin")
         let env = environment(["FERRY_EXAMPLE_ADDRESS": bus.address])
         try FileManager.default.createDirectory(atPath: work + "/ex", withIntermediateDirectories: true)
-        let queue = try ChildProcess(executable: example, arguments: ["queue", work + "/ex", server.url("/ex/a.bin"), server.url("/ex/b.bin")],
-                                     environment: env)
-        let deadline = Date().addingTimeInterval(15)
-        while queue.stdout.components(separatedBy: "queued ").count < 3 {
-            if Date() > deadline || !queue.isRunning { return XCTFail("the example did not queue: \(queue.log)") }
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
-        queue.kill(SIGKILL)
-        _ = queue.waitForExit(timeout: 5)
+        let queue = try runTool(example, ["queue", work + "/ex", server.url("/ex/a.bin"), server.url("/ex/b.bin")],
+                                environment: env, timeout: 30)
+        XCTAssertEqual(queue.status, 0, queue.stderr)
         let ids = queue.stdout.split(separator: "\n").compactMap { $0.hasPrefix("queued ") ? UInt64($0.dropFirst(7)) : nil }
-        XCTAssertEqual(ids.count, 2)
-        for id in ids { try await signals.completed("/org/ferry/Ferry1/transfer/\(id)") }
+        guard ids.count == 2 else { return XCTFail("two ids: \(queue.stdout) \(queue.stderr)") }
+        XCTAssertFalse(queue.stdout.contains("completed"), "ended before the first run exited: \(queue.stdout)")
+        for id in ids { try await signals.completedWithItsBatch("/org/ferry/Ferry1/transfer/\(id)") }
 
         let collect = try runTool(example, ["collect"], environment: env, timeout: 30)
         XCTAssertEqual(collect.status, 0, collect.stderr)
         let lines = collect.stdout.split(separator: "\n").map(String.init)
         XCTAssertEqual(lines.filter { $0.hasPrefix("completed") }.sorted(), ids.map { "completed \($0) ok" }.sorted(), collect.stdout)
         XCTAssertEqual(lines.filter { $0.hasPrefix("finished") }.count, 2, collect.stdout)
+        let kept = lines.firstIndex(of: "delivered what was kept")
+        XCTAssertNotNil(kept, collect.stdout)
+        XCTAssertEqual(lines.lastIndex { $0.hasPrefix("completed") }.map { $0 < (kept ?? 0) }, true, "after the kept events: \(collect.stdout)")
+        XCTAssertEqual(lines.filter { $0.hasPrefix("file ") }.sorted(),
+                       ["file \(ids[0]) \(work!)/ex/a.bin 150000 bytes", "file \(ids[1]) \(work!)/ex/b.bin 150000 bytes"].sorted(),
+                       collect.stdout)
         assertFile(work + "/ex/a.bin", equals: a)
         assertFile(work + "/ex/b.bin", equals: b)
         let again = try runTool(example, ["collect"], environment: env, timeout: 30)
-        XCTAssertFalse(again.stdout.contains("completed"), "collected once: \(again.stdout)")
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertFalse(again.stdout.contains("completed") || again.stdout.contains("file "), "collected once: \(again.stdout)")
     }
 
     /// FerrySessionEvents, the session's events as an AsyncSequence, read on the main
@@ -642,7 +649,8 @@ final class FerryClientTests: FerryTestCase {
                         lines.append("completed \(t.id) \(error == nil ? "ok" : "failed")")
                         completions += 1
                         if let wanted, completions >= wanted { return }
-                    case .finishedEvents: lines.append("idle")
+                    case .becameIdle: lines.append("idle")
+                    case .finishedBackgroundEvents: lines.append("kept")
                     default: lines.append("\(event)")
                     }
                 }
@@ -661,7 +669,7 @@ final class FerryClientTests: FerryTestCase {
         let live = try await download(session, "live.bin")
         try await withDeadline(30, "the first reader's two completions") { await model.follow(events, completions: 2) }
         let first = await model.take()
-        XCTAssertEqual(first, ["finished \(away.id) away.bin", "completed \(away.id) ok", "idle",
+        XCTAssertEqual(first, ["finished \(away.id) away.bin", "completed \(away.id) ok", "kept", "idle",
                                "finished \(live.id) live.bin", "completed \(live.id) ok"], "\(first)")
         assertFile(work + "/live.bin", equals: body)
         var pending = try await pendingCountOnceAcknowledged("org.example.Stream")
@@ -796,8 +804,7 @@ final class FerryClientTests: FerryTestCase {
         let held = try await session.download(from: URL(string: server.url("/c/gone.bin"))!,
                                               to: URL(fileURLWithPath: work + "/moved.bin"), options: options)
         try await held.setURL(URL(string: server.url("/c/moved.bin"))!)
-        let url = try await held.url
-        XCTAssertEqual(url?.absoluteString, server.url("/c/moved.bin"))
+        XCTAssertEqual(held.url?.absoluteString, server.url("/c/moved.bin"))
         try await held.resume()
         let moved = try await held.value
         XCTAssertEqual(moved.location?.path, work + "/moved.bin")

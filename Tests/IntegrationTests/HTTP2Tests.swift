@@ -177,4 +177,87 @@ final class HTTP2Tests: FerryTestCase {
         let lines = try accessLogLines(accessLog)
         XCTAssertGreaterThan(Set(lines.map { $0[0] }).count, 1, "nginx did close connections mid-batch")
     }
+
+    /// nginx allows 4 streams a connection, below the 100 ferryd would open: the others
+    /// wait for a stream (or take another connection), and none fails or is retried.
+    func testAServerStreamLimitBelowOursQueuesStreamsAndFailsNone() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 40
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates,
+                                               serverDirectives: "http2_max_concurrent_streams 4;")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.FewStreams", ["retries": .uint32(0)])
+        for (t, info) in try await fetchAll(s, base + "/slow/", bodies: bodies) {
+            XCTAssertEqual(info.attempts, 1, "\(t.path) took one attempt")
+        }
+        let lines = try accessLogLines(accessLog)
+        XCTAssertEqual(lines.count, count, "one request per file")
+        XCTAssertTrue(lines.allSatisfy { $0.count >= 3 && $0[1] == "HTTP/2.0" && $0[2] == "200" }, "every request over HTTP/2, answered 200")
+    }
+
+    /// Upload bodies go over HTTP/2 too: six PUTs to nginx (its WebDAV module stores
+    /// them) arrive byte-exact, each answered 201 over HTTP/2.
+    func testUploadsOverHTTP2ArriveByteExact() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 1)
+        try FileManager.default.createDirectory(atPath: root + "/up", withIntermediateDirectories: true)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: """
+            location /up/ { dav_methods PUT; client_max_body_size 0; }
+            """)
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.H2Up", ["retries": .uint32(0)])
+        var uploads: [(FerryTransfer, [UInt8])] = []
+        for i in 0..<6 {
+            let body = TestData.bytes(count: 700_000 + i * 1_001, seed: UInt64(500 + i))
+            let file = work + "/u\(i).bin"
+            FileManager.default.createFile(atPath: file, contents: Data(body))
+            uploads.append((try await s.upload(base + "/up/u\(i).bin", file: file), body))
+        }
+        for (i, (t, body)) in uploads.enumerated() {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorMessage)")
+            XCTAssertEqual(info.httpStatus, 201)
+            XCTAssertEqual(info.bytesTransferred, Int64(body.count))
+            assertFile(root + "/up/u\(i).bin", equals: body)
+        }
+        let puts = try accessLogLines(accessLog).filter { $0.count >= 4 && $0[3].hasPrefix("/up/") }
+        XCTAssertEqual(puts.count, 6)
+        XCTAssertTrue(puts.allSatisfy { $0[1] == "HTTP/2.0" && $0[2] == "201" }, "every PUT over HTTP/2: \(puts)")
+    }
+
+    /// The HTTP/2 connection dies with dozens of streams in flight (nginx's worker is
+    /// killed; the master starts another): every transfer is tried again at once and
+    /// completes byte-exact, though its session allows no retry at all.
+    func testAConnectionLostWithStreamsInFlightFailsNoTransfer() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 40
+        let (root, bodies) = try makeSite(count: count)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates)
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.Dropped", ["retries": .uint32(0)])
+        var transfers: [FerryTransfer] = []
+        for i in bodies.indices {
+            transfers.append(try await s.download(base + "/slow/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        // Every one has had bytes: all are streams in flight on the connection.
+        let paths = Set(transfers.map(\.path))
+        try await signals.wait("a Progress of every transfer", timeout: 20) { sigs in
+            Set(sigs.filter { $0.member == "Progress" && paths.contains($0.path) }.map(\.path)).count == paths.count
+        }
+        guard let master = nginx?.pid else { return XCTFail("nginx is not running") }
+        let workers = SandboxedCallerTests.children(of: master)
+        XCTAssertFalse(workers.isEmpty, "nginx has a worker")
+        for worker in workers { _ = Glibc.kill(worker, SIGKILL) }
+
+        var cutShort = 0
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorName) \(info.errorMessage)")
+            if info.attempts > 1 { cutShort += 1 }
+        }
+        for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        XCTAssertGreaterThan(cutShort, count / 2, "the loss cut most attempts short")
+        XCTAssertFalse(try accessLogLines(accessLog).isEmpty, "the new worker served the tries again")
+    }
 }

@@ -65,6 +65,35 @@ final class ResponseCheckTests: FerryTestCase {
         XCTAssertFalse(info.errorMessage.hasPrefix("Connection refused by 127.0.0.1:\(server.port)"), info.errorMessage)
     }
 
+    /// A response header over libcurl's limit is named as such (not "Out of memory"),
+    /// and is not tried again: the same request gets the same header.
+    func testAnOversizedResponseHeaderIsNamedAndNotRetried() async throws {
+        let raw = try RawResponseServer(replies: [
+            "/big": reply("HTTP/1.1 200 OK\r\nX-Big: " + String(repeating: "a", count: 1 << 20)
+                          + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\n", body: Array("hi".utf8)),
+        ])
+        defer { raw.stop() }
+        let info = try await failed(raw.url("/big"), dest: work + "/big.bin", ["retries": .uint32(3)])
+        XCTAssertEqual(info.state, "failed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network", info.errorMessage)
+        XCTAssertTrue(info.errorMessage.contains("response header larger"), info.errorMessage)
+        XCTAssertFalse(info.errorMessage.contains("memory"), info.errorMessage)
+        XCTAssertEqual(info.attempts, 1, "not retried: \(info.errorMessage)")
+    }
+
+    /// A SOCKS proxy whose own name does not resolve is named as the proxy, not as the
+    /// server (libcurl reports it as the host's name).
+    func testAnUnresolvableSocksProxyIsNamed() async throws {
+        serve("/socks.bin", size: 1000)
+        for scheme in ["socks5h", "socks5"] {
+            let info = try await failed(server.url("/socks.bin"), dest: work + "/\(scheme).bin",
+                                        ["retries": .uint32(0), "proxy": .string("\(scheme)://proxy.invalid:1080")])
+            XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network", info.errorMessage)
+            XCTAssertTrue(info.errorMessage.contains("proxy proxy.invalid:1080"), "\(scheme): \(info.errorMessage)")
+            XCTAssertFalse(info.errorMessage.contains("127.0.0.1"), "\(scheme): \(info.errorMessage)")
+        }
+    }
+
     /// A failed transfer that got no byte leaves no empty `.part` file behind.
     func testFailureWithoutDataLeavesNoEmptyPartFile() async throws {
         server.set(.status(404), on: "/missing.bin")

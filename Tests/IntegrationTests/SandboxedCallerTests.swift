@@ -355,6 +355,83 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(pausedInfo.destination, "", "ferryd's private copy is not shown")
     }
 
+    /// A sandboxed app's `destination-fd` download of `path` into a new file of its
+    /// `~/Documents` (the descriptor stays open until `closing` says), paused once the
+    /// server has stalled: its session, the transfer, the resume data, the served bytes
+    /// and the descriptor.
+    private func pausedDescriptorDownload(_ path: String, session name: String) async throws
+        -> (FerrySession, FerryTransfer, [UInt8], [UInt8], Int32) {
+        let body = serve(path, size: stalledSize, etag: "\"\(path)\"")
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: path)
+        let s = try await sandboxedClient(appID).openSession("\(appID).\(name)")
+        let documents = home + "/Documents"
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        let fd = open(documents + path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        let t = try await s.download(server.url(path), options: ["destination-fd": .unixFD(fd)])
+        try await signals.wait("a Progress with the bytes received before the stall", timeout: 10) { sigs in
+            sigs.contains { $0.path == t.path && $0.member == "Progress" && ($0.args[1].int64 ?? 0) >= Int64(self.stalledCut) }
+        }
+        let data = try await t.pause()
+        try await waitForState(t, "paused")
+        return (s, t, data, body, fd)
+    }
+
+    /// A sandboxed app pauses its own `destination-fd` download and continues it from
+    /// the resume data `Pause` gave it, into the descriptor the paused transfer holds.
+    /// Another app with the same data is refused, and no answer names ferryd's private
+    /// partial file.
+    func testASandboxedAppResumesItsOwnDestinationFDDownload() async throws {
+        let (s, t, data, body, fd) = try await pausedDescriptorDownload("/movie.bin", session: "Films")
+        defer { close(fd) }
+
+        // Another application holding the same bytes gets nothing from them.
+        let o = try await sandboxedClient("com.example.Other").openSession("com.example.Other.Films")
+        do {
+            _ = try await o.resumeDownload(data)
+            XCTFail("another app continued this app's destination-fd download")
+        } catch let error as BusError {
+            XCTAssertEqual(error.name, ok + "InvalidResumeData", error.message)
+            XCTAssertFalse(error.message.contains("fd-downloads"), "no private path: \(error.message)")
+        }
+
+        // The app itself continues it, into the descriptor it gave first.
+        let info = try await finish(try await s.resumeDownload(data))
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, "")
+        assertFile(home + "/Documents/movie.bin", equals: body)
+        let ranged = server.requests(for: "/movie.bin").compactMap { $0.header("Range") }
+        XCTAssertEqual(ranged, ["bytes=\(stalledCut)-"], "continued where it stopped, with a range")
+        let old = try await t.info()
+        XCTAssertEqual(old.state, "cancelled", "the paused transfer handed its download over")
+    }
+
+    /// After ferryd lost the descriptor (a restart), the app passes a new one with
+    /// `ResumeDownload`; without one it is told to.
+    func testASandboxedAppResumesADestinationFDDownloadIntoANewDescriptor() async throws {
+        let (_, _, data, body, first) = try await pausedDescriptorDownload("/song.bin", session: "Music")
+        close(first)
+        try await stopFerryd()
+        try await startFerryd()
+
+        let s = try await sandboxedClient(appID).openSession("\(appID).Music")
+        do {
+            _ = try await s.resumeDownload(data)
+            XCTFail("resumed into a descriptor ferryd no longer has")
+        } catch let error as BusError {
+            XCTAssertEqual(error.name, ok + "InvalidResumeData", error.message)
+            XCTAssertTrue(error.message.contains("destination-fd"), error.message)
+            XCTAssertFalse(error.message.contains("fd-downloads"), "no private path: \(error.message)")
+        }
+        let target = home + "/Documents/song-again.bin"
+        let second = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(second, 0)
+        defer { close(second) }
+        let info = try await finish(try await s.resumeDownload(data, options: ["destination-fd": .unixFD(second)]))
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(target, equals: body)
+    }
+
     /// The app swaps a folder of its own for a link to `~/.config/autostart` while its
     /// download is paused: the finished file is not moved there (Disk), and nothing is
     /// left in autostart.

@@ -31,9 +31,10 @@ public struct ScheduleWindow: Sendable, Equatable {
 /// - A window is on from `start` on each of its days until `end` (the same day, or the
 ///   next one when `end` is not after `start`, an overnight window).
 /// - Where windows overlap, the first one in the list is on.
-/// - Local time is that of the time zone given (ferryd's: `TZ`, else the system's). On a
-///   day a clock change skips a window's start, the window starts at the first moment
-///   after it; an edge in a repeated hour is taken at its first occurrence.
+/// - Local time is that of the time zone given (ferryd's: `TZ`, else the system's). An
+///   edge in the hour a clock change skips comes that much later (02:30 on a
+///   spring-forward night is taken at 03:30); one in a repeated hour comes at its first
+///   occurrence.
 public struct ScheduleWindows: Sendable, Equatable {
     /// At most this many windows (`InvalidArgument` beyond).
     public static let maxWindows = 64

@@ -82,6 +82,22 @@ final class ScheduleWindowsTests: XCTestCase {
         XCTAssertEqual(whole.nextEdge(after: june(3, 12, 0), in: utc), june(4, 0, 0), "24:00 is the next midnight")
     }
 
+    func testEdgesOnClockChangeNights() throws {
+        let berlin = TimeZone(identifier: "Europe/Berlin")!
+        var c = Calendar(identifier: .gregorian)
+        c.timeZone = utc
+        func utcDate(_ month: Int, _ day: Int, _ hh: Int, _ mm: Int) -> Date {
+            c.date(from: DateComponents(year: 2026, month: month, day: day, hour: hh, minute: mm))!
+        }
+        let s = try ScheduleWindows([ScheduleWindow(days: "Sun", start: "02:30", end: "04:00")])
+        // 29 March: 02:00 CET becomes 03:00 CEST; 02:30 does not exist and is taken at 03:30 (01:30 UTC).
+        XCTAssertEqual(s.nextEdge(after: utcDate(3, 28, 23, 0), in: berlin), utcDate(3, 29, 1, 30))
+        XCTAssertEqual(s.nextEdge(after: utcDate(3, 29, 1, 30), in: berlin), utcDate(3, 29, 2, 0), "04:00 CEST")
+        // 25 October: 03:00 CEST becomes 02:00 CET; 02:30 comes twice, the first time counts (00:30 UTC).
+        XCTAssertEqual(s.nextEdge(after: utcDate(10, 24, 22, 0), in: berlin), utcDate(10, 25, 0, 30))
+        XCTAssertEqual(s.nextEdge(after: utcDate(10, 25, 0, 30), in: berlin), utcDate(10, 25, 3, 0), "04:00 CET")
+    }
+
     func testLocalTimeIsTheTimeZones() throws {
         let berlin = TimeZone(identifier: "Europe/Berlin")!
         let s = try ScheduleWindows([ScheduleWindow(days: "*", start: "09:00", end: "10:00")])

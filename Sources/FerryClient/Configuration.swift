@@ -41,6 +41,10 @@ extension FerrySession {
         /// never broadcast (`private-signals`, contract v1.2; default false, always
         /// true for a sandboxed application's session).
         public var privateSignals: Bool?
+        /// What the session's unfinished transfers do when the last bus connection that
+        /// opened or used the session leaves the bus (`on-client-exit`, contract v1.2;
+        /// default ``ClientExitPolicy/continue``).
+        public var onClientExit: ClientExitPolicy?
         /// The D-Bus address to reach Ferry at; nil = the session bus.
         public var busAddress: String?
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
@@ -89,6 +93,7 @@ extension FerrySession {
                 && a.sendsNotifications == b.sendsNotifications && a.speedLimit == b.speedLimit && a.retries == b.retries
                 && a.proxy == b.proxy && a.httpShouldSetCookies == b.httpShouldSetCookies
                 && a.applicationID == b.applicationID && a.busAddress == b.busAddress && a.resets == b.resets
+                && a.privateSignals == b.privateSignals && a.onClientExit == b.onClientExit
         }
 
         /// A session whose transfers go on when the app exits, and survive restarts.
@@ -123,6 +128,7 @@ extension FerrySession {
             httpShouldSetCookies = c["cookies"]?.bool
             applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
             privateSignals = c["private-signals"]?.bool
+            onClientExit = c["on-client-exit"]?.string.flatMap(ClientExitPolicy.init(rawValue:))
             readHeaders = httpAdditionalHeaders
             readProxy = proxy
         }
@@ -142,10 +148,23 @@ extension FerrySession {
             if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c["proxy"] = .string("") }
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
             if let privateSignals { c["private-signals"] = .boolean(privateSignals) }
+            if let onClientExit { c["on-client-exit"] = .string(onClientExit.rawValue) }
             if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
             return c
         }
     }
+}
+
+/// What a session's unfinished transfers do when its last client leaves the bus
+/// (`Configuration.onClientExit`; the session key `on-client-exit`).
+public enum ClientExitPolicy: String, Sendable, Codable, CaseIterable {
+    /// They go on (the default): a background session.
+    case `continue`
+    /// Queued, waiting and running transfers pause; they resume when a client opens the
+    /// session again (those alone: transfers paused by a user stay paused).
+    case pause
+    /// Every unfinished transfer is cancelled.
+    case cancel
 }
 
 /// How soon a transfer runs among the queued ones.

@@ -36,7 +36,22 @@ public struct SessionConfiguration: Sendable, Equatable {
     /// The session's signals go unicast to its own clients (and watchers), never
     /// broadcast (`private-signals`; always true for a sandboxed caller's session).
     public var privateSignals: Bool = false
+    /// What happens to its unfinished transfers when the last bus connection that
+    /// opened or used it leaves the bus (`on-client-exit`, contract v1.2).
+    public var onClientExit: ClientExitPolicy = .continue
     public init() {}
+}
+
+/// `on-client-exit`: what the session's unfinished transfers do when its last client
+/// connection leaves the bus.
+public enum ClientExitPolicy: String, Sendable, CaseIterable {
+    /// They carry on (the default).
+    case `continue`
+    /// Queued, waiting and running ones pause; a client that opens the session again
+    /// resumes them (only those; transfers a user paused stay paused).
+    case pause
+    /// Every unfinished one is cancelled.
+    case cancel
 }
 
 /// Keys present replace stored values; nil keeps them (`OpenSession` semantics).
@@ -55,6 +70,7 @@ public struct SessionConfigurationUpdate: Sendable, Equatable {
     public var applicationID: String?
     public var cookies: Bool?
     public var privateSignals: Bool?
+    public var onClientExit: ClientExitPolicy?
     public init() {}
 }
 

@@ -113,6 +113,7 @@ extension SessionConfiguration {
         if let v = update.applicationID { applicationID = v }
         if let v = update.cookies { cookies = v }
         if let v = update.privateSignals { privateSignals = v }
+        if let v = update.onClientExit { onClientExit = v }
         return self != before
     }
 

@@ -196,6 +196,7 @@ extension TransferCoordinator {
             if t.finishingPath != nil { settleInterruptedFinish(t) } else { settleIfAlreadyInPlace(t) }
         }
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
+        restoreClientExitPauses()
         newlyQueued = []
         _ = index.takeChangedSessions()
         for s in sessions.values { s.publishedActive = activeCount(s.id) }

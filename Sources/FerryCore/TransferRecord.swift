@@ -169,6 +169,13 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.prefixLimit = newValue } }
     }
 
+    /// Paused by its session's `on-client-exit` policy (stored): a client opening the
+    /// session again resumes it; any other start or end clears it.
+    var pausedByClientExit: Bool {
+        get { extrasBox?.pausedByClientExit ?? false }
+        set { if newValue || extrasBox != nil { extras.pausedByClientExit = newValue } }
+    }
+
     /// How much of a part file of `size` bytes may be continued: all of it, or no more
     /// than `prefixLimit`.
     func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
@@ -247,7 +254,8 @@ final class TransferRecord {
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
                               finishingPath: finishingPath, upload: upload, segments: segments,
-                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit)
+                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit,
+                              pausedByClientExit: pausedByClientExit)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -266,6 +274,7 @@ final class TransferRecord {
         segments = stored.segments
         partIsPrefix = stored.partIsPrefix
         prefixLimit = stored.prefixLimit
+        pausedByClientExit = stored.pausedByClientExit
         // Kept only when it differs from the usual `.part` path (one string less each).
         if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue
@@ -304,4 +313,5 @@ final class TransferExtras {
     var segments: SegmentMap?
     var partIsPrefix = false
     var prefixLimit: Int64?
+    var pausedByClientExit = false
 }

@@ -88,12 +88,16 @@ public struct StoredTransfer: Sendable, Hashable {
     /// The most of the part file a download made from resume data may keep until a
     /// response cuts the file there (the data's offset); nil: all of it.
     public var prefixLimit: Int64?
+    /// Paused because its session's last client left the bus (`on-client-exit` pause):
+    /// a client opening the session again resumes it.
+    public var pausedByClientExit: Bool
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
                 retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil,
                 upload: UploadSpec? = nil, segments: SegmentMap? = nil, partIsPrefix: Bool = false,
-                prefixLimit: Int64? = nil) {
+                prefixLimit: Int64? = nil, pausedByClientExit: Bool = false) {
+        self.pausedByClientExit = pausedByClientExit
         self.upload = upload; self.segments = segments; self.partIsPrefix = partIsPrefix; self.prefixLimit = prefixLimit
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag

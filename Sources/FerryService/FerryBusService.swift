@@ -30,6 +30,8 @@ public final class FerryBusService: @unchecked Sendable {
     public var pendingEventsPageBytes = Limits.pendingEventsPageBytes
     /// Identifies callers and keeps sandboxed ones to their own objects.
     let callers: CallerRegistry
+    /// The connections of each session, for `on-client-exit`.
+    private(set) var sessionClients: SessionClients!
     /// `Download` calls on their way to the core, in groups.
     let downloadCalls = DownloadCalls()
     /// The bus work of the core's events delivered so far in this round (core queue
@@ -51,6 +53,7 @@ public final class FerryBusService: @unchecked Sendable {
         callers = CallerRegistry(bus: bus, logger: logger)
         specs = (managerInterface(), sessionInterface(), transferInterface())
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
+        sessionClients = SessionClients(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
     }
 
@@ -59,6 +62,7 @@ public final class FerryBusService: @unchecked Sendable {
     public func start() async throws {
         bus.setCallerGate(callers)
         try await callers.watchDepartures()
+        try await sessionClients.watchDepartures()
         core.queue.sync {
             core.subscribe { [weak self] event in self?.handle(event) }
             core.subscribeToRoundEnds { [weak self] in self?.handOnBusWork() }
@@ -120,6 +124,7 @@ public final class FerryBusService: @unchecked Sendable {
         waker.noteClient(inv.sender, of: id)
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
             callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
+            sessionClients.note(inv.sender, of: id) // an existing session's
         }
         return id
     }
@@ -132,7 +137,11 @@ public final class FerryBusService: @unchecked Sendable {
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
             callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
         }
-        run(inv) { core in try body(core, id) }
+        run(inv) { [sessionClients] core in
+            // A caller acting on a transfer uses its session (on-client-exit).
+            if let session = core.transfer(id)?.session { sessionClients?.note(inv.sender, of: session) }
+            return try body(core, id)
+        }
     }
 
     /// For property writes: runs `body` on the core's queue and tells `done`
@@ -184,6 +193,7 @@ public final class FerryBusService: @unchecked Sendable {
                    PropertyMapping.session(session, defaultDirectory: defaultDirectory))
         case .sessionRemoved(let id):
             waker.forget(id)
+            sessionClients.forget(id)
             onBus { [bus] in bus.unexportNow(FerryBusNames.sessionPath(id)) }
             callers.forgetOwner(of: FerryBusNames.sessionPath(id))
             audiences[id] = nil // its objects keep it while they are on the bus

@@ -19,7 +19,7 @@ enum OptionParsing {
 
     static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
                                     "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
-                                    "application-id", "cookies", "private-signals"]
+                                    "application-id", "cookies", "private-signals", "on-client-exit"]
 
     static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
         var u = SessionConfigurationUpdate()
@@ -39,6 +39,13 @@ enum OptionParsing {
             case "application-id": u.applicationID = try typed(key, value, "s") { $0.string }
             case "cookies": u.cookies = try typed(key, value, "b") { $0.bool }
             case "private-signals": u.privateSignals = try typed(key, value, "b") { $0.bool }
+            case "on-client-exit":
+                let name = try typed(key, value, "s") { $0.string }
+                guard let policy = ClientExitPolicy(rawValue: name) else {
+                    let shown = name.count > 40 ? String(name.prefix(40)) + "…" : name
+                    throw FerryError.invalidArgument("on-client-exit is \(shown.debugDescription); it must be continue, pause or cancel")
+                }
+                u.onClientExit = policy
             default: throw unknown(key, configurationKeys)
             }
         }
@@ -63,6 +70,7 @@ enum OptionParsing {
             "application-id": .string(c.applicationID),
             "cookies": .boolean(c.cookies),
             "private-signals": .boolean(c.privateSignals),
+            "on-client-exit": .string(c.onClientExit.rawValue),
         ])
     }
 

@@ -204,9 +204,9 @@ public final class SQLiteTransferStore: TransferStore {
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
                 attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
                 created, started, completed, resource_started, priority, speed_limit, finishing_path,
-                upload, segments, response, part_is_prefix, prefix_limit
+                upload, segments, response, part_is_prefix, prefix_limit, paused_by_client_exit
             )
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(id) DO UPDATE SET
                 kind = excluded.kind, url = excluded.url, description = excluded.description,
                 options = excluded.options, destination = excluded.destination, directory = excluded.directory,
@@ -219,7 +219,7 @@ public final class SQLiteTransferStore: TransferStore {
                 completed = excluded.completed, resource_started = excluded.resource_started, priority = excluded.priority,
                 speed_limit = excluded.speed_limit, finishing_path = excluded.finishing_path, upload = excluded.upload,
                 segments = excluded.segments, response = excluded.response, part_is_prefix = excluded.part_is_prefix,
-                prefix_limit = excluded.prefix_limit
+                prefix_limit = excluded.prefix_limit, paused_by_client_exit = excluded.paused_by_client_exit
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
                 try options.encode(t.options), s.destination, t.directory, t.serverMayName,
@@ -229,7 +229,7 @@ public final class SQLiteTransferStore: TransferStore {
                 s.completed.stored, t.resourceStarted.stored, Int64(s.priority), s.speedLimit.stored,
                 t.finishingPath, try t.upload.map { try JSONColumn.encode(UploadSpecRecord($0)) },
                 t.segments?.encoded, s.response.isEmpty ? nil : Data(s.response), t.partIsPrefix,
-                t.prefixLimit,
+                t.prefixLimit, t.pausedByClientExit,
             ])
     }
 
@@ -278,7 +278,8 @@ public final class SQLiteTransferStore: TransferStore {
             retriesUsed: UInt32(clamping: try row.value("retries_used") as Int64),
             resourceStarted: UInt64(stored: try row.value("resource_started")),
             finishingPath: try row.value("finishing_path"), upload: upload, segments: segments,
-            partIsPrefix: try row.value("part_is_prefix"), prefixLimit: try row.value("prefix_limit"))
+            partIsPrefix: try row.value("part_is_prefix"), prefixLimit: try row.value("prefix_limit"),
+            pausedByClientExit: try row.value("paused_by_client_exit"))
     }
 
     private static func event(_ row: Row) throws -> PendingEvent {

@@ -24,10 +24,12 @@ struct SessionConfigurationRecord: Codable {
     var applicationID: String?
     var cookies: Bool?
     var privateSignals: Bool?
+    var onClientExit: String?
 
     init(_ c: SessionConfiguration) {
         cookies = c.cookies
         privateSignals = c.privateSignals
+        onClientExit = c.onClientExit.rawValue
         persistent = c.persistent; directory = c.directory; headers = c.headers
         maxConnectionsPerHost = c.maxConnectionsPerHost; requestTimeout = c.requestTimeout
         resourceTimeout = c.resourceTimeout; allowMetered = c.allowMetered; notify = c.notify
@@ -50,6 +52,7 @@ struct SessionConfigurationRecord: Codable {
         if let v = applicationID { c.applicationID = v }
         if let v = cookies { c.cookies = v }
         if let v = privateSignals { c.privateSignals = v }
+        if let v = onClientExit.flatMap(ClientExitPolicy.init(rawValue:)) { c.onClientExit = v }
         return c
     }
 }

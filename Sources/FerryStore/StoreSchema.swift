@@ -101,9 +101,14 @@ enum StoreSchema {
         migrator.registerMigration("6-prefix-limit") { db in
             try db.execute(sql: "ALTER TABLE transfers ADD COLUMN prefix_limit INTEGER")
         }
+        // Paused because the session's last client left the bus (`on-client-exit` pause):
+        // resumed when a client opens the session again.
+        migrator.registerMigration("7-client-exit") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN paused_by_client_exit INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "6-prefix-limit"
+    static let latest = "7-client-exit"
 }

@@ -148,6 +148,7 @@ struct ConfigurationJSON: Codable, Equatable {
     var proxy: String?
     var cookies: Bool?
     var applicationId: String?
+    var onClientExit: String?
 
     init(_ c: [String: DBusValue]) {
         persistent = c["persistent"]?.bool
@@ -163,6 +164,7 @@ struct ConfigurationJSON: Codable, Equatable {
         proxy = c["proxy"]?.string
         cookies = c["cookies"]?.bool
         applicationId = c["application-id"]?.string
+        onClientExit = c["on-client-exit"]?.string
     }
 
     enum CodingKeys: String, CodingKey {
@@ -179,6 +181,7 @@ struct ConfigurationJSON: Codable, Equatable {
         case proxy
         case cookies
         case applicationId = "application_id"
+        case onClientExit = "on_client_exit"
     }
 }
 

@@ -166,6 +166,24 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(signals.signals(path: path).map(\.description), [], "a broadcast listener heard a private session")
     }
 
+    /// `configuration.onClientExit = .pause` (v1.2 `on-client-exit`): the service keeps it,
+    /// and when the app's session lets go of its connection its running download pauses.
+    func testOnClientExitPausesWhenTheAppLeaves() async throws {
+        serve("/c/leaving.bin", size: stalledSize)
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/c/leaving.bin")
+        var c = configuration("org.example.Leaving")
+        c.onClientExit = .pause
+        let session = FerrySession(configuration: c)
+        let task = try await session.download(from: URL(string: server.url("/c/leaving.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/leaving.bin"))
+        let seen = client.transfer(id: task.id)
+        try await waitForState(seen, "running")
+        let stored = try await session.storedConfiguration()
+        XCTAssertEqual(stored.onClientExit, .pause)
+        session.detach()
+        try await waitForState(seen, "paused")
+    }
+
     /// Nothing waits forever on a session that stopped following: `detach()` ends a
     /// task still running here with `detached` (the download goes on in the
     /// service); `finishTasksAndInvalidate()` keeps the session and delivers its tasks'

@@ -178,6 +178,8 @@ public struct TransferSnapshot: Sendable, Hashable {
     /// refused ranges, the file is small, …); "" otherwise (the
     /// `SingleConnectionReason` addition).
     public var singleConnectionReason: String = ""
+    /// The group it was made in (`Session.DownloadGroup`); 0: none (`Group` is `/`).
+    public var group: GroupID = 0
 
     public init(id: TransferID, session: SessionID, kind: TransferKind = .download, url: String,
                 description: String = "", destination: String = "", state: TransferState = .queued,

@@ -31,6 +31,10 @@ public enum StoreOperation: Sendable, Equatable {
     case setCounters(StoreCounters)
     /// The manager's writable properties.
     case setSettings(StoredSettings)
+    /// Inserts or replaces a group (`Session.DownloadGroup`).
+    case saveGroup(StoredGroup)
+    /// Deletes a group (its transfers stay, if still there, outside any group).
+    case deleteGroup(GroupID)
 }
 
 /// A session as stored.
@@ -112,9 +116,12 @@ public struct StoreCounters: Sendable, Equatable {
     public var nextSessionID: SessionID
     public var nextTransferID: TransferID
     public var nextSerial: UInt64
+    public var nextGroupID: GroupID
 
-    public init(nextSessionID: SessionID = 1, nextTransferID: TransferID = 1, nextSerial: UInt64 = 1) {
+    public init(nextSessionID: SessionID = 1, nextTransferID: TransferID = 1, nextSerial: UInt64 = 1,
+                nextGroupID: GroupID = 1) {
         self.nextSessionID = nextSessionID; self.nextTransferID = nextTransferID; self.nextSerial = nextSerial
+        self.nextGroupID = nextGroupID
     }
 }
 
@@ -139,12 +146,13 @@ public struct StoreContents: Sendable, Equatable {
     public var counters: StoreCounters
     /// nil when never written (the defaults apply).
     public var settings: StoredSettings?
+    public var groups: [StoredGroup]
 
     public init(sessions: [StoredSession] = [], transfers: [StoredTransfer] = [],
                 events: [SessionID: [PendingEvent]] = [:], counters: StoreCounters = StoreCounters(),
-                settings: StoredSettings? = nil) {
+                settings: StoredSettings? = nil, groups: [StoredGroup] = []) {
         self.sessions = sessions; self.transfers = transfers; self.events = events
-        self.counters = counters; self.settings = settings
+        self.counters = counters; self.settings = settings; self.groups = groups
     }
 }
 

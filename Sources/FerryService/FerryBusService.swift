@@ -19,7 +19,7 @@ public final class FerryBusService: @unchecked Sendable {
     let version: String
     let defaultDirectory: String
     let logger: Logger
-    private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
+    private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec, group: InterfaceSpec)!
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
@@ -51,7 +51,7 @@ public final class FerryBusService: @unchecked Sendable {
         self.defaultDirectory = defaultDirectory
         self.logger = logger
         callers = CallerRegistry(bus: bus, logger: logger)
-        specs = (managerInterface(), sessionInterface(), transferInterface())
+        specs = (managerInterface(), sessionInterface(), transferInterface(), groupInterface())
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
         sessionClients = SessionClients(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
@@ -79,6 +79,9 @@ public final class FerryBusService: @unchecked Sendable {
             }
             for id in (try? core.transferIDs()) ?? [] {
                 if let t = core.transfer(id) { bus.export(transferObject(t), announce: false) }
+            }
+            for id in core.groupIDs {
+                if let g = core.group(id) { bus.export(groupObject(g), announce: false) }
             }
         }
         let reply = try await bus.requestName(FerryBusNames.busName)
@@ -222,6 +225,18 @@ public final class FerryBusService: @unchecked Sendable {
                    [.uint32(end.counts.succeeded), .uint32(end.counts.failed), .uint32(end.counts.cancelled)])
         case .managerChanged(let manager):
             update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
+        case .groupAdded(let group):
+            let object = groupObject(group)
+            onBus { [bus] in bus.exportNow(object) }
+        case .groupChanged(let group):
+            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
+        case .groupRemoved(let id, _):
+            onBus { [bus] in bus.unexportNow(FerryBusNames.groupPath(id)) }
+            callers.forgetOwner(of: FerryBusNames.groupPath(id))
+        case .groupFinished(let group):
+            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
+            signal(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, "Finished",
+                   [.uint32(group.succeeded), .uint32(group.failed), .uint32(group.cancelled)])
         case .allFinished(let end):
             let counts = end.counts
             logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
@@ -256,6 +271,17 @@ public final class FerryBusService: @unchecked Sendable {
         let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
                                     initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
         object.audience = audience(of: transfer.session)
+        return object
+    }
+
+    /// A group's bus object, with its session's owner and signal audience.
+    private func groupObject(_ group: GroupSnapshot) -> ExportedObject {
+        callers.setOwner(of: FerryBusNames.groupPath(group.id), to: core.sessionOwner(group.session))
+        // Its counts change with every member that ends: signals coalesce, as the session's do.
+        let object = ExportedObject(path: FerryBusNames.groupPath(group.id), interfaces: [specs.group],
+                                    initialValues: [FerryBusNames.groupInterface: PropertyMapping.group(group)],
+                                    coalesceChanges: true)
+        object.audience = audience(of: group.session)
         return object
     }
 

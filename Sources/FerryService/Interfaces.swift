@@ -101,6 +101,8 @@ extension FerryBusService {
                         }
                     }
                 },
+                MethodSpec("DownloadGroup", in: [ArgSpec("items", "a(sa{sv})"), ArgSpec("options", "a{sv}")],
+                           out: [ArgSpec("group", "o")]) { [unowned self] inv in downloadGroup(inv) },
                 MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in

@@ -17,7 +17,7 @@ final class SchemaTests: XCTestCase {
         let tables = try store.database.read { db in
             try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'grdb%' ORDER BY name")
         }
-        XCTAssertEqual(tables, ["counters", "events", "sessions", "settings", "transfers"])
+        XCTAssertEqual(tables, ["counters", "events", "groups", "sessions", "settings", "transfers"])
     }
 
     func testMigrationOfAnExistingDatabaseKeepsItsRows() throws {

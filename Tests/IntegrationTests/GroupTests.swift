@@ -195,4 +195,46 @@ final class GroupTests: FerryTestCase {
         let left = try await client.listTransfers()
         XCTAssertEqual(left, [], "its transfers went with it")
     }
+
+    /// `ferry get URL URL…` makes its downloads in one DownloadGroup call: one group holds
+    /// the transfers it printed; one bad URL among them falls back to a Download each, so
+    /// the good ones are still queued and the bad one is named.
+    func testFerryGetWithSeveralURLsMakesOneGroup() async throws {
+        let bodies = (0..<3).map { serve("/cli/\($0).bin", size: 3000 + $0, seed: UInt64($0 + 40)) }
+        let r = try ferry(["get", "-d", work + "/cli", "--wait"] + (0..<3).map { server.url("/cli/\($0).bin") })
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let ids = r.stdout.split(separator: "\n").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
+        XCTAssertEqual(ids.count, 3, r.stdout)
+        let member = try await client.transfer(id: ids[0]).info()
+        XCTAssertTrue(member.group.hasPrefix(FerryInterface.groupPathPrefix), member.group)
+        let info = try await FerryGroup(client: client, path: member.group).info()
+        XCTAssertEqual(info.transfers.map(FerryClient.transferID), ids)
+        XCTAssertEqual(info.state, "completed")
+        for i in 0..<3 { assertFile(work + "/cli/\(i).bin", equals: bodies[i]) }
+
+        let mixed = try ferry(["get", "-d", work + "/mixed", server.url("/cli/0.bin"), "ftp://example.com/nope"])
+        XCTAssertEqual(mixed.status, 2, mixed.stderr)
+        XCTAssertTrue(mixed.stderr.contains("ftp://example.com/nope"), mixed.stderr)
+        let queued = mixed.stdout.split(separator: "\n").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
+        XCTAssertEqual(queued.count, 1, "the good URL is still queued")
+        let alone = try await client.transfer(id: queued[0]).info()
+        XCTAssertEqual(alone.group, "/", "made by Download, after the group was refused")
+    }
+
+    /// A private session's group (`private-signals`): its signals go to its own client,
+    /// never broadcast; the harness's connection (a broadcast listener) hears none.
+    func testAPrivateSessionsGroupSignalsArePrivate() async throws {
+        serve("/q/0.bin", size: 1000)
+        let owner = try FerryClient(address: bus.address)
+        defer { owner.close() }
+        let heard = try await SignalRecorder.start(owner.bus)
+        defer { heard.stop() }
+        let s = try await owner.openSession("com.example.QuietGroup", configuration: ["private-signals": .boolean(true)])
+        let g = try await s.downloadGroup([(server.url("/q/0.bin"), ["destination": .string(work + "/q0.bin")])])
+        try await heard.wait("the group's Finished at its own client") { s in
+            s.contains { $0.path == g.path && $0.member == "Finished" }
+        }
+        _ = try await client.listSessions() // a round trip: ferryd's earlier signals have arrived
+        XCTAssertEqual(signals.signals(path: g.path).map(\.description), [], "a broadcast listener heard a private group")
+    }
 }

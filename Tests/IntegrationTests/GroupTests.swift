@@ -242,4 +242,31 @@ final class GroupTests: FerryTestCase {
         _ = try await client.listSessions() // a round trip: ferryd's earlier signals have arrived
         XCTAssertEqual(signals.signals(path: g.path).map(\.description), [], "a broadcast listener heard a private group")
     }
+
+    /// A group counts against the session's transfer limit: one that would pass it is
+    /// refused with LimitExceeded, naming the first item past it, and makes nothing;
+    /// more than 100,000 items are refused before any is looked at.
+    func testAGroupStaysWithinTheSessionsTransferLimit() async throws {
+        try await stopFerryd()
+        try await startFerryd(["--max-transfers-per-session", "5"])
+        serve("/l.bin", size: 10)
+        let s = try await session("com.example.Limited")
+        _ = try await s.download(server.url("/l.bin"), options: ["start": .boolean(false), "destination": .string(work + "/l.bin")])
+        let items = (0..<5).map { (url: server.url("/l.bin"), options: ["start": DBusValue.boolean(false), "destination": .string(work + "/l\($0).bin")]) }
+        do {
+            _ = try await s.downloadGroup(items)
+            XCTFail("a group past the session's limit was accepted")
+        } catch let e as BusError {
+            XCTAssertEqual(e.name, "org.ferry.Ferry1.Error.LimitExceeded")
+            XCTAssertTrue(e.message.hasPrefix("item 4: "), e.message)
+        }
+        let count = try await s.listTransfers().count
+        XCTAssertEqual(count, 1, "nothing of the refused group was made")
+        let fits = try await s.downloadGroup(Array(items.prefix(4)))
+        let members = try await fits.info().transfers.count
+        XCTAssertEqual(members, 4)
+
+        let tooMany = Array(repeating: (url: "http://127.0.0.1/x", options: [String: DBusValue]()), count: 100_001)
+        await assertBusError("org.ferry.Ferry1.Error.LimitExceeded", "100,001 items") { try await s.downloadGroup(tooMany) }
+    }
 }

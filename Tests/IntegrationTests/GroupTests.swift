@@ -241,6 +241,10 @@ final class GroupTests: FerryTestCase {
         }
         _ = try await client.listSessions() // a round trip: ferryd's earlier signals have arrived
         XCTAssertEqual(signals.signals(path: g.path).map(\.description), [], "a broadcast listener heard a private group")
+        let announced = signals.signals(path: FerryClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
+        XCTAssertEqual(announced.count, 0, "the group's InterfacesAdded went to the bus")
+        let heardAdded = heard.signals(path: FerryClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
+        XCTAssertEqual(heardAdded.count, 1, "its own client hears of it")
     }
 
     /// A group counts against the session's transfer limit: one that would pass it is

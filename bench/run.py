@@ -63,7 +63,7 @@ def parse_args():
                     help="smoke run: smaller counts and files, 2 rounds, no warm-up (figures not comparable)")
     ap.add_argument("--runs", type=int, default=5, help="alternating rounds where medians are taken (default 5)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first, batch, single and latency (default 1)")
-    ap.add_argument("--batch-tools", help="batch: only these of bus,get,curl,aria2c (for profiling; ratios need the peers)")
+    ap.add_argument("--batch-tools", help="batch: only these of bus,group,get,curl,aria2c (for profiling; ratios need the peers)")
     ap.add_argument("--segment-runs", type=int, default=1,
                     help="rounds of the throttled segments comparison (default 1, as issue 8 asks)")
     ap.add_argument("--size-mib", type=int, default=1024, help="size of the single and upload file (default 1024)")

@@ -2,7 +2,10 @@
 
 - bus: one client sends every `Download` at once (pipelined, not waiting for replies)
   and listens to `Completed` only; wall = first call sent to last `Completed` received.
-- get: `ferry get -d DIR --wait URL…` (or `-i FILE` when the CLI has it).
+- group: the same client sends one `DownloadGroup` call (contract v1.2) with every URL
+  and listens to `Completed` only; wall = the call sent to the last `Completed` received.
+- get: `ferry get -d DIR --wait URL…` (or `-i FILE` when the CLI has it); a CLI that
+  knows groups sends one `DownloadGroup` call too.
 - curl: `curl --parallel --parallel-max 6 --remote-name-all --output-dir DIR URL…`.
 - aria2c: `aria2c -j6 -i FILE -d DIR`.
 
@@ -29,7 +32,7 @@ import time
 import harness as h
 from harness import BUS_NAME, SESSION, BenchError
 
-TOOLS = ("bus", "get", "curl", "aria2c")
+TOOLS = ("bus", "group", "get", "curl", "aria2c")
 TARGET_CURL = 1.25   # Ferry wall <= 1.25 x curl --parallel-max 6
 TARGET_ARIA2 = 1.0   # and faster than aria2c -j6
 
@@ -118,6 +121,26 @@ def run(ctx, suite):
             raise BenchError(f"{len(failed)} bus transfers failed, e.g. {failed[0]}")
         return {"wall": wall, "cpu_daemon": cpu, "cpu_client": client, "sent": sent, "replied": replied, **others}
 
+    def run_group(dest):
+        counter.reset()
+        opts = h.download_options(destination=dest)
+        o0 = around()
+        c0 = ferryd.cpu()
+        t0 = time.perf_counter()
+        serial = conn.send_call(BUS_NAME, session, SESSION, "DownloadGroup", "a(sa{sv})a{sv}",
+                                [[(u, opts) for u in urls], {}])
+        sent = time.perf_counter() - t0
+        conn.wait_reply(serial, 120).check()
+        replied = time.perf_counter() - t0
+        conn.wait_until(lambda: len(counter.completed) >= count, 600, "every Completed")
+        wall = max(v[0] for v in counter.completed.values()) - t0
+        cpu = ferryd.cpu() - c0
+        others, client = around_since(o0)
+        failed = [(p, v[1]) for p, v in counter.completed.items() if v[1]]
+        if failed:
+            raise BenchError(f"{len(failed)} group transfers failed, e.g. {failed[0]}")
+        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": client, "sent": sent, "replied": replied, **others}
+
     def run_get(dest):
         counter.reset()
         argv = ["get", "-d", dest, "--wait"] + (["-i", url_file] if input_file else urls)
@@ -138,6 +161,7 @@ def run(ctx, suite):
 
     runners = {
         "bus": run_bus,
+        "group": run_group,
         "get": run_get,
         "curl": lambda d: run_peer(["curl", "-s", "-f", "--parallel", "--parallel-max", "6",
                                     "--output-dir", d, "--remote-name-all", *urls]),
@@ -174,7 +198,7 @@ def run(ctx, suite):
             if problem:
                 raise BenchError(f"{tool} run {i}: {problem}")
             compared.add(tool)
-            if tool in ("bus", "get"):
+            if tool in ("bus", "group", "get"):
                 r["all_finished"] = _settle_all_finished(conn, counter)
                 h.remove_all_transfers(conn)
             r.update(tool=tool, run=i, cpu=r["cpu_client"] + r["cpu_daemon"])
@@ -210,7 +234,8 @@ def run(ctx, suite):
         return h.median([x[key] / max(y[key], 1e-3) for x, y in zip(by[a], by[b])])
 
     med = suite.data["median_wall"]
-    for ferry_tool, label in (("bus", "bus client, all Downloads at once"), ("get", "ferry get -d DIR --wait")):
+    for ferry_tool, label in (("bus", "bus client, all Downloads at once"), ("group", "bus client, one DownloadGroup"),
+                              ("get", "ferry get -d DIR --wait")):
         for peer, target in (("curl", TARGET_CURL), ("aria2c", TARGET_ARIA2)):
             ratio = paired(ferry_tool, peer)
             met = ratio <= target if peer == "curl" else ratio < target
@@ -238,7 +263,7 @@ def run(ctx, suite):
     suite.row("disk context: write + fdatasync of 100 KiB", h.fmt_s(sync_cost), "", None, "", None)
     suite.data["one_at_a_time"] = singles
     _one_at_a_time_row(suite, singles)
-    for tool in ("bus", "get"):
+    for tool in ("bus", "group", "get"):
         counts = [r["all_finished"] for r in by[tool]]
         suite.row(f"manager AllFinished per batch ({tool})", " ".join(map(str, counts)), "", None,
                   "1 each", all(c == 1 for c in counts))

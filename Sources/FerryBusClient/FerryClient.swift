@@ -131,6 +131,16 @@ public struct FerrySession: Sendable, Hashable {
         return FerryTransfer(client: client, path: r.first?.string ?? "/")
     }
 
+    /// Queues many downloads in one call, as one group (`DownloadGroup`, v1.2): all of
+    /// them or none. `items` are URLs with their `Download` options; `options` the
+    /// group's (`description`, `all-or-nothing`, `start`).
+    public func downloadGroup(_ items: [(url: String, options: [String: DBusValue])],
+                              options: [String: DBusValue] = [:]) async throws -> FerryGroup {
+        let list = DBusValue.array(element: "(sa{sv})", items.map { .structure([.string($0.url), .vardict($0.options)]) })
+        let r = try await call("DownloadGroup", [list, .vardict(options)])
+        return FerryGroup(client: client, path: r.first?.string ?? "/")
+    }
+
     public func resumeDownload(_ resumeData: [UInt8], options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
         let r = try await call("ResumeDownload", [.bytes(resumeData), .vardict(options)])
         return FerryTransfer(client: client, path: r.first?.string ?? "/")

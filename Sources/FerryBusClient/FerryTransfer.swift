@@ -78,6 +78,9 @@ public struct TransferInfo: Sendable, Equatable {
     /// Why a download that asked for several connections runs on one (the
     /// `SingleConnectionReason` addition); "" otherwise.
     public var singleConnectionReason: String
+    /// The object path of the group it was made in (v1.2 `Group`); "/" when none, ""
+    /// from an older ferryd.
+    public var group: String
 
     private typealias T = FerryInterface.TransferProperty
 
@@ -112,6 +115,7 @@ public struct TransferInfo: Sendable, Equatable {
         T.response.name: { $0.response = $1.bytes ?? [] },
         T.nextAttempt.name: { $0.nextAttempt = $1.uint64 ?? 0 },
         T.singleConnectionReason.name: { $0.singleConnectionReason = $1.string ?? "" },
+        T.group.name: { $0.group = $1.string ?? "" },
     ]
 
     /// A transfer with no properties known: every field at its default.
@@ -122,7 +126,7 @@ public struct TransferInfo: Sendable, Equatable {
         bytesTransferred = 0; bytesExpected = -1; rate = 0; expectedEnd = 0
         errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
         created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0; response = []
-        nextAttempt = 0; singleConnectionReason = ""
+        nextAttempt = 0; singleConnectionReason = ""; group = ""
     }
 
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a

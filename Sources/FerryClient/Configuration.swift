@@ -47,6 +47,10 @@ extension FerrySession {
         /// discretionary-only schedule windows (`isDiscretionary`). A download's own
         /// ``DownloadOptions/isDiscretionary`` wins over it.
         public var isDiscretionary: Bool?
+        /// What the session's unfinished transfers do when the last bus connection that
+        /// opened or used the session leaves the bus (`on-client-exit`, contract v1.2;
+        /// default ``ClientExitPolicy/continue``).
+        public var onClientExit: ClientExitPolicy?
         /// The D-Bus address to reach Ferry at; nil = the session bus.
         public var busAddress: String?
         /// Whether `OpenSession` says `persistent` (``isPersistent``); false keeps what
@@ -96,6 +100,7 @@ extension FerrySession {
                 && a.proxy == b.proxy && a.httpShouldSetCookies == b.httpShouldSetCookies
                 && a.applicationID == b.applicationID && a.busAddress == b.busAddress && a.resets == b.resets
                 && a.isDiscretionary == b.isDiscretionary
+                && a.privateSignals == b.privateSignals && a.onClientExit == b.onClientExit
         }
 
         /// A session whose transfers go on when the app exits, and survive restarts.
@@ -131,6 +136,7 @@ extension FerrySession {
             applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
             privateSignals = c["private-signals"]?.bool
             isDiscretionary = c["discretionary"]?.bool
+            onClientExit = c["on-client-exit"]?.string.flatMap(ClientExitPolicy.init(rawValue:))
             readHeaders = httpAdditionalHeaders
             readProxy = proxy
         }
@@ -151,10 +157,23 @@ extension FerrySession {
             if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
             if let privateSignals { c["private-signals"] = .boolean(privateSignals) }
             if let isDiscretionary { c["discretionary"] = .boolean(isDiscretionary) }
+            if let onClientExit { c["on-client-exit"] = .string(onClientExit.rawValue) }
             if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
             return c
         }
     }
+}
+
+/// What a session's unfinished transfers do when its last client leaves the bus
+/// (`Configuration.onClientExit`; the session key `on-client-exit`).
+public enum ClientExitPolicy: String, Sendable, Codable, CaseIterable {
+    /// They go on (the default): a background session.
+    case `continue`
+    /// Queued, waiting and running transfers pause; they resume when a client opens the
+    /// session again (those alone: transfers paused by a user stay paused).
+    case pause
+    /// Every unfinished transfer is cancelled.
+    case cancel
 }
 
 /// How soon a transfer runs among the queued ones.

@@ -22,6 +22,13 @@ public enum CoreEvent: Sendable, Equatable {
     case sessionAllFinished(SessionBatchEnd)
     case managerChanged(ManagerSnapshot)
     case allFinished(BatchEnd)
+    /// A group of `Session.DownloadGroup` (after its transfers' transferAdded).
+    case groupAdded(GroupSnapshot)
+    /// Its counts, state or members changed (bytes: at most every half second).
+    case groupChanged(GroupSnapshot)
+    case groupRemoved(GroupID, session: SessionID)
+    /// Its last unfinished member ended: the `Finished` signal, once.
+    case groupFinished(GroupSnapshot)
 }
 
 /// Data moved: the `Progress` signal's counts with the properties that change

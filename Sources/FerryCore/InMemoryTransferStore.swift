@@ -11,6 +11,7 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
     private var transfers: [TransferID: StoredTransfer] = [:]
     private var events: [SessionID: [PendingEvent]] = [:]
     private var counters = StoreCounters()
+    private var groups: [GroupID: StoredGroup] = [:]
     private var settings: StoredSettings?
     private var _writes: [[StoreOperation]] = []
     private var _failure: StoreError?
@@ -26,7 +27,8 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         return StoreContents(sessions: sessions.values.sorted { $0.id < $1.id },
                              transfers: transfers.values.sorted { $0.snapshot.id < $1.snapshot.id },
-                             events: events, counters: counters, settings: settings)
+                             events: events, counters: counters, settings: settings,
+                             groups: groups.values.sorted { $0.id < $1.id })
     }
 
     public func write(_ operations: [StoreOperation]) throws {
@@ -60,6 +62,7 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
         case .deleteSession(let id):
             sessions[id] = nil
             transfers = transfers.filter { $0.value.snapshot.session != id }
+            groups = groups.filter { $0.value.session != id }
             events[id] = nil
         case .saveTransfer(let t):
             transfers[t.snapshot.id] = t
@@ -75,9 +78,14 @@ public final class InMemoryTransferStore: TransferStore, @unchecked Sendable {
             // Like the SQLite store: an id handed out is never handed out again.
             counters = StoreCounters(nextSessionID: max(counters.nextSessionID, c.nextSessionID),
                                      nextTransferID: max(counters.nextTransferID, c.nextTransferID),
-                                     nextSerial: max(counters.nextSerial, c.nextSerial))
+                                     nextSerial: max(counters.nextSerial, c.nextSerial),
+                                     nextGroupID: max(counters.nextGroupID, c.nextGroupID))
         case .setSettings(let s):
             settings = s
+        case .saveGroup(let g):
+            groups[g.id] = g
+        case .deleteGroup(let id):
+            groups[id] = nil
         }
     }
 }

@@ -49,7 +49,22 @@ public struct SessionConfiguration: Sendable, Equatable {
     /// (v1.2) The session's transfers are discretionary unless their own
     /// `discretionary` option says otherwise (see `DiscretionaryPolicy`).
     public var discretionary: Bool = false
+    /// What happens to its unfinished transfers when the last bus connection that
+    /// opened or used it leaves the bus (`on-client-exit`, contract v1.2).
+    public var onClientExit: ClientExitPolicy = .continue
     public init() {}
+}
+
+/// `on-client-exit`: what the session's unfinished transfers do when its last client
+/// connection leaves the bus.
+public enum ClientExitPolicy: String, Sendable, CaseIterable {
+    /// They carry on (the default).
+    case `continue`
+    /// Queued, waiting and running ones pause; a client that opens the session again
+    /// resumes them (only those; transfers a user paused stay paused).
+    case pause
+    /// Every unfinished one is cancelled.
+    case cancel
 }
 
 /// Keys present replace stored values; nil keeps them (`OpenSession` semantics).
@@ -69,6 +84,7 @@ public struct SessionConfigurationUpdate: Sendable, Equatable {
     public var cookies: Bool?
     public var privateSignals: Bool?
     public var discretionary: Bool?
+    public var onClientExit: ClientExitPolicy?
     public init() {}
 }
 
@@ -181,6 +197,8 @@ public struct TransferSnapshot: Sendable, Hashable {
     /// refused ranges, the file is small, …); "" otherwise (the
     /// `SingleConnectionReason` addition).
     public var singleConnectionReason: String = ""
+    /// The group it was made in (`Session.DownloadGroup`); 0: none (`Group` is `/`).
+    public var group: GroupID = 0
 
     public init(id: TransferID, session: SessionID, kind: TransferKind = .download, url: String,
                 description: String = "", destination: String = "", state: TransferState = .queued,

@@ -16,6 +16,9 @@ final class SessionRecord {
     var batchNumber: UInt64 = 0
     /// The ActiveTransfers value last announced.
     var publishedActive: UInt32 = 0
+    /// Its transfers paused by its `on-client-exit` policy, resumed when a client opens
+    /// it again (TransferCoordinator+ClientExit.swift).
+    var pausedOnClientExit: Set<TransferID> = []
 
     init(id: SessionID, identifier: String, configuration: SessionConfiguration) {
         self.id = id; self.identifier = identifier; self.configuration = configuration

@@ -114,6 +114,7 @@ extension SessionConfiguration {
         if let v = update.cookies { cookies = v }
         if let v = update.privateSignals { privateSignals = v }
         if let v = update.discretionary { discretionary = v }
+        if let v = update.onClientExit { onClientExit = v }
         return self != before
     }
 

@@ -70,6 +70,10 @@ extension TransferCoordinator {
             let m = manager
             rates = ManagerRates(download: m.downloadRate, upload: m.uploadRate)
         }
+        if t.snapshot.group != 0 {
+            groupBook.memberProgress(t.snapshot.group, transfer: t.id, transferred: t.snapshot.bytesTransferred,
+                                     expected: t.snapshot.bytesExpected, now: now)
+        }
         emit(.progress(TransferProgress(id: t.id, bytesWritten: bytesWritten, totalBytesWritten: t.snapshot.bytesTransferred,
                                         totalBytesExpected: t.snapshot.bytesExpected, rate: t.snapshot.rate,
                                         expectedEnd: t.snapshot.expectedEnd, managerRates: rates)))

@@ -28,6 +28,9 @@ extension TransferCoordinator {
         let new = facts(t)
         guard new != t.indexed else { return }
         let wasStartable = t.indexed?.startable ?? false
+        if t.snapshot.group != 0, t.indexed?.state != new.state {
+            groupBook.memberMoved(t.snapshot.group, transfer: t.id, from: t.indexed?.state, to: new.state)
+        }
         index.update(t.id, from: t.indexed, to: new)
         t.indexed = new
         if new.startable && !wasStartable { newlyQueued.append(t.id) }
@@ -35,6 +38,7 @@ extension TransferCoordinator {
 
     /// Takes `t` out of the index (it is being forgotten).
     func unindex(_ t: TransferRecord) {
+        if t.snapshot.group != 0 { groupBook.memberMoved(t.snapshot.group, transfer: t.id, from: t.indexed?.state, to: nil) }
         index.update(t.id, from: t.indexed, to: nil)
         t.indexed = nil
     }

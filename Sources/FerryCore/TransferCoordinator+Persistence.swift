@@ -11,7 +11,8 @@ extension TransferCoordinator {
 
     var counters: StoreCounters {
         StoreCounters(nextSessionID: max(nextSessionID, reservedSessionIDs),
-                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: max(nextSerial, reservedSerials))
+                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: max(nextSerial, reservedSerials),
+                      nextGroupID: groupBook.nextID)
     }
 
     /// How many ids one store write reserves for ephemeral sessions and transfers.
@@ -195,7 +196,9 @@ extension TransferCoordinator {
         for t in transfers.values.sorted(by: { $0.id < $1.id }) {
             if t.finishingPath != nil { settleInterruptedFinish(t) } else { settleIfAlreadyInPlace(t) }
         }
+        restoreGroups(contents.groups, counters: contents.counters)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
+        restoreClientExitPauses()
         newlyQueued = []
         _ = index.takeChangedSessions()
         for s in sessions.values { s.publishedActive = activeCount(s.id) }

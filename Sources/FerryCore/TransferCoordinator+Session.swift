@@ -121,6 +121,7 @@ extension TransferCoordinator {
         guard s.isClosing, sessions[s.id] != nil else { return }
         guard index.unfinishedCount(session: s.id) == 0 else { return }
         for t in index.ids(session: s.id).compactMap({ transfers[$0] }) { forget(t) }
+        forgetGroups(of: s.id)
         if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
         discardCookies(of: s)
         sessions[s.id] = nil

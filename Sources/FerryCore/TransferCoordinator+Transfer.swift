@@ -104,6 +104,7 @@ extension TransferCoordinator {
     }
 
     func resumeTransfer(_ t: TransferRecord) {
+        clearClientExitPause(t)
         if t.state == .failed {
             reclaimName(t)
             t.runFromFailure = true
@@ -138,6 +139,7 @@ extension TransferCoordinator {
     /// completion.
     func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
         let actions = t.life.cancel()
+        clearClientExitPause(t)
         // A takeover by resume data keeps the partial file: a stopping attempt's end
         // must not delete what the new transfer now owns.
         t.partFileHandedOver = !deletePart

@@ -106,6 +106,9 @@ public final class TransferCoordinator {
     /// (once each) before the next store write and the next announcement.
     var movedFolders: Set<String> = []
 
+    /// The groups of `Session.DownloadGroup` (TransferCoordinator+Groups.swift).
+    let groupBook = GroupBook()
+
     var isStarted = false
     var isShutDown = false
     /// Nesting of `mutate`; scheduling and aggregate signals run when it returns to 0.
@@ -190,6 +193,7 @@ public final class TransferCoordinator {
         defer {
             if mutationDepth == 1 {
                 finishPendingMoves()
+                settleGroups()
                 schedule()
                 publishAggregates()
             }

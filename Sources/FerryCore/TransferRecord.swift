@@ -191,6 +191,13 @@ final class TransferRecord {
         set { if newValue != 0 || extrasBox != nil { extras.sharedConnectionLosses = newValue } }
     }
 
+    /// Paused by its session's `on-client-exit` policy (stored): a client opening the
+    /// session again resumes it; any other start or end clears it.
+    var pausedByClientExit: Bool {
+        get { extrasBox?.pausedByClientExit ?? false }
+        set { if newValue || extrasBox != nil { extras.pausedByClientExit = newValue } }
+    }
+
     /// How much of a part file of `size` bytes may be continued: all of it, or no more
     /// than `prefixLimit`.
     func continuableBytes(ofPartSize size: Int64) -> Int64 { min(size, prefixLimit ?? size) }
@@ -269,7 +276,8 @@ final class TransferRecord {
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,
                               finishingPath: finishingPath, upload: upload, segments: segments,
-                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit, durablePart: durablePart)
+                              partIsPrefix: partIsPrefix, prefixLimit: prefixLimit, durablePart: durablePart,
+                              pausedByClientExit: pausedByClientExit)
     }
 
     /// Rebuilds a stored transfer as it was (the caller decides what a restart changes).
@@ -289,6 +297,7 @@ final class TransferRecord {
         partIsPrefix = stored.partIsPrefix
         prefixLimit = stored.prefixLimit
         durablePart = stored.durablePart
+        pausedByClientExit = stored.pausedByClientExit
         // Kept only when it differs from the usual `.part` path (one string less each).
         if stored.partPath != partPath { enginePartPath = stored.partPath }
         persistedDigest = stored.hashValue
@@ -330,4 +339,5 @@ final class TransferExtras {
     var durablePart: DurablePart?
     var onSharedConnection = false
     var sharedConnectionLosses = 0
+    var pausedByClientExit = false
 }

@@ -31,6 +31,10 @@ public enum StoreOperation: Sendable, Equatable {
     case setCounters(StoreCounters)
     /// The manager's writable properties.
     case setSettings(StoredSettings)
+    /// Inserts or replaces a group (`Session.DownloadGroup`).
+    case saveGroup(StoredGroup)
+    /// Deletes a group (its transfers stay, if still there, outside any group).
+    case deleteGroup(GroupID)
 }
 
 /// A session as stored.
@@ -91,13 +95,17 @@ public struct StoredTransfer: Sendable, Hashable {
     /// What of the part file was synced to the disk (`EngineEvent.durable`): all that
     /// is trusted of it after the machine restarted.
     public var durablePart: DurablePart?
+    /// Paused because its session's last client left the bus (`on-client-exit` pause):
+    /// a client opening the session again resumes it.
+    public var pausedByClientExit: Bool
 
     public init(snapshot: TransferSnapshot, options: DownloadOptions, directory: String, serverMayName: Bool,
                 partPath: String, etag: String? = nil, lastModified: String? = nil, notBefore: UInt64 = 0,
                 retriesUsed: UInt32 = 0, resourceStarted: UInt64 = 0, finishingPath: String? = nil,
                 upload: UploadSpec? = nil, segments: SegmentMap? = nil, partIsPrefix: Bool = false,
-                prefixLimit: Int64? = nil, durablePart: DurablePart? = nil) {
+                prefixLimit: Int64? = nil, durablePart: DurablePart? = nil, pausedByClientExit: Bool = false) {
         self.durablePart = durablePart
+        self.pausedByClientExit = pausedByClientExit
         self.upload = upload; self.segments = segments; self.partIsPrefix = partIsPrefix; self.prefixLimit = prefixLimit
         self.snapshot = snapshot; self.options = options; self.directory = directory
         self.serverMayName = serverMayName; self.partPath = partPath; self.etag = etag
@@ -112,9 +120,12 @@ public struct StoreCounters: Sendable, Equatable {
     public var nextSessionID: SessionID
     public var nextTransferID: TransferID
     public var nextSerial: UInt64
+    public var nextGroupID: GroupID
 
-    public init(nextSessionID: SessionID = 1, nextTransferID: TransferID = 1, nextSerial: UInt64 = 1) {
+    public init(nextSessionID: SessionID = 1, nextTransferID: TransferID = 1, nextSerial: UInt64 = 1,
+                nextGroupID: GroupID = 1) {
         self.nextSessionID = nextSessionID; self.nextTransferID = nextTransferID; self.nextSerial = nextSerial
+        self.nextGroupID = nextGroupID
     }
 }
 
@@ -142,12 +153,13 @@ public struct StoreContents: Sendable, Equatable {
     public var counters: StoreCounters
     /// nil when never written (the defaults apply).
     public var settings: StoredSettings?
+    public var groups: [StoredGroup]
 
     public init(sessions: [StoredSession] = [], transfers: [StoredTransfer] = [],
                 events: [SessionID: [PendingEvent]] = [:], counters: StoreCounters = StoreCounters(),
-                settings: StoredSettings? = nil) {
+                settings: StoredSettings? = nil, groups: [StoredGroup] = []) {
         self.sessions = sessions; self.transfers = transfers; self.events = events
-        self.counters = counters; self.settings = settings
+        self.counters = counters; self.settings = settings; self.groups = groups
     }
 }
 

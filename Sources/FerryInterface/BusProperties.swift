@@ -73,10 +73,28 @@ extension FerryInterface {
         public static let nextAttempt = BusProperty("NextAttempt", "t")
         /// (Addition.) Why a download asked to use several connections uses one, else "".
         public static let singleConnectionReason = BusProperty("SingleConnectionReason", "s")
+        /// (v1.2) The group it was made in; `/` when none.
+        public static let group = BusProperty("Group", "o")
 
         public static let all = [kind, url, session, description, destination, state, waitingReason, bytesTransferred,
                                  bytesExpected, rate, expectedEnd, error, httpStatus, attempts, resumable, sha256,
                                  response, created, started, completed, priority, speedLimit, nextAttempt,
-                                 singleConnectionReason]
+                                 singleConnectionReason, group]
+    }
+
+    /// (v1.2) `org.ferry.Ferry1.Group`'s properties.
+    public enum GroupProperty {
+        public static let session = BusProperty("Session", "o")
+        public static let description = BusProperty("Description", "s")
+        public static let transfers = BusProperty("Transfers", "ao")
+        public static let state = BusProperty("State", "s")
+        public static let succeeded = BusProperty("Succeeded", "u")
+        public static let failed = BusProperty("Failed", "u")
+        public static let cancelled = BusProperty("Cancelled", "u")
+        public static let bytesTransferred = BusProperty("BytesTransferred", "x")
+        public static let bytesExpected = BusProperty("BytesExpected", "x")
+
+        public static let all = [session, description, transfers, state, succeeded, failed, cancelled,
+                                 bytesTransferred, bytesExpected]
     }
 }

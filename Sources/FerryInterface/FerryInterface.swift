@@ -9,6 +9,8 @@ public enum FerryInterface {
     public static let managerInterface = "org.ferry.Ferry1.Manager"
     public static let sessionInterface = "org.ferry.Ferry1.Session"
     public static let transferInterface = "org.ferry.Ferry1.Transfer"
+    /// (v1.2) A group of `Session.DownloadGroup`.
+    public static let groupInterface = "org.ferry.Ferry1.Group"
     /// Session objects are `sessionPathPrefix` + a decimal id (never reused).
     public static let sessionPathPrefix = managerPath + "/session/"
     /// Transfer objects are `transferPathPrefix` + a decimal id (never reused).
@@ -16,6 +18,9 @@ public enum FerryInterface {
 
     public static func sessionPath(_ id: UInt64) -> String { sessionPathPrefix + String(id) }
     public static func transferPath(_ id: UInt64) -> String { transferPathPrefix + String(id) }
+    /// Group objects are `groupPathPrefix` + a decimal id (never reused).
+    public static let groupPathPrefix = managerPath + "/group/"
+    public static func groupPath(_ id: UInt64) -> String { groupPathPrefix + String(id) }
 
     /// The id in a session (`kind` "session") or transfer ("transfer") path, or nil when
     /// the path is not one.

@@ -135,12 +135,14 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
             let kind: String
             if FerryBusNames.id(inPath: path, kind: "session") != nil { kind = "session" }
             else if FerryBusNames.id(inPath: path, kind: "transfer") != nil { kind = "transfer" }
+            else if FerryBusNames.id(inPath: path, kind: "group") != nil { kind = "group" }
             else { return nil }
             lock.lock()
             let owner = owners[path]
             lock.unlock()
             // Another application's object answers exactly as a missing one does.
             guard object != nil, owner == appID else {
+                if kind == "group" { return BusError(name: StandardErrors.unknownObject, message: "no group at \(path)") }
                 let error = kind == "session" ? FerryError.noSuchSession("no session at \(path)")
                                               : FerryError.noSuchTransfer("no transfer at \(path)")
                 return BusError(name: error.name, message: error.message)

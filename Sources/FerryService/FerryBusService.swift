@@ -19,7 +19,7 @@ public final class FerryBusService: @unchecked Sendable {
     let version: String
     let defaultDirectory: String
     let logger: Logger
-    private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec)!
+    private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec, group: InterfaceSpec)!
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
@@ -30,6 +30,8 @@ public final class FerryBusService: @unchecked Sendable {
     public var pendingEventsPageBytes = Limits.pendingEventsPageBytes
     /// Identifies callers and keeps sandboxed ones to their own objects.
     let callers: CallerRegistry
+    /// The connections of each session, for `on-client-exit`.
+    private(set) var sessionClients: SessionClients!
     /// `Download` calls on their way to the core, in groups.
     let downloadCalls = DownloadCalls()
     /// The bus work of the core's events delivered so far in this round (core queue
@@ -49,8 +51,9 @@ public final class FerryBusService: @unchecked Sendable {
         self.defaultDirectory = defaultDirectory
         self.logger = logger
         callers = CallerRegistry(bus: bus, logger: logger)
-        specs = (managerInterface(), sessionInterface(), transferInterface())
+        specs = (managerInterface(), sessionInterface(), transferInterface(), groupInterface())
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
+        sessionClients = SessionClients(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
     }
 
@@ -59,6 +62,7 @@ public final class FerryBusService: @unchecked Sendable {
     public func start() async throws {
         bus.setCallerGate(callers)
         try await callers.watchDepartures()
+        try await sessionClients.watchDepartures()
         core.queue.sync {
             core.subscribe { [weak self] event in self?.handle(event) }
             core.subscribeToRoundEnds { [weak self] in self?.handOnBusWork() }
@@ -75,6 +79,9 @@ public final class FerryBusService: @unchecked Sendable {
             }
             for id in (try? core.transferIDs()) ?? [] {
                 if let t = core.transfer(id) { bus.export(transferObject(t), announce: false) }
+            }
+            for id in core.groupIDs {
+                if let g = core.group(id) { bus.export(groupObject(g), announce: false) }
             }
         }
         let reply = try await bus.requestName(FerryBusNames.busName)
@@ -120,6 +127,7 @@ public final class FerryBusService: @unchecked Sendable {
         waker.noteClient(inv.sender, of: id)
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
             callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
+            sessionClients.note(inv.sender, of: id) // an existing session's
         }
         return id
     }
@@ -132,7 +140,11 @@ public final class FerryBusService: @unchecked Sendable {
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
             callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
         }
-        run(inv) { core in try body(core, id) }
+        run(inv) { [sessionClients] core in
+            // A caller acting on a transfer uses its session (on-client-exit).
+            if let session = core.transfer(id)?.session { sessionClients?.note(inv.sender, of: session) }
+            return try body(core, id)
+        }
     }
 
     /// For property writes: runs `body` on the core's queue and tells `done`
@@ -184,6 +196,7 @@ public final class FerryBusService: @unchecked Sendable {
                    PropertyMapping.session(session, defaultDirectory: defaultDirectory))
         case .sessionRemoved(let id):
             waker.forget(id)
+            sessionClients.forget(id)
             onBus { [bus] in bus.unexportNow(FerryBusNames.sessionPath(id)) }
             callers.forgetOwner(of: FerryBusNames.sessionPath(id))
             audiences[id] = nil // its objects keep it while they are on the bus
@@ -212,6 +225,18 @@ public final class FerryBusService: @unchecked Sendable {
                    [.uint32(end.counts.succeeded), .uint32(end.counts.failed), .uint32(end.counts.cancelled)])
         case .managerChanged(let manager):
             update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
+        case .groupAdded(let group):
+            let object = groupObject(group)
+            onBus { [bus] in bus.exportNow(object) }
+        case .groupChanged(let group):
+            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
+        case .groupRemoved(let id, _):
+            onBus { [bus] in bus.unexportNow(FerryBusNames.groupPath(id)) }
+            callers.forgetOwner(of: FerryBusNames.groupPath(id))
+        case .groupFinished(let group):
+            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
+            signal(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, "Finished",
+                   [.uint32(group.succeeded), .uint32(group.failed), .uint32(group.cancelled)])
         case .allFinished(let end):
             let counts = end.counts
             logger.info("all transfers finished: \(counts.succeeded) succeeded, \(counts.failed) failed, \(counts.cancelled) cancelled")
@@ -246,6 +271,17 @@ public final class FerryBusService: @unchecked Sendable {
         let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
                                     initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
         object.audience = audience(of: transfer.session)
+        return object
+    }
+
+    /// A group's bus object, with its session's owner and signal audience.
+    private func groupObject(_ group: GroupSnapshot) -> ExportedObject {
+        callers.setOwner(of: FerryBusNames.groupPath(group.id), to: core.sessionOwner(group.session))
+        // Its counts change with every member that ends: signals coalesce, as the session's do.
+        let object = ExportedObject(path: FerryBusNames.groupPath(group.id), interfaces: [specs.group],
+                                    initialValues: [FerryBusNames.groupInterface: PropertyMapping.group(group)],
+                                    coalesceChanges: true)
+        object.audience = audience(of: group.session)
         return object
     }
 

@@ -24,6 +24,9 @@ extension FerryBusService {
                         let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
                                                            owner: inv.sandboxAppID)
                         self.waker.noteClient(inv.sender, of: id)
+                        // Its client is back: what on-client-exit paused goes on.
+                        self.sessionClients.note(inv.sender, of: id)
+                        core.clientReturned(session: id)
                         return [.objectPath(FerryBusNames.sessionPath(id))]
                     }
                 },
@@ -101,6 +104,8 @@ extension FerryBusService {
                         }
                     }
                 },
+                MethodSpec("DownloadGroup", in: [ArgSpec("items", "a(sa{sv})"), ArgSpec("options", "a{sv}")],
+                           out: [ArgSpec("group", "o")]) { [unowned self] inv in downloadGroup(inv) },
                 MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in

@@ -19,7 +19,8 @@ enum OptionParsing {
 
     static let configurationKeys = ["persistent", "directory", "headers", "max-connections-per-host", "request-timeout",
                                     "resource-timeout", "allow-metered", "notify", "speed-limit", "retries", "proxy",
-                                    "application-id", "cookies", "private-signals", "discretionary"]
+                                    "application-id", "cookies", "private-signals", "discretionary",
+                                    "on-client-exit"]
 
     static func configuration(_ dict: [String: DBusValue]) throws -> SessionConfigurationUpdate {
         var u = SessionConfigurationUpdate()
@@ -40,6 +41,13 @@ enum OptionParsing {
             case "cookies": u.cookies = try typed(key, value, "b") { $0.bool }
             case "private-signals": u.privateSignals = try typed(key, value, "b") { $0.bool }
             case "discretionary": u.discretionary = try typed(key, value, "b") { $0.bool }
+            case "on-client-exit":
+                let name = try typed(key, value, "s") { $0.string }
+                guard let policy = ClientExitPolicy(rawValue: name) else {
+                    let shown = name.count > 40 ? String(name.prefix(40)) + "…" : name
+                    throw FerryError.invalidArgument("on-client-exit is \(shown.debugDescription); it must be continue, pause or cancel")
+                }
+                u.onClientExit = policy
             default: throw unknown(key, configurationKeys)
             }
         }
@@ -65,6 +73,7 @@ enum OptionParsing {
             "cookies": .boolean(c.cookies),
             "private-signals": .boolean(c.privateSignals),
             "discretionary": .boolean(c.discretionary),
+            "on-client-exit": .string(c.onClientExit.rawValue),
         ])
     }
 

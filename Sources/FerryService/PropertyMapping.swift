@@ -37,7 +37,26 @@ enum PropertyMapping {
         (T.speedLimit, { .uint64($0.speedLimit) }),
         (T.nextAttempt, { .uint64($0.nextAttempt) }),
         (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
+        (T.group, { .objectPath($0.group == 0 ? "/" : FerryBusNames.groupPath($0.group)) }),
     ]
+
+    private typealias G = FerryInterface.GroupProperty
+
+    /// A group's properties; `Transfers` only when the snapshot carries the members.
+    static func group(_ g: GroupSnapshot) -> [String: DBusValue] {
+        var values: [String: DBusValue] = [
+            G.session.name: .objectPath(FerryBusNames.sessionPath(g.session)),
+            G.description.name: .string(g.description),
+            G.state.name: .string(g.state.rawValue),
+            G.succeeded.name: .uint32(g.succeeded),
+            G.failed.name: .uint32(g.failed),
+            G.cancelled.name: .uint32(g.cancelled),
+            G.bytesTransferred.name: .int64(g.bytesTransferred),
+            G.bytesExpected.name: .int64(g.bytesExpected),
+        ]
+        if let members = g.transfers { values[G.transfers.name] = .pathArray(members.map(FerryBusNames.transferPath)) }
+        return values
+    }
 
     static func transfer(_ t: TransferSnapshot) -> [String: DBusValue] {
         var values = [String: DBusValue](minimumCapacity: transferValues.count)

@@ -102,10 +102,18 @@ public final class SQLiteTransferStore: TransferStore {
                 case "next_session_id": counters.nextSessionID = value
                 case "next_transfer_id": counters.nextTransferID = value
                 case "next_serial": counters.nextSerial = value
+                case "next_group_id": counters.nextGroupID = value
                 default: break
                 }
             }
             contents.counters = counters
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM groups ORDER BY id") {
+                contents.groups.append(StoredGroup(
+                    id: UInt64(stored: try row.value("id")), session: UInt64(stored: try row.value("session_id")),
+                    description: try row.value("description"), allOrNothing: try row.value("all_or_nothing"),
+                    cancelRequested: try row.value("cancel_requested"), tripped: try row.value("tripped"),
+                    finishedAnnounced: try row.value("finished_announced")))
+            }
             let settings = try Row.fetchAll(db, sql: "SELECT name, value FROM settings")
             if !settings.isEmpty {
                 var s = StoredSettings()
@@ -165,6 +173,7 @@ public final class SQLiteTransferStore: TransferStore {
             try Self.run(db, sql: "DELETE FROM sessions WHERE id = ?", arguments: [id.stored])
             try Self.run(db, sql: "DELETE FROM transfers WHERE session_id = ?", arguments: [id.stored])
             try Self.run(db, sql: "DELETE FROM events WHERE session_id = ?", arguments: [id.stored])
+            try Self.run(db, sql: "DELETE FROM groups WHERE session_id = ?", arguments: [id.stored])
         case .saveTransfer(let t):
             try saveTransfer(t, db, options: &options)
         case .deleteTransfer(let id):
@@ -184,7 +193,7 @@ public final class SQLiteTransferStore: TransferStore {
             // A counter already stored at this value or above is left alone: the
             // database keeps the greatest value written.
             for (name, value) in [("next_session_id", c.nextSessionID), ("next_transfer_id", c.nextTransferID),
-                                  ("next_serial", c.nextSerial)] {
+                                  ("next_serial", c.nextSerial), ("next_group_id", c.nextGroupID)] {
                 if let known = counters[name], UInt64(stored: known) >= value { continue }
                 try Self.run(db, sql: """
                     INSERT INTO counters (name, value) VALUES (?, ?)
@@ -205,6 +214,15 @@ public final class SQLiteTransferStore: TransferStore {
                     VALUES (?, ?, ?, ?, ?, ?)
                     """, arguments: [Int64(position), w.days, w.start, w.end, w.speedLimit.stored, Int64(w.discretionaryOnly ? 1 : 0)])
             }
+        case .saveGroup(let g):
+            try Self.run(db, sql: """
+                INSERT OR REPLACE INTO groups (id, session_id, description, all_or_nothing, cancel_requested, tripped,
+                                               finished_announced)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [g.id.stored, g.session.stored, g.description, g.allOrNothing, g.cancelRequested,
+                                 g.tripped, g.finishedAnnounced])
+        case .deleteGroup(let id):
+            try Self.run(db, sql: "DELETE FROM groups WHERE id = ?", arguments: [id.stored])
         }
     }
 
@@ -219,9 +237,9 @@ public final class SQLiteTransferStore: TransferStore {
                 part_path, etag, last_modified, bytes_expected, bytes_on_disk, state, waiting_reason, not_before,
                 attempts, retries_used, error_name, error_message, http_status, resumable, sha256,
                 created, started, completed, resource_started, priority, speed_limit, finishing_path,
-                upload, segments, response, part_is_prefix, prefix_limit, durable_part
+                upload, segments, response, part_is_prefix, prefix_limit, durable_part, paused_by_client_exit, group_id
             )
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(id) DO UPDATE SET
                 kind = excluded.kind, url = excluded.url, description = excluded.description,
                 options = excluded.options, destination = excluded.destination, directory = excluded.directory,
@@ -234,7 +252,8 @@ public final class SQLiteTransferStore: TransferStore {
                 completed = excluded.completed, resource_started = excluded.resource_started, priority = excluded.priority,
                 speed_limit = excluded.speed_limit, finishing_path = excluded.finishing_path, upload = excluded.upload,
                 segments = excluded.segments, response = excluded.response, part_is_prefix = excluded.part_is_prefix,
-                prefix_limit = excluded.prefix_limit, durable_part = excluded.durable_part
+                prefix_limit = excluded.prefix_limit, durable_part = excluded.durable_part,
+                paused_by_client_exit = excluded.paused_by_client_exit, group_id = excluded.group_id
             """, arguments: [
                 s.id.stored, s.session.stored, s.kind.rawValue, s.url, s.description,
                 try options.encode(t.options), s.destination, t.directory, t.serverMayName,
@@ -244,7 +263,7 @@ public final class SQLiteTransferStore: TransferStore {
                 s.completed.stored, t.resourceStarted.stored, Int64(s.priority), s.speedLimit.stored,
                 t.finishingPath, try t.upload.map { try JSONColumn.encode(UploadSpecRecord($0)) },
                 t.segments?.encoded, s.response.isEmpty ? nil : Data(s.response), t.partIsPrefix,
-                t.prefixLimit, t.durablePart?.encoded,
+                t.prefixLimit, t.durablePart?.encoded, t.pausedByClientExit, s.group == 0 ? nil : s.group.stored,
             ])
     }
 
@@ -279,6 +298,7 @@ public final class SQLiteTransferStore: TransferStore {
             priority: Int32(clamping: try row.value("priority") as Int64),
             speedLimit: UInt64(stored: try row.value("speed_limit")))
         var withResponse = snapshot
+        if let group = row["group_id"] as Int64? { withResponse.group = UInt64(stored: group) }
         if let response = row["response"] as Data? { withResponse.response = [UInt8](response) }
         let upload = try (row["upload"] as String?).map {
             try JSONColumn.decode(UploadSpecRecord.self, $0, what: "upload settings of transfer \(id)").spec
@@ -294,7 +314,8 @@ public final class SQLiteTransferStore: TransferStore {
             resourceStarted: UInt64(stored: try row.value("resource_started")),
             finishingPath: try row.value("finishing_path"), upload: upload, segments: segments,
             partIsPrefix: try row.value("part_is_prefix"), prefixLimit: try row.value("prefix_limit"),
-            durablePart: (row["durable_part"] as String?).flatMap { DurablePart(encoded: $0) })
+            durablePart: (row["durable_part"] as String?).flatMap { DurablePart(encoded: $0) },
+            pausedByClientExit: try row.value("paused_by_client_exit"))
     }
 
     private static func event(_ row: Row) throws -> PendingEvent {

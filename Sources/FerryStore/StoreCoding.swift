@@ -25,11 +25,13 @@ struct SessionConfigurationRecord: Codable {
     var cookies: Bool?
     var privateSignals: Bool?
     var discretionary: Bool?
+    var onClientExit: String?
 
     init(_ c: SessionConfiguration) {
         discretionary = c.discretionary
         cookies = c.cookies
         privateSignals = c.privateSignals
+        onClientExit = c.onClientExit.rawValue
         persistent = c.persistent; directory = c.directory; headers = c.headers
         maxConnectionsPerHost = c.maxConnectionsPerHost; requestTimeout = c.requestTimeout
         resourceTimeout = c.resourceTimeout; allowMetered = c.allowMetered; notify = c.notify
@@ -53,6 +55,7 @@ struct SessionConfigurationRecord: Codable {
         if let v = cookies { c.cookies = v }
         if let v = privateSignals { c.privateSignals = v }
         if let v = discretionary { c.discretionary = v }
+        if let v = onClientExit.flatMap(ClientExitPolicy.init(rawValue:)) { c.onClientExit = v }
         return c
     }
 }

@@ -119,9 +119,30 @@ enum StoreSchema {
                 );
                 """)
         }
+        // Paused because the session's last client left the bus (`on-client-exit` pause):
+        // resumed when a client opens the session again.
+        migrator.registerMigration("9-client-exit") { db in
+            try db.execute(sql: "ALTER TABLE transfers ADD COLUMN paused_by_client_exit INTEGER NOT NULL DEFAULT 0")
+        }
+        // Groups (`Session.DownloadGroup`) and the group of each transfer (NULL: none).
+        migrator.registerMigration("10-groups") { db in
+            try db.execute(sql: """
+                CREATE TABLE groups (
+                    id INTEGER PRIMARY KEY,
+                    session_id INTEGER NOT NULL,
+                    description TEXT NOT NULL,
+                    all_or_nothing INTEGER NOT NULL,
+                    cancel_requested INTEGER NOT NULL,    -- Group.Cancel: it ends cancelled
+                    tripped INTEGER NOT NULL,             -- all-or-nothing: a member failed
+                    finished_announced INTEGER NOT NULL   -- its Finished was sent (once)
+                );
+                CREATE INDEX groups_by_session ON groups(session_id);
+                ALTER TABLE transfers ADD COLUMN group_id INTEGER;
+                """)
+        }
         return migrator
     }
 
     /// The newest migration this build knows.
-    static let latest = "8-schedule"
+    static let latest = "10-groups"
 }

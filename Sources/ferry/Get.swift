@@ -116,6 +116,15 @@ struct Get: AsyncParsableCommand {
     }
 
     static let priorities: [String: Int32] = ["low": -1, "normal": 0, "high": 1, "-1": -1, "0": 0, "1": 1]
+    /// The most items ferryd takes in one DownloadGroup call.
+    static let maxGroupItems = 100_000
+
+    /// One URL's Download options: the run's, with its own checksum.
+    func downloadOptions(for entry: Checksums.Entry, _ options: [String: DBusValue]) -> [String: DBusValue] {
+        var o = options
+        if let sum = entry.sha256 { o["sha256"] = .string(sum.lowercased()) }
+        return o
+    }
 
     /// Options every Download of this command gets.
     func downloadOptions() throws -> [String: DBusValue] {
@@ -193,24 +202,37 @@ struct Get: AsyncParsableCommand {
             let monitor = wait ? try await TransferMonitor.start(client) : nil
             defer { monitor?.stop() }
 
-            // Every Download sent before any reply is read (in a window of 100): they
-            // are all queued within moments, and a batch ends only once nothing has
-            // been queued or running for its settle time (1 s), so one `get` is one
-            // batch and one AllFinished.
-            let calls = try entries.map { e -> BusMessage in
-                var o = options
-                if let sum = e.sha256 { o["sha256"] = .string(sum.lowercased()) }
-                return try FerryClient.methodCall(path: session.path, interface: FerryClient.sessionInterface, method: "Download",
-                                                  [.string(e.url), .vardict(o)])
-            }
             var created: [String] = []
             var refused = false
-            for (e, r) in zip(entries, await client.pipeline(calls)) {
-                switch r {
-                case .success(let v): if let p = v.first?.string { created.append(p) }
-                case .failure(let err):
-                    printError("\(e.url): \(describe(err).message)")
-                    refused = true
+            // Several URLs go in one DownloadGroup call (v1.2): one reply, one store
+            // transaction, one group. Refused (a bad URL among them, an older ferryd, a
+            // list past a group's limits), nothing was made: each URL then goes in its own
+            // Download, as before, so the good ones are queued and each bad one is named.
+            if entries.count > 1, entries.count <= Self.maxGroupItems,
+               let group = try? await client.bus.call(destination: FerryClient.busName, path: session.path,
+                                                      interface: FerryClient.sessionInterface, method: "DownloadGroup",
+                                                      arguments: [.array(element: "(sa{sv})", entries.map { .structure([.string($0.url), .vardict(downloadOptions(for: $0, options))]) }),
+                                                                  .vardict(description.map { ["description": .string($0)] } ?? [:])]).first?.string {
+                let members = try await client.bus.call(destination: FerryClient.busName, path: group, interface: StandardNames.properties,
+                                                        method: "Get", arguments: [.string(FerryInterface.groupInterface),
+                                                                                   .string(FerryInterface.GroupProperty.transfers.name)])
+                created = members.first?.arrayElements?.compactMap(\.string) ?? []
+            } else {
+                // Every Download sent before any reply is read (in a window of 100): they
+                // are all queued within moments, and a batch ends only once nothing has
+                // been queued or running for its settle time (1 s), so one `get` is one
+                // batch and one AllFinished.
+                let calls = try entries.map { e -> BusMessage in
+                    try FerryClient.methodCall(path: session.path, interface: FerryClient.sessionInterface, method: "Download",
+                                               [.string(e.url), .vardict(downloadOptions(for: e, options))])
+                }
+                for (e, r) in zip(entries, await client.pipeline(calls)) {
+                    switch r {
+                    case .success(let v): if let p = v.first?.string { created.append(p) }
+                    case .failure(let err):
+                        printError("\(e.url): \(describe(err).message)")
+                        refused = true
+                    }
                 }
             }
             let ids = created.map(FerryClient.transferID)

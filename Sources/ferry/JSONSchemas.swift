@@ -149,6 +149,7 @@ struct ConfigurationJSON: Codable, Equatable {
     var cookies: Bool?
     var applicationId: String?
     var discretionary: Bool?
+    var onClientExit: String?
 
     init(_ c: [String: DBusValue]) {
         discretionary = c["discretionary"]?.bool
@@ -165,6 +166,7 @@ struct ConfigurationJSON: Codable, Equatable {
         proxy = c["proxy"]?.string
         cookies = c["cookies"]?.bool
         applicationId = c["application-id"]?.string
+        onClientExit = c["on-client-exit"]?.string
     }
 
     enum CodingKeys: String, CodingKey {
@@ -182,6 +184,7 @@ struct ConfigurationJSON: Codable, Equatable {
         case cookies
         case applicationId = "application_id"
         case discretionary
+        case onClientExit = "on_client_exit"
     }
 }
 

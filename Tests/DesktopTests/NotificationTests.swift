@@ -178,3 +178,33 @@ final class NotificationTests: DesktopTestCase {
         XCTAssertFalse(log.contains("notification shown"), "the server was meant to be hung\n\(log)")
     }
 }
+
+/// A group of 1,000 downloads (`Session.DownloadGroup`, v1.2) is one batch: one
+/// notification sums it up.
+final class GroupNotificationTests: DesktopTestCase {
+    override func setUp() async throws {
+        try await super.setUp()
+        try await startBus()
+    }
+
+    func testAThousandDownloadsInOneGroupMakeOneNotification() async throws {
+        let notifications = try await startNotificationServer()
+        try await startFerryd()
+        let n = 1000
+        var items: [(url: String, options: [String: DBusValue])] = []
+        for i in 0..<n {
+            serve("/many/\(i).bin", size: 100 + i, seed: UInt64(i + 1))
+            items.append((server.url("/many/\(i).bin"), [:]))
+        }
+        let session = try await client.openSession("com.example.Group")
+        let before = signals.count("AllFinished", path: FerryClient.managerPath)
+        let group = try await session.downloadGroup(items)
+        let ended = await eventually(120) { self.signals.count("AllFinished", path: FerryClient.managerPath) > before }
+        XCTAssertTrue(ended, "no AllFinished within 120 s")
+        let info = try await group.info()
+        XCTAssertEqual(info.succeeded, UInt32(n))
+        let calls = try await notifyCalls(notifications, atLeast: 1)
+        XCTAssertEqual(calls.count, 1, "one notification for the group's batch")
+        XCTAssertTrue(calls.first?.summary.contains("\(n)") ?? false, calls.first?.summary ?? "none")
+    }
+}

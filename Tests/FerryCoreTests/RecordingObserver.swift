@@ -64,6 +64,7 @@ final class RecordingObserver {
             managerSnapshots.append(m)
             append(.managerChanged(active: m.activeTransfers, queued: m.queuedTransfers))
         case .allFinished(let end): append(.allFinished(end.counts))
+        case .groupAdded, .groupChanged, .groupRemoved, .groupFinished: break // groups: in coreEvents
         }
     }
 

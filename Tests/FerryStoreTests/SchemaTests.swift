@@ -7,7 +7,7 @@ final class SchemaTests: XCTestCase {
     func testMigrationsOnAnEmptyDatabase() throws {
         let dir = TemporaryDirectory()
         let store = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule"])
+        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule", "9-client-exit", "10-groups"])
         XCTAssertEqual(try store.load(), StoreContents(), "nothing stored yet")
         let (mode, sync) = try store.database.read { db in
             (try String.fetchOne(db, sql: "PRAGMA journal_mode"), try Int.fetchOne(db, sql: "PRAGMA synchronous"))
@@ -17,7 +17,7 @@ final class SchemaTests: XCTestCase {
         let tables = try store.database.read { db in
             try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'grdb%' ORDER BY name")
         }
-        XCTAssertEqual(tables, ["counters", "events", "schedule_windows", "sessions", "settings", "transfers"])
+        XCTAssertEqual(tables, ["counters", "events", "groups", "schedule_windows", "sessions", "settings", "transfers"])
     }
 
     func testMigrationOfAnExistingDatabaseKeepsItsRows() throws {
@@ -41,7 +41,7 @@ final class SchemaTests: XCTestCase {
             }
         }
         let store = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule"])
+        XCTAssertEqual(try store.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule", "9-client-exit", "10-groups"])
         let contents = try store.load()
         XCTAssertEqual(contents.sessions.map(\.identifier), ["com.example.Old"])
         XCTAssertEqual(contents.sessions.first?.configuration.retries, 2)
@@ -62,7 +62,7 @@ final class SchemaTests: XCTestCase {
         let dir = TemporaryDirectory()
         try SQLiteTransferStore(path: dir.database).write([.setCounters(StoreCounters(nextSessionID: 9))])
         let again = try SQLiteTransferStore(path: dir.database)
-        XCTAssertEqual(try again.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule"])
+        XCTAssertEqual(try again.appliedMigrations(), ["1-initial", "2-settings", "3-session-owner", "4-uploads-segments", "5-part-prefix", "6-prefix-limit", "7-durable-part", "8-schedule", "9-client-exit", "10-groups"])
         XCTAssertEqual(try again.load().counters.nextSessionID, 9)
     }
 }

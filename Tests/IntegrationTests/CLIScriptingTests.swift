@@ -302,13 +302,14 @@ final class CLIScriptingTests: FerryTestCase {
             var path: String
             var active_transfers: UInt32
             var transfers: Int
-            struct Configuration: Decodable { var persistent: Bool?; var retries: UInt32? }
+            struct Configuration: Decodable { var persistent: Bool?; var retries: UInt32?; var on_client_exit: String? }
             var configuration: Configuration
         }
         let sessions = try ferry(["sessions", "--json"])
         XCTAssertEqual(sessions.status, 0, sessions.stderr)
         let rows = decode([SessionRow].self, sessions.stdout) ?? []
         XCTAssertEqual(rows.first { $0.identifier == "org.example.Other" }?.transfers, 2)
+        XCTAssertEqual(rows.first { $0.identifier == "org.example.Other" }?.configuration.on_client_exit, "continue")
         let show = try ferry(["sessions", "show", "org.example.Other"])
         XCTAssertTrue(show.stdout.contains("Pending events:   1"), show.stdout)
         XCTAssertTrue(show.stdout.contains("    max-connections-per-host: 6\n"), "values as people read them: \(show.stdout)")

@@ -168,6 +168,57 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(signals.signals(path: path).map(\.description), [], "a broadcast listener heard a private session")
     }
 
+    /// `downloadGroup` (v1.2): one call makes every download, a task for each item in
+    /// order; the group's snapshot counts them as they end. A bad item makes none.
+    func testADownloadGroupGivesATaskPerItem() async throws {
+        let bodies = (0..<3).map { serve("/c/g\($0).bin", size: 20_000 + $0, seed: UInt64($0 + 3)) }
+        let session = FerrySession(configuration: configuration("org.example.Grouped"))
+        defer { session.detach() }
+        let items = (0..<3).map { (url: URL(string: server.url("/c/g\($0).bin"))!,
+                                   destination: Optional(URL(fileURLWithPath: work + "/g\($0).bin")), options: DownloadOptions()) }
+        let group = try await session.downloadGroup(items, description: "three")
+        XCTAssertEqual(group.tasks.count, 3)
+        for (i, task) in group.tasks.enumerated() {
+            let result = try await withDeadline(20, "task \(i)") { try await task.value }
+            XCTAssertEqual(result.location?.path, work + "/g\(i).bin")
+            assertFile(work + "/g\(i).bin", equals: bodies[i])
+        }
+        let path = "/org/ferry/Ferry1/group/\(group.id)"
+        try await signals.wait("the group's Finished") { s in s.contains { $0.path == path && $0.member == "Finished" } }
+        let snapshot = try await group.snapshot()
+        XCTAssertEqual(snapshot.state, .completed)
+        XCTAssertEqual(snapshot.succeeded, 3)
+        XCTAssertEqual(snapshot.description, "three")
+        XCTAssertEqual(snapshot.transferIDs, group.tasks.map(\.id))
+
+        var bad = items
+        bad[1].url = URL(string: "ftp://example.com/x")!
+        do {
+            _ = try await session.downloadGroup(bad)
+            XCTFail("a group with an ftp URL was accepted")
+        } catch let e as FerryError {
+            XCTAssertTrue(e.message.hasPrefix("item 1: "), e.message)
+        }
+    }
+
+    /// `configuration.onClientExit = .pause` (v1.2 `on-client-exit`): the service keeps it,
+    /// and when the app's session lets go of its connection its running download pauses.
+    func testOnClientExitPausesWhenTheAppLeaves() async throws {
+        serve("/c/leaving.bin", size: stalledSize)
+        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/c/leaving.bin")
+        var c = configuration("org.example.Leaving")
+        c.onClientExit = .pause
+        let session = FerrySession(configuration: c)
+        let task = try await session.download(from: URL(string: server.url("/c/leaving.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/leaving.bin"))
+        let seen = client.transfer(id: task.id)
+        try await waitForState(seen, "running")
+        let stored = try await session.storedConfiguration()
+        XCTAssertEqual(stored.onClientExit, .pause)
+        session.detach()
+        try await waitForState(seen, "paused")
+    }
+
     /// Nothing waits forever on a session that stopped following: `detach()` ends a
     /// task still running here with `detached` (the download goes on in the
     /// service); `finishTasksAndInvalidate()` keeps the session and delivers its tasks'

@@ -117,14 +117,14 @@ final class FuzzTests: FerryTestCase {
                              "connections", "overwrite", "start", "method", "content-type", "form-field", "response-destination",
                              "destination-fd", "source-fd", "persistent", "directory", "max-connections-per-host",
                              "request-timeout", "resource-timeout", "allow-metered", "notify", "retries", "proxy", "cookies",
-                             "application-id", "private-signals", "bogus", ""]
+                             "application-id", "private-signals", "on-client-exit", "bogus", ""]
     static let optionTypes: [String: String] = [
         "destination": "s", "headers": "a{ss}", "description": "s", "sha256": "s", "start-after": "t", "priority": "i",
         "speed-limit": "t", "connections": "u", "overwrite": "b", "start": "b", "method": "s", "content-type": "s",
         "form-field": "s", "response-destination": "s", "destination-fd": "h", "source-fd": "h", "persistent": "b",
         "directory": "s", "max-connections-per-host": "u", "request-timeout": "d", "resource-timeout": "d",
         "allow-metered": "b", "notify": "b", "retries": "u", "proxy": "s", "cookies": "b", "application-id": "s",
-        "private-signals": "b",
+        "private-signals": "b", "on-client-exit": "s",
     ]
 
     /// A value of D-Bus type `type` (the basic ones and `a{ss}`), random within it.

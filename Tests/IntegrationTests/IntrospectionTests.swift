@@ -109,16 +109,24 @@ final class IntrospectionTests: FerryTestCase {
     func testIntrospectionMatchesContractXML() async throws {
         let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
         let contract = try IntrospectionParser.parse(text).interfaces
-        XCTAssertEqual(Set(contract.keys), [FerryClient.managerInterface, FerryClient.sessionInterface, FerryClient.transferInterface])
+        XCTAssertEqual(Set(contract.keys), [FerryClient.managerInterface, FerryClient.sessionInterface, FerryClient.transferInterface,
+                                            FerryInterface.groupInterface])
 
         serve("/a.bin", size: 10)
         let s = try await session()
         let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
 
+        let group = try await call(s.path, FerryClient.sessionInterface, "DownloadGroup", [
+            .array(element: "(sa{sv})", [.structure([.string(server.url("/a.bin")),
+                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/g.bin")])])]),
+            .vardict([:]),
+        ]).first?.string ?? ""
+
         let std = [StandardNames.introspectable, StandardNames.properties, StandardNames.peer]
         for (path, iface, extra) in [(FerryClient.managerPath, FerryClient.managerInterface, [StandardNames.objectManager]),
                                      (s.path, FerryClient.sessionInterface, []),
-                                     (t.path, FerryClient.transferInterface, [])] {
+                                     (t.path, FerryClient.transferInterface, []),
+                                     (group, FerryInterface.groupInterface, [])] {
             let live = try await introspect(path).interfaces
             XCTAssertEqual(Set(live.keys), Set(std + extra + [iface]), "interfaces of \(path)")
             guard let got = live[iface], let want = contract[iface] else {
@@ -151,7 +159,8 @@ final class IntrospectionTests: FerryTestCase {
         let contract = try IntrospectionParser.parse(text).interfaces
         for (iface, declared) in [(FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
                                   (FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
-                                  (FerryClient.transferInterface, FerryInterface.TransferProperty.all)] {
+                                  (FerryClient.transferInterface, FerryInterface.TransferProperty.all),
+                                  (FerryInterface.groupInterface, FerryInterface.GroupProperty.all)] {
             let want = contract[iface]?.properties ?? [:]
             XCTAssertEqual(Set(declared.map(\.name)), Set(want.keys), "\(iface): declared vs contract")
             XCTAssertEqual(declared.count, want.count, "\(iface): each declared once")
@@ -171,9 +180,15 @@ final class IntrospectionTests: FerryTestCase {
         serve("/p.bin", size: 10)
         let s = try await session()
         let t = try await s.download(server.url("/p.bin"), options: ["start": .boolean(false), "destination": .string(work + "/p.bin")])
+        let group = try await call(s.path, FerryClient.sessionInterface, "DownloadGroup", [
+            .array(element: "(sa{sv})", [.structure([.string(server.url("/p.bin")),
+                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/pg.bin")])])]),
+            .vardict(["description": .string("one")]),
+        ]).first?.string ?? ""
         for (path, iface, declared) in [(FerryClient.managerPath, FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
                                         (s.path, FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
-                                        (t.path, FerryClient.transferInterface, FerryInterface.TransferProperty.all)] {
+                                        (t.path, FerryClient.transferInterface, FerryInterface.TransferProperty.all),
+                                        (group, FerryInterface.groupInterface, FerryInterface.GroupProperty.all)] {
             let served = try await call(path, StandardNames.properties, "GetAll", [.string(iface)]).first?.vardict ?? [:]
             XCTAssertEqual(Set(served.keys), Set(declared.map(\.name)), iface)
             for p in declared {
@@ -195,6 +210,7 @@ final class IntrospectionTests: FerryTestCase {
             T.sha256.name: .string("ab"), T.response.name: .bytes([1]), T.created.name: .uint64(15), T.started.name: .uint64(16),
             T.completed.name: .uint64(17), T.priority.name: .int32(-1), T.speedLimit.name: .uint64(18),
             T.nextAttempt.name: .uint64(19), T.singleConnectionReason.name: .string("no ranges"),
+            T.group.name: .objectPath("/g/1"),
         ]
         XCTAssertEqual(Set(values.keys), Set(T.all.map(\.name)), "the sample covers every declared property")
         var expected = TransferInfo(id: 1, path: "/t/1")
@@ -204,7 +220,7 @@ final class IntrospectionTests: FerryTestCase {
         expected.errorName = "E"; expected.errorMessage = "m"; expected.httpStatus = 206; expected.attempts = 3
         expected.resumable = true; expected.sha256 = "ab"; expected.created = 15; expected.started = 16
         expected.completed = 17; expected.priority = -1; expected.speedLimit = 18; expected.response = [1]
-        expected.nextAttempt = 19; expected.singleConnectionReason = "no ranges"
+        expected.nextAttempt = 19; expected.singleConnectionReason = "no ranges"; expected.group = "/g/1"
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
         var changed = TransferInfo(id: 1, path: "/t/1")

@@ -1,0 +1,64 @@
+import DBus
+import FerryInterface
+import Foundation
+
+/// A group object (`org.ferry.Ferry1.Group`, v1.2): downloads made by one
+/// `Session.DownloadGroup` call.
+public struct FerryGroup: Sendable, Hashable {
+    public let client: FerryClient
+    public let path: String
+
+    /// The group object at `path` (`/org/ferry/Ferry1/group/N`).
+    public init(client: FerryClient, path: String) {
+        self.client = client
+        self.path = path
+    }
+
+    public static func == (a: FerryGroup, b: FerryGroup) -> Bool { a.path == b.path }
+    public func hash(into h: inout Hasher) { h.combine(path) }
+
+    /// The id in the object path.
+    public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+
+    func call(_ method: String) async throws {
+        _ = try await client.bus.call(destination: FerryClient.busName, path: path, interface: FerryInterface.groupInterface,
+                                      method: method, arguments: [])
+    }
+
+    public func pause() async throws { try await call("Pause") }
+    public func resume() async throws { try await call("Resume") }
+    public func cancel() async throws { try await call("Cancel") }
+    public func remove() async throws { try await call("Remove") }
+
+    public func info() async throws -> GroupInfo {
+        GroupInfo(path: path, properties: try await client.getAll(path, FerryInterface.groupInterface))
+    }
+}
+
+/// A group's properties, typed.
+public struct GroupInfo: Sendable, Equatable {
+    public var path: String
+    public var session: String
+    public var description: String
+    public var transfers: [String]
+    public var state: String
+    public var succeeded: UInt32
+    public var failed: UInt32
+    public var cancelled: UInt32
+    public var bytesTransferred: Int64
+    public var bytesExpected: Int64
+
+    public init(path: String, properties p: [String: DBusValue]) {
+        typealias G = FerryInterface.GroupProperty
+        self.path = path
+        session = p[G.session.name]?.string ?? "/"
+        description = p[G.description.name]?.string ?? ""
+        transfers = p[G.transfers.name]?.arrayElements?.compactMap(\.string) ?? []
+        state = p[G.state.name]?.string ?? ""
+        succeeded = p[G.succeeded.name]?.uint32 ?? 0
+        failed = p[G.failed.name]?.uint32 ?? 0
+        cancelled = p[G.cancelled.name]?.uint32 ?? 0
+        bytesTransferred = p[G.bytesTransferred.name]?.int64 ?? 0
+        bytesExpected = p[G.bytesExpected.name]?.int64 ?? 0
+    }
+}

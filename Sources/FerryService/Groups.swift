@@ -1,0 +1,100 @@
+import DBus
+import FerryCore
+import FerryInterface
+
+/// Groups (contract v1.2): `Session.DownloadGroup` and the `org.ferry.Ferry1.Group`
+/// objects it makes.
+extension FerryBusService {
+    static let groupOptionKeys = ["description", "all-or-nothing", "start"]
+
+    /// `Session.DownloadGroup(a(sa{sv}) items, a{sv} options) -> (o group)`: every item
+    /// is checked as `Download` checks it, then all are added in one store transaction,
+    /// or none: the first bad item refuses the call with its error, its index in front.
+    func downloadGroup(_ inv: MethodInvocation) {
+        runOnSession(inv) { core, session in
+            guard case .array(_, let items) = inv.arguments[0] else {
+                throw FerryError.invalidArgument("items must be of type a(sa{sv})")
+            }
+            guard !items.isEmpty else { throw FerryError.invalidArgument("a group needs at least one item") }
+            guard items.count <= TransferCoordinator.maxGroupItems else {
+                throw FerryError.limitExceeded("a group may hold at most \(TransferCoordinator.maxGroupItems) items, not \(items.count); make several groups")
+            }
+            var description = ""
+            var allOrNothing = false
+            var start: Bool?
+            for (key, value) in try OptionParsing.vardict(inv.arguments[1]) {
+                switch key {
+                case "description":
+                    guard value.signature == "s", let v = value.string else { throw Self.groupOptionType(key, "s", value) }
+                    try Limits.check(v, max: Limits.descriptionBytes, what: "the group description")
+                    description = v
+                case "all-or-nothing":
+                    guard value.signature == "b", let v = value.bool else { throw Self.groupOptionType(key, "b", value) }
+                    allOrNothing = v
+                case "start":
+                    guard value.signature == "b", let v = value.bool else { throw Self.groupOptionType(key, "b", value) }
+                    start = v
+                default:
+                    throw FerryError.invalidArgument("unknown group option '\(key)'; known options: \(Self.groupOptionKeys.joined(separator: ", "))")
+                }
+            }
+            for (index, item) in items.enumerated() {
+                do {
+                    guard case .structure(let fields) = item, fields.count == 2, let url = fields[0].string else {
+                        throw FerryError.invalidArgument("each item must be of type (sa{sv})")
+                    }
+                    var dict = try OptionParsing.vardict(fields[1])
+                    if dict["destination-fd"] != nil {
+                        throw FerryError.invalidArgument("destination-fd is not taken in a group; use Download for it")
+                    }
+                    dict["destination-fd"] = nil
+                    var options = try OptionParsing.download(dict)
+                    if let start { options.start = start }
+                    try self.checkTransferLimit(core, session: session)
+                    try self.confineDownload(inv, core, session: session, destination: options.destination)
+                    _ = try core.prepareDownload(session: session, url: url, options: options)
+                } catch {
+                    core.discardPreparedDownloads()
+                    let e = Self.busError(error)
+                    throw BusError(name: e.name, message: "item \(index): \(e.message)")
+                }
+            }
+            let id = try core.addPreparedDownloadsAsGroup(session: session, description: description, allOrNothing: allOrNothing)
+            return [.objectPath(FerryBusNames.groupPath(id))]
+        }
+    }
+
+    private static func groupOptionType(_ key: String, _ type: String, _ value: DBusValue) -> FerryError {
+        .invalidArgument("group option '\(key)' must be of D-Bus type '\(type)', not '\(value.signature)'")
+    }
+
+    func groupInterface() -> InterfaceSpec {
+        InterfaceSpec(
+            name: FerryBusNames.groupInterface,
+            methods: [
+                MethodSpec("Pause") { [unowned self] inv in runOnGroup(inv) { core, id in try core.pauseGroup(id); return [] } },
+                MethodSpec("Resume") { [unowned self] inv in runOnGroup(inv) { core, id in try core.resumeGroup(id); return [] } },
+                MethodSpec("Cancel") { [unowned self] inv in runOnGroup(inv) { core, id in try core.cancelGroup(id); return [] } },
+                MethodSpec("Remove") { [unowned self] inv in runOnGroup(inv) { core, id in try core.removeGroup(id); return [] } },
+            ],
+            properties: Self.propertySpecs(FerryInterface.GroupProperty.all),
+            signals: [
+                SignalSpec("Finished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
+            ])
+    }
+
+    /// A call on a group object: its caller uses the group's session (signals,
+    /// on-client-exit), then `body` runs on the core.
+    func runOnGroup(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, GroupID) throws -> [DBusValue]) {
+        guard let id = FerryBusNames.id(inPath: inv.path, kind: "group") else {
+            return inv.fail(BusError(name: StandardErrors.unknownObject, message: "no group at \(inv.path)"))
+        }
+        if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
+            callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
+        }
+        run(inv) { [sessionClients] core in
+            if let session = core.groupSession(id) { sessionClients?.note(inv.sender, of: session) }
+            return try body(core, id)
+        }
+    }
+}

@@ -69,9 +69,12 @@ public final class SQLiteTransferStore: TransferStore {
         try database.close()
     }
 
-    /// The migrations applied, oldest first (for tests and diagnostics).
+    /// The migrations applied, oldest first (for tests and diagnostics): in the order
+    /// they were registered (a name's number is not sorted as text: "10-…" after "9-…").
     public func appliedMigrations() throws -> [String] {
-        try database.read { db in try StoreSchema.migrator.appliedIdentifiers(db).sorted() }
+        let migrator = StoreSchema.migrator
+        let applied = try database.read { db in try migrator.appliedIdentifiers(db) }
+        return migrator.migrations.filter(applied.contains)
     }
 
     // MARK: - TransferStore

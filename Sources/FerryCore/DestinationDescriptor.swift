@@ -220,7 +220,7 @@ extension TransferCoordinator {
     /// Whether `t` is a `destination-fd` download: it holds its descriptor, or (after a
     /// restart, which loses it) its private copy is in ferryd's folder for them.
     func isDescriptorDownload(_ t: TransferRecord) -> Bool {
-        t.destinationFD != nil || FileSystemChecks.directoryName(t.destination) == StateDirectories.descriptorDownloads
+        t.destinationFD != nil || Self.isDescriptorDownloadPath(t.destination)
     }
 
     /// A descriptor download is verified: its copy into the descriptor starts off this

@@ -86,7 +86,11 @@ public final class BusMessage: @unchecked Sendable {
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
     public var serial: UInt32 { dbus_message_get_serial(raw) }
     public var replySerial: UInt32 { dbus_message_get_reply_serial(raw) }
-    public var noReplyExpected: Bool { dbus_message_get_no_reply(raw) != 0 }
+    /// Whether the sender wants no reply (a call whose answer would only be dropped).
+    public var noReplyExpected: Bool {
+        get { dbus_message_get_no_reply(raw) != 0 }
+        set { dbus_message_set_no_reply(raw, newValue ? 1 : 0) }
+    }
 
     /// Whether the bus may start the destination service for this call (default true).
     public var autoStart: Bool {

@@ -23,6 +23,8 @@ public final class FerryBusService: @unchecked Sendable {
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
+    /// The batch as one job in the desktop shell's job view, where it has one.
+    private var shellJob: ShellJobView!
     /// Caps on sessions and transfers; set before `start`.
     public var limits = ClientLimits()
     /// The most one `PendingEventsAfter` reply holds (ferryd's testing knob
@@ -55,6 +57,7 @@ public final class FerryBusService: @unchecked Sendable {
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
         sessionClients = SessionClients(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
+        shellJob = ShellJobView(core: core, bus: bus, logger: logger)
     }
 
     /// Exports the manager and every existing object, then takes the bus name.
@@ -183,6 +186,7 @@ public final class FerryBusService: @unchecked Sendable {
 
     /// One core event: its bus work joins the round's (`handOnBusWork`), in order.
     func handle(_ event: CoreEvent) {
+        shellJob.handle(event)
         switch event {
         case .sessionAdded(let session):
             let object = sessionObject(session)

@@ -84,6 +84,12 @@ final class MockService: @unchecked Sendable {
         return mock
     }
 
+    /// Another object of the same mock (one added with `AddObject`), for its calls
+    /// and signals. Stopping it stops the mock.
+    func object(at path: String) -> MockService {
+        MockService(process: process, name: name, path: path, bus: bus)
+    }
+
     @discardableResult
     func mock(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         try await bus.call(destination: name, path: path, interface: "org.freedesktop.DBus.Mock", method: method,

@@ -327,8 +327,11 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(under.stderr.contains("from 1 up"), under.stderr)
         let max = try await managerProperty("MaxConcurrentTransfers")?.uint32
         XCTAssertEqual(max, 3)
-        struct Manager: Decodable { var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String }
+        struct Manager: Decodable {
+            var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String; var interface_version: String
+        }
         let cfg = decode(Manager.self, try ferry(["config", "get", "--json"]).stdout)
+        XCTAssertEqual(cfg?.interface_version, "1.2")
         XCTAssertEqual(cfg?.speed_limit, 2 * 1024 * 1024)
         XCTAssertEqual(cfg?.notifications, false)
         XCTAssertEqual(try ferry(["config", "get", "max-concurrent"]).stdout, "3\n")
@@ -730,6 +733,12 @@ final class CLIScriptingTests: FerryTestCase {
             return XCTFail("no sh example block in the ferry section of docs/cli.md")
         }
         let block = String(readme[open.upperBound..<close.lowerBound])
+        // The examples set a schedule whose '* 23:00-06:00 discretionary-only' window holds
+        // back the plain `get --wait` after it while the window is on: run ferryd at
+        // local noon, whatever the hour of the test.
+        let secondOfDay = Int(Date().timeIntervalSince1970) % 86_400
+        try await killFerryd()
+        try await startFerryd(extraEnvironment: ["FERRY_UTC_OFFSET_SECONDS": String(43_200 - secondOfDay)])
         for name in ["debian.iso", "a.iso", "b.iso", "x.tar.gz", "big.iso", "db.dump"] { serve("/" + name, size: 20_000) }
         let script = block.replacingOccurrences(of: "https://example.org", with: server.url(""))
         let bin = (ferryPath as NSString).deletingLastPathComponent

@@ -588,6 +588,18 @@ def match_rule(member, iface=TRANSFER):
     return f"type='signal',sender='{BUS_NAME}',interface='{iface}',member='{member}'"
 
 
+def start_listening(ctx, name, signals=(("Completed", TRANSFER),), **ferryd_args):
+    """A started ferryd, a SignalCounter, and a connection that has seen ferryd answer and
+    subscribes to `signals` ((member, interface) pairs): the opening every timed suite shares."""
+    ferryd = Ferryd(ctx, name, **ferryd_args).start()
+    counter = SignalCounter()
+    conn = ctx.connect(on_signal=counter)
+    ferryd.wait_answering(conn)
+    for member, iface in signals:
+        conn.add_match(match_rule(member, iface))
+    return ferryd, counter, conn
+
+
 # ---------------------------------------------------------------- results
 
 class Suite:

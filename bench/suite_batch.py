@@ -82,12 +82,7 @@ def run(ctx, suite):
     dest_root = os.path.join(h.OUT_DIR, "batch-dest")
     h.warm_page_cache(src_dir)
 
-    ferryd = h.Ferryd(ctx, "batch").start()
-    counter = h.SignalCounter()
-    conn = ctx.connect(on_signal=counter)
-    ferryd.wait_answering(conn)
-    conn.add_match(h.match_rule("Completed"))
-    conn.add_match(h.match_rule("AllFinished", h.MANAGER))
+    ferryd, counter, conn = h.start_listening(ctx, "batch", (("Completed", h.TRANSFER), ("AllFinished", h.MANAGER)))
     session = h.open_session(conn, "org.ferry.bench.batch")
     input_file = _cli_takes_input_file(ctx)
     suite.note(f"{count} files of 100 KiB, {runs} rounds (+{warmup} warm-up), "
@@ -102,35 +97,15 @@ def run(ctx, suite):
         bus, client, web = (b - a for a, b in zip(before, around()))
         return {"cpu_dbus": bus, "cpu_nginx": web}, client
 
-    def run_bus(dest):
+    def run_calls(dest, what, send):
+        """Times one batch of bus calls: `send(opts)` sends them and returns a function that
+        waits for their replies; then every transfer's Completed."""
         counter.reset()
         opts = h.download_options(destination=dest)
-        o0 = around()
-        c0 = ferryd.cpu()
-        t0 = time.perf_counter()
-        serials = [conn.send_call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [u, opts]) for u in urls]
+        o0, c0, t0 = around(), ferryd.cpu(), time.perf_counter()
+        wait_replies = send(opts)
         sent = time.perf_counter() - t0
-        paths = [conn.wait_reply(s, 120).check()[0] for s in serials]
-        replied = time.perf_counter() - t0
-        conn.wait_until(lambda: all(p in counter.completed for p in paths), 600, "every Completed")
-        wall = max(counter.completed[p][0] for p in paths) - t0
-        cpu = ferryd.cpu() - c0
-        others, client = around_since(o0)
-        failed = [(p, counter.completed[p][1]) for p in paths if counter.completed[p][1]]
-        if failed:
-            raise BenchError(f"{len(failed)} bus transfers failed, e.g. {failed[0]}")
-        return {"wall": wall, "cpu_daemon": cpu, "cpu_client": client, "sent": sent, "replied": replied, **others}
-
-    def run_group(dest):
-        counter.reset()
-        opts = h.download_options(destination=dest)
-        o0 = around()
-        c0 = ferryd.cpu()
-        t0 = time.perf_counter()
-        serial = conn.send_call(BUS_NAME, session, SESSION, "DownloadGroup", "a(sa{sv})a{sv}",
-                                [[(u, opts) for u in urls], {}])
-        sent = time.perf_counter() - t0
-        conn.wait_reply(serial, 120).check()
+        wait_replies()
         replied = time.perf_counter() - t0
         conn.wait_until(lambda: len(counter.completed) >= count, 600, "every Completed")
         wall = max(v[0] for v in counter.completed.values()) - t0
@@ -138,8 +113,21 @@ def run(ctx, suite):
         others, client = around_since(o0)
         failed = [(p, v[1]) for p, v in counter.completed.items() if v[1]]
         if failed:
-            raise BenchError(f"{len(failed)} group transfers failed, e.g. {failed[0]}")
+            raise BenchError(f"{len(failed)} {what} transfers failed, e.g. {failed[0]}")
         return {"wall": wall, "cpu_daemon": cpu, "cpu_client": client, "sent": sent, "replied": replied, **others}
+
+    def run_bus(dest):
+        def send(opts):
+            serials = [conn.send_call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [u, opts]) for u in urls]
+            return lambda: [conn.wait_reply(s, 120).check() for s in serials]
+        return run_calls(dest, "bus", send)
+
+    def run_group(dest):
+        def send(opts):
+            serial = conn.send_call(BUS_NAME, session, SESSION, "DownloadGroup", "a(sa{sv})a{sv}",
+                                    [[(u, opts) for u in urls], {}])
+            return lambda: conn.wait_reply(serial, 120).check()
+        return run_calls(dest, "group", send)
 
     def run_get(dest):
         counter.reset()

@@ -49,11 +49,7 @@ def run(ctx, suite):
     dest = h.OUT_DIR + "/running-dest"
     h.empty_dir(dest)
 
-    ferryd = h.Ferryd(ctx, "running").start()
-    counter = h.SignalCounter()
-    conn = ctx.connect(on_signal=counter)
-    ferryd.wait_answering(conn)
-    conn.add_match(h.match_rule("Progress"))
+    ferryd, counter, conn = h.start_listening(ctx, "running", (("Progress", h.TRANSFER),))
     concurrent = _set_highest(conn, want)
     running = min(want, concurrent)
     # The per-host limit is per session: spread the transfers over as many sessions as

@@ -35,11 +35,7 @@ def run(ctx, suite):
     out_dir = os.path.join(h.OUT_DIR, "segments-dest")
     h.empty_dir(out_dir)
 
-    ferryd = h.Ferryd(ctx, "segments").start()
-    counter = h.SignalCounter()
-    conn = ctx.connect(on_signal=counter)
-    ferryd.wait_answering(conn)
-    conn.add_match(h.match_rule("Completed"))
+    ferryd, counter, conn = h.start_listening(ctx, "segments")
     # A transfer's connections count against the session's per-host limit (default 6):
     # allow the 8 that aria2c -x8 gets.
     session = h.open_session(conn, "org.ferry.bench.segments",

@@ -29,11 +29,7 @@ def run(ctx, suite):
     stored_dir = os.path.join(ctx.tmp, "upload")
     h.warm_page_cache(src)
 
-    ferryd = h.Ferryd(ctx, "upload").start()
-    counter = h.SignalCounter()
-    conn = ctx.connect(on_signal=counter)
-    ferryd.wait_answering(conn)
-    conn.add_match(h.match_rule("Completed"))
+    ferryd, counter, conn = h.start_listening(ctx, "upload")
     session = h.open_session(conn, "org.ferry.bench.upload")
     opts = {"method": wire.Variant("s", "PUT")}
     verified = set()

@@ -33,15 +33,7 @@ final class LifecycleTests: BusTestCase {
         server.onDisconnect { serverGone.put(true) }
 
         let client = self.client!
-        let pending = Mailbox<Result<[DBusValue], Error>>()
-        Task {
-            do {
-                pending.put(.success(try await client.call(destination: Sample.busName, path: Sample.objectPath,
-                                                           interface: Sample.interfaceName, method: "Never", timeout: 60)))
-            } catch {
-                pending.put(.failure(error))
-            }
-        }
+        let pending = callNever(on: client)
         // The call is in the server's hands when the bus goes.
         _ = try await sample.neverAnswered.next(timeout: 5, "the Never call")
 
@@ -77,15 +69,7 @@ final class LifecycleTests: BusTestCase {
     func testCloseFailsPendingCalls() async throws {
         let sample = try await startSample()
         let client = self.client!
-        let pending = Mailbox<Result<[DBusValue], Error>>()
-        Task {
-            do {
-                pending.put(.success(try await client.call(destination: Sample.busName, path: Sample.objectPath,
-                                                           interface: Sample.interfaceName, method: "Never", timeout: 60)))
-            } catch {
-                pending.put(.failure(error))
-            }
-        }
+        let pending = callNever(on: client)
         _ = try await sample.neverAnswered.next(timeout: 5, "the Never call")
         client.close()
         let result = try await pending.next(timeout: 5, "the pending call to fail after close()")
@@ -201,4 +185,21 @@ private final class Flag: @unchecked Sendable {
     private var raised = false
     var isRaised: Bool { lock.withLock { raised } }
     func raise() { lock.withLock { raised = true } }
+}
+
+extension LifecycleTests {
+    /// Calls the sample's `Never` method (never answered) from a task; the call's outcome
+    /// arrives in the mailbox returned.
+    func callNever(on client: BusConnection) -> Mailbox<Result<[DBusValue], Error>> {
+        let pending = Mailbox<Result<[DBusValue], Error>>()
+        Task {
+            do {
+                pending.put(.success(try await client.call(destination: Sample.busName, path: Sample.objectPath,
+                                                           interface: Sample.interfaceName, method: "Never", timeout: 60)))
+            } catch {
+                pending.put(.failure(error))
+            }
+        }
+        return pending
+    }
 }

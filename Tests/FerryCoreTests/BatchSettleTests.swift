@@ -12,12 +12,10 @@ final class BatchSettleTests: XCTestCase {
             let t = try h.download(s, "https://example.com/f\(i).bin") { $0.destination = h.downloads + "/f\(i).bin" }
             h.succeed(t)
             // Each file is done before the next call: the batch is empty between calls.
-            h.clock.advance(seconds: 0.01)
-            h.sync { $0.wakeDueTransfers() }
+            h.advanceAndWake(seconds: 0.01)
         }
         XCTAssertEqual(h.observer.allFinishedCounts, [], "still inside the settle time")
-        h.clock.advance(seconds: 1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1)
         XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 1_000)])
         // The session's own AllFinished is not held back.
         XCTAssertEqual(h.observer.sessionAllFinishedCounts(s).count, 1_000)
@@ -28,18 +26,14 @@ final class BatchSettleTests: XCTestCase {
         let s = try h.openSession()
         let a = try h.download(s, "https://example.com/a.bin")
         h.succeed(a)
-        h.clock.advance(seconds: 0.6)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 0.6)
         let b = try h.download(s, "https://example.com/b.bin")
-        h.clock.advance(seconds: 0.6)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 0.6)
         XCTAssertEqual(h.observer.allFinishedCounts, [], "b.bin runs: the first settle deadline passed, but the batch is live")
         h.fail(b, .network("connection reset"))
-        h.clock.advance(seconds: 0.9)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 0.9)
         XCTAssertEqual(h.observer.allFinishedCounts, [], "settle time counts from the last end")
-        h.clock.advance(seconds: 0.2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 0.2)
         XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 1, failed: 1)])
     }
 
@@ -56,20 +50,17 @@ final class BatchSettleTests: XCTestCase {
         try h.sync { try $0.resume(t) }
         h.succeed(t)
         h.succeed(other)
-        h.clock.advance(seconds: 1.1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1.1)
         XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 2)])
         XCTAssertEqual(h.observer.sessionAllFinishedCounts(s), [BatchCounts(succeeded: 2)])
 
         // Failed, and its batch ended: resuming it later is a new batch's business.
         let late = try h.download(s, "https://example.com/late.bin")
         h.fail(late, .http(status: 404, "HTTP 404 Not Found"))
-        h.clock.advance(seconds: 1.1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1.1)
         try h.sync { try $0.resume(late) }
         h.succeed(late)
-        h.clock.advance(seconds: 1.1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1.1)
         XCTAssertEqual(h.observer.allFinishedCounts, [BatchCounts(succeeded: 2), BatchCounts(failed: 1), BatchCounts(succeeded: 1)])
     }
 
@@ -121,8 +112,7 @@ final class ScaleTests: XCTestCase {
         let h = CoreHarness()
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"v\"", expectedTotal: 4_000, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"v\"", total: 4_000)
         h.clock.advance(seconds: 1)
         h.send(.progress(t, bytesWritten: 1_000, totalOnDisk: 1_000, expected: 4_000))
         let progress = h.observer.coreEvents.compactMap { event -> TransferProgress? in
@@ -145,8 +135,7 @@ final class ScaleTests: XCTestCase {
             })
         }
         XCTAssertEqual(h.state(ids[0]), .waiting)
-        h.clock.advance(seconds: 1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1)
         let queuedOrRunning = ids.filter { [.queued, .running].contains(h.state($0)) }
         XCTAssertEqual(queuedOrRunning.count, 100, "exactly those due after one second go on")
     }

@@ -62,8 +62,7 @@ final class CompletionTests: XCTestCase {
 
     func testSerialsAreGlobalAndAcknowledgeDropsUpToSerial() throws {
         let h = CoreHarness()
-        let s1 = try h.openSession("one")
-        let s2 = try h.openSession("two")
+        let (s1, s2) = try h.openTwoSessions()
         let a = try h.download(s1, "https://example.com/a")
         let b = try h.download(s2, "https://example.com/b")
         let c = try h.download(s1, "https://example.com/c")
@@ -192,8 +191,7 @@ final class CompletionTests: XCTestCase {
         let h = CoreHarness()
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"e\"", expectedTotal: 10, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"e\"", total: 10)
         h.writePart(t, [1, 2, 3, 4])
         h.fail(t, .network("the connection was reset"), bytes: 4)
         XCTAssertEqual(h.state(t), .failed)
@@ -219,11 +217,9 @@ final class CompletionTests: XCTestCase {
         XCTAssertEqual(h.snapshot(later)?.state, .waiting)
         XCTAssertEqual(h.snapshot(later)?.waitingReason, "start-after")
         XCTAssertEqual(h.engine.started, [])
-        h.clock.advance(seconds: 30)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 30)
         XCTAssertEqual(h.state(later), .waiting)
-        h.clock.advance(seconds: 31)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 31)
         XCTAssertEqual(h.state(later), .running)
         XCTAssertEqual(h.snapshot(later)?.waitingReason, "")
         XCTAssertEqual(h.snapshot(later)?.started, h.clock.now)
@@ -240,8 +236,7 @@ final class CompletionTests: XCTestCase {
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.snapshot(t)?.waitingReason, "retry")
         XCTAssertEqual(h.observer.completions.count, 0)
-        h.clock.advance(seconds: 2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 2)
         XCTAssertEqual(h.state(t), .running)
         XCTAssertEqual(h.snapshot(t)?.attempts, 2)
         h.fail(t, .timeout("no data for 60 seconds"))

@@ -68,8 +68,7 @@ final class GroupedWriteTests: XCTestCase {
         let s = try h.openSession()
         let t = try h.download(s)
         let writesBefore = h.store.writes.count
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 5, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"v1\"", total: 5)
         XCTAssertEqual(h.store.writes.count, writesBefore, "no write for a 5-byte file's response")
         XCTAssertEqual(h.snapshot(t)?.bytesExpected, 5, "announced all the same")
         h.writePart(t, Array("hello".utf8))
@@ -112,8 +111,7 @@ extension GroupedWriteTests {
         let h = CoreHarness()
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100_000, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"v1\"", total: 100_000)
         h.writePart(t, Array(repeating: 1, count: 30_000))
         let h2 = h.restarted()
         let request = try XCTUnwrap(h2.engine.lastRequest(t))

@@ -21,28 +21,34 @@ final class NamingTests: XCTestCase {
     }
 
     func testContentDispositionForms() {
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"report.pdf\""), "report.pdf")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=plain.txt"), "plain.txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; FILENAME=\"a \\\"q\\\".txt\""), "a \"q\".txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''na%C3%AFve%20file.txt"), "naïve file.txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"fallback.txt\"; filename*=utf-8'en'%E2%82%AC%20rates.txt"), "€ rates.txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=iso-8859-1''caf%E9.txt"), "café.txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "inline; filename=\"x;y.txt\"; size=3"), "x;y.txt")
-        XCTAssertNil(ContentDisposition.fileName(from: "attachment"))
-        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename=\"\""))
-        // A bad filename* falls back to filename.
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''%ZZ; filename=ok.txt"), "ok.txt")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=koi8-r''x; filename=ok.txt"), "ok.txt")
+        let cases: [(String, String?)] = [
+            ("attachment; filename=\"report.pdf\"", "report.pdf"),
+            ("attachment; filename=plain.txt", "plain.txt"),
+            ("attachment; FILENAME=\"a \\\"q\\\".txt\"", "a \"q\".txt"),
+            ("attachment; filename*=UTF-8''na%C3%AFve%20file.txt", "naïve file.txt"),
+            ("attachment; filename=\"fallback.txt\"; filename*=utf-8'en'%E2%82%AC%20rates.txt", "€ rates.txt"),
+            ("attachment; filename*=iso-8859-1''caf%E9.txt", "café.txt"),
+            ("inline; filename=\"x;y.txt\"; size=3", "x;y.txt"),
+            ("attachment", nil),
+            ("attachment; filename=\"\"", nil),
+            // A bad filename* falls back to filename.
+            ("attachment; filename*=UTF-8''%ZZ; filename=ok.txt", "ok.txt"),
+            ("attachment; filename*=koi8-r''x; filename=ok.txt", "ok.txt"),
+        ]
+        assertFileNames(cases)
     }
 
     func testContentDispositionPathTraversalIsDefused() {
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"../../.ssh/authorized_keys\""), "authorized_keys")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd"), "passwd")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"/etc/cron.d/x\""), "x")
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\".profile\""), "profile")
-        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename=\"..\""))
-        XCTAssertNil(ContentDisposition.fileName(from: "attachment; filename*=UTF-8''%2E%2E"))
-        XCTAssertEqual(ContentDisposition.fileName(from: "attachment; filename=\"a/\""), "a")
+        let cases: [(String, String?)] = [
+            ("attachment; filename=\"../../.ssh/authorized_keys\"", "authorized_keys"),
+            ("attachment; filename*=UTF-8''..%2F..%2Fetc%2Fpasswd", "passwd"),
+            ("attachment; filename=\"/etc/cron.d/x\"", "x"),
+            ("attachment; filename=\".profile\"", "profile"),
+            ("attachment; filename=\"..\"", nil),
+            ("attachment; filename*=UTF-8''%2E%2E", nil),
+            ("attachment; filename=\"a/\"", "a"),
+        ]
+        assertFileNames(cases)
     }
 
     func testUniqueNames() {
@@ -130,5 +136,14 @@ final class NamingTests: XCTestCase {
                                         transfer: ["User-Agent": "ua2", "X-T": "t"])
         XCTAssertEqual(merged.map(\.name), ["Accept", "X-Session", "User-Agent", "X-T"])
         XCTAssertEqual(merged.map(\.value), ["*/*", "s", "ua2", "t"])
+    }
+}
+
+extension NamingTests {
+    /// Each header gives the file name beside it (nil: none).
+    func assertFileNames(_ cases: [(String, String?)], line: UInt = #line) {
+        for (header, name) in cases {
+            XCTAssertEqual(ContentDisposition.fileName(from: header), name, header, line: line)
+        }
     }
 }

@@ -155,14 +155,12 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(reason(h, t), "retry")
         setNetwork(h, metered: true)
         XCTAssertEqual(reason(h, t), "retry", "a wait for a time is left alone")
-        h.clock.advance(seconds: 11)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 11)
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(reason(h, t), "metered")
         XCTAssertEqual(h.engine.startedIDs, [t], "not tried on the metered network")
         // Later due timers (of other transfers) do not wake a network wait.
-        h.clock.advance(seconds: 1000)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1000)
         XCTAssertEqual(reason(h, t), "metered")
         setNetwork(h, metered: false)
         XCTAssertEqual(h.state(t), .running)
@@ -173,8 +171,7 @@ final class NetworkStateTests: XCTestCase {
         setNetwork(h, metered: true)
         let t = try h.download(try frugalSession(h)) { $0.startAfter = h.clock.now + 60_000_000 }
         XCTAssertEqual(reason(h, t), "start-after")
-        h.clock.advance(seconds: 61)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 61)
         XCTAssertEqual(reason(h, t), "metered")
     }
 

@@ -49,8 +49,7 @@ final class ObserverOrderTests: XCTestCase {
         let h = CoreHarness()
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"x\"", expectedTotal: 8, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"x\"", total: 8)
         h.writePart(t, [1, 2, 3])
         let data = try h.sync { try $0.pause(t) }
         h.send(.completed(t, .stopped(bytesOnDisk: 3)))

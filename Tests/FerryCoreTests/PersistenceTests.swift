@@ -376,8 +376,7 @@ final class PersistenceTests: XCTestCase {
     private func interruptedFinish(_ h: CoreHarness) throws -> (SessionID, TransferID, part: String, target: String) {
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"f\"", expectedTotal: 5, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"f\"", total: 5)
         h.writePart(t, Array("hello".utf8))
         var row = try XCTUnwrap(stored(h, t))
         // As the write before the move stores it: with the response's validator.
@@ -448,8 +447,7 @@ final class PersistenceTests: XCTestCase {
         let h = CoreHarness(checkpointInterval: 5)
         let s = try h.openSession()
         let t = try h.download(s)
-        h.send(.response(t, EngineResponse(status: 200, etag: "\"c\"", expectedTotal: 1000, acceptsRanges: true,
-                                           effectiveURL: "https://example.com/file.bin")))
+        h.respondResumable(t, etag: "\"c\"", total: 1000)
         let writesBefore = h.store.writes.count
         for i in 1...20 {
             h.send(.progress(t, bytesWritten: 10, totalOnDisk: Int64(i * 10), expected: 1000))
@@ -475,8 +473,7 @@ final class PersistenceTests: XCTestCase {
         let b = try h.download(s, "https://example.com/b")
         h.succeed(a)
         h.fail(b, .network("reset"))
-        h.clock.advance(seconds: 2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 2)
         _ = try h.sync { try $0.pause(b) }
         h.send(.completed(b, .stopped(bytesOnDisk: 0)))
         let events = try h.sync { try $0.pendingEvents(session: s) }

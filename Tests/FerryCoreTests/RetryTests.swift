@@ -99,11 +99,9 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.snapshot(t)?.errorName, FerryError.network("").name, "the last failure, while it waits to try again")
         XCTAssertEqual(h.snapshot(t)?.errorMessage, "The connection to example.com:443 was reset")
         XCTAssertTrue(h.observer.completions.isEmpty)
-        h.clock.advance(seconds: 1.9)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1.9)
         XCTAssertEqual(h.state(t), .waiting, "not before the backoff")
-        h.clock.advance(seconds: 0.2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 0.2)
         XCTAssertEqual(h.state(t), .running)
         let request = try XCTUnwrap(h.engine.lastRequest(t))
         XCTAssertEqual(request.offset, 6, "continues after the bytes on disk")
@@ -112,8 +110,7 @@ final class RetryTests: XCTestCase {
         h.fail(t, .timeout("No data for 60 seconds"), bytes: 6)
         let waitStart = h.clock.now
         XCTAssertEqual(h.sync { $0.transfers[t]?.notBefore }, waitStart + 4_000_000)
-        h.clock.advance(seconds: 4)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 4)
         h.succeed(t, body: Array(repeating: 1, count: 100))
         XCTAssertEqual(h.state(t), .completed)
         XCTAssertEqual(h.snapshot(t)?.errorName, "", "completed: no failure")
@@ -155,8 +152,7 @@ final class RetryTests: XCTestCase {
         h.fail(u, .network("The connection closed"))
         XCTAssertEqual(h.state(u), .waiting)
         // The status is forgotten with the attempt.
-        h.clock.advance(seconds: 2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 2)
         h.fail(u, .network("reset"))
         XCTAssertEqual(h.state(u), .waiting)
     }
@@ -168,8 +164,7 @@ final class RetryTests: XCTestCase {
         for _ in 0..<2 {
             h.fail(t, .http(status: 503, "Service Unavailable"))
             XCTAssertEqual(h.state(t), .waiting)
-            h.clock.advance(seconds: 1)
-            h.sync { $0.wakeDueTransfers() }
+            h.advanceAndWake(seconds: 1)
         }
         h.fail(t, .http(status: 503, "Service Unavailable"))
         XCTAssertEqual(h.state(t), .failed, "2 retries, 3 attempts")
@@ -186,8 +181,7 @@ final class RetryTests: XCTestCase {
         let s = try h.openSession()
         let t = try started(h, s)
         h.fail(t, .network("dropped"), bytes: 6)
-        h.clock.advance(seconds: 2)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 2)
         // The resumed attempt meets a 503 with Retry-After: 120.
         h.send(.response(t, EngineResponse(status: 503, etag: "\"error-page\"", expectedTotal: 57, effectiveURL: url,
                                            retryAfter: 120)))
@@ -195,11 +189,9 @@ final class RetryTests: XCTestCase {
         h.fail(t, .http(status: 503, "Service Unavailable"), bytes: 6)
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.sync { $0.transfers[t]?.notBefore }, h.clock.now + 120_000_000, "120 s, not the 4 s backoff")
-        h.clock.advance(seconds: 119)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 119)
         XCTAssertEqual(h.state(t), .waiting)
-        h.clock.advance(seconds: 1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1)
         XCTAssertEqual(h.state(t), .running)
         XCTAssertEqual(h.engine.lastRequest(t)?.ifRange, "\"v1\"", "the error page's ETag is not the file's")
         // A Retry-After shorter than the backoff does not shorten it.
@@ -224,11 +216,9 @@ final class RetryTests: XCTestCase {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
         let s = try h.openSession { $0.resourceTimeout = 30 }
         let t = try started(h, s)
-        h.clock.advance(seconds: 29)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 29)
         XCTAssertEqual(h.state(t), .running)
-        h.clock.advance(seconds: 1)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 1)
         XCTAssertEqual(h.state(t), .failed)
         XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Timeout")
         XCTAssertTrue(h.snapshot(t)?.errorMessage.contains("resource-timeout") ?? false)
@@ -243,12 +233,10 @@ final class RetryTests: XCTestCase {
         let s = try h.openSession { $0.resourceTimeout = 25; $0.retries = 10 }
         let t = try h.download(s)
         h.fail(t, .network("refused"))
-        h.clock.advance(seconds: 10)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 10)
         h.fail(t, .network("refused"))
         XCTAssertEqual(h.state(t), .waiting, "retry due at 20 s, before 25 s")
-        h.clock.advance(seconds: 10)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 10)
         h.fail(t, .network("refused"))
         XCTAssertEqual(h.state(t), .failed, "the next retry (30 s) would come after the resource-timeout")
         XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network", "with the last real error")
@@ -256,8 +244,7 @@ final class RetryTests: XCTestCase {
         let u = try h.download(s)
         h.fail(u, .network("refused"))
         XCTAssertEqual(h.state(u), .waiting)
-        h.clock.advance(seconds: 26)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 26)
         XCTAssertEqual(h.state(u), .failed)
         XCTAssertEqual(h.snapshot(u)?.errorName, "org.ferry.Ferry1.Error.Timeout")
     }
@@ -304,8 +291,7 @@ final class RetryTests: XCTestCase {
         h.send(.response(t, answer))
         h.fail(t, .network("reset"), bytes: 0)
         XCTAssertFalse(h.snapshot(t)!.errorName.isEmpty)
-        h.clock.advance(seconds: 5)
-        h.sync { $0.wakeDueTransfers() }
+        h.advanceAndWake(seconds: 5)
         XCTAssertEqual(h.state(t), .running)
         h.send(.response(t, answer))
         h.writePart(t, Array("hello".utf8))

@@ -4,8 +4,7 @@ import XCTest
 final class SessionLifecycleTests: XCTestCase {
     func testAllFinishedPerSessionAndOverall() throws {
         let h = CoreHarness()
-        let s1 = try h.openSession("one")
-        let s2 = try h.openSession("two")
+        let (s1, s2) = try h.openTwoSessions()
         let a = try h.download(s1, "https://example.com/a")
         let b = try h.download(s1, "https://example.com/b")
         let c = try h.download(s2, "https://example.com/c")

@@ -78,6 +78,9 @@ public struct TransferInfo: Sendable, Equatable {
     /// Why a download that asked for several connections runs on one (the
     /// `SingleConnectionReason` addition); "" otherwise.
     public var singleConnectionReason: String
+    /// Why a download runs on fewer connections than it asked for (the
+    /// `ConnectionLimitReason` addition); "" otherwise.
+    public var connectionLimitReason: String
     /// The object path of the group it was made in (v1.2 `Group`); "/" when none, ""
     /// from an older ferryd.
     public var group: String
@@ -116,6 +119,7 @@ public struct TransferInfo: Sendable, Equatable {
         T.nextAttempt.name: { $0.nextAttempt = $1.uint64 ?? 0 },
         T.singleConnectionReason.name: { $0.singleConnectionReason = $1.string ?? "" },
         T.group.name: { $0.group = $1.string ?? "" },
+        T.connectionLimitReason.name: { $0.connectionLimitReason = $1.string ?? "" },
     ]
 
     /// A transfer with no properties known: every field at its default.
@@ -126,7 +130,7 @@ public struct TransferInfo: Sendable, Equatable {
         bytesTransferred = 0; bytesExpected = -1; rate = 0; expectedEnd = 0
         errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
         created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0; response = []
-        nextAttempt = 0; singleConnectionReason = ""; group = ""
+        nextAttempt = 0; singleConnectionReason = ""; connectionLimitReason = ""; group = ""
     }
 
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a

@@ -91,6 +91,9 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
     /// Why a download asked to use several connections runs on one (the server accepts
     /// no ranges, …); nil otherwise.
     public var singleConnectionReason: String?
+    /// Why a download runs on fewer connections than it asked for (its session's
+    /// maximum connections per host); nil otherwise.
+    public var connectionLimitReason: String?
 
     /// A snapshot of the app's own making (a test's fixture, a preview); the service's
     /// come from ``FerryTask/snapshot()``.
@@ -136,6 +139,7 @@ public struct FerryTaskSnapshot: Sendable, Equatable {
         response = i.response.isEmpty ? nil : Data(i.response)
         nextAttempt = date(i.nextAttempt)
         singleConnectionReason = i.singleConnectionReason.isEmpty ? nil : i.singleConnectionReason
+        connectionLimitReason = i.connectionLimitReason.isEmpty ? nil : i.connectionLimitReason
     }
 }
 

@@ -197,6 +197,9 @@ public struct TransferSnapshot: Sendable, Hashable {
     /// refused ranges, the file is small, …); "" otherwise (the
     /// `SingleConnectionReason` addition).
     public var singleConnectionReason: String = ""
+    /// Why a download runs on fewer connections than it asked for (the session's
+    /// `max-connections-per-host`); "" otherwise (the `ConnectionLimitReason` addition).
+    public var connectionLimitReason: String = ""
     /// The group it was made in (`Session.DownloadGroup`); 0: none (`Group` is `/`).
     public var group: GroupID = 0
 

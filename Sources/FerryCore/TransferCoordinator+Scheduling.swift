@@ -55,6 +55,9 @@ extension TransferCoordinator {
             // its size says nothing.)
             let connections = connectionCount(t)
             kind = connections > 1 ? .segmented(connections: UInt32(connections)) : .download
+            t.snapshot.connectionLimitReason = connections < Int(t.options.connections)
+                ? "\(connections) of the \(t.options.connections) connections asked for: the session's max-connections-per-host is \(connections)"
+                : ""
             t.enginePartPath = t.partPath
         }
         t.attemptOffset = offset

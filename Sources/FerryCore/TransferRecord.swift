@@ -272,6 +272,7 @@ final class TransferRecord {
         // connection from the next attempt.
         s.nextAttempt = 0
         s.singleConnectionReason = ""
+        s.connectionLimitReason = ""
         return StoredTransfer(snapshot: s, options: options, directory: directory, serverMayName: serverMayName,
                               partPath: enginePartPath ?? partPath, etag: etag, lastModified: lastModified,
                               notBefore: notBefore, retriesUsed: retriesUsed, resourceStarted: resourceStarted,

@@ -80,11 +80,14 @@ extension FerryInterface {
         public static let singleConnectionReason = BusProperty("SingleConnectionReason", "s")
         /// (v1.2) The group it was made in; `/` when none.
         public static let group = BusProperty("Group", "o")
+        /// (Addition.) Why a download uses fewer connections than its `connections` asked
+        /// for (the session's `max-connections-per-host`), else "".
+        public static let connectionLimitReason = BusProperty("ConnectionLimitReason", "s")
 
         public static let all = [kind, url, session, description, destination, state, waitingReason, bytesTransferred,
                                  bytesExpected, rate, expectedEnd, error, httpStatus, attempts, resumable, sha256,
                                  response, created, started, completed, priority, speedLimit, nextAttempt,
-                                 singleConnectionReason, group]
+                                 singleConnectionReason, group, connectionLimitReason]
     }
 
     /// (v1.2) `org.ferry.Ferry1.Group`'s properties.

@@ -37,6 +37,7 @@ enum PropertyMapping {
         (T.speedLimit, { .uint64($0.speedLimit) }),
         (T.nextAttempt, { .uint64($0.nextAttempt) }),
         (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
+        (T.connectionLimitReason, { .string($0.connectionLimitReason) }),
         (T.group, { .objectPath($0.group == 0 ? "/" : FerryBusNames.groupPath($0.group)) }),
     ]
 

@@ -90,24 +90,29 @@ struct List: AsyncParsableCommand {
     }
 }
 
+/// One or more transfer ids, as `show` and `wait` take them.
+struct TransferIDs: ParsableArguments {
+    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
+    var ids: [String]
+
+    func validate() throws { _ = try parsed() }
+    func parsed() throws -> [UInt64] { try parseTransferIDs(ids) }
+}
+
 struct Show: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show transfers in full.")
 
     @OptionGroup var global: GlobalOptions
-
-    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
-    var ids: [String]
+    @OptionGroup var transfers: TransferIDs
 
     @Flag(help: "Print JSON (one transfer: an object; several: an array).")
     var json = false
-
-    func validate() throws { _ = try parseTransferIDs(ids) }
 
     func run() async throws {
         try await runReportingErrors {
             let client = try global.connect()
             let objects = try await client.listing()
-            let infos = try pick(try parseTransferIDs(ids), from: objects)
+            let infos = try pick(try transfers.parsed(), from: objects)
             let names = sessionNames(objects)
             if json {
                 if infos.count == 1 { JSONOutput.print(TransferJSON(infos[0], sessions: names)) } else { JSONOutput.print(infos.map { TransferJSON($0, sessions: names) }) }
@@ -318,13 +323,10 @@ struct Wait: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Wait until transfers end; exit 0 only if all completed.")
     @OptionGroup var global: GlobalOptions
-    @Argument(help: ArgumentHelp("Transfer ids.", valueName: "ID"), completion: transferIDCompletion)
-    var ids: [String]
+    @OptionGroup var transfers: TransferIDs
 
     @Flag(help: "Print the transfers' final state as JSON (an array).")
     var json = false
-
-    func validate() throws { _ = try parseTransferIDs(ids) }
 
     func run() async throws {
         try await runReportingErrors {
@@ -335,7 +337,7 @@ struct Wait: AsyncParsableCommand {
             // where its own still reach us.
             try? await monitor.watchEverySession()
             let objects = try await client.listing()
-            let initial = try pick(try parseTransferIDs(ids), from: objects)
+            let initial = try pick(try transfers.parsed(), from: objects)
             let follower = Follower(options: Follower.Options())
             let sink = ProgressDisplay(quiet: true, on: .standardError)
             let final = try await InterruptNote.whileWaiting(for: initial.filter { !$0.isFinal }.map(\.id)) {

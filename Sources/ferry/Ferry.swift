@@ -182,6 +182,9 @@ enum SettingsSession {
     /// only in what the run asked for. Not `headers` and a proxy (the bus shows them
     /// without their secrets), nor `application-id` (the application would be woken for
     /// a session it does not know).
+    /// A session's `max-connections-per-host` when it sets none.
+    static let defaultConnectionsPerHost: UInt32 = 6
+
     static let inherited = ["directory", "persistent", "max-connections-per-host", "request-timeout", "resource-timeout",
                             "allow-metered", "notify", "speed-limit", "retries", "cookies", "private-signals", "discretionary"]
 }

@@ -73,9 +73,10 @@ enum Format {
         return s
     }
 
-    /// Why a download asked to use several connections runs on one, as a note.
+    /// Why a download asked to use several connections runs on one, or on fewer, as a note.
     static func singleConnectionNote(_ i: TransferInfo) -> String? {
-        i.singleConnectionReason.isEmpty ? nil : "one connection: \(shown(i.singleConnectionReason))"
+        if !i.singleConnectionReason.isEmpty { return "one connection: \(shown(i.singleConnectionReason))" }
+        return i.connectionLimitReason.isEmpty ? nil : shown(i.connectionLimitReason)
     }
 
     /// The `ls` table; columns as wide as their widest cell.

@@ -13,7 +13,8 @@ struct Get: AsyncParsableCommand {
             holds a partial download. -d DIR (or -o DIR/) picks a free name, `name (1).ext`, when \
             one is taken, unless --overwrite.
 
-            --retries, --timeout, --proxy and --no-notify apply to this run's transfers only: such a \
+            --retries, --timeout, --proxy and --no-notify apply to this run's transfers only, and so \
+            does -x N above the session's max-connections-per-host (6 unless set): such a \
             run uses a session of its own beside the CLI's, IDENT.settings-HASH (one per set of \
             settings), which `ls --session`, `events --session` and the --all commands count as the \
             CLI's session.
@@ -171,11 +172,18 @@ struct Get: AsyncParsableCommand {
     /// The session this run's transfers go to: the user's, or with per-run session
     /// settings one of their own beside it (`SettingsSession`), which takes over the
     /// user's session's other settings (where to save, for one).
+    ///
+    /// `-x N` above the session's `max-connections-per-host` (6 by default) raises it for
+    /// this run, as `-x` does for aria2c: the run gets the N connections it asked for.
     func openRunSession(_ client: FerryClient) async throws -> FerrySession {
-        let settings = sessionConfiguration()
+        var settings = sessionConfiguration()
+        guard !settings.isEmpty || (connections ?? 1) > 1 else { return try await client.openSession(global.session) }
+        let base = try await client.sessionInfos().session(identifier: global.session)
+        let perHost = base?.configuration["max-connections-per-host"]?.uint32 ?? SettingsSession.defaultConnectionsPerHost
+        if let connections, connections > perHost { settings["max-connections-per-host"] = .uint32(connections) }
         guard !settings.isEmpty else { return try await client.openSession(global.session) }
         var configuration: [String: DBusValue] = [:]
-        if let base = try await client.sessionInfos().session(identifier: global.session) {
+        if let base {
             for key in SettingsSession.inherited { if let v = base.configuration[key] { configuration[key] = v } }
         }
         configuration.merge(settings) { _, new in new }

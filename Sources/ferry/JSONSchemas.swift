@@ -38,6 +38,8 @@ struct TransferJSON: Codable, Equatable {
     var nextAttempt: UInt64
     /// Why a download asked to use several connections runs on one, else "".
     var singleConnectionReason: String
+    /// Why a download runs on fewer connections than it asked for, else "" (`ConnectionLimitReason`).
+    var connectionLimitReason: String
     /// An upload's server answer (its first 64 KiB) as text; absent when there is none.
     var response: String?
 
@@ -68,6 +70,7 @@ struct TransferJSON: Codable, Equatable {
         speedLimit = i.speedLimit
         nextAttempt = i.nextAttempt
         singleConnectionReason = i.singleConnectionReason
+        connectionLimitReason = i.connectionLimitReason
         response = i.response.isEmpty ? nil : String(decoding: i.response, as: UTF8.self)
     }
 
@@ -98,6 +101,7 @@ struct TransferJSON: Codable, Equatable {
         case speedLimit = "speed_limit"
         case nextAttempt = "next_attempt"
         case singleConnectionReason = "single_connection_reason"
+        case connectionLimitReason = "connection_limit_reason"
         case response
     }
 }

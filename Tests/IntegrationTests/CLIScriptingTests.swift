@@ -39,6 +39,7 @@ final class CLIScriptingTests: FerryTestCase {
         var speed_limit: UInt64
         var next_attempt: UInt64
         var single_connection_reason: String
+        var connection_limit_reason: String
     }
 
     func decode<T: Decodable>(_ type: T.Type, _ text: String, file: StaticString = #filePath, line: UInt = #line) -> T? {
@@ -361,6 +362,7 @@ final class CLIScriptingTests: FerryTestCase {
             var error_message: String, http_status: UInt32, attempts: UInt32, resumable: Bool
             var sha256: String, created: UInt64, started: UInt64, completed: UInt64
             var priority: Int32, speed_limit: UInt64, next_attempt: UInt64, single_connection_reason: String
+            var connection_limit_reason: String
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes, .prettyPrinted]

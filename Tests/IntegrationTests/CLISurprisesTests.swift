@@ -107,6 +107,33 @@ extension CLITests {
         XCTAssertFalse(one.stderr.contains("one connection"), one.stderr)
     }
 
+    /// `-x 8` gets 8 connections, above the CLI session's 6 per host (as aria2c's `-x 8`
+    /// does); a bus client's `connections=8` in a session of 6 gets 6, and
+    /// `ConnectionLimitReason` says why.
+    func testEightConnectionsAskedForAreGivenOrTheCapIsSaid() async throws {
+        let body = serve("/x8.bin", size: 16 * 1024 * 1024)
+        server.set(.slow(bytesPerSecond: 2 * 1024 * 1024), on: "/x8.bin")
+        let r = try ferry(["get", server.url("/x8.bin"), "-x", "8", "-o", work + "/x8.bin", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertFile(work + "/x8.bin", equals: body)
+        XCTAssertEqual(server.mostRequestsInFlight, 8, "eight ranges at once")
+        XCTAssertFalse(r.stderr.contains("connections asked for"), r.stderr)
+        let id = r.stdout.split(separator: "\n").first.map(String.init) ?? ""
+        let reason = try await getProperty(transfer(id).path, FerryClient.transferInterface, "ConnectionLimitReason")?.string
+        XCTAssertEqual(reason, "")
+
+        // A bus client in a session of its own (6 per host): 6, and the reason.
+        serve("/b6.bin", size: 4 * 1024 * 1024, seed: 3)
+        let s = try await session("com.example.Six")
+        let t = try await s.download(server.url("/b6.bin"), options: ["destination": .string(work + "/b6.bin"), "connections": .uint32(8)])
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.connectionLimitReason,
+                       "6 of the 8 connections asked for: the session's max-connections-per-host is 6")
+        let show = try ferry(["show", String(t.id)])
+        XCTAssertTrue(show.stdout.contains("Connections:  6 of the 8 connections asked for"), show.stdout)
+    }
+
     /// `watch --until-done` started before any work waits for it, follows it and ends
     /// when it has ended; `--if-running` ends at once as before.
     func testWatchUntilDoneStartedFirstWaitsForTheWork() async throws {

@@ -211,7 +211,7 @@ final class IntrospectionTests: FerryTestCase {
             T.sha256.name: .string("ab"), T.response.name: .bytes([1]), T.created.name: .uint64(15), T.started.name: .uint64(16),
             T.completed.name: .uint64(17), T.priority.name: .int32(-1), T.speedLimit.name: .uint64(18),
             T.nextAttempt.name: .uint64(19), T.singleConnectionReason.name: .string("no ranges"),
-            T.group.name: .objectPath("/g/1"),
+            T.group.name: .objectPath("/g/1"), T.connectionLimitReason.name: .string("6 of 8"),
         ]
         XCTAssertEqual(Set(values.keys), Set(T.all.map(\.name)), "the sample covers every declared property")
         var expected = TransferInfo(id: 1, path: "/t/1")
@@ -222,6 +222,7 @@ final class IntrospectionTests: FerryTestCase {
         expected.resumable = true; expected.sha256 = "ab"; expected.created = 15; expected.started = 16
         expected.completed = 17; expected.priority = -1; expected.speedLimit = 18; expected.response = [1]
         expected.nextAttempt = 19; expected.singleConnectionReason = "no ranges"; expected.group = "/g/1"
+        expected.connectionLimitReason = "6 of 8"
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
         var changed = TransferInfo(id: 1, path: "/t/1")

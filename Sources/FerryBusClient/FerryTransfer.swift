@@ -4,11 +4,11 @@ import Foundation
 
 /// A transfer object.
 public struct FerryTransfer: Sendable, Hashable {
-    public let client: FerryClient
+    public let client: BusClient
     public let path: String
 
     /// The transfer object at `path` (`/org/ferry/Ferry1/transfer/N`).
-    public init(client: FerryClient, path: String) {
+    public init(client: BusClient, path: String) {
         self.client = client
         self.path = path
     }
@@ -20,7 +20,7 @@ public struct FerryTransfer: Sendable, Hashable {
     public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
 
     func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: FerryClient.busName, path: path, interface: FerryClient.transferInterface,
+        try await client.bus.call(destination: BusClient.busName, path: path, interface: BusClient.transferInterface,
                                   method: method, arguments: args)
     }
 
@@ -34,12 +34,12 @@ public struct FerryTransfer: Sendable, Hashable {
     public func setURL(_ url: String) async throws { _ = try await call("SetUrl", [.string(url)]) }
 
     public func info() async throws -> TransferInfo {
-        TransferInfo(id: id, path: path, properties: try await client.getAll(path, FerryClient.transferInterface))
+        TransferInfo(id: id, path: path, properties: try await client.getAll(path, BusClient.transferInterface))
     }
 
     public func setProperty(_ name: String, _ value: DBusValue) async throws {
-        try await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
-                                  method: "Set", arguments: [.string(FerryClient.transferInterface), .string(name), .variant(value)])
+        try await client.bus.call(destination: BusClient.busName, path: path, interface: StandardNames.properties,
+                                  method: "Set", arguments: [.string(BusClient.transferInterface), .string(name), .variant(value)])
     }
 }
 

@@ -35,7 +35,7 @@ extension BidirectionalCollection where Element == SessionInfo {
     public func session(identifier: String) -> SessionInfo? { last { $0.identifier == identifier } }
 }
 
-extension FerryClient {
+extension BusClient {
     /// Every transfer the service shows this caller, with all its properties, from one
     /// `Manager.ListTransferProperties` (a column per property: a listing of 10,000
     /// transfers in a third of the bytes of `GetManagedObjects`), and every session from

@@ -30,7 +30,7 @@ public final class TransferMonitor: Sendable {
     /// per signal, and a display can write once.
     public let batches: AsyncStream<[TransferEvent]>
     private let gatherer: Gatherer
-    private let client: FerryClient
+    private let client: BusClient
     private let subscriptions: [BusConnection.Subscription]
     private let watching: WatchState
 
@@ -44,7 +44,7 @@ public final class TransferMonitor: Sendable {
         }
     }
 
-    private init(client: FerryClient, batches: AsyncStream<[TransferEvent]>, gatherer: Gatherer,
+    private init(client: BusClient, batches: AsyncStream<[TransferEvent]>, gatherer: Gatherer,
                  subscriptions: [BusConnection.Subscription], watching: WatchState) {
         self.watching = watching
         self.client = client
@@ -85,14 +85,14 @@ public final class TransferMonitor: Sendable {
         func finish() { continuation.finish() }
     }
 
-    public static func start(_ client: FerryClient) async throws -> TransferMonitor {
+    public static func start(_ client: BusClient) async throws -> TransferMonitor {
         let (stream, streamContinuation) = AsyncStream<[TransferEvent]>.makeStream()
         let gatherer = Gatherer(continuation: streamContinuation, queue: client.bus.queue)
-        let namespace = String(FerryClient.transferPathPrefix.dropLast())
+        let namespace = String(BusClient.transferPathPrefix.dropLast())
         var subs: [BusConnection.Subscription] = []
         let watching = WatchState()
         subs.append(try await client.bus.subscribe(
-            MatchRule(sender: FerryClient.busName, pathNamespace: namespace, interface: FerryClient.transferInterface)) { m in
+            MatchRule(sender: BusClient.busName, pathNamespace: namespace, interface: BusClient.transferInterface)) { m in
             guard let path = m.path, let args = try? m.arguments() else { return }
             switch (m.member, args.count) {
             case ("Progress", 3):
@@ -110,19 +110,19 @@ public final class TransferMonitor: Sendable {
             }
         })
         subs.append(try await client.bus.subscribe(
-            MatchRule(sender: FerryClient.busName, pathNamespace: namespace, interface: StandardNames.properties,
+            MatchRule(sender: BusClient.busName, pathNamespace: namespace, interface: StandardNames.properties,
                       member: "PropertiesChanged")) { m in
             guard let path = m.path, let args = try? m.arguments(), args.count == 3,
-                  args[0].string == FerryClient.transferInterface, let changed = args[1].vardict else { return }
+                  args[0].string == BusClient.transferInterface, let changed = args[1].vardict else { return }
             gatherer.yield(.propertiesChanged(path: path, changed))
         })
         subs.append(try await client.bus.subscribe(
-            MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath, interface: StandardNames.objectManager)) { m in
+            MatchRule(sender: BusClient.busName, path: BusClient.managerPath, interface: StandardNames.objectManager)) { m in
             guard let args = try? m.arguments(), let path = args.first?.string,
-                  path.hasPrefix(FerryClient.transferPathPrefix) else { return }
+                  path.hasPrefix(BusClient.transferPathPrefix) else { return }
             switch (m.member, args.count) {
             case ("InterfacesAdded", 2):
-                guard let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict
+                guard let props = args[1].dictionaryEntries?.first(where: { $0.0 == BusClient.transferInterface })?.1.vardict
                 else { return }
                 gatherer.yield(.added(path: path, props))
             case ("InterfacesRemoved", 2):
@@ -133,7 +133,7 @@ public final class TransferMonitor: Sendable {
         })
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                      member: "NameOwnerChanged", arg0: FerryClient.busName)) { m in
+                      member: "NameOwnerChanged", arg0: BusClient.busName)) { m in
             guard let args = try? m.arguments(), args.count == 3 else { return }
             guard args[2].string == "" else {
                 // A ferryd (back) on the bus knows nothing of our Watch: asked again.

@@ -89,7 +89,7 @@ public final class FerryManager: @unchecked Sendable {
         }
     }
 
-    private let client: FerryClient?
+    private let client: BusClient?
     private let connectError: FerryError?
 
     /// Connects to the bus at `busAddress` (nil: the session bus). Nothing is sent
@@ -97,7 +97,7 @@ public final class FerryManager: @unchecked Sendable {
     /// ``FerryError/serviceUnavailable(_:)``.
     public init(busAddress: String? = nil) {
         do {
-            client = try FerryClient(address: busAddress)
+            client = try BusClient(address: busAddress)
             connectError = nil
         } catch {
             client = nil
@@ -108,7 +108,7 @@ public final class FerryManager: @unchecked Sendable {
     /// Leaves the bus (a stream of ``batches()`` keeps its manager until it ends).
     deinit { client?.close() }
 
-    func connected() throws -> FerryClient {
+    func connected() throws -> BusClient {
         if let client { return client }
         throw connectError ?? .serviceUnavailable("cannot connect to the bus")
     }
@@ -181,7 +181,7 @@ public final class FerryManager: @unchecked Sendable {
             guard let s = try await client.sessionInfos().session(identifier: identifier) else {
                 throw FerryError.noSuchSession("no session '\(identifier)'")
             }
-            try await FerryBusClient.FerrySession(client: client, path: s.path).close(cancelTransfers: cancellingTasks)
+            try await FerryBusClient.BusSession(client: client, path: s.path).close(cancelTransfers: cancellingTasks)
         }
     }
 
@@ -200,8 +200,8 @@ public final class FerryManager: @unchecked Sendable {
     public func batches() async throws -> AsyncStream<Batch> {
         let bus = try connected().bus
         let (stream, continuation) = AsyncStream.makeStream(of: Batch.self, bufferingPolicy: .unbounded)
-        let rule = MatchRule(sender: FerryClient.busName, path: FerryClient.managerPath,
-                             interface: FerryClient.managerInterface, member: "AllFinished")
+        let rule = MatchRule(sender: BusClient.busName, path: BusClient.managerPath,
+                             interface: BusClient.managerInterface, member: "AllFinished")
         let subscription = try await mapped {
             try await bus.subscribe(rule) { m in
                 guard let a = try? m.arguments(), a.count == 3, let s = a[0].uint32, let f = a[1].uint32,

@@ -155,7 +155,7 @@ public final class FerrySession: @unchecked Sendable {
     public func storedConfiguration() async throws -> Configuration {
         let path = try await core.attach()
         let r = try await core.call(path, StandardNames.properties, "Get",
-                                    [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)])
+                                    [.string(BusClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)])
         guard let stored = r.first?.vardict else {
             throw FerryError.other(name: StandardErrors.failed, message: "the session's Configuration was not a dictionary")
         }

@@ -173,7 +173,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     init(path: String, core: SessionCore) {
         self.path = path
-        id = FerryClient.transferID(path)
+        id = BusClient.transferID(path)
         self.core = core
         status = TaskStatus(id: id, path: path)
     }
@@ -282,7 +282,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     private func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
-        return try await core.call(path, FerryClient.transferInterface, method, args)
+        return try await core.call(path, BusClient.transferInterface, method, args)
     }
 
     /// Stops the task, keeping the partial file; returns the resume data for
@@ -330,7 +330,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     private func call(setProperty name: String, _ v: DBusValue) async throws {
         guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
-        _ = try await core.call(path, StandardNames.properties, "Set", [.string(FerryClient.transferInterface), .string(name), .variant(v)])
+        _ = try await core.call(path, StandardNames.properties, "Set", [.string(BusClient.transferInterface), .string(name), .variant(v)])
     }
 
     // MARK: Properties
@@ -339,7 +339,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     /// and the properties below read what the session last heard instead, at no cost.
     public func snapshot() async throws -> FerryTaskSnapshot {
         guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
-        let r = try await core.call(path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
+        let r = try await core.call(path, StandardNames.properties, "GetAll", [.string(BusClient.transferInterface)])
         return FerryTaskSnapshot(TransferInfo(id: id, path: path, properties: r.first?.vardict ?? [:]))
     }
 

@@ -130,12 +130,12 @@ final class SessionCore: @unchecked Sendable {
     private func subscribe(_ bus: BusConnection) async throws {
         let needed = lock.withLock { subscriptions.isEmpty }
         guard needed else { return }
-        let transfers = String(FerryClient.transferPathPrefix.dropLast())
-        let service = FerryClient.busName
+        let transfers = String(BusClient.transferPathPrefix.dropLast())
+        let service = BusClient.busName
         // All or none: a refused rule (quota, timeout) leaves no other behind, so the
         // next attach does not hear each signal twice.
         let rules: [(MatchRule, @Sendable (BusMessage) -> Void)] = [
-            (MatchRule(sender: service, pathNamespace: transfers, interface: FerryClient.transferInterface), { [weak self] m in
+            (MatchRule(sender: service, pathNamespace: transfers, interface: BusClient.transferInterface), { [weak self] m in
                 guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
                 self?.receive(.transfer(path: path, member: member, args: args))
             }),
@@ -146,17 +146,17 @@ final class SessionCore: @unchecked Sendable {
                 let sha256 = changed[FerryInterface.TransferProperty.sha256.name]?.string
                 self?.receive(.changed(path: path, state: state, response: response, sha256: sha256, properties: changed))
             }),
-            (MatchRule(sender: service, path: FerryClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
-                guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(FerryClient.transferPathPrefix) else { return }
+            (MatchRule(sender: service, path: BusClient.managerPath, interface: StandardNames.objectManager), { [weak self] m in
+                guard let args = try? m.arguments(), let path = args.first?.string, path.hasPrefix(BusClient.transferPathPrefix) else { return }
                 if m.member == "InterfacesAdded", args.count == 2,
-                   let props = args[1].dictionaryEntries?.first(where: { $0.0 == FerryClient.transferInterface })?.1.vardict {
+                   let props = args[1].dictionaryEntries?.first(where: { $0.0 == BusClient.transferInterface })?.1.vardict {
                     self?.receive(.added(path: path, props))
                 } else if m.member == "InterfacesRemoved" {
                     self?.receive(.removed(path: path))
                 }
             }),
             (MatchRule(sender: service, pathNamespace: FerryInterface.managerPath + "/session",
-                       interface: FerryClient.sessionInterface, member: "AllFinished"), { [weak self] m in
+                       interface: BusClient.sessionInterface, member: "AllFinished"), { [weak self] m in
                 guard let path = m.path else { return }
                 self?.receive(.allFinished(path: path))
             }),
@@ -178,8 +178,8 @@ final class SessionCore: @unchecked Sendable {
             attachGeneration += 1
             return attachGeneration
         }
-        let client = FerryClient(bus: bus)
-        let session: FerryBusClient.FerrySession
+        let client = BusClient(bus: bus)
+        let session: FerryBusClient.BusSession
         let objects: ManagedObjects
         let pending: [CompletionEvent]
         do {
@@ -521,7 +521,7 @@ final class SessionCore: @unchecked Sendable {
     private func acknowledgeTaken() {
         let upTo = min(lastDelivered, notTaken.lowest.map { $0 - 1 } ?? .max)
         guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
-              let m = try? FerryClient.methodCall(path: path, interface: FerryClient.sessionInterface,
+              let m = try? BusClient.methodCall(path: path, interface: BusClient.sessionInterface,
                                                   method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }
         acknowledged = upTo
         bus.send(m) { _ in }
@@ -534,7 +534,7 @@ final class SessionCore: @unchecked Sendable {
         try await attach()
         let bus = try connection()
         return try await mapped {
-            try await bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method, arguments: args)
+            try await bus.call(destination: BusClient.busName, path: path, interface: interface, method: method, arguments: args)
         }
     }
 
@@ -546,7 +546,7 @@ final class SessionCore: @unchecked Sendable {
 
     func callSession(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         let path = try await attach()
-        return try await call(path, FerryClient.sessionInterface, method, args)
+        return try await call(path, BusClient.sessionInterface, method, args)
     }
 
     /// Leaves the bus. The tasks not ended yet end with an error (the transfers go on in

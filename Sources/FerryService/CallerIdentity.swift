@@ -2,6 +2,7 @@ import DBus
 import FerryCore
 import Foundation
 import Logging
+import FerryInterface
 
 /// Who a bus caller is, from its connection's credentials.
 public enum CallerIdentity: Sendable, Equatable {
@@ -127,15 +128,15 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
         case .refused(let why):
             return BusError(name: FerryError.accessDenied("").name, message: why)
         case .sandboxed(let appID):
-            if path == FerryBusNames.managerPath {
+            if path == FerryInterface.managerPath {
                 guard interface == StandardNames.properties && member == "Set" else { return nil }
                 return BusError(name: FerryError.accessDenied("").name,
                                 message: "a sandboxed application cannot change ferryd's settings")
             }
             let kind: String
-            if FerryBusNames.id(inPath: path, kind: "session") != nil { kind = "session" }
-            else if FerryBusNames.id(inPath: path, kind: "transfer") != nil { kind = "transfer" }
-            else if FerryBusNames.id(inPath: path, kind: "group") != nil { kind = "group" }
+            if FerryInterface.id(inPath: path, kind: "session") != nil { kind = "session" }
+            else if FerryInterface.id(inPath: path, kind: "transfer") != nil { kind = "transfer" }
+            else if FerryInterface.id(inPath: path, kind: "group") != nil { kind = "group" }
             else { return nil }
             lock.lock()
             let owner = owners[path]

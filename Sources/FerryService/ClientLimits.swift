@@ -1,5 +1,6 @@
 import DBus
 import FerryCore
+import FerryInterface
 
 /// The counts a client may not go over (the contract's "sessions per client and
 /// transfers per session capped"); ferryd's options may change the defaults.
@@ -51,9 +52,9 @@ extension FerryBusService {
     /// sessions and transfers that do not exist, and replies too large for the bus
     /// (logged, never sent: the bus would drop ferryd's connection).
     func configureBusSafety() {
-        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/session/",
+        bus.setMissingObjectError(prefix: FerryInterface.managerPath + "/session/",
                                   errorName: FerryError.noSuchSession("").name, noun: "session")
-        bus.setMissingObjectError(prefix: FerryBusNames.managerPath + "/transfer/",
+        bus.setMissingObjectError(prefix: FerryInterface.managerPath + "/transfer/",
                                   errorName: FerryError.noSuchTransfer("").name, noun: "transfer")
         bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
             logger.error("\(text)")

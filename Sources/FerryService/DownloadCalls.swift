@@ -96,7 +96,7 @@ extension FerryBusService {
         }
         addPrepared()
         for ((inv, _), outcome) in zip(calls, outcomes) {
-            answer(inv, outcome.map { [.objectPath(FerryBusNames.transferPath($0))] })
+            answer(inv, outcome.map { [.objectPath(FerryInterface.transferPath($0))] })
         }
     }
 }

@@ -2,6 +2,7 @@ import DBus
 import Dispatch
 import FerryCore
 import Logging
+import FerryInterface
 
 /// Puts the core on the bus: exports the manager, a session object per session
 /// and a transfer object per transfer, keeps their properties current and sends
@@ -70,11 +71,11 @@ public final class FerryBusService: @unchecked Sendable {
             core.subscribe { [weak self] event in self?.handle(event) }
             core.subscribeToRoundEnds { [weak self] in self?.handOnBusWork() }
             let m = core.manager
-            let manager = ExportedObject(path: FerryBusNames.managerPath, interfaces: [specs.manager],
-                                         initialValues: [FerryBusNames.managerInterface: PropertyMapping.manager(m, version: version)],
+            let manager = ExportedObject(path: FerryInterface.managerPath, interfaces: [specs.manager],
+                                         initialValues: [FerryInterface.managerInterface: PropertyMapping.manager(m, version: version)],
                                          coalesceChanges: true) // counts change with every transfer
             bus.export(manager)
-            bus.addObjectManager(at: FerryBusNames.managerPath)
+            bus.addObjectManager(at: FerryInterface.managerPath)
             configureBusSafety()
             // Restored objects: exported before the name is ours, so unannounced.
             for id in core.sessionIDs {
@@ -87,11 +88,11 @@ public final class FerryBusService: @unchecked Sendable {
                 if let g = core.group(id) { bus.export(groupObject(g), announce: false) }
             }
         }
-        let reply = try await bus.requestName(FerryBusNames.busName)
+        let reply = try await bus.requestName(FerryInterface.busName)
         guard reply == .primaryOwner || reply == .alreadyOwner else {
-            throw BusError(name: StandardErrors.failed, message: "\(FerryBusNames.busName) is already owned by another ferryd on this bus")
+            throw BusError(name: StandardErrors.failed, message: "\(FerryInterface.busName) is already owned by another ferryd on this bus")
         }
-        logger.info("serving \(FerryBusNames.busName) as \(bus.uniqueName)")
+        logger.info("serving \(FerryInterface.busName) as \(bus.uniqueName)")
     }
 
     // MARK: Running handlers on the core
@@ -123,7 +124,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// The session a call on a session object is for, its caller noted as a client of
     /// it; nil (the call answered `NoSuchSession`) for a path that is not a session's.
     func session(of inv: MethodInvocation) -> SessionID? {
-        guard let id = FerryBusNames.id(inPath: inv.path, kind: "session") else {
+        guard let id = FerryInterface.id(inPath: inv.path, kind: "session") else {
             inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
             return nil
         }
@@ -136,7 +137,7 @@ public final class FerryBusService: @unchecked Sendable {
     }
 
     func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {
-        guard let id = FerryBusNames.id(inPath: inv.path, kind: "transfer") else {
+        guard let id = FerryInterface.id(inPath: inv.path, kind: "transfer") else {
             return inv.fail(Self.busError(FerryError.noSuchTransfer("no transfer at \(inv.path)")))
         }
         // A caller acting on a transfer uses its session: it hears the session's private signals.
@@ -166,7 +167,7 @@ public final class FerryBusService: @unchecked Sendable {
 
     func onCore(transferAt path: String, _ done: @escaping @Sendable (BusError?) -> Void,
                 _ body: @escaping (TransferCoordinator, TransferID) throws -> Void) {
-        guard let id = FerryBusNames.id(inPath: path, kind: "transfer") else {
+        guard let id = FerryInterface.id(inPath: path, kind: "transfer") else {
             return done(Self.busError(FerryError.noSuchTransfer("no transfer at \(path)")))
         }
         onCore(done) { core in try body(core, id) }
@@ -196,50 +197,50 @@ public final class FerryBusService: @unchecked Sendable {
                 let isPrivate = session.configuration.privateSignals || audience.app != nil
                 if audience.isPrivate != isPrivate { onBus { audience.isPrivate = isPrivate } }
             }
-            update(FerryBusNames.sessionPath(session.id), FerryBusNames.sessionInterface,
+            update(FerryInterface.sessionPath(session.id), FerryInterface.sessionInterface,
                    PropertyMapping.session(session, defaultDirectory: defaultDirectory))
         case .sessionRemoved(let id):
             waker.forget(id)
             sessionClients.forget(id)
-            onBus { [bus] in bus.unexportNow(FerryBusNames.sessionPath(id)) }
-            callers.forgetOwner(of: FerryBusNames.sessionPath(id))
+            onBus { [bus] in bus.unexportNow(FerryInterface.sessionPath(id)) }
+            callers.forgetOwner(of: FerryInterface.sessionPath(id))
             audiences[id] = nil // its objects keep it while they are on the bus
         case .transferAdded(let transfer):
             let object = transferObject(transfer)
             onBus { [bus] in bus.exportNow(object) }
         case .transferChanged(let transfer):
-            update(FerryBusNames.transferPath(transfer.id), FerryBusNames.transferInterface, PropertyMapping.transfer(transfer))
+            update(FerryInterface.transferPath(transfer.id), FerryInterface.transferInterface, PropertyMapping.transfer(transfer))
         case .transferRemoved(let id, _):
-            onBus { [bus] in bus.unexportNow(FerryBusNames.transferPath(id)) }
-            callers.forgetOwner(of: FerryBusNames.transferPath(id))
+            onBus { [bus] in bus.unexportNow(FerryInterface.transferPath(id)) }
+            callers.forgetOwner(of: FerryInterface.transferPath(id))
         case .progress(let p):
             progress(p)
         case .resumedAtOffset(let id, let offset, let expectedTotal):
-            signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "ResumedAtOffset",
+            signal(FerryInterface.transferPath(id), FerryInterface.transferInterface, "ResumedAtOffset",
                    [.int64(offset), .int64(expectedTotal)])
         case .finished(let id, let location):
-            signal(FerryBusNames.transferPath(id), FerryBusNames.transferInterface, "Finished", [.string(location)])
+            signal(FerryInterface.transferPath(id), FerryInterface.transferInterface, "Finished", [.string(location)])
         case .completed(let c):
             notifications?.transferCompleted(c)
-            signal(FerryBusNames.transferPath(c.transfer.id), FerryBusNames.transferInterface, "Completed",
+            signal(FerryInterface.transferPath(c.transfer.id), FerryInterface.transferInterface, "Completed",
                    [.uint64(c.serial), .string(c.errorName), .string(c.errorMessage)])
         case .sessionAllFinished(let end):
             waker.batchEnded(end)
-            signal(FerryBusNames.sessionPath(end.session), FerryBusNames.sessionInterface, "AllFinished",
+            signal(FerryInterface.sessionPath(end.session), FerryInterface.sessionInterface, "AllFinished",
                    [.uint32(end.counts.succeeded), .uint32(end.counts.failed), .uint32(end.counts.cancelled)])
         case .managerChanged(let manager):
-            update(FerryBusNames.managerPath, FerryBusNames.managerInterface, PropertyMapping.manager(manager, version: version))
+            update(FerryInterface.managerPath, FerryInterface.managerInterface, PropertyMapping.manager(manager, version: version))
         case .groupAdded(let group):
             let object = groupObject(group)
             onBus { [bus] in bus.exportNow(object) }
         case .groupChanged(let group):
-            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
+            update(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, PropertyMapping.group(group))
         case .groupRemoved(let id, _):
-            onBus { [bus] in bus.unexportNow(FerryBusNames.groupPath(id)) }
-            callers.forgetOwner(of: FerryBusNames.groupPath(id))
+            onBus { [bus] in bus.unexportNow(FerryInterface.groupPath(id)) }
+            callers.forgetOwner(of: FerryInterface.groupPath(id))
         case .groupFinished(let group):
-            update(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, PropertyMapping.group(group))
-            signal(FerryBusNames.groupPath(group.id), FerryBusNames.groupInterface, "Finished",
+            update(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, PropertyMapping.group(group))
+            signal(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, "Finished",
                    [.uint32(group.succeeded), .uint32(group.failed), .uint32(group.cancelled)])
         case .allFinished(let end):
             let counts = end.counts
@@ -253,7 +254,7 @@ public final class FerryBusService: @unchecked Sendable {
             let onlyPrivate = p != BatchCounts() && shown == BatchCounts()
             let args: [DBusValue] = onlyPrivate ? [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)]
                                                 : [.uint32(shown.succeeded), .uint32(shown.failed), .uint32(shown.cancelled)]
-            signal(FerryBusNames.managerPath, FerryBusNames.managerInterface, "AllFinished", args,
+            signal(FerryInterface.managerPath, FerryInterface.managerInterface, "AllFinished", args,
                    to: onlyPrivate ? watcherAudience : nil)
             notifications?.allFinished(end)
         }
@@ -261,29 +262,29 @@ public final class FerryBusService: @unchecked Sendable {
 
     /// The session's bus object (its caller set as owner first).
     private func sessionObject(_ session: SessionSnapshot) -> ExportedObject {
-        callers.setOwner(of: FerryBusNames.sessionPath(session.id), to: core.sessionOwner(session.id))
+        callers.setOwner(of: FerryInterface.sessionPath(session.id), to: core.sessionOwner(session.id))
         // Its ActiveTransfers changes with every transfer that starts or ends: signals coalesce.
-        let object = ExportedObject(path: FerryBusNames.sessionPath(session.id), interfaces: [specs.session],
-                                    initialValues: [FerryBusNames.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
+        let object = ExportedObject(path: FerryInterface.sessionPath(session.id), interfaces: [specs.session],
+                                    initialValues: [FerryInterface.sessionInterface: PropertyMapping.session(session, defaultDirectory: defaultDirectory)],
                                     coalesceChanges: true)
         object.audience = audience(of: session.id)
         return object
     }
 
     private func transferObject(_ transfer: TransferSnapshot) -> ExportedObject {
-        callers.setOwner(of: FerryBusNames.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
-        let object = ExportedObject(path: FerryBusNames.transferPath(transfer.id), interfaces: [specs.transfer],
-                                    initialValues: [FerryBusNames.transferInterface: PropertyMapping.transfer(transfer)])
+        callers.setOwner(of: FerryInterface.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
+        let object = ExportedObject(path: FerryInterface.transferPath(transfer.id), interfaces: [specs.transfer],
+                                    initialValues: [FerryInterface.transferInterface: PropertyMapping.transfer(transfer)])
         object.audience = audience(of: transfer.session)
         return object
     }
 
     /// A group's bus object, with its session's owner and signal audience.
     private func groupObject(_ group: GroupSnapshot) -> ExportedObject {
-        callers.setOwner(of: FerryBusNames.groupPath(group.id), to: core.sessionOwner(group.session))
+        callers.setOwner(of: FerryInterface.groupPath(group.id), to: core.sessionOwner(group.session))
         // Its counts change with every member that ends: signals coalesce, as the session's do.
-        let object = ExportedObject(path: FerryBusNames.groupPath(group.id), interfaces: [specs.group],
-                                    initialValues: [FerryBusNames.groupInterface: PropertyMapping.group(group)],
+        let object = ExportedObject(path: FerryInterface.groupPath(group.id), interfaces: [specs.group],
+                                    initialValues: [FerryInterface.groupInterface: PropertyMapping.group(group)],
                                     coalesceChanges: true)
         object.audience = audience(of: group.session)
         return object
@@ -305,24 +306,24 @@ public final class FerryBusService: @unchecked Sendable {
 
     /// The counts and rate as properties (no change signal) and the `Progress` signal.
     private func progress(_ p: TransferProgress) {
-        let path = FerryBusNames.transferPath(p.id)
+        let path = FerryInterface.transferPath(p.id)
         let values: [String: DBusValue] = [
-            FerryBusNames.TransferProperty.bytesTransferred.name: .int64(p.totalBytesWritten),
-            FerryBusNames.TransferProperty.bytesExpected.name: .int64(p.totalBytesExpected),
-            FerryBusNames.TransferProperty.rate.name: .uint64(p.rate),
-            FerryBusNames.TransferProperty.expectedEnd.name: .uint64(p.expectedEnd),
+            FerryInterface.TransferProperty.bytesTransferred.name: .int64(p.totalBytesWritten),
+            FerryInterface.TransferProperty.bytesExpected.name: .int64(p.totalBytesExpected),
+            FerryInterface.TransferProperty.rate.name: .uint64(p.rate),
+            FerryInterface.TransferProperty.expectedEnd.name: .uint64(p.expectedEnd),
         ]
         let managerValues: [String: DBusValue]? = p.managerRates.map {
-            [FerryBusNames.ManagerProperty.downloadRate.name: .uint64($0.download),
-             FerryBusNames.ManagerProperty.uploadRate.name: .uint64($0.upload)]
+            [FerryInterface.ManagerProperty.downloadRate.name: .uint64($0.download),
+             FerryInterface.ManagerProperty.uploadRate.name: .uint64($0.upload)]
         }
         onBus { [bus] in
-            bus.object(at: path)?.setProperties(FerryBusNames.transferInterface, values)
+            bus.object(at: path)?.setProperties(FerryInterface.transferInterface, values)
             if let managerValues {
-                bus.object(at: FerryBusNames.managerPath)?.setProperties(FerryBusNames.managerInterface, managerValues)
+                bus.object(at: FerryInterface.managerPath)?.setProperties(FerryInterface.managerInterface, managerValues)
             }
         }
-        signal(path, FerryBusNames.transferInterface, "Progress",
+        signal(path, FerryInterface.transferInterface, "Progress",
                [.int64(p.bytesWritten), .int64(p.totalBytesWritten), .int64(p.totalBytesExpected)])
     }
 

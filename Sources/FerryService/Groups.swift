@@ -60,7 +60,7 @@ extension FerryBusService {
                 }
             }
             let id = try core.addPreparedDownloadsAsGroup(session: session, description: description, allOrNothing: allOrNothing)
-            return [.objectPath(FerryBusNames.groupPath(id))]
+            return [.objectPath(FerryInterface.groupPath(id))]
         }
     }
 
@@ -70,7 +70,7 @@ extension FerryBusService {
 
     func groupInterface() -> InterfaceSpec {
         InterfaceSpec(
-            name: FerryBusNames.groupInterface,
+            name: FerryInterface.groupInterface,
             methods: [
                 MethodSpec("Pause") { [unowned self] inv in runOnGroup(inv) { core, id in try core.pauseGroup(id); return [] } },
                 MethodSpec("Resume") { [unowned self] inv in runOnGroup(inv) { core, id in try core.resumeGroup(id); return [] } },
@@ -86,7 +86,7 @@ extension FerryBusService {
     /// A call on a group object: its caller uses the group's session (signals,
     /// on-client-exit), then `body` runs on the core.
     func runOnGroup(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, GroupID) throws -> [DBusValue]) {
-        guard let id = FerryBusNames.id(inPath: inv.path, kind: "group") else {
+        guard let id = FerryInterface.id(inPath: inv.path, kind: "group") else {
             return inv.fail(BusError(name: StandardErrors.unknownObject, message: "no group at \(inv.path)"))
         }
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {

@@ -8,7 +8,7 @@ import Foundation
 extension FerryBusService {
     func managerInterface() -> InterfaceSpec {
         InterfaceSpec(
-            name: FerryBusNames.managerInterface,
+            name: FerryInterface.managerInterface,
             methods: [
                 MethodSpec("OpenSession", in: [ArgSpec("identifier", "s"), ArgSpec("configuration", "a{sv}")],
                            out: [ArgSpec("session", "o")]) { [unowned self] inv in
@@ -27,14 +27,14 @@ extension FerryBusService {
                         // Its client is back: what on-client-exit paused goes on.
                         self.sessionClients.note(inv.sender, of: id)
                         core.clientReturned(session: id)
-                        return [.objectPath(FerryBusNames.sessionPath(id))]
+                        return [.objectPath(FerryInterface.sessionPath(id))]
                     }
                 },
                 MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(self.visibleSessions(inv, core).map(FerryBusNames.sessionPath))] }
+                    run(inv) { core in [.pathArray(self.visibleSessions(inv, core).map(FerryInterface.sessionPath))] }
                 },
                 MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
-                    run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryBusNames.transferPath))] }
+                    run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryInterface.transferPath))] }
                 },
                 MethodSpec("ListTransferProperties", in: [ArgSpec("properties", "as")],
                            out: [ArgSpec("transfers", "ao"), ArgSpec("values", "a{sv}")]) { [unowned self] inv in
@@ -73,7 +73,7 @@ extension FerryBusService {
 
     func sessionInterface() -> InterfaceSpec {
         InterfaceSpec(
-            name: FerryBusNames.sessionInterface,
+            name: FerryInterface.sessionInterface,
             methods: [
                 MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
                            out: [ArgSpec("transfer", "o")]) { [unowned self] inv in download(inv) },
@@ -96,7 +96,7 @@ extension FerryBusService {
                             handedOver = true
                             let id = try core.upload(session: session, url: inv.arguments[0].string ?? "", file: file,
                                                      options: options, sourceFD: sourceFD)
-                            return [.objectPath(FerryBusNames.transferPath(id))]
+                            return [.objectPath(FerryInterface.transferPath(id))]
                         } catch {
                             // Refused before the core took the descriptor.
                             if let sourceFD, !handedOver { close(sourceFD) }
@@ -119,12 +119,12 @@ extension FerryBusService {
                         try self.confineResume(inv, resumeData: inv.arguments[0].bytes ?? [])
                         let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options,
                                                          into: descriptor)
-                        return [.objectPath(FerryBusNames.transferPath(id))]
+                        return [.objectPath(FerryInterface.transferPath(id))]
                     }
                 },
                 MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
                     runOnSession(inv) { core, session in
-                        [.pathArray(try core.transferIDs(session: session).map(FerryBusNames.transferPath))]
+                        [.pathArray(try core.transferIDs(session: session).map(FerryInterface.transferPath))]
                     }
                 },
                 MethodSpec("PauseAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.pauseAll(session: s); return [] } },
@@ -183,7 +183,7 @@ extension FerryBusService {
 
     func transferInterface() -> InterfaceSpec {
         InterfaceSpec(
-            name: FerryBusNames.transferInterface,
+            name: FerryInterface.transferInterface,
             methods: [
                 MethodSpec("Pause", out: [ArgSpec("resume_data", "ay")]) { [unowned self] inv in
                     runOnTransfer(inv) { core, id in [.bytes(try core.pause(id))] }

@@ -15,7 +15,7 @@ enum PropertyMapping {
         (T.kind, { .string($0.kind.rawValue) }),
         // Without user:password@: every client of the bus can read this.
         (T.url, { .string(Redaction.urlWithoutCredentials($0.url)) }),
-        (T.session, { .objectPath(FerryBusNames.sessionPath($0.session)) }),
+        (T.session, { .objectPath(FerryInterface.sessionPath($0.session)) }),
         (T.description, { .string($0.description) }),
         (T.destination, { .string($0.shownDestination) }),
         (T.state, { .string($0.state.rawValue) }),
@@ -38,7 +38,7 @@ enum PropertyMapping {
         (T.nextAttempt, { .uint64($0.nextAttempt) }),
         (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
         (T.connectionLimitReason, { .string($0.connectionLimitReason) }),
-        (T.group, { .objectPath($0.group == 0 ? "/" : FerryBusNames.groupPath($0.group)) }),
+        (T.group, { .objectPath($0.group == 0 ? "/" : FerryInterface.groupPath($0.group)) }),
     ]
 
     private typealias G = FerryInterface.GroupProperty
@@ -46,7 +46,7 @@ enum PropertyMapping {
     /// A group's properties; `Transfers` only when the snapshot carries the members.
     static func group(_ g: GroupSnapshot) -> [String: DBusValue] {
         var values: [String: DBusValue] = [
-            G.session.name: .objectPath(FerryBusNames.sessionPath(g.session)),
+            G.session.name: .objectPath(FerryInterface.sessionPath(g.session)),
             G.description.name: .string(g.description),
             G.state.name: .string(g.state.rawValue),
             G.succeeded.name: .uint32(g.succeeded),
@@ -55,7 +55,7 @@ enum PropertyMapping {
             G.bytesTransferred.name: .int64(g.bytesTransferred),
             G.bytesExpected.name: .int64(g.bytesExpected),
         ]
-        if let members = g.transfers { values[G.transfers.name] = .pathArray(members.map(FerryBusNames.transferPath)) }
+        if let members = g.transfers { values[G.transfers.name] = .pathArray(members.map(FerryInterface.transferPath)) }
         return values
     }
 
@@ -96,7 +96,7 @@ enum PropertyMapping {
         if let v = e.httpStatus { details["http-status"] = .uint32(v) }
         if let v = e.bytes { details["bytes"] = .int64(v) }
         if let v = e.sha256 { details["sha256"] = .string(v) }
-        return .structure([.uint64(e.serial), .objectPath(FerryBusNames.transferPath(e.transfer)),
+        return .structure([.uint64(e.serial), .objectPath(FerryInterface.transferPath(e.transfer)),
                            .string(e.kind.rawValue), .vardict(details)])
     }
 }

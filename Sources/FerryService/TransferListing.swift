@@ -24,7 +24,7 @@ extension FerryBusService {
         downloadCalls.close()
         core.queue.async { [self] in
             do {
-                let paths = try visibleTransfers(inv, core).map(FerryBusNames.transferPath)
+                let paths = try visibleTransfers(inv, core).map(FerryInterface.transferPath)
                 inv.replyWithPropertyColumns(paths: paths, interface: spec, properties: names)
             } catch {
                 answer(inv, .failure(error))
@@ -45,7 +45,7 @@ extension FerryBusService {
                 // no look-alike letters, controls or overrides reach the message.
                 let plain = name.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("A"..."Z").contains($0) || ("a"..."z").contains($0) }
                 let shown = plain && !name.isEmpty && name.utf8.count <= 64 ? "'\(name)'" : "of \(name.utf8.count) bytes"
-                throw FerryError.invalidArgument("\(FerryBusNames.transferInterface) has no property \(shown)")
+                throw FerryError.invalidArgument("\(FerryInterface.transferInterface) has no property \(shown)")
             }
             if seen.insert(name).inserted { names.append(name) }
         }

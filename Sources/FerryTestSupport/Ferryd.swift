@@ -24,6 +24,6 @@ public enum Ferryd {
     /// Waits (bounded) until `process` owns org.ferry.Ferry1 on `bus`; throws
     /// `TimedOut`, with its log, if it exits first or `timeout` passes.
     public static func waitForName(_ process: ChildProcess, on bus: BusConnection, timeout: TimeInterval = 15) async throws {
-        try await waitForBusName(FerryClient.busName, on: bus, process: process, timeout: timeout)
+        try await waitForBusName(BusClient.busName, on: bus, process: process, timeout: timeout)
     }
 }

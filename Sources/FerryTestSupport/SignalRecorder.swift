@@ -35,7 +35,7 @@ public struct RecordedSignal: CustomStringConvertible, Sendable {
 /// `lock`; `subscription` is set once, before `start` returns.
 public final class SignalRecorder: @unchecked Sendable {
     /// ferryd's signals: sent by org.ferry.Ferry1 on /org/ferry/Ferry1 or below.
-    public static let ferrySignals = MatchRule(sender: FerryClient.busName, pathNamespace: FerryClient.managerPath)
+    public static let ferrySignals = MatchRule(sender: BusClient.busName, pathNamespace: BusClient.managerPath)
 
     private let lock = NSLock()
     private var items: [RecordedSignal] = []

@@ -51,10 +51,10 @@ struct SessionsShow: AsyncParsableCommand {
             let objects = try await client.managedObjects()
             let name = identifier ?? global.session
             guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)'; see `ferry sessions` (NoSuchSession)") }
-            let events = try await FerrySession(client: client, path: s.path).pendingEvents()
+            let events = try await BusSession(client: client, path: s.path).pendingEvents()
             if json {
                 JSONOutput.print(SessionShowJSON(session: sessionJSON(s, objects, pending: events.count), pendingEvents: events.map { e in
-                    PendingEventJSON(serial: e.serial, id: FerryClient.transferID(e.transferPath), kind: e.kind,
+                    PendingEventJSON(serial: e.serial, id: BusClient.transferID(e.transferPath), kind: e.kind,
                                      location: e.details["location"]?.string, errorName: e.details["error-name"]?.string,
                                      errorMessage: e.details["error-message"]?.string, httpStatus: e.details["http-status"]?.uint32,
                                      bytes: e.details["bytes"]?.int64, sha256: e.details["sha256"]?.string)
@@ -66,7 +66,7 @@ struct SessionsShow: AsyncParsableCommand {
                          "  Pending events:   \(events.count)", "  Configuration:"]
             for (k, v) in s.configuration.sorted(by: { $0.key < $1.key }) { lines.append("    \(k): \(plainText(v))") }
             for e in events {
-                lines.append("  event \(e.serial): transfer \(FerryClient.transferID(e.transferPath)) \(e.kind)"
+                lines.append("  event \(e.serial): transfer \(BusClient.transferID(e.transferPath)) \(e.kind)"
                              + (e.details["error-message"]?.string.map { ": \($0)" } ?? ""))
             }
             Output.line(lines.joined(separator: "\n"))
@@ -104,7 +104,7 @@ struct SessionsClose: AsyncParsableCommand {
             let objects = try await client.managedObjects()
             for name in identifiers {
                 guard let s = objects.session(identifier: name) else { throw CLIError.refused("no session '\(name)'; see `ferry sessions` (NoSuchSession)") }
-                try await FerrySession(client: client, path: s.path).close(cancelTransfers: cancel)
+                try await BusSession(client: client, path: s.path).close(cancelTransfers: cancel)
             }
         }
     }

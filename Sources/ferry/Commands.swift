@@ -10,7 +10,7 @@ let transferIDCompletion = CompletionKind.custom { _ in
     let box = IDBox()
     let done = DispatchSemaphore(value: 0)
     Task {
-        if let client = try? FerryClient(address: ProcessInfo.processInfo.environment["FERRY_ADDRESS"]),
+        if let client = try? BusClient(address: ProcessInfo.processInfo.environment["FERRY_ADDRESS"]),
            let objects = try? await client.listing() {
             box.ids = objects.transfers.map { String($0.id) }
             client.close()
@@ -166,7 +166,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String, don
             var seen: Set<UInt64> = []
             transfers = try pick(try parseTransferIDs(target.ids).filter { seen.insert($0).inserted }, from: objects)
         }
-        let calls = try transfers.map { try FerryClient.methodCall(path: $0.path, interface: FerryClient.transferInterface, method: method, []) }
+        let calls = try transfers.map { try BusClient.methodCall(path: $0.path, interface: BusClient.transferInterface, method: method, []) }
         var refused = false
         var done: Set<String> = []
         for (t, r) in zip(transfers, await client.pipeline(calls)) {
@@ -239,7 +239,7 @@ struct Remove: AsyncParsableCommand {
 
 /// Runs a follower over `initial` with the display `--json`/`-q` ask for, then
 /// acknowledges what it showed of the CLI's session.
-func follow(_ client: FerryClient, _ global: GlobalOptions, monitor: TransferMonitor, initial: [TransferInfo],
+func follow(_ client: BusClient, _ global: GlobalOptions, monitor: TransferMonitor, initial: [TransferInfo],
             sessions: [SessionInfo], options: Follower.Options, json: Bool) async throws -> [TransferInfo] {
     let follower = Follower(options: options)
     // As JSON lines, live progress is `progress` events (at most one a second per transfer).
@@ -397,8 +397,8 @@ struct Events: AsyncParsableCommand {
 /// Session identifiers by path, asking the bus for ones made after the snapshot.
 final class SessionLookup: @unchecked Sendable {
     private var known: [String: String]
-    private let client: FerryClient
-    init(client: FerryClient, known: [String: String]) {
+    private let client: BusClient
+    init(client: BusClient, known: [String: String]) {
         self.client = client
         self.known = known
     }
@@ -409,8 +409,8 @@ final class SessionLookup: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         let client = client
         Task.detached {
-            let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
-                                               method: "Get", arguments: [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.identifier.name)])
+            let v = try? await client.bus.call(destination: BusClient.busName, path: path, interface: StandardNames.properties,
+                                               method: "Get", arguments: [.string(BusClient.sessionInterface), .string(FerryInterface.SessionProperty.identifier.name)])
             box.ids = [v?.first?.string ?? ""]
             done.signal()
         }

@@ -110,9 +110,9 @@ struct GlobalOptions: ParsableArguments {
     var quiet = false
 
     /// Connects, turning failure into a clear message and exit status 3.
-    func connect() throws -> FerryClient {
+    func connect() throws -> BusClient {
         do {
-            return try FerryClient(address: address)
+            return try BusClient(address: address)
         } catch let e as BusError {
             if address == nil && ProcessInfo.processInfo.environment["DBUS_SESSION_BUS_ADDRESS"] == nil {
                 throw CLIError.unreachable("no D-Bus session bus: DBUS_SESSION_BUS_ADDRESS is not set. Run ferry inside a desktop session, or under `dbus-run-session`.")
@@ -318,7 +318,7 @@ enum OutputChannel: Equatable {
 func parseTransferIDs(_ ids: [String]) throws -> [UInt64] {
     try ids.map { s in
         if let n = UInt64(s) { return n }
-        if s.hasPrefix(FerryClient.transferPathPrefix), let n = UInt64(s.dropFirst(FerryClient.transferPathPrefix.count)) { return n }
+        if s.hasPrefix(BusClient.transferPathPrefix), let n = UInt64(s.dropFirst(BusClient.transferPathPrefix.count)) { return n }
         throw ValidationError("'\(s)' is not a transfer id (a number, as `ferry ls` shows)")
     }
 }

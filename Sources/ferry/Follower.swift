@@ -174,13 +174,13 @@ final class Follower {
         switch event {
         case .added(let path, let props):
             if awaited.remove(path) != nil {
-                let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
+                let i = TransferInfo(id: BusClient.transferID(path), path: path, properties: props)
                 update(i)
                 order.append(path)
                 return .added(i)
             }
             guard options.followNew, infos[path] == nil else { return nil }
-            let i = TransferInfo(id: FerryClient.transferID(path), path: path, properties: props)
+            let i = TransferInfo(id: BusClient.transferID(path), path: path, properties: props)
             guard options.accept(i), options.includePaused || i.state != "paused" else { return nil }
             update(i)
             order.append(path)
@@ -244,23 +244,23 @@ func finalByPath(_ objects: ManagedObjects) -> [String: Bool] {
     Dictionary(objects.transfers.map { ($0.path, $0.isFinal) }, uniquingKeysWith: { a, _ in a })
 }
 
-func acknowledgeShown(_ client: FerryClient, session identifier: String, sessions: [SessionInfo],
+func acknowledgeShown(_ client: BusClient, session identifier: String, sessions: [SessionInfo],
                       shown: Set<String>, listed: [String: Bool]?) async {
     // The session and those runs with settings of their own made beside it
     // (`SettingsSession`): the user's session, as far as the user can tell.
     var seen: Set<String> = []
     for info in sessions.reversed()
     where (info.identifier == identifier || SettingsSession.isDerived(info.identifier, from: identifier)) && seen.insert(info.identifier).inserted {
-        await acknowledgeShown(FerrySession(client: client, path: info.path), client: client, shown: shown, listed: listed)
+        await acknowledgeShown(BusSession(client: client, path: info.path), client: client, shown: shown, listed: listed)
     }
 }
 
 /// The highest transfer id in a listing (0 for none).
 func newestListed(_ listed: [String: Bool]?) -> UInt64 {
-    listed?.keys.lazy.map(FerryClient.transferID).max() ?? 0
+    listed?.keys.lazy.map(BusClient.transferID).max() ?? 0
 }
 
-func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<String>, listed: [String: Bool]?) async {
+func acknowledgeShown(_ session: BusSession, client: BusClient, shown: Set<String>, listed: [String: Bool]?) async {
     guard let events = try? await session.pendingEvents(), !events.isEmpty else { return }
     // The newest transfer of a listing made before the events were read: one missing
     // from it but newer was made since, not removed.
@@ -281,7 +281,7 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
                 fresh = true
             }
             switch listed?[e.transferPath] {
-            case nil where !fresh && FerryClient.transferID(e.transferPath) > newestBefore:
+            case nil where !fresh && BusClient.transferID(e.transferPath) > newestBefore:
                 // Made after the listing (ids only grow), and ended before the events were
                 // read: not gone, just never shown.
                 return await acknowledge(session, upTo: last)
@@ -303,6 +303,6 @@ func acknowledgeShown(_ session: FerrySession, client: FerryClient, shown: Set<S
     await acknowledge(session, upTo: last)
 }
 
-private func acknowledge(_ session: FerrySession, upTo last: UInt64?) async {
+private func acknowledge(_ session: BusSession, upTo last: UInt64?) async {
     if let last { try? await session.acknowledgeEvents(upTo: last) }
 }

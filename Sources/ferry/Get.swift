@@ -175,7 +175,7 @@ struct Get: AsyncParsableCommand {
     ///
     /// `-x N` above the session's `max-connections-per-host` (6 by default) raises it for
     /// this run, as `-x` does for aria2c: the run gets the N connections it asked for.
-    func openRunSession(_ client: FerryClient) async throws -> FerrySession {
+    func openRunSession(_ client: BusClient) async throws -> BusSession {
         var settings = sessionConfiguration()
         guard !settings.isEmpty || (connections ?? 1) > 1 else { return try await client.openSession(global.session) }
         let base = try await client.sessionInfos().session(identifier: global.session)
@@ -217,11 +217,11 @@ struct Get: AsyncParsableCommand {
             // list past a group's limits), nothing was made: each URL then goes in its own
             // Download, as before, so the good ones are queued and each bad one is named.
             if entries.count > 1, entries.count <= Self.maxGroupItems,
-               let group = try? await client.bus.call(destination: FerryClient.busName, path: session.path,
-                                                      interface: FerryClient.sessionInterface, method: "DownloadGroup",
+               let group = try? await client.bus.call(destination: BusClient.busName, path: session.path,
+                                                      interface: BusClient.sessionInterface, method: "DownloadGroup",
                                                       arguments: [.array(element: "(sa{sv})", entries.map { .structure([.string($0.url), .vardict(downloadOptions(for: $0, options))]) }),
                                                                   .vardict(description.map { ["description": .string($0)] } ?? [:])]).first?.string {
-                let members = try await client.bus.call(destination: FerryClient.busName, path: group, interface: StandardNames.properties,
+                let members = try await client.bus.call(destination: BusClient.busName, path: group, interface: StandardNames.properties,
                                                         method: "Get", arguments: [.string(FerryInterface.groupInterface),
                                                                                    .string(FerryInterface.GroupProperty.transfers.name)])
                 created = members.first?.arrayElements?.compactMap(\.string) ?? []
@@ -231,7 +231,7 @@ struct Get: AsyncParsableCommand {
                 // been queued or running for its settle time (1 s), so one `get` is one
                 // batch and one AllFinished.
                 let calls = try entries.map { e -> BusMessage in
-                    try FerryClient.methodCall(path: session.path, interface: FerryClient.sessionInterface, method: "Download",
+                    try BusClient.methodCall(path: session.path, interface: BusClient.sessionInterface, method: "Download",
                                                [.string(e.url), .vardict(downloadOptions(for: e, options))])
                 }
                 for (e, r) in zip(entries, await client.pipeline(calls)) {
@@ -243,12 +243,12 @@ struct Get: AsyncParsableCommand {
                     }
                 }
             }
-            let ids = created.map(FerryClient.transferID)
+            let ids = created.map(BusClient.transferID)
             if let destination, destination.exactFile, let path = created.first {
                 // `overwrite` replaces a file, never the name another live transfer is
                 // saving to: that one keeps it, and this download gets a free name.
-                let v = try? await client.bus.call(destination: FerryClient.busName, path: path, interface: StandardNames.properties,
-                                                   method: "Get", arguments: [.string(FerryClient.transferInterface),
+                let v = try? await client.bus.call(destination: BusClient.busName, path: path, interface: StandardNames.properties,
+                                                   method: "Get", arguments: [.string(BusClient.transferInterface),
                                                                               .string(FerryInterface.TransferProperty.destination.name)])
                 if let chosen = v?.first?.string, !chosen.isEmpty, chosen != destination.path {
                     printError("another transfer is saving to \(destination.path); this one saves to \(chosen)")
@@ -275,8 +275,8 @@ struct Get: AsyncParsableCommand {
                 let follower = Follower(options: Follower.Options())
                 let sink = ProgressDisplay(quiet: global.quiet || json, on: .standardError)
                 if let retries = try? await client.bus.call(
-                    destination: FerryClient.busName, path: session.path, interface: StandardNames.properties, method: "Get",
-                    arguments: [.string(FerryClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)]
+                    destination: BusClient.busName, path: session.path, interface: StandardNames.properties, method: "Get",
+                    arguments: [.string(BusClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)]
                 ).first?.vardict?["retries"]?.uint32 {
                     sink.maxRetries = [session.path: retries]
                 }

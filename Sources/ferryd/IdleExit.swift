@@ -4,6 +4,7 @@ import FerryCore
 import FerryService
 import Foundation
 import Logging
+import FerryInterface
 
 /// Ends ferryd once it has had nothing to do for `timeout` seconds, so that bus
 /// activation starts it again when it is needed.
@@ -79,13 +80,13 @@ final class IdleExit: @unchecked Sendable {
 
     private func leave() {
         leaving = true
-        logger.info("nothing to do for \(timeout) s: releasing \(FerryBusNames.busName) and exiting")
+        logger.info("nothing to do for \(timeout) s: releasing \(FerryInterface.busName) and exiting")
         Task.onQueue { [self] in
             do {
                 try await bus.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                                   method: "ReleaseName", arguments: [.string(FerryBusNames.busName)], timeout: 5)
+                                   method: "ReleaseName", arguments: [.string(FerryInterface.busName)], timeout: 5)
             } catch {
-                logger.warning("could not release \(FerryBusNames.busName): \(error); exiting anyway")
+                logger.warning("could not release \(FerryInterface.busName): \(error); exiting anyway")
             }
             // Calls that arrived before the release were dispatched before its reply:
             // their work is on the core's queue ahead of this.
@@ -100,14 +101,14 @@ final class IdleExit: @unchecked Sendable {
             }
             // A round trip to the bus: the replies to those calls were queued before
             // it, so they have been written when its answer comes.
-            _ = try? await bus.nameHasOwner(FerryBusNames.busName)
+            _ = try? await bus.nameHasOwner(FerryInterface.busName)
             lifetime.shutDown(code: 0)
         }
     }
 
     private func takeNameBack() async -> Bool {
         do {
-            let reply = try await bus.requestName(FerryBusNames.busName)
+            let reply = try await bus.requestName(FerryInterface.busName)
             return reply == .primaryOwner || reply == .alreadyOwner
         } catch {
             return false

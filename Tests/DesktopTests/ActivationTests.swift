@@ -50,13 +50,13 @@ final class ActivationTests: DesktopTestCase {
     /// The current owner of org.ferry.Ferry1, nil when none (never activates it).
     func owner() async -> String? {
         try? await client.bus.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                                   method: "GetNameOwner", arguments: [.string(FerryClient.busName)]).first?.string
+                                   method: "GetNameOwner", arguments: [.string(BusClient.busName)]).first?.string
     }
 
     func testFirstCallStartsFerrydWhichLeavesWhenIdleAndComesBackWithItsState() async throws {
         try await startBus(serviceDirectory: try makeServiceDirectory(ferrydArguments: "--idle-timeout 1"))
         let owners = try await SignalRecorder.start(client.bus, matching: MatchRule(sender: StandardNames.bus, interface: StandardNames.bus,
-                                                                     member: "NameOwnerChanged", arg0: FerryClient.busName))
+                                                                     member: "NameOwnerChanged", arg0: BusClient.busName))
         let ownerless = await owner()
         XCTAssertNil(ownerless, "nothing runs before the first call")
 

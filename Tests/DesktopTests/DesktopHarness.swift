@@ -152,7 +152,7 @@ class DesktopTestCase: XCTestCase {
     var home: String!
     var downloads: String!
     var ferryd: ChildProcess?
-    var client: FerryClient!
+    var client: BusClient!
     /// Signals from ferryd's manager and transfers.
     var signals: SignalRecorder!
     var mocks: [MockService] = []
@@ -178,7 +178,7 @@ class DesktopTestCase: XCTestCase {
     /// and connects the test's client.
     func startBus(serviceDirectory: String? = nil) async throws {
         bus = try withUnblockedSignals { try PrivateBus(serviceDirectory: serviceDirectory) }
-        client = try FerryClient(address: bus.address)
+        client = try BusClient(address: bus.address)
         signals = try await SignalRecorder.start(client.bus)
     }
 
@@ -233,12 +233,12 @@ class DesktopTestCase: XCTestCase {
     /// Queues downloads paused and starts them together (`Session.ResumeAll`, which
     /// also retries the session's failed transfers), so they make one batch.
     @discardableResult
-    func batch(_ session: FerrySession, _ urls: [String]) async throws -> [FerryTransfer] {
+    func batch(_ session: BusSession, _ urls: [String]) async throws -> [FerryTransfer] {
         var transfers: [FerryTransfer] = []
         for u in urls { transfers.append(try await session.download(u, options: ["start": .boolean(false)])) }
-        let before = signals.count("AllFinished", path: FerryClient.managerPath)
+        let before = signals.count("AllFinished", path: BusClient.managerPath)
         try await session.resumeAll()
-        let ended = await eventually(20) { self.signals.count("AllFinished", path: FerryClient.managerPath) > before }
+        let ended = await eventually(20) { self.signals.count("AllFinished", path: BusClient.managerPath) > before }
         guard ended else { throw DesktopTestError("no AllFinished within 20 s") }
         return transfers
     }

@@ -197,9 +197,9 @@ final class GroupNotificationTests: DesktopTestCase {
             items.append((server.url("/many/\(i).bin"), [:]))
         }
         let session = try await client.openSession("com.example.Group")
-        let before = signals.count("AllFinished", path: FerryClient.managerPath)
+        let before = signals.count("AllFinished", path: BusClient.managerPath)
         let group = try await session.downloadGroup(items)
-        let ended = await eventually(120) { self.signals.count("AllFinished", path: FerryClient.managerPath) > before }
+        let ended = await eventually(120) { self.signals.count("AllFinished", path: BusClient.managerPath) > before }
         XCTAssertTrue(ended, "no AllFinished within 120 s")
         let info = try await group.info()
         XCTAssertEqual(info.succeeded, UInt32(n))

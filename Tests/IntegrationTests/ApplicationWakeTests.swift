@@ -79,7 +79,7 @@ final class ApplicationWakeTests: FerryTestCase {
         server.set(.slow(bytesPerSecond: 256 * 1024), on: "/episode.mp3")
 
         // The application's background client: opens its session, queues, quits.
-        let appClient = try FerryClient(address: bus.address)
+        let appClient = try BusClient(address: bus.address)
         let session = try await appClient.openSession("org.example.Podcasts.background",
                                                       configuration: ["application-id": .string("org.example.Podcasts")])
         let transfer = try await session.download(server.url("/episode.mp3"), options: ["destination": .string(work + "/episode.mp3")])
@@ -109,8 +109,8 @@ final class ApplicationWakeTests: FerryTestCase {
             s.contains { $0.member == "AllFinished" && $0.path == session.path }
         }
         // Anything ferryd sent the app before answering this call has arrived by now.
-        _ = try await app.connection.call(destination: FerryClient.busName, path: FerryClient.managerPath,
-                                          interface: FerryClient.managerInterface, method: "ListSessions")
+        _ = try await app.connection.call(destination: BusClient.busName, path: BusClient.managerPath,
+                                          interface: BusClient.managerInterface, method: "ListSessions")
         XCTAssertEqual(app.recorded.count, 0, "the session's client is still on the bus: no wake-up")
     }
 }

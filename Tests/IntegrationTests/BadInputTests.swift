@@ -188,54 +188,54 @@ final class BadInputTests: FerryTestCase {
         serve("/a.bin", size: 10)
         let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
         let before = try await snapshot()
-        let m = FerryClient.managerPath
+        let m = BusClient.managerPath
         let invalidArgs = StandardErrors.invalidArgs
-        await assertBusError(invalidArgs, "OpenSession(s)") { try await self.call(m, FerryClient.managerInterface, "OpenSession", [.string("com.example.X")]) }
+        await assertBusError(invalidArgs, "OpenSession(s)") { try await self.call(m, BusClient.managerInterface, "OpenSession", [.string("com.example.X")]) }
         await assertBusError(invalidArgs, "OpenSession(i, a{sv})") {
-            try await self.call(m, FerryClient.managerInterface, "OpenSession", [.int32(1), .vardict([:])])
+            try await self.call(m, BusClient.managerInterface, "OpenSession", [.int32(1), .vardict([:])])
         }
         await assertBusError(invalidArgs, "OpenSession(s, a{ss})") {
-            try await self.call(m, FerryClient.managerInterface, "OpenSession", [.string("com.example.X"), .stringDict([:])])
+            try await self.call(m, BusClient.managerInterface, "OpenSession", [.string("com.example.X"), .stringDict([:])])
         }
         await assertBusError(invalidArgs, "Download(s, s)") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Download", [.string("http://x/"), .string("y")])
+            try await self.call(s.path, BusClient.sessionInterface, "Download", [.string("http://x/"), .string("y")])
         }
         await assertBusError(invalidArgs, "ResumeDownload(as, a{sv})") {
-            try await self.call(s.path, FerryClient.sessionInterface, "ResumeDownload", [.stringArray(["x"]), .vardict([:])])
+            try await self.call(s.path, BusClient.sessionInterface, "ResumeDownload", [.stringArray(["x"]), .vardict([:])])
         }
-        await assertBusError(invalidArgs, "Pause(s)") { try await self.call(t.path, FerryClient.transferInterface, "Pause", [.string("now")]) }
+        await assertBusError(invalidArgs, "Pause(s)") { try await self.call(t.path, BusClient.transferInterface, "Pause", [.string("now")]) }
         await assertBusError(invalidArgs, "AcknowledgeEvents(u)") {
-            try await self.call(s.path, FerryClient.sessionInterface, "AcknowledgeEvents", [.uint32(1)])
+            try await self.call(s.path, BusClient.sessionInterface, "AcknowledgeEvents", [.uint32(1)])
         }
-        await assertBusError(invalidArgs, "Close(s)") { try await self.call(s.path, FerryClient.sessionInterface, "Close", [.string("true")]) }
-        await assertBusError(StandardErrors.unknownMethod, "no such method") { try await self.call(m, FerryClient.managerInterface, "Explode") }
+        await assertBusError(invalidArgs, "Close(s)") { try await self.call(s.path, BusClient.sessionInterface, "Close", [.string("true")]) }
+        await assertBusError(StandardErrors.unknownMethod, "no such method") { try await self.call(m, BusClient.managerInterface, "Explode") }
         await assertBusError(StandardErrors.unknownInterface, "session method on a transfer") {
-            try await self.call(t.path, FerryClient.sessionInterface, "PauseAll")
+            try await self.call(t.path, BusClient.sessionInterface, "PauseAll")
         }
         await assertBusError("org.ferry.Ferry1.Error.NoSuchTransfer", "a transfer that never was") {
-            try await self.call(FerryClient.transferPathPrefix + "9999", FerryClient.transferInterface, "Pause")
+            try await self.call(BusClient.transferPathPrefix + "9999", BusClient.transferInterface, "Pause")
         }
 
         // Properties.
         let props = StandardNames.properties
         await assertBusError(StandardErrors.propertyReadOnly, "Set Version") {
-            try await self.call(m, props, "Set", [.string(FerryClient.managerInterface), .string("Version"), .variant(.string("9"))])
+            try await self.call(m, props, "Set", [.string(BusClient.managerInterface), .string("Version"), .variant(.string("9"))])
         }
         await assertBusError(StandardErrors.propertyReadOnly, "Set ActiveTransfers") {
-            try await self.call(m, props, "Set", [.string(FerryClient.managerInterface), .string("ActiveTransfers"), .variant(.uint32(9))])
+            try await self.call(m, props, "Set", [.string(BusClient.managerInterface), .string("ActiveTransfers"), .variant(.uint32(9))])
         }
         await assertBusError(StandardErrors.propertyReadOnly, "Set State") {
-            try await self.call(t.path, props, "Set", [.string(FerryClient.transferInterface), .string("State"), .variant(.string("completed"))])
+            try await self.call(t.path, props, "Set", [.string(BusClient.transferInterface), .string("State"), .variant(.string("completed"))])
         }
         await assertBusError(invalidArgs, "Set MaxConcurrentTransfers to a string") {
-            try await self.call(m, props, "Set", [.string(FerryClient.managerInterface), .string("MaxConcurrentTransfers"), .variant(.string("3"))])
+            try await self.call(m, props, "Set", [.string(BusClient.managerInterface), .string("MaxConcurrentTransfers"), .variant(.string("3"))])
         }
         await assertBusError(Self.prefix + "InvalidArgument", "Set MaxConcurrentTransfers 0") {
             try await self.client.setManagerProperty("MaxConcurrentTransfers", .uint32(0))
         }
         await assertBusError(Self.prefix + "InvalidArgument", "Set Priority 5") { try await t.setProperty("Priority", .int32(5)) }
         await assertBusError(StandardErrors.unknownProperty, "Get Colour") {
-            try await self.call(m, props, "Get", [.string(FerryClient.managerInterface), .string("Colour")])
+            try await self.call(m, props, "Get", [.string(BusClient.managerInterface), .string("Colour")])
         }
         await assertBusError(StandardErrors.unknownInterface, "GetAll of an unknown interface") {
             try await self.call(m, props, "GetAll", [.string("org.example.Nope")])
@@ -259,7 +259,7 @@ final class BadInputTests: FerryTestCase {
         try "payload".write(toFile: file, atomically: true, encoding: .utf8)
         let before = try await snapshot()
         func upload(_ options: [String: DBusValue]) async throws {
-            try await call(s.path, FerryClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(file), .vardict(options)])
+            try await call(s.path, BusClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(file), .vardict(options)])
         }
         await assertBusError(Self.prefix + "InvalidArgument", "Upload form-field with PUT") { try await upload(["form-field": .string("file")]) }
         await assertBusError(Self.prefix + "InvalidArgument", "Upload source-fd of wrong type") { try await upload(["source-fd": .string("3")]) }
@@ -267,10 +267,10 @@ final class BadInputTests: FerryTestCase {
         await assertBusError(Self.prefix + "InvalidArgument", "Upload unknown option") { try await upload(["colour": .string("x")]) }
         await assertBusError(Self.prefix + "InvalidArgument", "Upload start of wrong type") { try await upload(["start": .uint32(1)]) }
         await assertBusError(Self.prefix + "FileNotFound", "Upload of a missing file") {
-            try await call(s.path, FerryClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(work + "/absent.txt"), .vardict([:])])
+            try await call(s.path, BusClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(work + "/absent.txt"), .vardict([:])])
         }
         await assertBusError(Self.prefix + "UnsupportedScheme", "Upload to ftp") {
-            try await call(s.path, FerryClient.sessionInterface, "Upload", [.string("ftp://127.0.0.1/up"), .string(file), .vardict([:])])
+            try await call(s.path, BusClient.sessionInterface, "Upload", [.string("ftp://127.0.0.1/up"), .string(file), .vardict([:])])
         }
         let after = try await snapshot()
         XCTAssertEqual(after, before)
@@ -328,11 +328,11 @@ final class BadInputTests: FerryTestCase {
             let payload = randomDict(&rng, depth: 0)
             do {
                 if i % 2 == 0 {
-                    _ = try await call(FerryClient.managerPath, FerryClient.managerInterface, "OpenSession", [.string("com.example.Fuzz\(i % 5)"), payload])
+                    _ = try await call(BusClient.managerPath, BusClient.managerInterface, "OpenSession", [.string("com.example.Fuzz\(i % 5)"), payload])
                 } else {
                     // The URL 404s, so an accidentally valid payload is harmless.
-                    let t = try await call(s.path, FerryClient.sessionInterface, "Download", [.string(server.url("/fuzz")), payload])
-                    if let p = t.first?.string { _ = try? await call(p, FerryClient.transferInterface, "Cancel") }
+                    let t = try await call(s.path, BusClient.sessionInterface, "Download", [.string(server.url("/fuzz")), payload])
+                    if let p = t.first?.string { _ = try? await call(p, BusClient.transferInterface, "Cancel") }
                 }
             } catch let e as BusError {
                 XCTAssertTrue(allowed(e.name), "payload \(payload) got \(e.name): \(e.message)")
@@ -340,11 +340,11 @@ final class BadInputTests: FerryTestCase {
         }
         // Random argument lists for every method: wrong signatures must be InvalidArgs.
         let methods: [(String, String, String)] = [
-            (FerryClient.managerPath, FerryClient.managerInterface, "OpenSession"),
-            (s.path, FerryClient.sessionInterface, "Download"),
-            (s.path, FerryClient.sessionInterface, "ResumeDownload"),
-            (s.path, FerryClient.sessionInterface, "Upload"),
-            (s.path, FerryClient.sessionInterface, "AcknowledgeEvents"),
+            (BusClient.managerPath, BusClient.managerInterface, "OpenSession"),
+            (s.path, BusClient.sessionInterface, "Download"),
+            (s.path, BusClient.sessionInterface, "ResumeDownload"),
+            (s.path, BusClient.sessionInterface, "Upload"),
+            (s.path, BusClient.sessionInterface, "AcknowledgeEvents"),
         ]
         for i in 0..<60 {
             let (path, iface, method) = methods[i % methods.count]

@@ -25,9 +25,9 @@ final class BatchTests: FerryTestCase {
             paths.append(t.path)
         }
         try await signals.wait("the manager's AllFinished", timeout: 120) { s in
-            s.contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }
+            s.contains { $0.member == "AllFinished" && $0.path == BusClient.managerPath }
         }
-        let batches = signals.signals(path: FerryClient.managerPath, member: "AllFinished")
+        let batches = signals.signals(path: BusClient.managerPath, member: "AllFinished")
         XCTAssertEqual(batches.count, 1)
         XCTAssertEqual(batches.first?.args.map { $0.uint32 ?? 0 }, [UInt32(count), 0, 0], "one batch with every file in it")
         let completed = Set(signals.signals(member: "Completed").map(\.path))

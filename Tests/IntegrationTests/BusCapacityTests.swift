@@ -25,24 +25,24 @@ final class BusCapacityTests: FerryTestCase {
         // 64 MiB of URLs alone: the reply's array is well over the limit.
         let count = 1_040
         for i in 0..<count {
-            _ = try await call(s.path, FerryClient.sessionInterface, "Download", [
+            _ = try await call(s.path, BusClient.sessionInterface, "Download", [
                 .string(base + pad + String(format: "%05d", i)),
                 .vardict(["start": .boolean(false), "destination": .string(work + "/h\(i)"), "description": .string(description)]),
             ], timeout: 30)
         }
         let e = await assertBusError(Self.prefix + "LimitExceeded", "GetManagedObjects over 64 MiB") {
-            try await self.call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects", timeout: 60)
+            try await self.call(BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects", timeout: 60)
         }
         XCTAssertTrue(e?.message.contains("too large") ?? false, e?.message ?? "")
         await assertDaemonAlive()
         XCTAssertTrue(ferryd?.log.contains("GetManagedObjects") ?? false, "the refusal is logged")
         // The listing by columns too: its Url column alone is over the array limit.
         await assertBusError(Self.prefix + "LimitExceeded", "ListTransferProperties of Url over 64 MiB") {
-            try await self.call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+            try await self.call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties",
                                 [.stringArray(["Url"])], timeout: 60)
         }
         XCTAssertTrue(ferryd?.log.contains("ListTransferProperties") ?? false, "the refusal is logged")
-        let states = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+        let states = try await call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties",
                                     [.stringArray(["State"])], timeout: 60)
         XCTAssertEqual(states.first?.arrayElements?.count, count, "a listing without the URLs fits")
         // Still serving: the same objects one by one.

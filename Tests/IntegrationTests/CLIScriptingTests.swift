@@ -120,16 +120,16 @@ final class CLIScriptingTests: FerryTestCase {
         let two = try ferry(["get", server.url("/two.bin"), "-o", work + "/two.bin", "--wait"])
         XCTAssertEqual(two.status, 0, two.stderr)
         // A piped `get` prints the ids first, a line each.
-        let twoPath = FerryClient.transferPathPrefix + (two.stdout.split(separator: "\n").first.map(String.init) ?? "?")
+        let twoPath = BusClient.transferPathPrefix + (two.stdout.split(separator: "\n").first.map(String.init) ?? "?")
         var pending = try await cliSessionPending()
         XCTAssertEqual(pending.map(\.transferPath), [one.path, twoPath],
                        "the oldest event is of a transfer the CLI did not show and that exists: nothing acknowledged")
 
-        let removed = try ferry(["rm", String(FerryClient.transferID(one.path))])
+        let removed = try ferry(["rm", String(BusClient.transferID(one.path))])
         XCTAssertEqual(removed.status, 0, removed.stderr)
         let three = try ferry(["get", server.url("/three.bin"), "-o", work + "/three.bin", "--wait"])
         XCTAssertEqual(three.status, 0, three.stderr)
-        let threePath = FerryClient.transferPathPrefix + (three.stdout.split(separator: "\n").first.map(String.init) ?? "?")
+        let threePath = BusClient.transferPathPrefix + (three.stdout.split(separator: "\n").first.map(String.init) ?? "?")
         pending = try await cliSessionPending()
         XCTAssertEqual(pending.map(\.transferPath), [twoPath, threePath],
                        "the gone transfer's event acknowledged; two.bin's (not shown by this get, still there) stops the run")
@@ -766,12 +766,12 @@ final class CLIScriptingTests: FerryTestCase {
         let r = try ferry(["get"] + urls + ["-d", work + "/batch", "--wait"])
         XCTAssertEqual(r.status, 0, r.stderr)
         try await signals.wait("the manager's AllFinished") { s in
-            s.dropFirst(mark).contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }
+            s.dropFirst(mark).contains { $0.member == "AllFinished" && $0.path == BusClient.managerPath }
         }
         let seen = Array(signals.all.dropFirst(mark))
         let added = seen.indices.filter { seen[$0].member == "InterfacesAdded" && seen[$0].args.first?.string?.contains("/transfer/") == true }
         XCTAssertEqual(added.count, 40)
-        XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count, 1, "one batch")
+        XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == BusClient.managerPath }.count, 1, "one batch")
         // Piped, each transfer has its first line (queued, on stderr with the progress)
         // and its last (completed, with its file, on stdout).
         let lines = r.stdout.split(separator: "\n").map(String.init)
@@ -801,7 +801,7 @@ final class CLIScriptingTests: FerryTestCase {
         env["XDG_STATE_HOME"] = home + "/small-bus-state"
         let daemon = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: env)
         defer { daemon.terminate(); _ = daemon.waitForExit(timeout: 10) }
-        let watcher = try FerryClient(address: small.address)
+        let watcher = try BusClient(address: small.address)
         defer { watcher.close() }
         try await Ferryd.waitForName(daemon, on: watcher.bus)
 

@@ -49,7 +49,7 @@ extension CLITests {
         let s = try await session("org.ferry.cli")
         let t = try await s.download(server.url("/down.bin"), options: ["destination": .string(work + "/down.bin")])
         try await waitForState(t, "waiting")
-        let next = try await getProperty(t.path, FerryClient.transferInterface, "NextAttempt")?.uint64 ?? 0
+        let next = try await getProperty(t.path, BusClient.transferInterface, "NextAttempt")?.uint64 ?? 0
         let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
         XCTAssertTrue(next > now + 20_000_000 && next < now + 60_000_000, "NextAttempt is the time of the next try: \(next) vs \(now)")
         let show = try ferry(["show", "\(t.id)"])
@@ -98,7 +98,7 @@ extension CLITests {
         let id = r.stdout.split(separator: "\n").first.map(String.init) ?? ""
         let show = try ferry(["show", id])
         XCTAssertTrue(show.stdout.contains("Connections:  one connection: the server does not accept range requests"), show.stdout)
-        let reason = try await getProperty(transfer(id).path, FerryClient.transferInterface, "SingleConnectionReason")?.string
+        let reason = try await getProperty(transfer(id).path, BusClient.transferInterface, "SingleConnectionReason")?.string
         XCTAssertTrue(reason?.contains("range requests") ?? false, reason ?? "nil")
 
         // One connection asked for: nothing to say.
@@ -119,7 +119,7 @@ extension CLITests {
         XCTAssertEqual(server.mostRequestsInFlight, 8, "eight ranges at once")
         XCTAssertFalse(r.stderr.contains("connections asked for"), r.stderr)
         let id = r.stdout.split(separator: "\n").first.map(String.init) ?? ""
-        let reason = try await getProperty(transfer(id).path, FerryClient.transferInterface, "ConnectionLimitReason")?.string
+        let reason = try await getProperty(transfer(id).path, BusClient.transferInterface, "ConnectionLimitReason")?.string
         XCTAssertEqual(reason, "")
 
         // A bus client in a session of its own (6 per host): 6, and the reason.

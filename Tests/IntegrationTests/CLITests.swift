@@ -31,8 +31,8 @@ final class CLITests: FerryTestCase {
         XCTAssertEqual(info.state, "completed")
         XCTAssertTrue(r.stdout.split(separator: "\n").first.map { $0 == "\(info.id)" } ?? false, "the id comes first: \(r.stdout)")
         // The CLI uses its own session, by default org.ferry.cli.
-        let sessionPath = try await getProperty(info.path, FerryClient.transferInterface, "Session")?.string ?? ""
-        let identifier = try await getProperty(sessionPath, FerryClient.sessionInterface, "Identifier")?.string
+        let sessionPath = try await getProperty(info.path, BusClient.transferInterface, "Session")?.string ?? ""
+        let identifier = try await getProperty(sessionPath, BusClient.sessionInterface, "Identifier")?.string
         XCTAssertEqual(identifier, "org.ferry.cli")
     }
 
@@ -60,7 +60,7 @@ final class CLITests: FerryTestCase {
         let obj = json(show.stdout) as? [String: Any]
         XCTAssertEqual((obj?["id"] as? NSNumber)?.stringValue, id)
         XCTAssertEqual(obj?["destination"] as? String, work + "/later.bin")
-        XCTAssertEqual(obj?["path"] as? String, FerryClient.transferPathPrefix + id)
+        XCTAssertEqual(obj?["path"] as? String, BusClient.transferPathPrefix + id)
 
         let plain = try ferry(["ls"])
         XCTAssertEqual(plain.status, 0)
@@ -300,8 +300,8 @@ final class CLITests: FerryTestCase {
         XCTAssertTrue(show.stdout.contains("    request-timeout: 60\n"), show.stdout)
 
         // The run's transfer had its settings, in a session of its own.
-        let sessionPath = try await getProperty(FerryClient.transferPathPrefix + String(heldID), FerryClient.transferInterface, "Session")?.string ?? ""
-        let identifier = try await getProperty(sessionPath, FerryClient.sessionInterface, "Identifier")?.string ?? ""
+        let sessionPath = try await getProperty(BusClient.transferPathPrefix + String(heldID), BusClient.transferInterface, "Session")?.string ?? ""
+        let identifier = try await getProperty(sessionPath, BusClient.sessionInterface, "Identifier")?.string ?? ""
         XCTAssertTrue(identifier.hasPrefix("org.ferry.cli.settings-"), identifier)
         let own = try ferry(["sessions", "show", identifier])
         XCTAssertTrue(own.stdout.contains("    retries: 0\n") && own.stdout.contains("    request-timeout: 7\n"), own.stdout)
@@ -477,8 +477,8 @@ final class CLITests: FerryTestCase {
         XCTAssertTrue(r.stderr.contains("No transfers"), r.stderr)
 
         // It is really there now, and serving.
-        let other = try FerryClient(address: activationBus.address)
-        let owned = try await other.bus.nameHasOwner(FerryClient.busName)
+        let other = try BusClient(address: activationBus.address)
+        let owned = try await other.bus.nameHasOwner(BusClient.busName)
         XCTAssertTrue(owned)
         let s = try await other.openSession("com.example.Activated")
         XCTAssertTrue(s.path.hasPrefix("/org/ferry/Ferry1/session/"))

@@ -10,19 +10,19 @@ import XCTest
 /// connection only reads properties (which is not using a session).
 final class ClientExitTests: FerryTestCase {
     /// An app's connection, its session opened with `on-client-exit` = `policy`.
-    private func app(_ identifier: String, _ policy: String?) async throws -> (FerryClient, FerrySession) {
-        let connection = try FerryClient(address: bus.address)
+    private func app(_ identifier: String, _ policy: String?) async throws -> (BusClient, BusSession) {
+        let connection = try BusClient(address: bus.address)
         let configuration: [String: DBusValue] = policy.map { ["on-client-exit": .string($0)] } ?? [:]
         return (connection, try await connection.openSession(identifier, configuration: configuration))
     }
 
     /// A download the server stalls (it stays running), started through `session`.
-    private func stalled(_ name: String, in session: FerrySession) async throws -> (FerryTransfer, [UInt8]) {
+    private func stalled(_ name: String, in session: BusSession) async throws -> (FerryTransfer, [UInt8]) {
         let body = serve("/\(name)", size: stalledSize)
         server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/\(name)")
         let t = try await session.download(server.url("/\(name)"), options: ["destination": .string(work + "/" + name)])
         // Followed from the test's connection, which does not use the session.
-        let seen = client.transfer(id: FerryClient.transferID(t.path))
+        let seen = client.transfer(id: BusClient.transferID(t.path))
         try await waitForState(seen, "running")
         try await waitForFileSize(work + "/" + name + ".part", atLeast: stalledCut)
         return (seen, body)
@@ -30,7 +30,7 @@ final class ClientExitTests: FerryTestCase {
 
     /// A download in a `pause` session of `connection`'s own: once it is paused after the
     /// connection closed, ferryd has handled that departure.
-    private func departureMarker(_ connection: FerryClient, _ name: String) async throws -> FerryTransfer {
+    private func departureMarker(_ connection: BusClient, _ name: String) async throws -> FerryTransfer {
         let own = try await connection.openSession("com.example.Marker.\(name)", configuration: ["on-client-exit": .string("pause")])
         return try await stalled("marker-\(name).bin", in: own).0
     }
@@ -42,7 +42,7 @@ final class ClientExitTests: FerryTestCase {
         let (connection, s) = try await app("com.example.Pausing", "pause")
         let (t, body) = try await stalled("running.bin", in: s)
         let (userPaused, _) = try await stalled("user-paused.bin", in: s)
-        _ = try await connection.transfer(id: FerryClient.transferID(userPaused.path)).pause()
+        _ = try await connection.transfer(id: BusClient.transferID(userPaused.path)).pause()
         try await waitForState(userPaused, "paused")
 
         connection.close()
@@ -74,7 +74,7 @@ final class ClientExitTests: FerryTestCase {
     /// `continue` (the default): the app leaves and its download keeps running. The same
     /// connection's `pause` session shows when its departure has been handled.
     func testContinueKeepsRunning() async throws {
-        let connection = try FerryClient(address: bus.address)
+        let connection = try BusClient(address: bus.address)
         let keeps = try await connection.openSession("com.example.Continuing")
         let (t, _) = try await stalled("continues.bin", in: keeps)
         let m = try await departureMarker(connection, "continue")
@@ -90,7 +90,7 @@ final class ClientExitTests: FerryTestCase {
     /// The first's departure shows through its own `pause` session.
     func testPolicyWaitsForTheLastOfSeveralClients() async throws {
         let (first, shared) = try await app("com.example.Shared", "pause")
-        let second = try FerryClient(address: bus.address)
+        let second = try BusClient(address: bus.address)
         _ = try await second.openSession("com.example.Shared")
         let (t, _) = try await stalled("shared.bin", in: shared)
         let m = try await departureMarker(first, "first")
@@ -113,10 +113,10 @@ final class ClientExitTests: FerryTestCase {
         let (a, _) = try await stalled("acted.bin", in: acted)
         let (other, _) = try await stalled("other.bin", in: acted)
         let (b, _) = try await stalled("listed.bin", in: listed)
-        let actor = try FerryClient(address: bus.address)
-        try await actor.transfer(id: FerryClient.transferID(other.path)).cancel()
-        let lister = try FerryClient(address: bus.address)
-        _ = try await FerrySession(client: lister, path: listed.path).listTransfers()
+        let actor = try BusClient(address: bus.address)
+        try await actor.transfer(id: BusClient.transferID(other.path)).cancel()
+        let lister = try BusClient(address: bus.address)
+        _ = try await BusSession(client: lister, path: listed.path).listTransfers()
         let openerGone = try await departureMarker(opener, "opener")
         let actorGone = try await departureMarker(actor, "actor")
 
@@ -139,7 +139,7 @@ final class ClientExitTests: FerryTestCase {
     /// changes nothing; the policy is stored with the session, and so is the mark of what
     /// it paused: after kill -9 the app opening the session again resumes its download.
     func testInvalidValuesAreRefusedAndThePolicySurvivesARestart() async throws {
-        let connection = try FerryClient(address: bus.address)
+        let connection = try BusClient(address: bus.address)
         for bad: DBusValue in [.string("stop"), .string(""), .string("PAUSE"), .boolean(true)] {
             await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "on-client-exit \(bad)") {
                 try await connection.openSession("com.example.Bad", configuration: ["on-client-exit": bad])
@@ -159,7 +159,7 @@ final class ClientExitTests: FerryTestCase {
         let tState = try await t.info().state
         XCTAssertEqual(tState, "paused")
 
-        let back = try FerryClient(address: bus.address)
+        let back = try BusClient(address: bus.address)
         defer { back.close() }
         _ = try await back.openSession("com.example.Lasting")
         let info = try await finish(t)

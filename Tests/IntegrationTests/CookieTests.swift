@@ -12,7 +12,7 @@ final class CookieTests: FerryTestCase {
     var jarDirectory: String { home + "/.local/state/ferry/cookies" }
 
     /// Downloads `path` in the session and returns the Cookie header the server saw.
-    func fetch(_ s: FerrySession, _ path: String) async throws -> String? {
+    func fetch(_ s: BusSession, _ path: String) async throws -> String? {
         serve(path, size: 100)
         let name = path.replacingOccurrences(of: "/", with: "_")
         let t = try await s.download(server.url(path), options: ["destination": .string(work + "/" + name + UUID().uuidString)])
@@ -28,7 +28,7 @@ final class CookieTests: FerryTestCase {
         return server.requests(for: path).last?.header("Cookie")
     }
 
-    func login(_ s: FerrySession) async throws {
+    func login(_ s: BusSession) async throws {
         server.set(.setCookie("sid=\(Self.secret); Path=/"), on: "/login")
         let before = try await fetch(s, "/login")
         XCTAssertNil(before, "no cookie before the server set one")

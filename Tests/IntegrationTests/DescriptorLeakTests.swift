@@ -27,20 +27,20 @@ final class DescriptorLeakTests: FerryTestCase {
         guard let devNull = Optional(open("/dev/null", O_RDONLY)), devNull >= 0 else { return XCTFail("cannot open /dev/null") }
         defer { close(devNull) }
         // Settle: the first calls open what ferryd keeps (sockets, the database…).
-        _ = try await call(FerryClient.managerPath, StandardNames.peer, "Ping")
+        _ = try await call(BusClient.managerPath, StandardNames.peer, "Ping")
         let before = openDescriptors()
         let fd = DBusValue.unixFD(devNull)
         let calls: [(String, String, String, [DBusValue])] = [
-            (s.path, FerryClient.sessionInterface, "Download", [.string(server.url("/fd.bin")), .vardict(["bogus": fd])]),
-            (s.path, FerryClient.sessionInterface, "Download", [.string(server.url("/fd.bin")), .vardict(["destination": fd])]),
-            (s.path, FerryClient.sessionInterface, "Download", [.string("ftp://x/"), .vardict(["headers": .vardict(["a": fd])])]),
-            (FerryClient.managerPath, FerryClient.managerInterface, "OpenSession", [.string("com.example.Fd"), .vardict(["proxy": fd])]),
-            (FerryClient.managerPath, FerryClient.managerInterface, "OpenSession", [.string("bad id"), .vardict(["x": .array(element: "h", [fd, fd])])]),
-            (s.path, FerryClient.sessionInterface, "ResumeDownload", [.bytes([1, 2, 3]), .vardict(["fd": fd])]),
-            (s.path, FerryClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(work + "/none"), .vardict(["source": fd])]),
-            (t.path, StandardNames.properties, "Set", [.string(FerryClient.transferInterface), .string("Priority"), .variant(fd)]),
-            (FerryClient.managerPath, StandardNames.properties, "Set", [.string(FerryClient.managerInterface), .string("Version"), .variant(fd)]),
-            (t.path, FerryClient.transferInterface, "SetUrl", [fd]),
+            (s.path, BusClient.sessionInterface, "Download", [.string(server.url("/fd.bin")), .vardict(["bogus": fd])]),
+            (s.path, BusClient.sessionInterface, "Download", [.string(server.url("/fd.bin")), .vardict(["destination": fd])]),
+            (s.path, BusClient.sessionInterface, "Download", [.string("ftp://x/"), .vardict(["headers": .vardict(["a": fd])])]),
+            (BusClient.managerPath, BusClient.managerInterface, "OpenSession", [.string("com.example.Fd"), .vardict(["proxy": fd])]),
+            (BusClient.managerPath, BusClient.managerInterface, "OpenSession", [.string("bad id"), .vardict(["x": .array(element: "h", [fd, fd])])]),
+            (s.path, BusClient.sessionInterface, "ResumeDownload", [.bytes([1, 2, 3]), .vardict(["fd": fd])]),
+            (s.path, BusClient.sessionInterface, "Upload", [.string(server.url("/up")), .string(work + "/none"), .vardict(["source": fd])]),
+            (t.path, StandardNames.properties, "Set", [.string(BusClient.transferInterface), .string("Priority"), .variant(fd)]),
+            (BusClient.managerPath, StandardNames.properties, "Set", [.string(BusClient.managerInterface), .string("Version"), .variant(fd)]),
+            (t.path, BusClient.transferInterface, "SetUrl", [fd]),
         ]
         var refused = 0
         for round in 0..<60 {

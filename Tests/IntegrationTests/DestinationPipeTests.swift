@@ -61,7 +61,7 @@ final class DestinationPipeTests: FerryTestCase {
         let state = try await t.info().state
         XCTAssertEqual(state, "running", "it completes only once the reader has the file")
 
-        let listed = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransfers", timeout: 5)
+        let listed = try await call(BusClient.managerPath, BusClient.managerInterface, "ListTransfers", timeout: 5)
         XCTAssertEqual(listed.first?.arrayElements?.count, 1, "ferryd answers while the reader waits")
         let b = try await (try await session("com.example.Other")).download(
             server.url("/other.bin"), options: ["destination": .string(work + "/other.bin")])

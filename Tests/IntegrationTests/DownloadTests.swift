@@ -39,11 +39,11 @@ final class DownloadTests: FerryTestCase {
         XCTAssertGreaterThanOrEqual(info.created, before - 1_000_000)
         XCTAssertGreaterThanOrEqual(info.started, info.created)
         XCTAssertGreaterThanOrEqual(info.completed, info.started)
-        let sessionProperty = try await getProperty(t.path, FerryClient.transferInterface, "Session")
+        let sessionProperty = try await getProperty(t.path, BusClient.transferInterface, "Session")
         XCTAssertEqual(sessionProperty?.string, s.path)
 
         // Signals of this transfer: Progress…, Finished(location), Completed last.
-        let mine = signals.signals(path: t.path).filter { $0.interface == FerryClient.transferInterface }
+        let mine = signals.signals(path: t.path).filter { $0.interface == BusClient.transferInterface }
         let members = mine.map(\.member)
         XCTAssertEqual(members.last, "Completed", "\(members)")
         XCTAssertEqual(members.dropLast().last, "Finished", "\(members)")

@@ -72,7 +72,7 @@ final class ExternalClientTests: FerryTestCase {
                                           "Download", "sa{sv}", server.url("/b.bin"), "1", "destination", "s", dest], environment: env)
         XCTAssertEqual(r.status, 0, r.stderr)
         let transferPath = r.stdout.split(separator: "\"").dropFirst().first.map(String.init) ?? ""
-        XCTAssertTrue(transferPath.hasPrefix(FerryClient.transferPathPrefix), r.stdout)
+        XCTAssertTrue(transferPath.hasPrefix(BusClient.transferPathPrefix), r.stdout)
         try await signals.completed(transferPath)
         assertFile(dest, equals: body)
 

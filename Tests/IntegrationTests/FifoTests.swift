@@ -49,7 +49,7 @@ final class FifoTests: FerryTestCase {
         server.set(.acceptUploads(), on: "/put")
         let s = try await session()
         await assertBusError("org.ferry.Ferry1.Error.FileNotFound", "a FIFO as the file to upload") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+            try await self.call(s.path, BusClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/put")), .string(fifo), .vardict([:])], timeout: 5)
         }
         try await assertOthersStillDownload("after-upload.bin")

@@ -175,11 +175,11 @@ final class FuzzTests: FerryTestCase {
     // MARK: Targets
 
     func targets() -> [Target] {
-        let m = { FerryClient.managerPath }
+        let m = { BusClient.managerPath }
         let s = { [unowned self] in sessionPaths.isEmpty ? "/org/ferry/Ferry1/session/1" : pick(sessionPaths) }
         let t = { [unowned self] in transferPaths.isEmpty ? "/org/ferry/Ferry1/transfer/1" : pick(transferPaths) }
         let anyObject = { [unowned self] in pick([m(), s(), t(), "/org/ferry/Ferry1/session/987654", "/org/ferry/Ferry1/transfer/987654", "/"]) }
-        let mi = FerryClient.managerInterface, si = FerryClient.sessionInterface, ti = FerryClient.transferInterface
+        let mi = BusClient.managerInterface, si = BusClient.sessionInterface, ti = BusClient.transferInterface
         let p = StandardNames.properties
         return [
             Target(path: m, interface: mi, member: "OpenSession", signature: ["s", "a{sv}"]),
@@ -216,10 +216,10 @@ final class FuzzTests: FerryTestCase {
     }
 
     static let properties: [(String, [String])] = [
-        (FerryClient.managerInterface, ["Version", "ActiveTransfers", "QueuedTransfers", "DownloadRate", "UploadRate",
+        (BusClient.managerInterface, ["Version", "ActiveTransfers", "QueuedTransfers", "DownloadRate", "UploadRate",
                                         "MaxConcurrentTransfers", "SpeedLimit", "NotificationsEnabled"]),
-        (FerryClient.sessionInterface, ["Identifier", "Configuration", "ActiveTransfers"]),
-        (FerryClient.transferInterface, ["Kind", "Url", "Session", "Description", "Destination", "State", "WaitingReason",
+        (BusClient.sessionInterface, ["Identifier", "Configuration", "ActiveTransfers"]),
+        (BusClient.transferInterface, ["Kind", "Url", "Session", "Description", "Destination", "State", "WaitingReason",
                                          "BytesTransferred", "BytesExpected", "Rate", "ExpectedEnd", "Error", "HttpStatus",
                                          "Attempts", "Resumable", "Sha256", "Created", "Started", "Completed", "Priority",
                                          "SpeedLimit", "Response"]),
@@ -287,7 +287,7 @@ final class FuzzTests: FerryTestCase {
         // The cwd ferryd runs in, which nothing should touch.
         let cwd = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/cwd")) ?? "/"
         let cwdBefore = Set((try? FileManager.default.contentsOfDirectory(atPath: cwd)) ?? [])
-        _ = try await call(FerryClient.managerPath, StandardNames.peer, "Ping")
+        _ = try await call(BusClient.managerPath, StandardNames.peer, "Ping")
         let fdsBefore = openDescriptors(pid)
         let rssBefore = residentKiB(pid)
         let started = Date()
@@ -302,7 +302,7 @@ final class FuzzTests: FerryTestCase {
             let path = target.path()
             let args = arguments(for: target)
             do {
-                let reply = try await client.bus.call(destination: FerryClient.busName, path: path, interface: target.interface,
+                let reply = try await client.bus.call(destination: BusClient.busName, path: path, interface: target.interface,
                                                       method: target.member, arguments: args, timeout: 15)
                 succeeded += 1
                 DBusValue.closeUnixFDs(in: reply)
@@ -327,7 +327,7 @@ final class FuzzTests: FerryTestCase {
             }
             if i % batch == batch - 1 {
                 do {
-                    _ = try await client.bus.call(destination: FerryClient.busName, path: FerryClient.managerPath,
+                    _ = try await client.bus.call(destination: BusClient.busName, path: BusClient.managerPath,
                                                   interface: StandardNames.peer, method: "Ping", timeout: 10, autoStart: false)
                 } catch {
                     XCTFail("ferryd does not answer Ping after call \(i) (seed \(seed)): \(error)")
@@ -340,7 +340,7 @@ final class FuzzTests: FerryTestCase {
                 sessionPaths.append(try await client.openSession("com.example.Fuzz\(i % 4)").path)
             }
             if transferPaths.count < 3, let s = sessionPaths.first {
-                if let made = try? await call(s, FerryClient.sessionInterface, "Download", [
+                if let made = try? await call(s, BusClient.sessionInterface, "Download", [
                     .string(server.url("/fuzz.bin")), .vardict(["start": .boolean(false), "destination": .string(work + "/re\(i).bin")]),
                 ]).first?.string {
                     transferPaths.append(made)
@@ -351,7 +351,7 @@ final class FuzzTests: FerryTestCase {
         await assertDaemonAlive()
         // Let the refused and the finished settle, then measure.
         try await client.cancelAll()
-        _ = try await call(FerryClient.managerPath, StandardNames.peer, "Ping")
+        _ = try await call(BusClient.managerPath, StandardNames.peer, "Ping")
         let fdsAfter = openDescriptors(pid)
         let rssAfter = residentKiB(pid)
         print("""

@@ -9,11 +9,11 @@ import XCTest
 /// the real ferryd, bus, HTTP server and store.
 final class GroupTests: FerryTestCase {
     /// The group's `Finished` signals so far.
-    private func finishedSignals(_ g: FerryGroup) -> [RecordedSignal] {
+    private func finishedSignals(_ g: BusGroup) -> [RecordedSignal] {
         signals.signals(path: g.path, member: "Finished")
     }
 
-    private func waitForFinished(_ g: FerryGroup, timeout: TimeInterval = 30) async throws -> (UInt32, UInt32, UInt32) {
+    private func waitForFinished(_ g: BusGroup, timeout: TimeInterval = 30) async throws -> (UInt32, UInt32, UInt32) {
         try await signals.wait("Finished on \(g.path)", timeout: timeout) { s in
             s.contains { $0.path == g.path && $0.member == "Finished" }
         }
@@ -21,7 +21,7 @@ final class GroupTests: FerryTestCase {
         return (args.first?.uint32 ?? 99, args.dropFirst().first?.uint32 ?? 99, args.dropFirst(2).first?.uint32 ?? 99)
     }
 
-    private func waitForGroupState(_ g: FerryGroup, _ state: String, timeout: TimeInterval = 10) async throws {
+    private func waitForGroupState(_ g: BusGroup, _ state: String, timeout: TimeInterval = 10) async throws {
         if try await g.info().state == state { return }
         try await signals.wait("State \(state) on \(g.path)", timeout: timeout) { s in
             s.contains { $0.path == g.path && $0.member == "PropertiesChanged" && $0.changed["State"]?.string == state }
@@ -52,7 +52,7 @@ final class GroupTests: FerryTestCase {
         XCTAssertEqual(info.session, s.path)
         XCTAssertEqual(info.transfers.count, n)
         XCTAssertEqual(info.bytesTransferred, Int64(bodies.map(\.count).reduce(0, +)))
-        let first = try await client.transfer(id: FerryClient.transferID(info.transfers[0])).info()
+        let first = try await client.transfer(id: BusClient.transferID(info.transfers[0])).info()
         XCTAssertEqual(first.url, server.url("/g/0.bin"), "the transfers come in the items' order")
         XCTAssertEqual(first.group, g.path)
         for i in [0, 499, n - 1] { assertFile(work + "/g\(i).bin", equals: bodies[i]) }
@@ -89,7 +89,7 @@ final class GroupTests: FerryTestCase {
         }
         let transfers = try await client.listTransfers()
         XCTAssertEqual(transfers, [], "nothing was created")
-        let objects = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        let objects = try await call(BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         var paths: [String] = []
         if case .dictionary(_, _, let entries)? = objects.first { paths = entries.compactMap(\.key.string) }
         XCTAssertEqual(paths.filter { $0.hasPrefix(FerryInterface.groupPathPrefix) }, [], "no group object")
@@ -116,7 +116,7 @@ final class GroupTests: FerryTestCase {
             (server.url("/a/stalled.bin"), ["destination": .string(work + "/stalled.bin")]),
             (server.url("/a/missing.bin"), ["destination": .string(work + "/missing.bin"), "start": .boolean(false)]),
         ], options: ["all-or-nothing": .boolean(true)])
-        let members = try await g.info().transfers.map { client.transfer(id: FerryClient.transferID($0)) }
+        let members = try await g.info().transfers.map { client.transfer(id: BusClient.transferID($0)) }
         try await signals.completed(members[0].path)
         try await signals.completed(members[1].path)
         XCTAssertTrue(exists(work + "/ok1.bin") && exists(work + "/ok2.bin"))
@@ -150,7 +150,7 @@ final class GroupTests: FerryTestCase {
         let after = try await g.info()
         XCTAssertEqual(after, before)
         guard after.transfers.count == 3 else { return XCTFail("the group lost its members: \(after.transfers)") }
-        let member = try await client.transfer(id: FerryClient.transferID(after.transfers[1])).info()
+        let member = try await client.transfer(id: BusClient.transferID(after.transfers[1])).info()
         XCTAssertEqual(member.group, g.path)
 
         try await g.resume()
@@ -182,7 +182,7 @@ final class GroupTests: FerryTestCase {
         try await g.pause()
         try await waitForGroupState(g, "paused")
         for path in try await g.info().transfers {
-            let state = try await client.transfer(id: FerryClient.transferID(path)).info().state
+            let state = try await client.transfer(id: BusClient.transferID(path)).info().state
             XCTAssertEqual(state, "paused")
         }
         try await g.resume()
@@ -212,8 +212,8 @@ final class GroupTests: FerryTestCase {
         guard ids.count == 3 else { return XCTFail("three ids: \(r.stdout)") }
         let member = try await client.transfer(id: ids[0]).info()
         XCTAssertTrue(member.group.hasPrefix(FerryInterface.groupPathPrefix), member.group)
-        let info = try await FerryGroup(client: client, path: member.group).info()
-        XCTAssertEqual(info.transfers.map(FerryClient.transferID), ids)
+        let info = try await BusGroup(client: client, path: member.group).info()
+        XCTAssertEqual(info.transfers.map(BusClient.transferID), ids)
         XCTAssertEqual(info.state, "completed")
         for i in 0..<3 { assertFile(work + "/cli/\(i).bin", equals: bodies[i]) }
 
@@ -230,7 +230,7 @@ final class GroupTests: FerryTestCase {
     /// never broadcast; the harness's connection (a broadcast listener) hears none.
     func testAPrivateSessionsGroupSignalsArePrivate() async throws {
         serve("/q/0.bin", size: 1000)
-        let owner = try FerryClient(address: bus.address)
+        let owner = try BusClient(address: bus.address)
         defer { owner.close() }
         let heard = try await SignalRecorder.start(owner.bus)
         defer { heard.stop() }
@@ -241,9 +241,9 @@ final class GroupTests: FerryTestCase {
         }
         _ = try await client.listSessions() // a round trip: ferryd's earlier signals have arrived
         XCTAssertEqual(signals.signals(path: g.path).map(\.description), [], "a broadcast listener heard a private group")
-        let announced = signals.signals(path: FerryClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
+        let announced = signals.signals(path: BusClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
         XCTAssertEqual(announced.count, 0, "the group's InterfacesAdded went to the bus")
-        let heardAdded = heard.signals(path: FerryClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
+        let heardAdded = heard.signals(path: BusClient.managerPath, member: "InterfacesAdded").filter { $0.args.first?.string == g.path }
         XCTAssertEqual(heardAdded.count, 1, "its own client hears of it")
     }
 

@@ -120,7 +120,7 @@ final class HTTP2Tests: FerryTestCase {
 
     /// Downloads `base/prefix f0.bin …` of the site into `work`, waits for each and checks it
     /// completed byte-exact; returns the transfers with their final properties.
-    private func fetchAll(_ s: FerrySession, _ urlPrefix: String, bodies: [[UInt8]]) async throws -> [(FerryTransfer, TransferInfo)] {
+    private func fetchAll(_ s: BusSession, _ urlPrefix: String, bodies: [[UInt8]]) async throws -> [(FerryTransfer, TransferInfo)] {
         var transfers: [FerryTransfer] = []
         for i in bodies.indices {
             transfers.append(try await s.download(urlPrefix + "f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))

@@ -42,7 +42,7 @@ extension SignalRecorder {
     func completedWithItsBatch(_ path: String, timeout: TimeInterval = 20) async throws {
         try await wait("Completed on \(path) and then a session's AllFinished", timeout: timeout) { s in
             guard let done = s.firstIndex(where: { $0.path == path && $0.member == "Completed" }) else { return false }
-            return s[(done + 1)...].contains { $0.interface == FerryClient.sessionInterface && $0.member == "AllFinished" }
+            return s[(done + 1)...].contains { $0.interface == BusClient.sessionInterface && $0.member == "AllFinished" }
         }
     }
 
@@ -65,7 +65,7 @@ class FerryTestCase: XCTestCase {
     /// A scratch directory for explicit destinations.
     var work: String!
     var ferryd: ChildProcess?
-    var client: FerryClient!
+    var client: BusClient!
     var signals: SignalRecorder!
     /// Whether `client` asks ferryd for the private signals of every session
     /// (`Manager.Watch`), again after each start: tests that follow sandboxed apps'
@@ -118,7 +118,7 @@ class FerryTestCase: XCTestCase {
         let p = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"] + arguments, environment: environment(extraEnvironment),
                                   wrapper: wrapper)
         ferryd = p
-        if client == nil { client = try FerryClient(address: bus.address) }
+        if client == nil { client = try BusClient(address: bus.address) }
         do {
             try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
         } catch let e as TimedOut {
@@ -156,7 +156,7 @@ class FerryTestCase: XCTestCase {
     /// free for long: a stop does not insist).
     private func waitForNameToGo(strict: Bool = true) async throws {
         let deadline = Date().addingTimeInterval(10)
-        while try await client.bus.nameHasOwner(FerryClient.busName) {
+        while try await client.bus.nameHasOwner(BusClient.busName) {
             if Date() > deadline {
                 if strict { throw TimedOut(description: "the stopped ferryd's bus name was still owned after 10 s") }
                 return
@@ -210,7 +210,7 @@ class FerryTestCase: XCTestCase {
 
     // MARK: Helpers
 
-    func session(_ identifier: String = "com.example.Test", _ configuration: [String: DBusValue] = [:]) async throws -> FerrySession {
+    func session(_ identifier: String = "com.example.Test", _ configuration: [String: DBusValue] = [:]) async throws -> BusSession {
         try await client.openSession(identifier, configuration: configuration)
     }
 
@@ -312,7 +312,7 @@ class FerryTestCase: XCTestCase {
     @discardableResult
     func call(_ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = [],
               timeout: Double = 10) async throws -> [DBusValue] {
-        try await client.bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method,
+        try await client.bus.call(destination: BusClient.busName, path: path, interface: interface, method: method,
                                   arguments: args, timeout: timeout)
     }
 
@@ -321,7 +321,7 @@ class FerryTestCase: XCTestCase {
     }
 
     func managerProperty(_ name: String) async throws -> DBusValue? {
-        try await getProperty(FerryClient.managerPath, FerryClient.managerInterface, name)
+        try await getProperty(BusClient.managerPath, BusClient.managerInterface, name)
     }
 
     /// Asserts that `body` fails with the D-Bus error `name`; returns the error.
@@ -344,7 +344,7 @@ class FerryTestCase: XCTestCase {
     func assertDaemonAlive(file: StaticString = #filePath, line: UInt = #line) async {
         XCTAssertTrue(ferryd?.isRunning ?? false, "ferryd exited with \(ferryd?.exitStatus ?? -1)", file: file, line: line)
         do {
-            _ = try await call(FerryClient.managerPath, StandardNames.peer, "Ping")
+            _ = try await call(BusClient.managerPath, StandardNames.peer, "Ping")
         } catch {
             XCTFail("ferryd does not answer Ping: \(error)", file: file, line: line)
         }

@@ -109,23 +109,23 @@ final class IntrospectionTests: FerryTestCase {
     func testIntrospectionMatchesContractXML() async throws {
         let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
         let contract = try IntrospectionParser.parse(text).interfaces
-        XCTAssertEqual(Set(contract.keys), [FerryClient.managerInterface, FerryClient.sessionInterface, FerryClient.transferInterface,
+        XCTAssertEqual(Set(contract.keys), [BusClient.managerInterface, BusClient.sessionInterface, BusClient.transferInterface,
                                             FerryInterface.groupInterface])
 
         serve("/a.bin", size: 10)
         let s = try await session()
         let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
 
-        let group = try await call(s.path, FerryClient.sessionInterface, "DownloadGroup", [
+        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
             .array(element: "(sa{sv})", [.structure([.string(server.url("/a.bin")),
                                                      .vardict(["start": .boolean(false), "destination": .string(work + "/g.bin")])])]),
             .vardict([:]),
         ]).first?.string ?? ""
 
         let std = [StandardNames.introspectable, StandardNames.properties, StandardNames.peer]
-        for (path, iface, extra) in [(FerryClient.managerPath, FerryClient.managerInterface, [StandardNames.objectManager]),
-                                     (s.path, FerryClient.sessionInterface, []),
-                                     (t.path, FerryClient.transferInterface, []),
+        for (path, iface, extra) in [(BusClient.managerPath, BusClient.managerInterface, [StandardNames.objectManager]),
+                                     (s.path, BusClient.sessionInterface, []),
+                                     (t.path, BusClient.transferInterface, []),
                                      (group, FerryInterface.groupInterface, [])] {
             let live = try await introspect(path).interfaces
             XCTAssertEqual(Set(live.keys), Set(std + extra + [iface]), "interfaces of \(path)")
@@ -143,10 +143,10 @@ final class IntrospectionTests: FerryTestCase {
         }
 
         // The manager's node leads to its children, so `busctl tree` and d-feet can walk it.
-        let root = try await introspect(FerryClient.managerPath)
+        let root = try await introspect(BusClient.managerPath)
         XCTAssertTrue(root.childNodes.contains("session") && root.childNodes.contains("transfer"), "child nodes: \(root.childNodes)")
         // Peer works on every object.
-        for path in [FerryClient.managerPath, s.path, t.path] {
+        for path in [BusClient.managerPath, s.path, t.path] {
             try await call(path, StandardNames.peer, "Ping")
         }
     }
@@ -157,9 +157,9 @@ final class IntrospectionTests: FerryTestCase {
     func testDeclaredPropertiesAreTheContractsProperties() throws {
         let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
         let contract = try IntrospectionParser.parse(text).interfaces
-        for (iface, declared) in [(FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
-                                  (FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
-                                  (FerryClient.transferInterface, FerryInterface.TransferProperty.all),
+        for (iface, declared) in [(BusClient.managerInterface, FerryInterface.ManagerProperty.all),
+                                  (BusClient.sessionInterface, FerryInterface.SessionProperty.all),
+                                  (BusClient.transferInterface, FerryInterface.TransferProperty.all),
                                   (FerryInterface.groupInterface, FerryInterface.GroupProperty.all)] {
             let want = contract[iface]?.properties ?? [:]
             XCTAssertEqual(Set(declared.map(\.name)), Set(want.keys), "\(iface): declared vs contract")
@@ -181,14 +181,14 @@ final class IntrospectionTests: FerryTestCase {
         serve("/p.bin", size: 10)
         let s = try await session()
         let t = try await s.download(server.url("/p.bin"), options: ["start": .boolean(false), "destination": .string(work + "/p.bin")])
-        let group = try await call(s.path, FerryClient.sessionInterface, "DownloadGroup", [
+        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
             .array(element: "(sa{sv})", [.structure([.string(server.url("/p.bin")),
                                                      .vardict(["start": .boolean(false), "destination": .string(work + "/pg.bin")])])]),
             .vardict(["description": .string("one")]),
         ]).first?.string ?? ""
-        for (path, iface, declared) in [(FerryClient.managerPath, FerryClient.managerInterface, FerryInterface.ManagerProperty.all),
-                                        (s.path, FerryClient.sessionInterface, FerryInterface.SessionProperty.all),
-                                        (t.path, FerryClient.transferInterface, FerryInterface.TransferProperty.all),
+        for (path, iface, declared) in [(BusClient.managerPath, BusClient.managerInterface, FerryInterface.ManagerProperty.all),
+                                        (s.path, BusClient.sessionInterface, FerryInterface.SessionProperty.all),
+                                        (t.path, BusClient.transferInterface, FerryInterface.TransferProperty.all),
                                         (group, FerryInterface.groupInterface, FerryInterface.GroupProperty.all)] {
             let served = try await call(path, StandardNames.properties, "GetAll", [.string(iface)]).first?.vardict ?? [:]
             XCTAssertEqual(Set(served.keys), Set(declared.map(\.name)), iface)
@@ -246,7 +246,7 @@ final class IntrospectionTests: FerryTestCase {
         let s2 = try await session("com.example.Two")
         let t = try await s2.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
 
-        let r = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        let r = try await call(BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         XCTAssertEqual(r.first?.signature, "a{oa{sa{sv}}}")
         var objects: [String: [String: [String: DBusValue]]] = [:]
         for (path, ifaces) in r.first?.dictionaryEntries ?? [] {
@@ -255,12 +255,12 @@ final class IntrospectionTests: FerryTestCase {
             objects[path] = m
         }
         XCTAssertEqual(Set(objects.keys), [s1.path, s2.path, t.path])
-        XCTAssertEqual(objects[s1.path]?[FerryClient.sessionInterface]?["Identifier"]?.string, "com.example.One")
-        XCTAssertEqual(objects[s2.path]?[FerryClient.sessionInterface]?["Identifier"]?.string, "com.example.Two")
-        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["State"]?.string, "paused")
-        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Session"]?.string, s2.path)
-        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Url"]?.string, server.url("/a.bin"))
-        XCTAssertEqual(objects[t.path]?[FerryClient.transferInterface]?["Kind"]?.string, "download")
+        XCTAssertEqual(objects[s1.path]?[BusClient.sessionInterface]?["Identifier"]?.string, "com.example.One")
+        XCTAssertEqual(objects[s2.path]?[BusClient.sessionInterface]?["Identifier"]?.string, "com.example.Two")
+        XCTAssertEqual(objects[t.path]?[BusClient.transferInterface]?["State"]?.string, "paused")
+        XCTAssertEqual(objects[t.path]?[BusClient.transferInterface]?["Session"]?.string, s2.path)
+        XCTAssertEqual(objects[t.path]?[BusClient.transferInterface]?["Url"]?.string, server.url("/a.bin"))
+        XCTAssertEqual(objects[t.path]?[BusClient.transferInterface]?["Kind"]?.string, "download")
 
         // The manager's own properties, with their documented defaults.
         let m = try await client.managerProperties()

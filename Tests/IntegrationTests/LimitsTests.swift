@@ -120,12 +120,12 @@ final class LimitsTests: FerryTestCase {
         let before = try await snapshot()
         // 700,000 empty names: 5.6 MB on the wire, millions of values once read.
         let e = await assertBusError(Self.limitExceeded, "ListTransferProperties with 700,000 names") {
-            try await self.call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties",
+            try await self.call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties",
                                 [.stringArray(Array(repeating: "", count: 700_000))], timeout: 30)
         }
         XCTAssertTrue(e?.message.contains("at most 4194304") ?? false, e?.message ?? "")
         await assertBusError(Self.limitExceeded, "Download with 600,000 headers") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Download", [
+            try await self.call(s.path, BusClient.sessionInterface, "Download", [
                 .string(self.server.url("/limit.bin")),
                 .vardict(["headers": .stringDict(Dictionary(uniqueKeysWithValues: (0..<600_000).map { ("X\($0)", "") })), "start": .boolean(false)]),
             ], timeout: 30)
@@ -139,14 +139,14 @@ final class LimitsTests: FerryTestCase {
         let big = String(repeating: "v", count: 8 * 1024)
         let source = work + "/up.bin"
         FileManager.default.createFile(atPath: source, contents: Data("x".utf8))
-        let upload = try await call(s.path, FerryClient.sessionInterface, "Upload", [
+        let upload = try await call(s.path, BusClient.sessionInterface, "Upload", [
             .string(url(ofSize: 65_536)), .string(source),
             .vardict(["headers": .stringDict(Dictionary(uniqueKeysWithValues: (0..<64).map { ("X-H\($0)", big) })),
                       "method": .string("POST"), "form-field": .string("file"),
                       "form-values": .stringDict(Dictionary(uniqueKeysWithValues: (0..<64).map { ("f\($0)", big) })),
                       "description": .string(String(repeating: "d", count: 4096)), "start": .boolean(false)]),
         ], timeout: 30)
-        XCTAssertEqual(upload.first?.string?.hasPrefix(FerryClient.managerPath + "/transfer/"), true, "the largest allowed call is taken")
+        XCTAssertEqual(upload.first?.string?.hasPrefix(BusClient.managerPath + "/transfer/"), true, "the largest allowed call is taken")
     }
 
     /// Calls that arrive before their sender is identified wait for it; oversized ones
@@ -160,15 +160,15 @@ final class LimitsTests: FerryTestCase {
         let big = String(repeating: "p", count: 30 << 20)
         let answers = PipelinedCallTests.Replies()
         for i in 0..<3 {
-            let m = try BusMessage.methodCall(destination: FerryClient.busName, path: FerryClient.managerPath,
-                                              interface: FerryClient.managerInterface, member: "OpenSession")
+            let m = try BusMessage.methodCall(destination: BusClient.busName, path: BusClient.managerPath,
+                                              interface: BusClient.managerInterface, member: "OpenSession")
             try m.append([.string("com.example.Big\(i)"), .vardict(["proxy": .string(big)])])
             fresh.send(m, timeout: 60) { answers.record(i, $0) }
         }
         // Answered by ferryd within 5 s each, not after a 10 s stall: the fresh caller's
         // own small call, and another client's.
-        let own = try await fresh.call(destination: FerryClient.busName, path: FerryClient.managerPath,
-                                       interface: FerryClient.managerInterface, method: "ListSessions", timeout: 5)
+        let own = try await fresh.call(destination: BusClient.busName, path: BusClient.managerPath,
+                                       interface: BusClient.managerInterface, method: "ListSessions", timeout: 5)
         XCTAssertEqual(own.first?.arrayElements?.count, 1, "the session of this test's client")
         let other = try await client.listSessions()
         XCTAssertEqual(other.count, 1)
@@ -218,7 +218,7 @@ final class LimitsTests: FerryTestCase {
         try await stopFerryd()
         try await startFerryd(["--max-sessions-per-client", "3", "--max-transfers-per-session", "4"])
 
-        var sessions: [FerrySession] = []
+        var sessions: [BusSession] = []
         for i in 0..<3 { sessions.append(try await client.openSession("com.example.Count\(i)")) }
         await assertBusError(Self.limitExceeded, "a fourth session") { try await self.client.openSession("com.example.Count3") }
         let again = try await client.openSession("com.example.Count1", configuration: ["retries": .uint32(1)])
@@ -345,8 +345,8 @@ final class LimitsTests: FerryTestCase {
             let t = try await s.download(server.url("/p.bin"), options: ["destination": .string(deep + "/f\(i).bin")])
             try await finish(t)
         }
-        let whole = try await client.bus.call(destination: FerryClient.busName, path: s.path,
-                                              interface: FerryClient.sessionInterface, method: "PendingEvents")
+        let whole = try await client.bus.call(destination: BusClient.busName, path: s.path,
+                                              interface: BusClient.sessionInterface, method: "PendingEvents")
         let serials = (whole.first?.arrayElements ?? []).compactMap { $0.structFields?.first?.uint64 }
         XCTAssertEqual(serials.count, 5)
 

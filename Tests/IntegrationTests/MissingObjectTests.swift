@@ -28,25 +28,25 @@ final class MissingObjectTests: FerryTestCase {
         }
         let noSuchTransfer = Self.prefix + "NoSuchTransfer"
         let noSuchSession = Self.prefix + "NoSuchSession"
-        for path in [FerryClient.transferPathPrefix + "9999", t.path] {
-            await assertBusError(noSuchTransfer, "Pause on \(path)") { try await self.call(path, FerryClient.transferInterface, "Pause") }
+        for path in [BusClient.transferPathPrefix + "9999", t.path] {
+            await assertBusError(noSuchTransfer, "Pause on \(path)") { try await self.call(path, BusClient.transferInterface, "Pause") }
             await assertBusError(noSuchTransfer, "Get on \(path)") {
-                try await self.call(path, StandardNames.properties, "Get", [.string(FerryClient.transferInterface), .string("State")])
+                try await self.call(path, StandardNames.properties, "Get", [.string(BusClient.transferInterface), .string("State")])
             }
             await assertBusError(noSuchTransfer, "GetAll on \(path)") {
-                try await self.call(path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
+                try await self.call(path, StandardNames.properties, "GetAll", [.string(BusClient.transferInterface)])
             }
         }
-        let neverSession = FerryClient.managerPath + "/session/424242"
+        let neverSession = BusClient.managerPath + "/session/424242"
         for path in [neverSession, closed.path] {
             await assertBusError(noSuchSession, "Download on \(path)") {
-                try await self.call(path, FerryClient.sessionInterface, "Download", [.string(self.server.url("/gone.bin")), .vardict([:])])
+                try await self.call(path, BusClient.sessionInterface, "Download", [.string(self.server.url("/gone.bin")), .vardict([:])])
             }
-            await assertBusError(noSuchSession, "PendingEvents on \(path)") { try await self.call(path, FerryClient.sessionInterface, "PendingEvents") }
+            await assertBusError(noSuchSession, "PendingEvents on \(path)") { try await self.call(path, BusClient.sessionInterface, "PendingEvents") }
         }
         // Elsewhere the standard error stays.
         await assertBusError(StandardErrors.unknownObject, "a path outside Ferry's objects") {
-            try await self.call("/org/ferry/Elsewhere", FerryClient.transferInterface, "Pause")
+            try await self.call("/org/ferry/Elsewhere", BusClient.transferInterface, "Pause")
         }
     }
 

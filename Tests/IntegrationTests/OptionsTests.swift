@@ -33,7 +33,7 @@ final class OptionsTests: FerryTestCase {
         XCTAssertFalse(errorMessage.contains(secret), "the message never echoes the secret: \(errorMessage)")
         let event = try await s.pendingEvents().first { $0.serial == serial }
         XCTAssertFalse("\(event?.details ?? [:])".contains(secret))
-        let all = try await call(denied.path, StandardNames.properties, "GetAll", [.string(FerryClient.transferInterface)])
+        let all = try await call(denied.path, StandardNames.properties, "GetAll", [.string(BusClient.transferInterface)])
         let props = "\(all)"
         XCTAssertFalse(props.contains(secret), "no property shows the secret")
         // Refusals of bad headers do not echo values either.

@@ -58,7 +58,7 @@ final class PauseResumeTests: FerryTestCase {
         XCTAssertEqual(resumed.first?.args[0].int64, Int64(cut))
         XCTAssertEqual(resumed.first?.args[1].int64, Int64(size))
         // ResumedAtOffset comes before the Progress signals of the resumed attempt and before Finished.
-        let members = signals.signals(path: t.path).filter { $0.interface == FerryClient.transferInterface }.map(\.member)
+        let members = signals.signals(path: t.path).filter { $0.interface == BusClient.transferInterface }.map(\.member)
         XCTAssertEqual(members.suffix(2), ["Finished", "Completed"], "\(members)")
         let resumedAt = members.firstIndex(of: "ResumedAtOffset") ?? -1
         XCTAssertLessThan(resumedAt, members.firstIndex(of: "Finished") ?? -1)
@@ -176,7 +176,7 @@ final class PauseResumeTests: FerryTestCase {
         assertFile(dest, equals: body)
         let old = try await t.info()
         XCTAssertEqual(old.state, "cancelled", "the failed transfer gave its partial file up")
-        let alive = try await client.bus.nameHasOwner(FerryClient.busName)
+        let alive = try await client.bus.nameHasOwner(BusClient.busName)
         XCTAssertTrue(alive, "ferryd is still running")
     }
 

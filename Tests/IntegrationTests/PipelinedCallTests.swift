@@ -39,8 +39,8 @@ final class PipelinedCallTests: FerryTestCase {
     func pipeline(_ path: String, _ calls: [(String, [DBusValue])]) throws -> Replies {
         let replies = Replies()
         for (i, (method, args)) in calls.enumerated() {
-            let m = try BusMessage.methodCall(destination: FerryClient.busName, path: path,
-                                              interface: FerryClient.sessionInterface, member: method)
+            let m = try BusMessage.methodCall(destination: BusClient.busName, path: path,
+                                              interface: BusClient.sessionInterface, member: method)
             try m.append(args)
             client.bus.send(m) { replies.record(i, $0) }
         }
@@ -151,19 +151,19 @@ final class PipelinedCallTests: FerryTestCase {
         let replies = Replies()
         var index = 0
         func send(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue]) throws {
-            let m = try BusMessage.methodCall(destination: FerryClient.busName, path: path, interface: interface, member: member)
+            let m = try BusMessage.methodCall(destination: BusClient.busName, path: path, interface: interface, member: member)
             try m.append(args)
             let i = index
             index += 1
             client.bus.send(m) { replies.record(i, $0) }
         }
         for i in 0..<30 {
-            try send(s.path, FerryClient.sessionInterface, "Download",
+            try send(s.path, BusClient.sessionInterface, "Download",
                      [.string(server.url("/l.bin")), .vardict(["destination": .string(work + "/b\(i).bin"), "start": .boolean(false)])])
         }
-        try send(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(["Destination"])])
+        try send(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties", [.stringArray(["Destination"])])
         for i in 0..<5 {
-            try send(s.path, FerryClient.sessionInterface, "Download",
+            try send(s.path, BusClient.sessionInterface, "Download",
                      [.string(server.url("/l.bin")), .vardict(["destination": .string(work + "/a\(i).bin"), "start": .boolean(false)])])
         }
         try await replies.wait(for: 36)

@@ -57,7 +57,7 @@ final class PowerCutTests: FerryTestCase {
     /// Waits (10 s at most) until the killed ferryd's bus name is gone.
     func waitForKilledNameToGo() async throws {
         let deadline = Date().addingTimeInterval(10)
-        while try await client.bus.nameHasOwner(FerryClient.busName) {
+        while try await client.bus.nameHasOwner(BusClient.busName) {
             if Date() > deadline { throw TimedOut(description: "the killed ferryd's bus name stayed") }
             try await Task.sleep(nanoseconds: 10_000_000)
         }

@@ -21,7 +21,7 @@ final class ProxyTests: FerryTestCase {
         try await startFerryd(extraEnvironment: ["no_proxy": "*", "NO_PROXY": "*"])
     }
 
-    private func proxiedSession() async throws -> FerrySession {
+    private func proxiedSession() async throws -> BusSession {
         try await session("com.example.Proxied", ["proxy": .string(server.url("")), "retries": .uint32(0)])
     }
 

@@ -31,7 +31,7 @@ final class QueueTests: FerryTestCase {
         try await client.setManagerProperty("MaxConcurrentTransfers", .uint32(1))
         let value = try await managerProperty("MaxConcurrentTransfers")
         XCTAssertEqual(value?.uint32, 1)
-        XCTAssertTrue(signals.signals(path: FerryClient.managerPath, member: "PropertiesChanged")
+        XCTAssertTrue(signals.signals(path: BusClient.managerPath, member: "PropertiesChanged")
             .contains { $0.changed["MaxConcurrentTransfers"]?.uint32 == 1 }, "the change is announced")
 
         var bodies: [[UInt8]] = []
@@ -60,10 +60,10 @@ final class QueueTests: FerryTestCase {
         XCTAssertEqual(server.mostRequestsInFlight, 1, "the server never answered two at once")
         XCTAssertLessThanOrEqual(maxRunningAtOnce(paths), 2, "one downloading, at most one finishing its sync")
         XCTAssertEqual(completionOrder(paths), paths, "first in, first out")
-        let activeValues = signals.signals(path: FerryClient.managerPath, member: "PropertiesChanged").compactMap { $0.changed["ActiveTransfers"]?.uint32 }
+        let activeValues = signals.signals(path: BusClient.managerPath, member: "PropertiesChanged").compactMap { $0.changed["ActiveTransfers"]?.uint32 }
         XCTAssertLessThanOrEqual(activeValues.max() ?? 0, 2, "Manager.ActiveTransfers: one downloading, at most one finishing: \(activeValues)")
         // The counters settle by the time the batch is announced as finished.
-        try await signals.wait("the manager's AllFinished") { s in s.contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath } }
+        try await signals.wait("the manager's AllFinished") { s in s.contains { $0.member == "AllFinished" && $0.path == BusClient.managerPath } }
         let after = try await client.managerProperties()
         XCTAssertEqual(after["ActiveTransfers"]?.uint32, 0)
         XCTAssertEqual(after["QueuedTransfers"]?.uint32, 0)
@@ -115,7 +115,7 @@ final class QueueTests: FerryTestCase {
     }
 
     /// Starts a download that stays running (the server stalls it) in `session`.
-    func stalled(_ s: FerrySession, _ name: String) async throws -> FerryTransfer {
+    func stalled(_ s: BusSession, _ name: String) async throws -> FerryTransfer {
         serve("/\(name)", size: 256 * 1024)
         server.set(.stallAfter(bytes: 4096, times: 100), on: "/\(name)")
         let t = try await s.download(server.url("/\(name)"), options: ["destination": .string(work + "/\(name)")])
@@ -183,11 +183,11 @@ final class QueueTests: FerryTestCase {
         try await stuck.cancel()
         let sessionPath = s.path
         try await signals.wait("AllFinished on the session and the manager") { sig in
-            sig.contains { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }
+            sig.contains { $0.member == "AllFinished" && $0.path == BusClient.managerPath }
                 && sig.contains { $0.member == "AllFinished" && $0.path == sessionPath }
         }
         let onSession = signals.signals(path: s.path, member: "AllFinished")
-        let onManager = signals.signals(path: FerryClient.managerPath, member: "AllFinished")
+        let onManager = signals.signals(path: BusClient.managerPath, member: "AllFinished")
         XCTAssertEqual(onSession.count, 1)
         XCTAssertEqual(onManager.count, 1)
         XCTAssertEqual(onSession.first?.args.compactMap(\.uint32), [2, 1, 1], "session (succeeded, failed, cancelled)")
@@ -202,9 +202,9 @@ final class QueueTests: FerryTestCase {
         let again = try await s.download(server.url("/ok1.bin"), options: ["destination": .string(work + "/again.bin")])
         try await signals.completed(again.path)
         try await signals.wait("a second AllFinished on the manager") { s in
-            s.filter { $0.member == "AllFinished" && $0.path == FerryClient.managerPath }.count == 2
+            s.filter { $0.member == "AllFinished" && $0.path == BusClient.managerPath }.count == 2
         }
-        XCTAssertEqual(signals.signals(path: FerryClient.managerPath, member: "AllFinished").last?.args.compactMap(\.uint32), [1, 0, 0])
+        XCTAssertEqual(signals.signals(path: BusClient.managerPath, member: "AllFinished").last?.args.compactMap(\.uint32), [1, 0, 0])
     }
 
     /// Close(true) cancels the session's transfers and removes the session object.

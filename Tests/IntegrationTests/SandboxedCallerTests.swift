@@ -20,13 +20,13 @@ final class SandboxedCallerTests: FerryTestCase {
 
     /// A FerryClient connected through a proxy that runs as the Flatpak app `appID`.
     /// The harness's `signals` hears its sessions' (private) signals from then on.
-    func sandboxedClient(_ appID: String) async throws -> FerryClient {
+    func sandboxedClient(_ appID: String) async throws -> BusClient {
         try await watchPrivateSignals()
         return try await proxiedClient(appID)
     }
 
     /// `sandboxedClient` without the harness watching.
-    func proxiedClient(_ appID: String) async throws -> FerryClient {
+    func proxiedClient(_ appID: String) async throws -> BusClient {
         guard let bwrap = findExecutable("bwrap"), let proxy = findExecutable("xdg-dbus-proxy") else {
             throw XCTSkip("bwrap and xdg-dbus-proxy are needed (Debian packages bubblewrap, xdg-dbus-proxy)")
         }
@@ -45,7 +45,7 @@ final class SandboxedCallerTests: FerryTestCase {
                 arguments += ["--symlink", target, "/" + link]
             }
         }
-        arguments += ["--", proxy, bus.address, socket, "--filter", "--talk=\(FerryClient.busName)"]
+        arguments += ["--", proxy, bus.address, socket, "--filter", "--talk=\(BusClient.busName)"]
         let p = try ChildProcess(executable: bwrap, arguments: arguments)
         cleanups.append {
             // The proxy first (bwrap does not pass SIGTERM on), then bwrap. Not
@@ -62,7 +62,7 @@ final class SandboxedCallerTests: FerryTestCase {
         let deadline = Date().addingTimeInterval(10)
         while true {
             do {
-                let client = try FerryClient(address: "unix:path=\(socket)")
+                let client = try BusClient(address: "unix:path=\(socket)")
                 cleanups.append { client.close() }
                 return client
             } catch let error as BusError where error.name == "org.freedesktop.DBus.Error.NoServer" && p.isRunning && Date() < deadline {
@@ -85,12 +85,12 @@ final class SandboxedCallerTests: FerryTestCase {
         return dir
     }
 
-    func call(_ client: FerryClient, _ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: FerryClient.busName, path: path, interface: interface, method: method, arguments: args, timeout: 10)
+    func call(_ client: BusClient, _ path: String, _ interface: String, _ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(destination: BusClient.busName, path: path, interface: interface, method: method, arguments: args, timeout: 10)
     }
 
-    func managedPaths(_ client: FerryClient) async throws -> Set<String> {
-        let reply = try await call(client, FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+    func managedPaths(_ client: BusClient) async throws -> Set<String> {
+        let reply = try await call(client, BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         guard case .dictionary(_, _, let entries)? = reply.first else { return [] }
         return Set(entries.compactMap { entry -> String? in
             if case .objectPath(let p) = entry.key { return p }
@@ -109,7 +109,7 @@ final class SandboxedCallerTests: FerryTestCase {
         try await waitForState(vt, "paused")
 
         let evil = try await sandboxedClient(appID)
-        let transferIface = FerryClient.transferInterface, sessionIface = FerryClient.sessionInterface
+        let transferIface = BusClient.transferInterface, sessionIface = BusClient.sessionInterface
         let noTransfer = ok + "NoSuchTransfer", noSession = ok + "NoSuchSession"
 
         // Listing: nothing of the victim.
@@ -119,14 +119,14 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(transfers.map(\.path), [])
         let managed = try await managedPaths(evil)
         XCTAssertEqual(managed, [])
-        let columns = try await call(evil, FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(["Url"])])
+        let columns = try await call(evil, BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties", [.stringArray(["Url"])])
         XCTAssertEqual(columns.first?.arrayElements?.count, 0, "ListTransferProperties lists none of the victim's transfers")
         XCTAssertEqual(columns.dropFirst().first?.dictionaryEntries?.first?.1.arrayElements?.count, 0, "nor their URLs")
         let everything = try await evil.listing()
         XCTAssertEqual(everything.transfers.map(\.path), [])
 
         // Every way into the victim's transfer, and a transfer that never existed, answer alike.
-        for path in [vt.path, FerryClient.managerPath + "/transfer/999"] {
+        for path in [vt.path, BusClient.managerPath + "/transfer/999"] {
             await assertBusError(noTransfer, "SetUrl on \(path)") { try await self.call(evil, path, transferIface, "SetUrl", [.string("http://127.0.0.1:9/evil")]) }
             for method in ["Resume", "Pause", "Cancel", "Remove"] {
                 await assertBusError(noTransfer, "\(method) on \(path)") { try await self.call(evil, path, transferIface, method) }
@@ -207,17 +207,17 @@ final class SandboxedCallerTests: FerryTestCase {
         }
         // Upload: the same answer whether the file exists or not.
         let existing = await assertBusError(ok + "AccessDenied", "Upload of an existing file") {
-            try await self.call(evil, s.path, FerryClient.sessionInterface, "Upload", [.string(url), .string(bashrc), .vardict([:])])
+            try await self.call(evil, s.path, BusClient.sessionInterface, "Upload", [.string(url), .string(bashrc), .vardict([:])])
         }
         let missing = await assertBusError(ok + "AccessDenied", "Upload of a missing file") {
-            try await self.call(evil, s.path, FerryClient.sessionInterface, "Upload", [.string(url), .string(self.home + "/no-such-file"), .vardict([:])])
+            try await self.call(evil, s.path, BusClient.sessionInterface, "Upload", [.string(url), .string(self.home + "/no-such-file"), .vardict([:])])
         }
         XCTAssertEqual(existing?.message, missing?.message, "the answer says nothing about which file exists")
         // Resume data in Ferry 0.1's readable format can be written by anyone, naming any
         // file: a sandboxed app may only pass the sealed data Pause hands out.
         let readable = Array("FRD1".utf8) + Array("{\"destination\":\"\(appDir)/data/x.bin\"}".utf8) + [UInt8](repeating: 0, count: 32)
         let refusal = await assertBusError(ok + "InvalidResumeData", "readable resume data from a sandboxed app") {
-            try await self.call(evil, s.path, FerryClient.sessionInterface, "ResumeDownload", [.bytes(readable), .vardict([:])])
+            try await self.call(evil, s.path, BusClient.sessionInterface, "ResumeDownload", [.bytes(readable), .vardict([:])])
         }
         XCTAssertTrue(refusal?.message.contains("sandboxed") ?? false, refusal?.message ?? "")
 
@@ -291,7 +291,7 @@ final class SandboxedCallerTests: FerryTestCase {
         let cliSessions = try await client.listSessions()
         XCTAssertEqual(cliSessions.count, 1, "no session was made by the refused calls")
         await assertBusError(ok + "NoSuchTransfer", "another app resuming it") {
-            try await self.call(other, t.path, FerryClient.transferInterface, "Resume")
+            try await self.call(other, t.path, BusClient.transferInterface, "Resume")
         }
 
         let value7 = try await client.listTransfers().map(\.path)
@@ -360,7 +360,7 @@ final class SandboxedCallerTests: FerryTestCase {
     /// server has stalled: its session, the transfer, the resume data, the served bytes
     /// and the descriptor.
     private func pausedDescriptorDownload(_ path: String, session name: String) async throws
-        -> (FerrySession, FerryTransfer, [UInt8], [UInt8], Int32) {
+        -> (BusSession, FerryTransfer, [UInt8], [UInt8], Int32) {
         let body = serve(path, size: stalledSize, etag: "\"\(path)\"")
         server.set(.stallAfter(bytes: stalledCut, times: 1), on: path)
         let s = try await sandboxedClient(appID).openSession("\(appID).\(name)")
@@ -459,7 +459,7 @@ final class SandboxedCallerTests: FerryTestCase {
 
     /// A download of the app's, from a path served to stall after 256 KiB, paused once
     /// its `.part` holds them.
-    private func pausedAfterTheStall(_ s: FerrySession, _ path: String, into destination: String) async throws -> FerryTransfer {
+    private func pausedAfterTheStall(_ s: BusSession, _ path: String, into destination: String) async throws -> FerryTransfer {
         let t = try await s.download(server.url(path), options: ["destination": .string(destination)])
         try await waitForFileSize(destination + ".part", atLeast: 256 * 1024)
         _ = try await t.pause()
@@ -558,7 +558,7 @@ final class SandboxedCallerTests: FerryTestCase {
     /// `~/VICTIM`, which holds the user's file named like the download's `.part`. Gives
     /// the session, the transfer, the victim folder and the user's bytes.
     private func heldDownloadInSwappedFolder(_ path: String, destination: String, victim name: String) async throws
-        -> (FerrySession, FerryTransfer, String, Data) {
+        -> (BusSession, FerryTransfer, String, Data) {
         server.set(.holdAnswers, on: path)
         let (folder, victim) = try folders("swapped", victim: name)
         let usersPart = Data("the user's own partial download".utf8)
@@ -642,7 +642,7 @@ final class SandboxedCallerTests: FerryTestCase {
     }
 
     /// Queues paused uploads of `file` until `count` or a refusal.
-    private func queueUploads(_ s: FerrySession, of file: String, upTo count: Int) async throws -> ([FerryTransfer], BusError?) {
+    private func queueUploads(_ s: BusSession, of file: String, upTo count: Int) async throws -> ([FerryTransfer], BusError?) {
         var queued: [FerryTransfer] = []
         for _ in 0..<count {
             do {
@@ -680,7 +680,7 @@ final class SandboxedCallerTests: FerryTestCase {
     func plainMonitor() async throws -> SignalRecorder {
         let conn = try BusConnection(address: bus.address, queue: DispatchQueue(label: "test.monitor"))
         cleanups.append { conn.close() }
-        let recorder = try await SignalRecorder.start(conn, matching: MatchRule(pathNamespace: FerryClient.managerPath))
+        let recorder = try await SignalRecorder.start(conn, matching: MatchRule(pathNamespace: BusClient.managerPath))
         cleanups.append { recorder.stop() }
         return recorder
     }
@@ -698,13 +698,13 @@ final class SandboxedCallerTests: FerryTestCase {
 
     /// The manager's AllFinished signals a recorder got.
     func managerAllFinished(_ recorder: SignalRecorder) -> [RecordedSignal] {
-        recorder.signals(path: FerryClient.managerPath, member: "AllFinished")
+        recorder.signals(path: BusClient.managerPath, member: "AllFinished")
     }
 
     /// A round trip to ferryd on `client`'s connection: ferryd's signals sent before its
     /// reply have been read (one sender's messages arrive in order).
-    func roundTrip(_ client: FerryClient) async throws {
-        _ = try await call(client, FerryClient.managerPath, StandardNames.peer, "Ping")
+    func roundTrip(_ client: BusClient) async throws {
+        _ = try await call(client, BusClient.managerPath, StandardNames.peer, "Ping")
     }
 
     /// A sandboxed app's session is private: every signal of it and of its transfers
@@ -717,7 +717,7 @@ final class SandboxedCallerTests: FerryTestCase {
         serve("/private.bin", size: 600_000)
         let appDir = try appDirectory(appID)
         let monitor = try await plainMonitor()
-        let bystander = try FerryClient(address: bus.address)
+        let bystander = try BusClient(address: bus.address)
         cleanups.append { bystander.close() }
         _ = try await bystander.openSession("com.example.Bystander") // it knows ferryd: a unicast to it would be taken
         let bystanderSignals = try await SignalRecorder.start(bystander.bus)
@@ -742,7 +742,7 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         // The watcher hears it all, the manager's AllFinished of this private batch too.
         try await signals.completed(t.path, timeout: 20)
-        try await signals.wait("the manager's AllFinished at the watcher") { $0.contains { $0.path == FerryClient.managerPath && $0.member == "AllFinished" } }
+        try await signals.wait("the manager's AllFinished at the watcher") { $0.contains { $0.path == BusClient.managerPath && $0.member == "AllFinished" } }
         try await t.remove()
         try await appSignals.wait("InterfacesRemoved at the app") { $0.contains { $0.member == "InterfacesRemoved" && $0.args.first == .objectPath(t.path) } }
         try await signals.wait("InterfacesRemoved at the watcher") { $0.contains { $0.member == "InterfacesRemoved" && $0.args.first == .objectPath(t.path) } }
@@ -774,7 +774,7 @@ final class SandboxedCallerTests: FerryTestCase {
     func testAnUnconfinedSessionWithPrivateSignalsIsHeardOnlyByItsClientsAndWatchers() async throws {
         serve("/one.bin", size: 300_000)
         let monitor = try await plainMonitor()
-        let owner = try FerryClient(address: bus.address)
+        let owner = try BusClient(address: bus.address)
         cleanups.append { owner.close() }
         await assertBusError(ok + "InvalidArgument", "private-signals of the wrong type") {
             try await owner.openSession("com.example.Quiet", configuration: ["private-signals": .string("yes")])
@@ -808,7 +808,7 @@ final class SandboxedCallerTests: FerryTestCase {
         XCTAssertEqual(signals(in: signals, about: [third.path]).map(\.description), [], "Unwatch did not stop the signals")
 
         // A client that acts on one of its transfers uses the session: it hears of it.
-        let helper = try FerryClient(address: bus.address)
+        let helper = try BusClient(address: bus.address)
         cleanups.append { helper.close() }
         let helperSignals = try await SignalRecorder.start(helper.bus)
         try await helper.transfer(id: first.id).remove()

@@ -39,7 +39,7 @@ final class ScheduleTests: FerryTestCase {
         let read = try await schedule()
         XCTAssertEqual(read, expected)
         try await signals.wait("Schedule in PropertiesChanged", timeout: 10) { all in
-            all.dropFirst(mark).contains { $0.path == FerryClient.managerPath && $0.member == "PropertiesChanged"
+            all.dropFirst(mark).contains { $0.path == BusClient.managerPath && $0.member == "PropertiesChanged"
                 && $0.changed["Schedule"]?.arrayElements?.count == 2 }
         }
 

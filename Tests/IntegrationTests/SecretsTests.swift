@@ -89,7 +89,7 @@ final class SecretsTests: FerryTestCase {
             "destination": .string(work + "/paused.bin"), "start": .boolean(false),
         ])
         let mark = signals.all.count
-        try await call(paused.path, FerryClient.transferInterface, "SetUrl", [.string(credentialURL)])
+        try await call(paused.path, BusClient.transferInterface, "SetUrl", [.string(credentialURL)])
         try await signals.wait("Url change on \(paused.path)", timeout: 10) { s in
             s.dropFirst(mark).contains { $0.path == paused.path && $0.changed["Url"] != nil }
         }
@@ -101,7 +101,7 @@ final class SecretsTests: FerryTestCase {
         ]
         for (method, args) in refused {
             do {
-                try await call(b.path, FerryClient.sessionInterface, method, args)
+                try await call(b.path, BusClient.sessionInterface, method, args)
                 XCTFail("\(method) with a bad value was accepted")
             } catch let e as BusError {
                 refusals.append("\(e.name): \(e.message)")
@@ -116,29 +116,29 @@ final class SecretsTests: FerryTestCase {
         assertNoSecrets(in: refusals.joined(separator: "\n"), "error replies")
 
         // What any client can read.
-        let configuration = try await getProperty(a.path, FerryClient.sessionInterface, "Configuration")?.vardict ?? [:]
+        let configuration = try await getProperty(a.path, BusClient.sessionInterface, "Configuration")?.vardict ?? [:]
         XCTAssertEqual(configuration["headers"]?.stringDict, ["Authorization": "(hidden)", "X-Api-Key": "(hidden)"],
                        "header names stay visible, values do not")
         XCTAssertEqual(configuration["proxy"]?.string, "http://127.0.0.1:9", "the proxy without its credentials")
         assertNoSecrets(in: "\(configuration)", "Get Configuration")
-        let url = try await getProperty(good.path, FerryClient.transferInterface, "Url")?.string
+        let url = try await getProperty(good.path, BusClient.transferInterface, "Url")?.string
         XCTAssertEqual(url, "http://127.0.0.1:\(port)/secret.bin", "Url without user:password@")
-        let pausedURL = try await getProperty(paused.path, FerryClient.transferInterface, "Url")?.string
+        let pausedURL = try await getProperty(paused.path, BusClient.transferInterface, "Url")?.string
         XCTAssertEqual(pausedURL, "http://127.0.0.1:\(port)/secret.bin")
         var readable: [String] = []
         for path in [a.path, b.path, viaProxy.path, good.path, paused.path] {
-            let iface = path.contains("/session/") ? FerryClient.sessionInterface : FerryClient.transferInterface
+            let iface = path.contains("/session/") ? BusClient.sessionInterface : BusClient.transferInterface
             readable.append("\(try await call(path, StandardNames.properties, "GetAll", [.string(iface)]))")
         }
         assertNoSecrets(in: readable.joined(separator: "\n"), "GetAll")
-        let managed = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        let managed = try await call(BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         assertNoSecrets(in: "\(managed)", "GetManagedObjects")
         XCTAssertTrue("\(managed)".contains("(hidden)"), "GetManagedObjects holds the sessions' configurations")
-        let columns = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray([])])
+        let columns = try await call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties", [.stringArray([])])
         assertNoSecrets(in: "\(columns)", "ListTransferProperties")
         XCTAssertTrue("\(columns)".contains("127.0.0.1:\(port)/secret.bin"), "ListTransferProperties holds the transfers' URLs")
         for s in [a, b] {
-            let events = try await call(s.path, FerryClient.sessionInterface, "PendingEvents")
+            let events = try await call(s.path, BusClient.sessionInterface, "PendingEvents")
             assertNoSecrets(in: "\(events)", "PendingEvents of \(s.path)")
         }
 
@@ -148,8 +148,8 @@ final class SecretsTests: FerryTestCase {
         assertNoSecrets(in: recorded, "signals")
         // …and everything ferryd sent, as a monitor of the bus sees it.
         let owner = try await client.bus.call(destination: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                                              method: "GetNameOwner", arguments: [.string(FerryClient.busName)]).first?.string ?? "?"
-        _ = try await call(FerryClient.managerPath, StandardNames.peer, "Ping")
+                                              method: "GetNameOwner", arguments: [.string(BusClient.busName)]).first?.string ?? "?"
+        _ = try await call(BusClient.managerPath, StandardNames.peer, "Ping")
         let sent = messages(in: monitor.stdout, from: owner)
         XCTAssertTrue(sent.contains("InterfacesAdded") && sent.contains("PropertiesChanged"),
                       "dbus-monitor recorded ferryd's messages:\n\(sent.prefix(2000))")

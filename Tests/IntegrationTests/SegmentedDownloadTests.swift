@@ -215,7 +215,7 @@ final class SegmentedDownloadTests: FerryTestCase {
     /// A download of `path` asked for four connections in a session allowing one per
     /// host, paused after a quarter of the file: its session, the transfer, its resume
     /// data and the file's bytes.
-    private func pausedOneConnectionPrefix(_ path: String) async throws -> (FerrySession, FerryTransfer, [UInt8], [UInt8]) {
+    private func pausedOneConnectionPrefix(_ path: String) async throws -> (BusSession, FerryTransfer, [UInt8], [UInt8]) {
         let body = serve(path, size: Self.size)
         // The server stops sending at a quarter: no byte can land after the pause, however
         // late the attempt stops on a busy machine.

@@ -12,7 +12,7 @@ final class TransferListingTests: FerryTestCase {
     static let prefix = "org.ferry.Ferry1.Error."
 
     func listing(_ names: [String]) async throws -> (paths: [String], columns: [(String, DBusValue)]) {
-        let r = try await call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.stringArray(names)])
+        let r = try await call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties", [.stringArray(names)])
         XCTAssertEqual(r.map(\.signature), ["ao", "a{sv}"])
         let paths = r.first?.arrayElements?.compactMap(\.string) ?? []
         return (paths, r.dropFirst().first?.dictionaryEntries ?? [])
@@ -20,10 +20,10 @@ final class TransferListingTests: FerryTestCase {
 
     /// Each transfer's properties as `GetManagedObjects` gives them, by path.
     func managedTransferProperties() async throws -> [String: [String: DBusValue]] {
-        let r = try await call(FerryClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
+        let r = try await call(BusClient.managerPath, StandardNames.objectManager, "GetManagedObjects")
         var out: [String: [String: DBusValue]] = [:]
         for (path, interfaces) in r.first?.dictionaryEntries ?? [] {
-            for (name, properties) in interfaces.dictionaryEntries ?? [] where name == FerryClient.transferInterface {
+            for (name, properties) in interfaces.dictionaryEntries ?? [] where name == BusClient.transferInterface {
                 out[path] = properties.vardict ?? [:]
             }
         }
@@ -56,7 +56,7 @@ final class TransferListingTests: FerryTestCase {
         let listed = try await client.listTransfers().map(\.path)
         XCTAssertEqual(paths, listed, "the transfers ListTransfers gives, in its order")
         XCTAssertEqual(paths, [done.path, failed.path] + paused)
-        XCTAssertEqual(paths.map(FerryClient.transferID), Array(1...12), "oldest first, by number")
+        XCTAssertEqual(paths.map(BusClient.transferID), Array(1...12), "oldest first, by number")
 
         let managed = try await managedTransferProperties()
         let names = Set(managed[done.path]?.keys.map { $0 } ?? [])
@@ -80,7 +80,7 @@ final class TransferListingTests: FerryTestCase {
 
         // The client library reads the same transfers as from GetManagedObjects.
         let objects = try await client.listing()
-        let fromManaged = paths.map { TransferInfo(id: FerryClient.transferID($0), path: $0, properties: managed[$0] ?? [:]) }
+        let fromManaged = paths.map { TransferInfo(id: BusClient.transferID($0), path: $0, properties: managed[$0] ?? [:]) }
         XCTAssertEqual(objects.transfers, fromManaged)
         let snapshot = try await client.managedObjects()
         XCTAssertEqual(snapshot.transfers, fromManaged)
@@ -117,7 +117,7 @@ final class TransferListingTests: FerryTestCase {
             try await self.listing(Array(repeating: "State", count: 65))
         }
         await assertBusError(StandardErrors.invalidArgs, "a string, not an array") {
-            try await self.call(FerryClient.managerPath, FerryClient.managerInterface, "ListTransferProperties", [.string("State")])
+            try await self.call(BusClient.managerPath, BusClient.managerInterface, "ListTransferProperties", [.string("State")])
         }
         await assertDaemonAlive()
         let after = try await listing(["State"])
@@ -130,8 +130,8 @@ final class TransferListingTests: FerryTestCase {
     func testAServiceWithoutTheListingIsReadThroughGetManagedObjects() async throws {
         try await stopFerryd()
         let older = try BusConnection(address: bus.address, queue: DispatchQueue(label: "test.older-service"))
-        let sessionPath = FerryClient.managerPath + "/session/1", transferPath = FerryClient.managerPath + "/transfer/7"
-        let manager = InterfaceSpec(name: FerryClient.managerInterface, methods: [
+        let sessionPath = BusClient.managerPath + "/session/1", transferPath = BusClient.managerPath + "/transfer/7"
+        let manager = InterfaceSpec(name: BusClient.managerInterface, methods: [
             MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { $0.reply([.pathArray([sessionPath])]) },
             MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { $0.reply([.pathArray([transferPath])]) },
         ])
@@ -139,17 +139,17 @@ final class TransferListingTests: FerryTestCase {
             InterfaceSpec(name: name, properties: properties.map { PropertySpec($0.name, $0.signature) })
         }
         let url = server.url("/older.bin")
-        older.export(ExportedObject(path: FerryClient.managerPath, interfaces: [manager]))
-        older.addObjectManager(at: FerryClient.managerPath)
-        older.export(ExportedObject(path: sessionPath, interfaces: [spec(FerryClient.sessionInterface, FerryInterface.SessionProperty.all)],
-                                    initialValues: [FerryClient.sessionInterface: [
+        older.export(ExportedObject(path: BusClient.managerPath, interfaces: [manager]))
+        older.addObjectManager(at: BusClient.managerPath)
+        older.export(ExportedObject(path: sessionPath, interfaces: [spec(BusClient.sessionInterface, FerryInterface.SessionProperty.all)],
+                                    initialValues: [BusClient.sessionInterface: [
                                         "Identifier": .string("com.example.Older"), "Configuration": .vardict([:]), "ActiveTransfers": .uint32(0)]]))
-        older.export(ExportedObject(path: transferPath, interfaces: [spec(FerryClient.transferInterface, FerryInterface.TransferProperty.all)],
-                                    initialValues: [FerryClient.transferInterface: [
+        older.export(ExportedObject(path: transferPath, interfaces: [spec(BusClient.transferInterface, FerryInterface.TransferProperty.all)],
+                                    initialValues: [BusClient.transferInterface: [
                                         "Kind": .string("download"), "Url": .string(url), "Session": .objectPath(sessionPath),
                                         "Destination": .string(work + "/older.bin"), "State": .string("paused"),
                                         "BytesTransferred": .int64(1234), "BytesExpected": .int64(5000)]]))
-        let owner = try await older.requestName(FerryClient.busName)
+        let owner = try await older.requestName(BusClient.busName)
         XCTAssertEqual(owner, .primaryOwner)
 
         let listing = try await client.listing()

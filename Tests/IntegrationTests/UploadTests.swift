@@ -16,7 +16,7 @@ final class UploadTests: FerryTestCase {
     }
 
     func response(_ t: FerryTransfer) async throws -> [UInt8] {
-        let r = try await call(t.path, StandardNames.properties, "Get", [.string(FerryClient.transferInterface), .string("Response")])
+        let r = try await call(t.path, StandardNames.properties, "Get", [.string(BusClient.transferInterface), .string("Response")])
         return r.first?.bytes ?? []
     }
 
@@ -322,7 +322,7 @@ final class UploadTests: FerryTestCase {
         let fd = open(file, O_RDONLY)
         XCTAssertGreaterThanOrEqual(fd, 0)
         defer { close(fd) }
-        let r = try await call(s.path, FerryClient.sessionInterface, "Upload",
+        let r = try await call(s.path, BusClient.sessionInterface, "Upload",
                                [.string(server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(fd), "start": .boolean(false)])])
         let t = client.transfer(id: UInt64(r.first?.string?.split(separator: "/").last ?? "") ?? 0)
         let held = await descriptors(settlingAt: 1)
@@ -335,7 +335,7 @@ final class UploadTests: FerryTestCase {
         let afterUpload = await descriptors(settlingAt: before)
         XCTAssertEqual(afterUpload, before, "the received descriptor was closed: \(targets())")
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a path and source-fd") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+            try await self.call(s.path, BusClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/fd")), .string(file), .vardict(["source-fd": .unixFD(fd)])])
         }
         // A descriptor that names the file but cannot read it (O_PATH) is refused at the
@@ -344,19 +344,19 @@ final class UploadTests: FerryTestCase {
         XCTAssertGreaterThanOrEqual(pathOnly, 0)
         defer { close(pathOnly) }
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "an O_PATH source-fd") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+            try await self.call(s.path, BusClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/fd")), .string(""), .vardict(["source-fd": .unixFD(pathOnly)])])
         }
         // Descriptor options follow the rule of every option: no variant inside the variant.
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a source-fd inside a second variant") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Upload",
+            try await self.call(s.path, BusClient.sessionInterface, "Upload",
                                 [.string(self.server.url("/fd")), .string(""), .vardict(["source-fd": .variant(.unixFD(fd))])])
         }
         let writable = open(work + "/into.bin", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         XCTAssertGreaterThanOrEqual(writable, 0)
         defer { close(writable) }
         await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "a destination-fd inside a second variant") {
-            try await self.call(s.path, FerryClient.sessionInterface, "Download",
+            try await self.call(s.path, BusClient.sessionInterface, "Download",
                                 [.string(self.server.url("/fd")), .vardict(["destination-fd": .variant(.unixFD(writable))])])
         }
         let afterRefusal = await descriptors(settlingAt: before)

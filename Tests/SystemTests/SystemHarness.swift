@@ -52,7 +52,7 @@ class SystemTestCase: XCTestCase {
     var home: String!
     var work: String!
     var ferryd: ChildProcess?
-    var client: FerryClient!
+    var client: BusClient!
     var signals: SignalRecorder!
     var python: String!
     var ferrydPath: String!
@@ -208,7 +208,7 @@ class SystemTestCase: XCTestCase {
         ])
         let p = try Ferryd.launch(ferrydPath, environment: env)
         ferryd = p
-        client = try FerryClient(address: sessionBus.address)
+        client = try BusClient(address: sessionBus.address)
         try await Ferryd.waitForName(p, on: client.bus, timeout: 15)
         signals = try await SignalRecorder.start(client.bus)
         // ferryd waits at most 1 s for NetworkManager's first answer before it takes its
@@ -251,7 +251,7 @@ class SystemTestCase: XCTestCase {
         return body
     }
 
-    func download(_ session: FerrySession, _ path: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
+    func download(_ session: BusSession, _ path: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
         try await session.download(server.url(path), options: options.merging(["destination": .string(work + path)]) { a, _ in a })
     }
 

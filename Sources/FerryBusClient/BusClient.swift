@@ -4,7 +4,7 @@ import Foundation
 
 /// A typed client for Ferry's bus API (`org.ferry.Ferry1`). Every call is async
 /// and throws `BusError`, carrying the service's `org.ferry.Ferry1.Error.*` name.
-public final class FerryClient: Sendable {
+public final class BusClient: Sendable {
     public static let busName = FerryInterface.busName
     public static let managerPath = FerryInterface.managerPath
     public static let managerInterface = FerryInterface.managerInterface
@@ -59,14 +59,14 @@ public final class FerryClient: Sendable {
     }
 
     /// Opens (or re-attaches to) the session with this identifier.
-    public func openSession(_ identifier: String, configuration: [String: DBusValue] = [:]) async throws -> FerrySession {
+    public func openSession(_ identifier: String, configuration: [String: DBusValue] = [:]) async throws -> BusSession {
         let r = try await callManager("OpenSession", [.string(identifier), .vardict(configuration)])
         guard let path = r.first?.string else { throw BusError(name: StandardErrors.failed, message: "OpenSession returned nothing") }
-        return FerrySession(client: self, path: path)
+        return BusSession(client: self, path: path)
     }
 
-    public func listSessions() async throws -> [FerrySession] {
-        try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string).map { FerrySession(client: self, path: $0) } ?? []
+    public func listSessions() async throws -> [BusSession] {
+        try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string).map { BusSession(client: self, path: $0) } ?? []
     }
 
     /// Every transfer the daemon knows, oldest first.
@@ -101,21 +101,21 @@ public final class FerryClient: Sendable {
 }
 
 /// A session object.
-public struct FerrySession: Sendable, Hashable {
-    public let client: FerryClient
+public struct BusSession: Sendable, Hashable {
+    public let client: BusClient
     public let path: String
 
     /// The session object at `path` (`/org/ferry/Ferry1/session/N`).
-    public init(client: FerryClient, path: String) {
+    public init(client: BusClient, path: String) {
         self.client = client
         self.path = path
     }
 
-    public static func == (a: FerrySession, b: FerrySession) -> Bool { a.path == b.path }
+    public static func == (a: BusSession, b: BusSession) -> Bool { a.path == b.path }
     public func hash(into h: inout Hasher) { h.combine(path) }
 
     func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: FerryClient.busName, path: path, interface: FerryClient.sessionInterface,
+        try await client.bus.call(destination: BusClient.busName, path: path, interface: BusClient.sessionInterface,
                                   method: method, arguments: args)
     }
 
@@ -135,10 +135,10 @@ public struct FerrySession: Sendable, Hashable {
     /// them or none. `items` are URLs with their `Download` options; `options` the
     /// group's (`description`, `all-or-nothing`, `start`).
     public func downloadGroup(_ items: [(url: String, options: [String: DBusValue])],
-                              options: [String: DBusValue] = [:]) async throws -> FerryGroup {
+                              options: [String: DBusValue] = [:]) async throws -> BusGroup {
         let list = DBusValue.array(element: "(sa{sv})", items.map { .structure([.string($0.url), .vardict($0.options)]) })
         let r = try await call("DownloadGroup", [list, .vardict(options)])
-        return FerryGroup(client: client, path: r.first?.string ?? "/")
+        return BusGroup(client: client, path: r.first?.string ?? "/")
     }
 
     public func resumeDownload(_ resumeData: [UInt8], options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
@@ -191,7 +191,7 @@ public struct FerrySession: Sendable, Hashable {
     public func close(cancelTransfers: Bool) async throws { _ = try await call("Close", [.boolean(cancelTransfers)]) }
 
     public func properties() async throws -> [String: DBusValue] {
-        try await client.getAll(path, FerryClient.sessionInterface)
+        try await client.getAll(path, BusClient.sessionInterface)
     }
 }
 

@@ -4,24 +4,24 @@ import Foundation
 
 /// A group object (`org.ferry.Ferry1.Group`, v1.2): downloads made by one
 /// `Session.DownloadGroup` call.
-public struct FerryGroup: Sendable, Hashable {
-    public let client: FerryClient
+public struct BusGroup: Sendable, Hashable {
+    public let client: BusClient
     public let path: String
 
     /// The group object at `path` (`/org/ferry/Ferry1/group/N`).
-    public init(client: FerryClient, path: String) {
+    public init(client: BusClient, path: String) {
         self.client = client
         self.path = path
     }
 
-    public static func == (a: FerryGroup, b: FerryGroup) -> Bool { a.path == b.path }
+    public static func == (a: BusGroup, b: BusGroup) -> Bool { a.path == b.path }
     public func hash(into h: inout Hasher) { h.combine(path) }
 
     /// The id in the object path.
     public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
 
     func call(_ method: String) async throws {
-        _ = try await client.bus.call(destination: FerryClient.busName, path: path, interface: FerryInterface.groupInterface,
+        _ = try await client.bus.call(destination: BusClient.busName, path: path, interface: FerryInterface.groupInterface,
                                       method: method, arguments: [])
     }
 

@@ -23,11 +23,8 @@ internal import FerryInterface
 public final class FerryManager: @unchecked Sendable {
     /// The service's properties at one moment.
     public struct Status: Sendable, Equatable {
-        /// The service's version (its package's: "0.2.0").
+        /// The service's version.
         public var version: String
-        /// The version of the bus contract the service implements in full ("1.2"): test
-        /// this, not `version`, before using an addition. "" from a service older than 1.2.
-        public var interfaceVersion: String
         /// Transfers running now.
         public var activeTransfers: Int
         /// Transfers queued or waiting (for their time, a network, a retry).
@@ -45,8 +42,8 @@ public final class FerryManager: @unchecked Sendable {
 
         public init(version: String = "", activeTransfers: Int = 0, queuedTransfers: Int = 0, downloadRate: UInt64 = 0,
                     uploadRate: UInt64 = 0, maximumConcurrentTransfers: Int = 6, speedLimit: UInt64? = nil,
-                    notificationsEnabled: Bool = true, interfaceVersion: String = "") {
-            self.version = version; self.interfaceVersion = interfaceVersion; self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
+                    notificationsEnabled: Bool = true) {
+            self.version = version; self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
             self.downloadRate = downloadRate; self.uploadRate = uploadRate
             self.maximumConcurrentTransfers = maximumConcurrentTransfers; self.speedLimit = speedLimit
             self.notificationsEnabled = notificationsEnabled
@@ -125,8 +122,7 @@ public final class FerryManager: @unchecked Sendable {
                       uploadRate: p[M.uploadRate.name]?.uint64 ?? 0,
                       maximumConcurrentTransfers: Int(p[M.maxConcurrentTransfers.name]?.uint32 ?? 0),
                       speedLimit: limit == 0 ? nil : limit,
-                      notificationsEnabled: p[M.notificationsEnabled.name]?.bool ?? true,
-                      interfaceVersion: p[M.interfaceVersion.name]?.string ?? "")
+                      notificationsEnabled: p[M.notificationsEnabled.name]?.bool ?? true)
     }
 
     /// How many transfers run at once (1-256).

@@ -43,11 +43,7 @@ public final class NetworkMonitor: SystemBusMonitor<NetworkConditions>, @uncheck
     override func changed(_ change: SystemBusFollower.Change, _ known: SystemBusFollower.Known) {
         switch change {
         case .unavailable(let noBus, let message):
-            if noBus {
-                logger.notice("no system bus (\(message)); \(Self.assuming)")
-            } else {
-                logger.warning("cannot follow NetworkManager on the system bus (\(message)); \(Self.assuming)")
-            }
+            sayUnavailable(noBus: noBus, message, followed: "NetworkManager", assuming: Self.assuming)
             reports.report(.assumed)
         case .answered, .changed:
             var state = NetworkManagerState()

@@ -46,11 +46,7 @@ public final class PowerMonitor: SystemBusMonitor<PowerConditions>, @unchecked S
     override func changed(_ change: SystemBusFollower.Change, _ known: SystemBusFollower.Known) {
         switch change {
         case .unavailable(let noBus, let message):
-            if noBus {
-                logger.notice("no system bus (\(message)); \(Self.assuming)")
-            } else {
-                logger.warning("cannot follow UPower and power-profiles-daemon on the system bus (\(message)); \(Self.assuming)")
-            }
+            sayUnavailable(noBus: noBus, message, followed: "UPower and power-profiles-daemon", assuming: Self.assuming)
         case .answered(let i):
             logger.info("following \(Self.sources[i].name) on the system bus")
         case .absent(_, let reason, let notOnBus):

@@ -289,6 +289,16 @@ public class SystemBusMonitor<Conditions: Equatable & Sendable>: @unchecked Send
     /// What the follower said, on its queue (the subclass's state lives there too).
     func changed(_ change: SystemBusFollower.Change, _ known: SystemBusFollower.Known) {}
 
+    /// Logs why nothing can be followed (`Change.unavailable`): `followed` names the
+    /// services, `assuming` what is taken instead.
+    func sayUnavailable(noBus: Bool, _ message: String, followed: String, assuming: String) {
+        if noBus {
+            logger.notice("no system bus (\(message)); \(assuming)")
+        } else {
+            logger.warning("cannot follow \(followed) on the system bus (\(message)); \(assuming)")
+        }
+    }
+
     /// Connects and starts following; returns at once.
     public func start() { follower.start() }
 

@@ -14,6 +14,22 @@ enum DownloadOptionsValidation {
             throw FerryError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
         }
         try HeaderFields.validate(options.headers)
+        try validateMirrors(options.mirrors)
+    }
+
+    /// Each mirror an http or https URL as `RequestURL` checks them; a malformed one is
+    /// an `InvalidArgument` that names its index.
+    static func validateMirrors(_ mirrors: [String]) throws {
+        guard mirrors.count <= Limits.mirrors else {
+            throw FerryError.invalidArgument("mirrors lists \(mirrors.count) URLs; at most \(Limits.mirrors) are allowed")
+        }
+        for (i, mirror) in mirrors.enumerated() {
+            do {
+                _ = try RequestURL.validate(mirror)
+            } catch let error as FerryError {
+                throw FerryError.invalidArgument("mirror \(i): \(error.message)")
+            }
+        }
     }
 
     /// PATH_MAX and NAME_MAX; a file name (not an existing directory) must leave room

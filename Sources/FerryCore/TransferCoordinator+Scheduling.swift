@@ -90,6 +90,8 @@ extension TransferCoordinator {
         request.upload = engineUpload(t)
         if !t.isUpload {
             request.connections = connectionCount(t)
+            request.mirrors = t.options.mirrors
+            request.pieces = t.options.pieces
             if t.attemptOffset > 0 || t.segments != nil { request.knownTotal = t.snapshot.bytesExpected }
             if let map = t.segments, let validator = t.validator {
                 request.segments = map

@@ -855,7 +855,8 @@ final class SegmentedDownload: EngineAttempt {
     private func finish(_ outcome: @autoclosure () -> EngineOutcome) {
         guard !completed else { return }
         writeHeldBytes()
-        let outcome = outcome()
+        var outcome = outcome()
+        if case .failed(let error, let bytes) = outcome { outcome = .failed(namingDroppedSources(error), bytesOnDisk: bytes) }
         // What busy connections wrote stays on disk: it belongs in the final map.
         if !single, pieces == nil {
             for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
@@ -904,6 +905,23 @@ final class SegmentedDownload: EngineAttempt {
         guard sources.count > 1, connection.start == 0 || pieces != nil, otherSourceAlive(than: connection.source) else { return nil }
         dropSource(connection.source, because: why)
         return pickSource()
+    }
+
+    /// A failure of a download with mirrors also names the sources dropped before it
+    /// (and why), so that `Error` says what each did.
+    private func namingDroppedSources(_ error: FerryError) -> FerryError {
+        let dropped = sources.filter { $0.dropped != nil }
+        guard sources.count > 1, !dropped.isEmpty, !error.message.hasPrefix("Every source") else { return error }
+        let note = "; sources dropped before: " + dropped.map { "\($0.shown) (\($0.dropped ?? ""))" }.joined(separator: "; ")
+        switch error {
+        case .network(let m): return .network(m + note)
+        case .timeout(let m): return .timeout(m + note)
+        case .http(let status, let m): return .http(status: status, m + note)
+        case .tls(let m): return .tls(m + note)
+        case .tooManyRedirects(let m): return .tooManyRedirects(m + note)
+        case .checksumMismatch(let m): return .checksumMismatch(m + note)
+        default: return error
+        }
     }
 
     private func otherSourceAlive(than index: Int) -> Bool {

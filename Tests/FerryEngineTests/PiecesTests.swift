@@ -142,4 +142,14 @@ final class PiecesTests: EngineTestCase {
         }
         XCTAssertEqual(server.requests(for: "/gone").count, 1, "a URL that refused is not asked again in the attempt")
     }
+
+    func testWhenTheLastSourceFailsTheErrorNamesTheOnesDroppedBefore() throws {
+        server.add(path: "/404", body: [1, 2, 3], etag: "\"v1\"")
+        server.set(.status(404), on: "/404")
+        var r = request(8, "/404")
+        r.mirrors = ["http://127.0.0.1:1/mirror"] // nothing listens on port 1
+        r.connections = 2
+        guard case .failed(let error, _)? = run(r, timeout: 30) else { return XCTFail("expected a failure") }
+        XCTAssertTrue(error.message.contains("sources dropped before: \(server.url("/404")) (it answered HTTP 404"), error.message)
+    }
 }

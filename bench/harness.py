@@ -360,6 +360,10 @@ http {{
         location / {{ }}
         location /slow/ {{ alias {root}/; limit_rate {slow_rate}; }}
         location /crawl/ {{ alias {root}/; limit_rate {crawl_rate}; }}
+        location /m1/ {{ alias {root}/; }}
+        location /m2/ {{ alias {root}/; }}
+        location /m3/ {{ alias {root}/; }}
+        location /m4/ {{ alias {root}/; }}
         location /upload/ {{
             alias {upload_dir}/;
             dav_methods PUT;

@@ -147,5 +147,12 @@ final class MirrorsTests: FerryTestCase {
                             server.url("/main/f.bin")], timeout: 60)
         XCTAssertEqual(r.status, 0, r.stderr)
         assertFile(work + "/cli.bin", equals: body)
+        let listed = try await client.listTransfers()
+        let id = try XCTUnwrap(listed.first?.id)
+        let shown = try ferry(["show", "\(id)"]).stdout
+        XCTAssertTrue(shown.contains("Mirror:       \(server.url("/m1/f.bin"))"), shown)
+        XCTAssertTrue(shown.contains("Pieces:       32 of 262144 bytes"), shown)
+        let json = try ferry(["show", "--json", "\(id)"]).stdout
+        XCTAssertTrue(json.contains("\"piece_count\" : 32") || json.contains("\"piece_count\":32"), json)
     }
 }

@@ -110,6 +110,38 @@ final class MirrorsTests: FerryTestCase {
                                  "served \(bytesServed(paths)) for \(body.count); \(servedBeforeKill) before the kill, \(kept) kept")
     }
 
+    /// Pause hands out resume data whose range map holds verified pieces only;
+    /// ResumeDownload with the same mirrors and pieces fetches exactly the rest.
+    func testResumeDataCarriesTheVerifiedPieces() async throws {
+        let body = serveMirrors(seed: 35)
+        for path in paths { server.set(.slow(bytesPerSecond: 512 * 1024), on: path) }
+        let s = try await session()
+        let t = try await s.download(server.url(paths[0]), options: options(body, name: "rd.bin"))
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 3) {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        let data = try await t.pause()
+        XCTAssertFalse(data.isEmpty, "a download with pieces can be resumed")
+        try await waitForState(t, "paused")
+        try await waitUntilPauseSettled(t)
+        try await waitUntilAsync("the server to see the paused connections close") { server.openConnections == 0 }
+        let servedBefore = bytesServed(paths)
+        for path in paths { server.clearBehaviours(on: path) }
+        var again = options(body, name: "rd.bin")
+        again["destination"] = nil
+        again["start"] = .boolean(false)
+        let next = try await s.resumeDownload(data, options: again)
+        let kept = try await next.info().bytesTransferred
+        XCTAssertGreaterThan(kept, 0)
+        XCTAssertEqual(kept % Int64(Self.pieceLength), 0, "whole verified pieces only")
+        try await next.resume()
+        let info = try await finish(next, timeout: 60)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(work + "/rd.bin", equals: body)
+        XCTAssertEqual(bytesServed(paths) - servedBefore, body.count - Int(kept), "exactly the pieces not kept were fetched")
+    }
+
     func testMalformedMirrorsAndPiecesAreInvalidArgumentAndQueueNothing() async throws {
         let s = try await session()
         let url = server.url("/nothing")

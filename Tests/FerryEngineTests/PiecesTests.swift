@@ -152,4 +152,21 @@ final class PiecesTests: EngineTestCase {
         guard case .failed(let error, _)? = run(r, timeout: 30) else { return XCTFail("expected a failure") }
         XCTAssertTrue(error.message.contains("sources dropped before: \(server.url("/404")) (it answered HTTP 404"), error.message)
     }
+
+    /// A server that answers the range with the whole file: one connection, its pieces
+    /// still checked as they come; a bad one cannot be fetched alone, so it fails.
+    func testPiecesAreCheckedOnAServerWithoutRanges() throws {
+        let body = TestData.bytes(count: size, seed: 97)
+        serveEverywhere(["/whole", "/whole-bad"], body)
+        server.set(.ignoreRanges, on: "/whole")
+        server.set(.ignoreRanges, on: "/whole-bad")
+        server.set(.corruptByte(at: size - 3), on: "/whole-bad")
+        XCTAssertEqual(run(try mirrored(9, ["/whole"], body: body), timeout: 30),
+                       .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
+        assertFile(partPath("9.part"), holds: body)
+        guard case .failed(.checksumMismatch(let message), _)? = run(try mirrored(10, ["/whole-bad"], body: body), timeout: 30) else {
+            return XCTFail("expected ChecksumMismatch")
+        }
+        XCTAssertTrue(message.contains("Piece 15"), message)
+    }
 }

@@ -147,9 +147,14 @@ final class DedupeTests: XCTestCase {
         let s = try h.openSession()
         let a = try dedupe(h, s, "a.bin")
         let b = try dedupe(h, s, "b.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a], "b follows a")
         _ = try h.sync { try $0.pause(a) }
-        XCTAssertEqual(h.engine.startedIDs, [a, b])
+        XCTAssertEqual(h.engine.stopped, [a])
+        XCTAssertEqual(h.engine.startedIDs, [a, b], "b fetches now")
         XCTAssertEqual(h.state(a), .paused)
+        h.succeed(b, body: Array("b".utf8))
+        XCTAssertEqual(h.state(b), .completed)
+        XCTAssertEqual(h.state(a), .paused, "a stays paused: its client paused it")
     }
 
     func testAfterAKillFollowersFetchOnTheirOwnAndNothingIsLost() throws {

@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 
 /// Dedupe (contract v1.2): a download whose fetch (`FetchKey`) matches a queued or
@@ -122,32 +123,50 @@ extension TransferCoordinator {
 
     /// The leader's verified file is at `location` (`completeFinished`): each follower
     /// gets its own copy, then finishes as a download does (verified, moved into place
-    /// durably, its own events).
+    /// durably, its own events). The copies of a batch of followers are flushed together
+    /// (`FetchedCopy.syncAll`), not one `fdatasync` after another on the core's queue.
     func leaderFinished(_ t: TransferRecord, location: String, bytesOnDisk: Int64, digest: String?) {
         guard let entry = dedupe.dissolve(t.id), !entry.followers.isEmpty else { return }
         let sourceArea = confinement(of: t)
-        for id in entry.followers {
-            guard let f = transfers[id], f.state.isActive, !f.stopInFlight else { continue }
-            f.life.receiveCopy()
-            settle(f)
-            f.snapshot.httpStatus = t.snapshot.httpStatus
-            f.snapshot.bytesExpected = bytesOnDisk
-            f.etag = t.etag
-            f.lastModified = t.lastModified
-            if f.snapshot.started == 0 { f.snapshot.started = environment.now() }
-            do {
-                let copied = try FetchedCopy.copy(from: location, within: sourceArea, to: f.partPath, within: confinement(of: f))
-                guard copied == bytesOnDisk else {
-                    throw FerryError.disk("the file changed while it was copied (\(copied) bytes, not \(bytesOnDisk))")
+        let live = entry.followers.compactMap { transfers[$0] }.filter { $0.state.isActive && !$0.stopInFlight }
+        for start in stride(from: 0, to: live.count, by: FetchedCopy.batch) {
+            var copies: [(follower: TransferRecord, fd: Int32)] = []
+            for f in live[start..<min(start + FetchedCopy.batch, live.count)] {
+                f.life.receiveCopy()
+                settle(f)
+                f.snapshot.httpStatus = t.snapshot.httpStatus
+                f.snapshot.bytesExpected = bytesOnDisk
+                f.etag = t.etag
+                f.lastModified = t.lastModified
+                if f.snapshot.started == 0 { f.snapshot.started = environment.now() }
+                do {
+                    copies.append((f, try FetchedCopy.copyUnsynced(from: location, within: sourceArea, to: f.partPath,
+                                                                   within: confinement(of: f))))
+                } catch {
+                    copyFailed(f, from: t, error)
                 }
-            } catch {
-                deletePartFiles(f)
-                failTransfer(f, .disk("could not copy the download of transfer \(t.id) to '\(f.partPath)': \(describe(error))"))
-                continue
             }
-            f.snapshot.bytesTransferred = bytesOnDisk
-            finishSucceeded(f, bytesOnDisk: bytesOnDisk, engineSHA256: digest)
+            let flushed = FetchedCopy.syncAll(copies.map(\.fd))
+            for (i, copy) in copies.enumerated() {
+                var st = stat()
+                let size: Int64 = fstat(copy.fd, &st) == 0 ? Int64(st.st_size) : -1
+                close(copy.fd)
+                let f = copy.follower
+                if let failure = flushed[i] {
+                    copyFailed(f, from: t, FerryError.disk("cannot flush '\(f.partPath)': \(String(cString: strerror(failure)))"))
+                } else if size != bytesOnDisk {
+                    copyFailed(f, from: t, FerryError.disk("the file changed while it was copied (\(size) bytes, not \(bytesOnDisk))"))
+                } else {
+                    f.snapshot.bytesTransferred = bytesOnDisk
+                    finishSucceeded(f, bytesOnDisk: bytesOnDisk, engineSHA256: digest)
+                }
+            }
         }
+    }
+
+    private func copyFailed(_ f: TransferRecord, from t: TransferRecord, _ error: Error) {
+        deletePartFiles(f)
+        failTransfer(f, .disk("could not copy the download of transfer \(t.id) to '\(f.partPath)': \(describe(error))"))
     }
 
     /// A leader's progress, shown by its followers (each sends its own `Progress`).
@@ -181,13 +200,28 @@ enum FetchedCopy {
     /// (btrfs, XFS, bcachefs…); refused where the file system cannot.
     static let ficlone: UInt = 0x4004_9409
 
-    /// Copies the regular file at `source` to `target` (created, or emptied, with mode
-    /// 0644; never through a link), as a reflink where the file system can, else byte by
-    /// byte; flushed to the disk before it returns. Paths of a sandboxed application's
-    /// transfer (`area`) are opened relative to their folders as opened and checked.
+    /// Copies made before they are flushed together (open descriptors held at once).
+    static let batch = 64
+
+    /// Copies the regular file at `source` to `target` and flushes it.
     /// - Returns: the bytes the target holds.
     static func copy(from source: String, within sourceArea: SandboxArea?, to target: String,
                      within targetArea: SandboxArea?) throws -> Int64 {
+        let fd = try copyUnsynced(from: source, within: sourceArea, to: target, within: targetArea)
+        defer { close(fd) }
+        if let failure = syncAll([fd])[0] { throw FerryError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw error("cannot read the size of '\(target)'") }
+        return Int64(st.st_size)
+    }
+
+    /// Copies the regular file at `source` to `target` (created, or emptied, with mode
+    /// 0644; never through a link), as a reflink where the file system can, else byte by
+    /// byte. Paths of a sandboxed application's transfer (`area`) are opened relative to
+    /// their folders as opened and checked.
+    /// - Returns: the target, open for writing: the caller flushes (`syncAll`) and closes it.
+    static func copyUnsynced(from source: String, within sourceArea: SandboxArea?, to target: String,
+                             within targetArea: SandboxArea?) throws -> Int32 {
         guard let (sourceFolder, sourceName) = SandboxArea.place(of: source, within: sourceArea) else {
             throw FerryError.disk("the folder of '\(source)' is no longer where it was")
         }
@@ -205,13 +239,34 @@ enum FetchedCopy {
         }
         let output = openat(targetFolder, targetName, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard output >= 0 else { throw error("cannot create '\(target)'") }
-        defer { close(output) }
         if ioctl(output, ficlone, input) != 0 {
-            try copyBytes(from: input, to: output, target: target)
+            do {
+                try copyBytes(from: input, to: output, target: target)
+            } catch {
+                close(output)
+                throw error
+            }
         }
-        guard fdatasync(output) == 0 else { throw error("cannot flush '\(target)'") }
-        guard fstat(output, &st) == 0 else { throw error("cannot read the size of '\(target)'") }
-        return Int64(st.st_size)
+        return output
+    }
+
+    /// `fdatasync`s the descriptors on up to 16 threads at once (the file system joins
+    /// concurrent syncs into fewer journal commits; one after another, a batch of small
+    /// copies would cost a commit each).
+    /// - Returns: for each descriptor, nil when flushed, else the `errno`.
+    static func syncAll(_ fds: [Int32]) -> [Int32?] {
+        guard fds.count > 1 else { return fds.map { fdatasync($0) == 0 ? nil : errno } }
+        let work = SyncWork(fds)
+        let group = DispatchGroup()
+        for _ in 0..<min(16, fds.count) {
+            group.enter()
+            Thread.detachNewThread {
+                work.run()
+                group.leave()
+            }
+        }
+        group.wait()
+        return work.results
     }
 
     private static func copyBytes(from input: Int32, to output: Int32, target: String) throws {
@@ -233,5 +288,36 @@ enum FetchedCopy {
 
     private static func error(_ what: String) -> FerryError {
         .disk("\(what): \(String(cString: strerror(errno)))")
+    }
+}
+
+/// The descriptors `FetchedCopy.syncAll` flushes, taken one at a time by its threads.
+private final class SyncWork: @unchecked Sendable {
+    // `next` and `outcomes` are guarded by `lock`; `fds` never changes.
+    private let lock = NSLock()
+    private let fds: [Int32]
+    private var next = 0
+    private var outcomes: [Int32?]
+
+    init(_ fds: [Int32]) {
+        self.fds = fds
+        outcomes = Array(repeating: nil, count: fds.count)
+    }
+
+    var results: [Int32?] { lock.withLock { outcomes } }
+
+    func run() {
+        while let i = take() {
+            let failure: Int32? = fdatasync(fds[i]) == 0 ? nil : errno
+            lock.withLock { outcomes[i] = failure }
+        }
+    }
+
+    private func take() -> Int? {
+        lock.withLock {
+            guard next < fds.count else { return nil }
+            defer { next += 1 }
+            return next
+        }
     }
 }

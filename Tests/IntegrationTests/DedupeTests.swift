@@ -76,4 +76,31 @@ final class DedupeIntegrationTests: FerryTestCase {
         }
         XCTAssertEqual(server.requests(for: "/handed.bin").count, 2)
     }
+
+    /// `ferry get` merges one URL given three times; `--no-dedupe` fetches each: with the
+    /// server holding its answers until both commands have queued, 1 + 3 GETs.
+    func testFerryGetNoDedupe() async throws {
+        let body = serve("/cli.bin", size: 100 * 1024, seed: 12)
+        server.set(.holdAnswers, on: "/cli.bin")
+        let url = server.url("/cli.bin")
+        for (flags, dir) in [([String](), "merged"), (["--no-dedupe"], "separate")] {
+            try FileManager.default.createDirectory(atPath: work + "/" + dir, withIntermediateDirectories: true)
+            let r = try ferry(["get", url, url, url, "-d", work + "/" + dir] + flags)
+            XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        }
+        try await waitUntilAsync("the first GET, its answer held") { server.isHoldingAnswer(for: "/cli.bin") }
+        server.release("/cli.bin")
+        let transfers = try await client.listTransfers()
+        XCTAssertEqual(transfers.count, 6)
+        for t in transfers {
+            let info = try await finish(t, timeout: 30)
+            XCTAssertEqual(info.state, "completed", info.errorMessage)
+        }
+        XCTAssertEqual(server.requests(for: "/cli.bin").count, 4, "one GET for the three merged, one each for --no-dedupe")
+        for dir in ["merged", "separate"] {
+            let names = try FileManager.default.contentsOfDirectory(atPath: work + "/" + dir)
+            XCTAssertEqual(names.count, 3, "\(dir): \(names)")
+            for name in names { assertFile(work + "/" + dir + "/" + name, equals: body) }
+        }
+    }
 }

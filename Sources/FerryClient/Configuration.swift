@@ -206,6 +206,10 @@ public struct DownloadOptions: Sendable, Equatable {
     /// discretionary-only windows (`discretionary`, contract v1.2); nil = as the
     /// session's ``FerrySession/Configuration/isDiscretionary`` says.
     public var isDiscretionary: Bool?
+    /// Fetch it once with a queued or running download of the same URL, headers and
+    /// checksum by this application, and get a copy of that download's file (`dedupe`,
+    /// contract v1.2; the service's default is true). false: always fetched on its own.
+    public var dedupe: Bool?
 
     public init() {}
 
@@ -226,6 +230,7 @@ public struct DownloadOptions: Sendable, Equatable {
         if overwrite { o["overwrite"] = .boolean(true) }
         if startsSuspended { o["start"] = .boolean(false) }
         if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
+        if let dedupe { o["dedupe"] = .boolean(dedupe) }
         return o
     }
 }

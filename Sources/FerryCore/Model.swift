@@ -109,6 +109,10 @@ public struct DownloadOptions: Sendable, Hashable {
     /// (v1.2) Waits for an unmetered network, mains power and the schedule's
     /// discretionary windows; nil = as the session's `discretionary` key says.
     public var discretionary: Bool?
+    /// (v1.2) Fetched once with a queued or running download of the same caller, URL,
+    /// headers and byte-changing options (`FetchKey`): this one follows it and gets its
+    /// own copy when the data is complete. False: always fetched on its own.
+    public var dedupe: Bool = true
     public init() {}
 }
 

@@ -142,7 +142,8 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         var download: UInt64 = 0, upload: UInt64 = 0
         for id in index.running {
-            guard let t = transfers[id] else { continue }
+            // A dedupe follower shows its leader's rate: counted once, with the leader.
+            guard let t = transfers[id], !t.life.isFollowing else { continue }
             if t.snapshot.kind == .upload { upload &+= t.snapshot.rate } else { download &+= t.snapshot.rate }
         }
         return ManagerSnapshot(activeTransfers: UInt32(index.running.count), queuedTransfers: UInt32(index.queuedOrWaiting),

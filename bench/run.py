@@ -17,6 +17,7 @@ one, with its own state directory, for each suite). Suites:
   upload    1 GiB PUT: Session.Upload against curl -T, with ferryd's peak RSS
   latency   HTTPS through a proxy adding 40 ms RTT: 1,000 x 100 KiB over h2 against curl -Z 100
             and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
+  dedupe    1,000 downloads of 10 URLs x 100 KiB: server GETs and wall with dedupe on and off
 
 Python 3 standard library only; no root needed. See bench/README.md.
 """
@@ -37,6 +38,7 @@ sys.dont_write_bytecode = True  # no __pycache__ beside the sources
 import harness as h
 import wire
 import suite_batch
+import suite_dedupe
 import suite_idle
 import suite_latency
 import suite_mirrors
@@ -56,6 +58,7 @@ SUITES = {
     "mirrors": suite_mirrors,
     "upload": suite_upload,
     "latency": suite_latency,
+    "dedupe": suite_dedupe,
 }
 
 

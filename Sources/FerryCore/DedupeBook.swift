@@ -25,6 +25,10 @@ struct FetchKey: Hashable {
     /// Discretionary downloads wait for conditions others do not: a follower would
     /// wait (or not wait) with a leader it does not resemble.
     var discretionary: Bool
+    /// (Mirrors and pieces) Another list of sources fetches differently, and other
+    /// pieces (or none) judge the bytes differently.
+    var mirrors: [String]
+    var pieces: PieceList?
 }
 
 /// Which downloads fetch for others (leaders) and which follow them. A follower has no

@@ -28,7 +28,8 @@ extension TransferCoordinator {
             .map { $0.name.lowercased() + ":" + $0.value }.sorted()
         return FetchKey(caller: s.owner, url: t.snapshot.url, headers: headers, sha256: t.options.sha256?.lowercased(),
                         proxy: config.proxy, cookieJar: config.cookies ? s.id : nil,
-                        discretionary: t.options.discretionary ?? config.discretionary)
+                        discretionary: t.options.discretionary ?? config.discretionary,
+                        mirrors: t.options.mirrors, pieces: t.options.pieces)
     }
 
     /// A new download (`add`, before it is indexed): it follows the queued or running

@@ -200,4 +200,18 @@ final class DedupeTests: XCTestCase {
         XCTAssertThrowsError(try FetchedCopy.copy(from: dir + "/link", within: nil, to: dir + "/x", within: nil),
                              "a link is never followed")
     }
+
+    /// Mirrors and pieces are part of the fetch: a download with pieces never follows
+    /// one without (its pieces would not be checked), nor one with other mirrors.
+    func testMirrorsAndPiecesAreNotMergedWithOtherFetches() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let pieces = try PieceList(length: 65536, hex: [String(repeating: "ab", count: 32)])
+        let plain = try dedupe(h, s, "plain.bin")
+        let checked = try dedupe(h, s, "checked.bin") { $0.pieces = pieces }
+        let mirrored = try dedupe(h, s, "mirrored.bin") { $0.pieces = pieces; $0.mirrors = ["https://mirror.example.org/file.bin"] }
+        let same = try dedupe(h, s, "same.bin") { $0.pieces = pieces; $0.mirrors = ["https://mirror.example.org/file.bin"] }
+        XCTAssertEqual(h.engine.startedIDs, [plain, checked, mirrored], "three fetches; the fourth follows the third")
+        XCTAssertEqual(h.state(same), .running)
+    }
 }

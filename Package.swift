@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "FerryMetalink"),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
-            "FerryInterface",
+            "FerryInterface", "FerryMetalink",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "HeapModule", package: "swift-collections"),

@@ -47,6 +47,9 @@ public struct EngineRequest: Sendable, Equatable {
     public var confinedTo: SandboxArea? = nil
     /// Where cookies come from and go to; nil = no cookies at all.
     public var cookieJar: EngineCookieJar? = nil
+    /// At most this much body (a small document fetched whole, such as a Metalink);
+    /// nil = no limit. Use with one connection.
+    public var bodyLimit: EngineBodyLimit? = nil
 
     public init(id: TransferID, url: String, headers: [(name: String, value: String)] = [],
                 partPath: String, offset: Int64 = 0, ifRange: String? = nil,
@@ -64,6 +67,19 @@ public struct EngineRequest: Sendable, Equatable {
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
             && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal && a.confinedTo == b.confinedTo
+            && a.bodyLimit == b.bodyLimit
+    }
+}
+
+/// A limit on a response body: a response that announces more (Content-Length), or
+/// sends more, fails the attempt with `error` as soon as it does, before more is read.
+public struct EngineBodyLimit: Sendable, Equatable {
+    public var bytes: Int64
+    public var error: FerryError
+
+    public init(bytes: Int64, error: FerryError) {
+        self.bytes = bytes
+        self.error = error
     }
 }
 

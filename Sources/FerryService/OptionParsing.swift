@@ -78,7 +78,7 @@ enum OptionParsing {
     }
 
     static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
-                               "speed-limit", "connections", "overwrite", "start", "discretionary"]
+                               "speed-limit", "connections", "overwrite", "start", "discretionary", "metalink"]
 
     static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
         var o = DownloadOptions()
@@ -95,6 +95,7 @@ enum OptionParsing {
             case "overwrite": o.overwrite = try typed(key, value, "b") { $0.bool }
             case "start": o.start = try typed(key, value, "b") { $0.bool }
             case "discretionary": o.discretionary = try typed(key, value, "b") { $0.bool }
+            case "metalink": o.metalink = try typed(key, value, "s") { $0.string }
             default: throw unknown(key, downloadKeys)
             }
         }

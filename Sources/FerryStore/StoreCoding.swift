@@ -73,9 +73,11 @@ struct DownloadOptionsRecord: Codable {
     var overwrite: Bool?
     var start: Bool?
     var discretionary: Bool?
+    var metalink: String?
 
     init(_ o: DownloadOptions) {
         discretionary = o.discretionary
+        metalink = o.metalink
         destination = o.destination; headers = o.headers; description = o.description; sha256 = o.sha256
         startAfter = o.startAfter; priority = o.priority; speedLimit = o.speedLimit
         connections = o.connections; overwrite = o.overwrite; start = o.start
@@ -94,6 +96,7 @@ struct DownloadOptionsRecord: Codable {
         if let v = overwrite { o.overwrite = v }
         if let v = start { o.start = v }
         o.discretionary = discretionary
+        o.metalink = metalink
         return o
     }
 }

@@ -1,0 +1,136 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// The `metalink` option (v1.2) on the real ferryd: the loopback server serves a
+/// Metalink 4 document and the file at several mirror paths.
+final class MetalinkTests: FerryTestCase {
+    static let namespace = "urn:ietf:params:xml:ns:metalink"
+
+    /// A Metalink 4 document for `body` with these `(url, priority)` sources.
+    func document(name: String, body: [UInt8], pieceLength: Int, urls: [(String, Int)]) -> [UInt8] {
+        var pieces = ""
+        var start = 0
+        while start < body.count {
+            let end = min(start + pieceLength, body.count)
+            pieces += "      <hash>\(TestData.sha256Hex(Array(body[start..<end])))</hash>\n"
+            start = end
+        }
+        let sources = urls.map { "    <url priority=\"\($0.1)\">\($0.0)</url>" }.joined(separator: "\n")
+        return Array("""
+        <?xml version="1.0" encoding="UTF-8"?>
+        <metalink xmlns="\(Self.namespace)">
+          <generator>FerryTests</generator>
+          <file name="\(name)">
+            <size>\(body.count)</size>
+            <hash type="sha-256">\(TestData.sha256Hex(body))</hash>
+            <pieces length="\(pieceLength)" type="sha-256">
+        \(pieces)    </pieces>
+        \(sources)
+          </file>
+        </metalink>
+        """.utf8)
+    }
+
+    /// The file comes from the document's URLs by priority: the best mirror serves a copy
+    /// with one corrupt piece, the next answers 404, the third has the file. The file
+    /// arrives byte-exact under the document's name, its Sha256 is the document's, and
+    /// the fourth mirror is never asked.
+    func testFileArrivesFromTheMirrorsByteExactPastACorruptOneAndA404() async throws {
+        let body = TestData.bytes(count: 300_000, seed: 41)
+        var corrupt = body
+        corrupt[2 * 65_536 + 17] ^= 0xFF // piece 2
+        server.add(path: "/m1/file.bin", body: corrupt)
+        // /m2/file.bin is not served: 404.
+        server.add(path: "/m3/file.bin", body: body)
+        server.add(path: "/m4/file.bin", body: body)
+        let meta = document(name: "release-1.0.iso", body: body, pieceLength: 65_536, urls: [
+            (server.url("/m4/file.bin"), 4), (server.url("/m1/file.bin"), 1),
+            (server.url("/m3/file.bin"), 3), (server.url("/m2/file.bin"), 2),
+        ])
+        server.add(path: "/release.meta4", body: meta)
+
+        let s = try await session()
+        let t = try await s.download(server.url("/release.meta4"), options: [
+            "destination": .string(work + "/"), "metalink": .string(server.url("/release.meta4")),
+        ])
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.destination, work + "/release-1.0.iso", "a directory destination takes the document's file name")
+        assertFile(work + "/release-1.0.iso", equals: body)
+        XCTAssertEqual(info.sha256.lowercased(), TestData.sha256Hex(body), "Sha256 is the document's, checked")
+        XCTAssertEqual(server.requests(for: "/release.meta4").count, 1)
+        XCTAssertGreaterThanOrEqual(server.requests(for: "/m1/file.bin").count, 1, "the best mirror is asked first")
+        XCTAssertGreaterThanOrEqual(server.requests(for: "/m2/file.bin").count, 1, "then the next by priority")
+        XCTAssertEqual(server.requests(for: "/m4/file.bin").count, 0, "the worst mirror is not needed")
+        XCTAssertEqual(partFiles(in: work), [], "no partial file and no document file is left")
+        let hidden = (try? FileManager.default.contentsOfDirectory(atPath: work))?.filter { $0.hasPrefix(".ferry-") } ?? []
+        XCTAssertEqual(hidden, [], "the fetched document is removed")
+    }
+
+    /// A document with a DOCTYPE and nested entities ("billion laughs"), and one over
+    /// 4 MiB, fail the transfer with InvalidMetalink; nothing is written to the final
+    /// name and no mirror is asked. The oversize one is stopped by its Content-Length,
+    /// and when it has none, once 4 MiB have come.
+    func testHostileDocumentsFailWithInvalidMetalink() async throws {
+        let body = serve("/f.bin", size: 5000)
+        var entities = "<!ENTITY lol0 \"lol\">"
+        for i in 1...9 { entities += "<!ENTITY lol\(i) \"" + String(repeating: "&lol\(i - 1);", count: 10) + "\">" }
+        let laughs = """
+        <?xml version="1.0"?>
+        <!DOCTYPE metalink [\(entities)]>
+        <metalink xmlns="\(Self.namespace)"><file name="f.bin"><identity>&lol9;</identity>
+        <url>\(server.url("/f.bin"))</url></file></metalink>
+        """
+        server.add(path: "/laughs.meta4", body: Array(laughs.utf8))
+        let good = document(name: "f.bin", body: body, pieceLength: 4096, urls: [(server.url("/f.bin"), 1)])
+        var padded = good
+        padded.insert(contentsOf: Array(repeating: UInt8(ascii: " "), count: 5 * 1024 * 1024), at: good.count - 20)
+        server.add(path: "/big.meta4", body: padded)
+        // Without a Content-Length (ended by closing): stopped once past 4 MiB.
+        let raw = try RawResponseServer(replies: [
+            "/unsized.meta4": Array("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n".utf8) + padded,
+        ])
+        defer { raw.stop() }
+
+        let s = try await session("com.example.Test", ["retries": .uint32(0)])
+        for (url, expected) in [(server.url("/laughs.meta4"), "DOCTYPE"), (server.url("/big.meta4"), "4 MiB"),
+                                (raw.url("/unsized.meta4"), "4 MiB")] {
+            let path = URL(string: url)!.path
+            let dest = work + "/out-\(path.dropFirst().prefix(3)).bin"
+            let t = try await s.download(url, options: [
+                "destination": .string(dest), "metalink": .string(url),
+            ])
+            let (_, errorName, errorMessage) = try await signals.completed(t.path)
+            XCTAssertEqual(errorName, "org.ferry.Ferry1.Error.InvalidMetalink", "\(path): \(errorMessage)")
+            XCTAssertTrue(errorMessage.contains(expected), "\(path): the message says why: \(errorMessage)")
+            let info = try await t.info()
+            XCTAssertEqual(info.state, "failed")
+            XCTAssertFalse(exists(dest), "\(path): nothing at the final name")
+            XCTAssertFalse(exists(dest + ".part"), "\(path): no partial file")
+        }
+        XCTAssertEqual(server.requests(for: "/f.bin").count, 0, "no mirror of a refused document is asked")
+        XCTAssertEqual(partFiles(in: work), [])
+        let hidden = (try? FileManager.default.contentsOfDirectory(atPath: work))?.filter { $0.hasPrefix(".ferry-") } ?? []
+        XCTAssertEqual(hidden, [], "the fetched documents are removed")
+    }
+
+    /// `metalink` must be an http(s) URL: anything else is InvalidArgument at the call,
+    /// and no transfer is made.
+    func testMetalinkOptionIsValidated() async throws {
+        let s = try await session()
+        for bad in ["ftp://example.org/x.meta4", "not a url", "", "file:///etc/passwd"] {
+            await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", bad) {
+                try await s.download(self.server.url("/x.bin"), options: ["metalink": .string(bad)])
+            }
+        }
+        await assertBusError("org.ferry.Ferry1.Error.InvalidArgument", "wrong type") {
+            try await s.download(self.server.url("/x.bin"), options: ["metalink": .boolean(true)])
+        }
+        let transfers = try await s.listTransfers()
+        XCTAssertEqual(transfers.count, 0, "a refused Download makes nothing")
+        XCTAssertEqual(server.requests.count, 0)
+    }
+}

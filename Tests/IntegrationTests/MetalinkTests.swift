@@ -117,6 +117,29 @@ final class MetalinkTests: FerryTestCase {
         XCTAssertEqual(hidden, [], "the fetched documents are removed")
     }
 
+    /// `ferry get --metalink URL -d DIR --wait` saves the file under the document's name;
+    /// with a hostile document it exits 1 naming InvalidMetalink; with a URL too, it is
+    /// refused before anything is asked.
+    func testCLIGetMetalink() async throws {
+        let body = serve("/cli/f.bin", size: 40_000, seed: 3)
+        server.add(path: "/cli/f.meta4", body: document(name: "from-doc.bin", body: body, pieceLength: 16_384,
+                                                        urls: [(server.url("/cli/f.bin"), 1)]))
+        server.add(path: "/cli/evil.meta4", body: Array("<?xml version=\"1.0\"?><!DOCTYPE m SYSTEM \"file:///etc/passwd\"><metalink/>".utf8))
+        let dir = work + "/cli"
+        let r = try ferry(["get", "--metalink", server.url("/cli/f.meta4"), "-d", dir, "--wait"])
+        XCTAssertEqual(r.status, 0, "stdout: \(r.stdout)\nstderr: \(r.stderr)")
+        assertFile(dir + "/from-doc.bin", equals: body)
+
+        let bad = try ferry(["get", "--metalink", server.url("/cli/evil.meta4"), "-o", work + "/evil.bin", "--wait"])
+        XCTAssertEqual(bad.status, 1, "stdout: \(bad.stdout)\nstderr: \(bad.stderr)")
+        XCTAssertTrue((bad.stdout + bad.stderr).contains("DOCTYPE"), bad.stderr)
+        XCTAssertFalse(exists(work + "/evil.bin"))
+
+        let both = try ferry(["get", "--metalink", server.url("/cli/f.meta4"), server.url("/cli/f.bin")])
+        XCTAssertNotEqual(both.status, 0)
+        XCTAssertTrue(both.stderr.contains("--metalink takes no other URL"), both.stderr)
+    }
+
     /// `metalink` must be an http(s) URL: anything else is InvalidArgument at the call,
     /// and no transfer is made.
     func testMetalinkOptionIsValidated() async throws {

@@ -42,7 +42,7 @@ final class MetalinkPhaseTests: XCTestCase {
         XCTAssertEqual(h.snapshot(t)?.bytesExpected, Int64(body.count))
         XCTAssertTrue(h.destination(t).hasSuffix("/named.iso"), h.destination(t))
 
-        h.succeed(t, body: Array("a corrupt copy".utf8), computeSHA: true)
+        h.succeed(t, body: Array("the real fil3".utf8), computeSHA: true) // same size, another hash
         XCTAssertEqual(h.state(t), .running, "a mismatch moves on to the next URL")
         XCTAssertEqual(h.engine.lastRequest(t)?.url, "https://b.example/f")
         h.succeed(t, body: body, computeSHA: true)

@@ -84,6 +84,11 @@ public struct TransferInfo: Sendable, Equatable {
     /// The object path of the group it was made in (v1.2 `Group`); "/" when none, ""
     /// from an older ferryd.
     public var group: String
+    /// The download's `mirrors` (v1.2 `Mirrors`), without credentials; empty when none.
+    public var mirrors: [String]
+    /// The `pieces` option's piece length and number of pieces (v1.2 `Pieces`); 0 when none.
+    public var pieceLength: UInt64
+    public var pieceCount: UInt32
 
     private typealias T = FerryInterface.TransferProperty
 
@@ -120,6 +125,12 @@ public struct TransferInfo: Sendable, Equatable {
         T.singleConnectionReason.name: { $0.singleConnectionReason = $1.string ?? "" },
         T.group.name: { $0.group = $1.string ?? "" },
         T.connectionLimitReason.name: { $0.connectionLimitReason = $1.string ?? "" },
+        T.mirrors.name: { $0.mirrors = $1.arrayElements?.compactMap(\.string) ?? [] },
+        T.pieces.name: { info, value in
+            let fields = value.structFields ?? []
+            info.pieceLength = fields.first?.uint64 ?? 0
+            info.pieceCount = fields.dropFirst().first?.uint32 ?? 0
+        },
     ]
 
     /// A transfer with no properties known: every field at its default.
@@ -131,6 +142,7 @@ public struct TransferInfo: Sendable, Equatable {
         errorName = ""; errorMessage = ""; httpStatus = 0; attempts = 0; resumable = false; sha256 = ""
         created = 0; started = 0; completed = 0; priority = 0; speedLimit = 0; response = []
         nextAttempt = 0; singleConnectionReason = ""; connectionLimitReason = ""; group = ""
+        mirrors = []; pieceLength = 0; pieceCount = 0
     }
 
     /// From `GetAll`/`GetManagedObjects` entries in one pass (no dictionary: a

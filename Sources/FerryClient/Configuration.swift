@@ -211,6 +211,25 @@ public struct DownloadOptions: Sendable, Equatable {
     /// file from its URLs, best first, checked against its size and SHA-256. A document
     /// it cannot use fails the task with ``FerryError/invalidMetalink(_:)``.
     public var metalink: URL?
+    /// More http or https URLs of the same file (`mirrors`, contract v1.2; at most 16):
+    /// the download's ranges are spread over its URL and these, and a mirror that fails
+    /// (an error, a short answer, a bad piece) is dropped for that attempt.
+    public var mirrors: [URL] = []
+    /// The SHA-256 of each piece of the file (`pieces`, contract v1.2): every piece is
+    /// checked as it completes and a bad one is fetched again, from another mirror
+    /// where there is one; when every source fails a piece the download fails with
+    /// `checksumMismatch` naming them.
+    public var pieces: Pieces?
+
+    /// A piece length and the SHA-256 of each piece, in order (the last piece holds
+    /// what is left of the file).
+    public struct Pieces: Sendable, Equatable {
+        /// Bytes per piece: 16 KiB to 1 GiB.
+        public var length: UInt64
+        /// 64 hexadecimal digits per piece; at most 32,768 pieces.
+        public var sha256: [String]
+        public init(length: UInt64, sha256: [String]) { self.length = length; self.sha256 = sha256 }
+    }
 
     public init() {}
 
@@ -232,6 +251,8 @@ public struct DownloadOptions: Sendable, Equatable {
         if startsSuspended { o["start"] = .boolean(false) }
         if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
         if let metalink { o["metalink"] = .string(metalink.absoluteString) }
+        if !mirrors.isEmpty { o["mirrors"] = .stringArray(mirrors.map(\.absoluteString)) }
+        if let pieces { o["pieces"] = .structure([.uint64(pieces.length), .stringArray(pieces.sha256)]) }
         return o
     }
 }

@@ -15,6 +15,7 @@ enum DownloadOptionsValidation {
         }
         try HeaderFields.validate(options.headers)
         if let metalink = options.metalink { try validateMetalinkURL(metalink) }
+        try validateMirrors(options.mirrors)
     }
 
     /// An http or https URL of at most 64 KiB; any other is `InvalidArgument` (the
@@ -25,6 +26,21 @@ enum DownloadOptionsValidation {
         } catch let error as FerryError {
             if case .limitExceeded = error { throw error }
             throw FerryError.invalidArgument("metalink: \(error.message)")
+        }
+    }
+
+    /// Each mirror an http or https URL as `RequestURL` checks them; a malformed one is
+    /// an `InvalidArgument` that names its index.
+    static func validateMirrors(_ mirrors: [String]) throws {
+        guard mirrors.count <= Limits.mirrors else {
+            throw FerryError.invalidArgument("mirrors lists \(mirrors.count) URLs; at most \(Limits.mirrors) are allowed")
+        }
+        for (i, mirror) in mirrors.enumerated() {
+            do {
+                _ = try RequestURL.validate(mirror)
+            } catch let error as FerryError {
+                throw FerryError.invalidArgument("mirror \(i): \(error.message)")
+            }
         }
     }
 

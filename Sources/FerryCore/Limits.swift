@@ -13,6 +13,8 @@ public enum Limits {
     public static let streamsPerConnection = 100
     /// A URL (`Download`, `Upload`, `SetUrl`, the resume data's, a proxy's).
     public static let urlBytes = 64 * 1024
+    /// (v1.2) URLs in one download's `mirrors` (refused beyond with `InvalidArgument`).
+    public static let mirrors = 16
     /// A file path: PATH_MAX.
     public static let pathBytes = 4096
     /// One name in a path: NAME_MAX.

@@ -113,6 +113,12 @@ public struct DownloadOptions: Sendable, Hashable {
     /// starts, its URLs, size, SHA-256 and pieces then say where the file comes from and
     /// how it is checked.
     public var metalink: String?
+    /// (v1.2) More URLs of the same file: a segmented download spreads its ranges over
+    /// the URL and these (at most `DownloadOptionsValidation.maximumMirrors`).
+    public var mirrors: [String] = []
+    /// (v1.2) The SHA-256 of each piece: every piece is checked as it completes and a
+    /// bad one fetched again, from another mirror where there is one.
+    public var pieces: PieceList?
     public init() {}
 }
 
@@ -201,6 +207,12 @@ public struct TransferSnapshot: Sendable, Hashable {
     /// refused ranges, the file is small, …); "" otherwise (the
     /// `SingleConnectionReason` addition).
     public var singleConnectionReason: String = ""
+    /// (v1.2) The `mirrors` option, shown without credentials (the `Mirrors` property).
+    public var mirrors: [String] = []
+    /// (v1.2) The `pieces` option's piece length and number of pieces; 0 without
+    /// (the `Pieces` property).
+    public var pieceLength: UInt64 = 0
+    public var pieceCount: UInt32 = 0
     /// Why a download runs on fewer connections than it asked for (the session's
     /// `max-connections-per-host`); "" otherwise (the `ConnectionLimitReason` addition).
     public var connectionLimitReason: String = ""

@@ -56,6 +56,28 @@ public struct SegmentMap: Sendable, Equatable, CustomStringConvertible {
         done = result
     }
 
+    /// Marks `range` as not on disk (a piece that failed its check).
+    public mutating func remove(_ range: Range<Int64>) {
+        guard !range.isEmpty else { return }
+        var result: [Range<Int64>] = []
+        result.reserveCapacity(done.count + 1)
+        for r in done {
+            if r.upperBound <= range.lowerBound || r.lowerBound >= range.upperBound {
+                result.append(r)
+                continue
+            }
+            if r.lowerBound < range.lowerBound { result.append(r.lowerBound..<range.lowerBound) }
+            if r.upperBound > range.upperBound { result.append(range.upperBound..<r.upperBound) }
+        }
+        done = result
+    }
+
+    /// Whether every byte of `range` is on disk.
+    public func contains(_ range: Range<Int64>) -> Bool {
+        guard !range.isEmpty else { return true }
+        return done.contains { $0.lowerBound <= range.lowerBound && $0.upperBound >= range.upperBound }
+    }
+
     /// Bytes on disk.
     public var bytesDone: Int64 { done.reduce(0) { $0 + Int64($1.count) } }
 

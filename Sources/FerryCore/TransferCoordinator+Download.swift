@@ -26,6 +26,7 @@ extension TransferCoordinator {
         let s = try openSessionRecord(session)
         let requestURL = try validateRequestURL(url)
         try DownloadOptionsValidation.validate(options)
+        try validateMirrors(options.mirrors)
         let resolved = try resolver(except: nil).resolve(requested: options.destination,
                                                           defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
                                                           suggestedName: requestURL.suggestedFileName,
@@ -122,6 +123,7 @@ extension TransferCoordinator {
         let data = try openResumeData(resumeData)
         let requestURL = try validateRequestURL(data.url)
         try DownloadOptionsValidation.validate(options)
+        try validateMirrors(options.mirrors)
         let intoDescriptor = Self.isDescriptorDownloadPath(data.destination)
         let partName = intoDescriptor ? "the download's partial file" : "the partial file '\(data.partPath)'"
         if intoDescriptor {
@@ -262,6 +264,13 @@ extension TransferCoordinator {
         let checked = try RequestURL.validate(url)
         if let refusal = engineRefusal(of: url) { throw FerryError.invalidUrl(refusal) }
         return checked
+    }
+
+    /// Mirrors the engine's own parser refuses are malformed values (`InvalidArgument`).
+    func validateMirrors(_ mirrors: [String]) throws {
+        for (i, mirror) in mirrors.enumerated() {
+            if let refusal = engineRefusal(of: mirror) { throw FerryError.invalidArgument("mirror \(i): \(refusal)") }
+        }
     }
 
     /// Why the engine's own parser refuses `url` (a request's or a proxy's), in words

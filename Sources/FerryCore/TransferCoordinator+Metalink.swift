@@ -22,6 +22,25 @@ public struct ResolvedMetalink: Sendable, Equatable {
     }
 
     public var currentURL: String { urls[min(current, urls.count - 1)] }
+
+    /// The URLs after the current one, then `extra` (the `mirrors` option), without
+    /// repeats, at most `Limits.mirrors`: an attempt's mirrors.
+    public func mirrors(adding extra: [String]) -> [String] {
+        var seen: Set<String> = [currentURL]
+        var list: [String] = []
+        for url in urls.dropFirst(current + 1) + extra where list.count < Limits.mirrors && seen.insert(url).inserted {
+            list.append(url)
+        }
+        return list
+    }
+
+    /// The document's sha-256 pieces as the `pieces` option takes them; nil without, or
+    /// when they are outside its limits (piece length 16 KiB to 1 GiB, at most 32,768
+    /// pieces): the file is then checked whole.
+    public var pieceList: PieceList? {
+        guard let pieces = document.pieces, pieces.length > 0 else { return nil }
+        return try? PieceList(length: UInt64(pieces.length), hex: pieces.sha256)
+    }
 }
 
 /// The `metalink` option (v1.2): the first attempt of such a download fetches the
@@ -31,9 +50,11 @@ public struct ResolvedMetalink: Sendable, Equatable {
 /// fetch the file from the document's URLs, checked against its size and SHA-256. A
 /// document that cannot be used fails the transfer with `InvalidMetalink`.
 ///
-/// Until the `mirrors`/`pieces` machinery takes `ResolvedMetalink` over, a source that
-/// answers with a final HTTP error, or whose file fails the check, is left for the
-/// next URL, from byte 0.
+/// Each attempt fetches from the current URL with the document's other URLs as its
+/// mirrors and the document's pieces as its pieces (`request(for:)`): the engine spreads
+/// ranges over them, checks every piece and fetches a bad one again elsewhere. Beyond
+/// that, a current URL that answers a final HTTP error, or a file that fails the size or
+/// whole-file check, moves the transfer on to the next URL, from byte 0.
 extension TransferCoordinator {
     /// The hidden file the document is fetched into: beside the `.part` (so a sandboxed
     /// application's stays in its folder), short whatever the file's name.
@@ -101,6 +122,14 @@ extension TransferCoordinator {
         let doc = resolved.document
         logger.info("transfer \(t.id): Metalink document read: \(resolved.urls.count) URLs, size \(doc.size.map(String.init) ?? "not given"), sha-256 \(doc.sha256 == nil ? "not given" : "given"), \(doc.pieces?.sha256.count ?? 0) pieces")
         if let size = doc.size { t.snapshot.bytesExpected = size }
+        // The `Mirrors` and `Pieces` properties say what the file is now fetched from and checked by.
+        if t.options.mirrors.isEmpty { t.snapshot.mirrors = resolved.mirrors(adding: []).map { Redaction.urlWithoutCredentials($0) } }
+        if t.options.pieces == nil, let pieces = resolved.pieceList {
+            t.snapshot.pieceLength = UInt64(pieces.length)
+            t.snapshot.pieceCount = UInt32(pieces.count)
+        } else if t.options.pieces == nil, doc.pieces != nil {
+            logger.info("transfer \(t.id): the Metalink document's pieces are outside the pieces limits (16 KiB to 1 GiB, at most \(PieceList.maximumCount)); the file is checked whole")
+        }
         if t.serverMayName {
             // A directory was given: the file takes the document's name (its last part,
             // made safe), and no Content-Disposition of a mirror changes it.
@@ -153,5 +182,12 @@ extension FileDigest {
             if data.count > max { return nil }
         }
         return data
+    }
+}
+
+extension FerryError {
+    var isChecksumMismatch: Bool {
+        if case .checksumMismatch = self { return true }
+        return false
     }
 }

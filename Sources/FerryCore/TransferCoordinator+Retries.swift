@@ -40,7 +40,8 @@ extension TransferCoordinator {
         let maxRetries = sessions[t.session]?.configuration.retries ?? 0
         guard case .retry(var seconds) = environment.retryPolicy.decide(error, t.retriesUsed + 1, maxRetries),
               seconds.isFinite, seconds >= 0 else {
-            if !t.isAwaitingMetalink, tryNextMetalinkSource(t, because: error.message) { return }
+            // (Not after a piece every source failed: the engine tried them all.)
+            if !t.isAwaitingMetalink, !error.isChecksumMismatch, tryNextMetalinkSource(t, because: error.message) { return }
             failTransfer(t, error)
             return
         }

@@ -96,6 +96,14 @@ extension TransferCoordinator {
         request.upload = engineUpload(t)
         if !t.isUpload {
             request.connections = connectionCount(t)
+            request.mirrors = t.options.mirrors
+            request.pieces = t.options.pieces
+            if let resolved = t.metalink {
+                // The document's other URLs are the attempt's mirrors, its pieces its
+                // pieces (the options' own come first).
+                request.mirrors = resolved.mirrors(adding: t.options.mirrors)
+                if request.pieces == nil { request.pieces = resolved.pieceList }
+            }
             if t.attemptOffset > 0 || t.segments != nil { request.knownTotal = t.snapshot.bytesExpected }
             if let map = t.segments, let validator = t.validator {
                 request.segments = map

@@ -50,6 +50,18 @@ public struct EngineRequest: Sendable, Equatable {
     /// At most this much body (a small document fetched whole, such as a Metalink);
     /// nil = no limit. Use with one connection.
     public var bodyLimit: EngineBodyLimit? = nil
+    /// (v1.2) More URLs of the same file: the download runs as a segmented one and
+    /// spreads its range requests over `url` and these; a source that fails (an error,
+    /// a short answer, a bad piece) is dropped for the attempt and its ranges go to the
+    /// others. Range requests to a mirror carry no `If-Range` (mirrors have their own
+    /// validators): their bytes are checked by `pieces`, the length and `sha256`.
+    public var mirrors: [String] = []
+    /// (v1.2) The SHA-256 of each piece: every piece is checked as it completes, range
+    /// requests begin and end at piece boundaries, `EngineEvent.segments` then lists
+    /// only verified pieces, and a bad piece is fetched again from another source.
+    /// When every source has failed, the attempt fails with `.checksumMismatch`
+    /// naming them.
+    public var pieces: PieceList? = nil
 
     public init(id: TransferID, url: String, headers: [(name: String, value: String)] = [],
                 partPath: String, offset: Int64 = 0, ifRange: String? = nil,
@@ -67,7 +79,7 @@ public struct EngineRequest: Sendable, Equatable {
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
             && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal && a.confinedTo == b.confinedTo
-            && a.bodyLimit == b.bodyLimit
+            && a.bodyLimit == b.bodyLimit && a.mirrors == b.mirrors && a.pieces == b.pieces
     }
 }
 

@@ -215,6 +215,11 @@ final class TransferRecord {
          serverMayName: Bool) {
         self.id = snapshot.id; self.session = snapshot.session; self.snapshot = snapshot; self.life = life
         self.options = options; self.host = host; self.directory = directory; self.serverMayName = serverMayName
+        if !options.mirrors.isEmpty { self.snapshot.mirrors = options.mirrors.map { Redaction.urlWithoutCredentials($0) } }
+        if let pieces = options.pieces {
+            self.snapshot.pieceLength = UInt64(pieces.length)
+            self.snapshot.pieceCount = UInt32(pieces.count)
+        }
         syncState()
     }
 

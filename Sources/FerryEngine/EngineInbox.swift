@@ -34,6 +34,9 @@ enum AttemptJob {
     case uploadChunk(UploadChunk)
     /// A segmented download's prefix is hashed up to `upTo`.
     case hashed(epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
+    /// (Pieces) A piece of a segmented download was hashed: `matches` nil when it
+    /// could not be read. `source` fetched it (-1: it was on disk from before).
+    case pieceChecked(epoch: Int, index: Int, source: Int, matches: Bool?)
     /// A running download's part file was synced (`PartFileWriteback.syncIfDue`) with
     /// these bytes in it; `epoch` says which writing of the file (one that started the
     /// file over since makes it void).

@@ -46,6 +46,10 @@ final class RangeConnection: PacedHandle {
     var isThrottled = false
     /// When this connection was started or last brought anything (monotonic ns).
     var lastDataAt: UInt64 = 0
+    /// (Mirrors) Which of the download's sources it asks: 0 the URL, then the mirrors.
+    var source = 0
+    /// (Pieces) Where the pieces it wrote and handed to be checked end (nil: `start`).
+    var piecesHandedUpTo: Int64?
     private unowned let download: SegmentedDownload
 
     var speedLimit: UInt64 { download.pacer.limit }
@@ -135,6 +139,7 @@ final class RangeConnection: PacedHandle {
     func restart(at offset: Int64) {
         start = offset
         body = BodyBuffer(startingAt: offset)
+        piecesHandedUpTo = nil
     }
 
     /// Writes what `body` holds into `file`. Returns the failure, if any (what could

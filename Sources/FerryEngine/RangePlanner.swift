@@ -20,6 +20,12 @@ struct RangePlanner {
     }
 
     var minimum: Int64
+    /// (Pieces) Ranges begin and end at multiples of this, or at the file's end.
+    var alignment: Int64 = 1
+    /// (Pieces) No range longer than this, and no work stealing: a connection cut
+    /// short would leave a piece half fetched, and the server would have sent more of
+    /// its range than is kept.
+    var maximum: Int64? = nil
 
     /// The next range for one of `idle` idle connections, or nil when there is nothing
     /// worth splitting.
@@ -28,9 +34,17 @@ struct RangePlanner {
         for claim in claims { claimed.insert(claim.start..<min(claim.end, done.total)) }
         if let hole = claimed.missing.first {
             let parts = max(1, min(Int64(max(idle, 1)), Int64(hole.count) / minimum))
-            let length = parts > 1 ? Int64(hole.count) / parts : Int64(hole.count)
-            return .unclaimed(hole.lowerBound..<(hole.lowerBound + length))
+            var length = parts > 1 ? Int64(hole.count) / parts : Int64(hole.count)
+            if let maximum { length = min(length, maximum) }
+            var end = hole.lowerBound + length
+            if alignment > 1, end < hole.upperBound {
+                end = end / alignment * alignment
+                if end <= hole.lowerBound { end = hole.lowerBound + alignment }
+                end = min(end, hole.upperBound)
+            }
+            return .unclaimed(hole.lowerBound..<end)
         }
+        guard maximum == nil else { return nil }
         var best: (index: Int, left: Int64)?
         for (index, claim) in claims.enumerated() {
             let left = min(claim.end, done.total) - claim.position

@@ -87,6 +87,30 @@ final class SegmentedDownload: EngineAttempt {
     private var space = DiskSpaceGuard()
     private var writtenSinceWriteback: Int64 = 0
 
+    /// (Mirrors) One place range requests go: the URL (index 0, after redirects
+    /// `rangeURL`) or a mirror.
+    private struct Source {
+        var url: String
+        /// Shown in the log and in errors: without credentials.
+        var shown: String
+        /// The caller's headers go to the URL's origin only.
+        var sendsHeaders: Bool
+        /// Why it was dropped for this attempt; nil while it is used.
+        var dropped: String?
+        /// Bad pieces it sent.
+        var badPieces = 0
+    }
+    private var sources: [Source]
+    /// (Pieces) Every piece is checked as it completes; `done` then holds verified
+    /// pieces only, and `pending` the pieces being checked.
+    private let pieces: PieceList?
+    private enum PieceState: UInt8 { case missing, checking, verified }
+    private var pieceStates: [PieceState] = []
+    private var pending: SegmentMap?
+    private var piecesChecking = 0
+    /// Pieces fetched whole again after failing their check.
+    private var piecesRefetched = 0
+
     init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
         self.request = request
         self.attempt = attempt
@@ -96,6 +120,11 @@ final class SegmentedDownload: EngineAttempt {
         self.rangeURL = request.url
         self.firstURL = request.url
         if request.computeSHA256 { hasher = SHA256() }
+        self.pieces = request.pieces
+        self.sources = ([request.url] + request.mirrors).enumerated().map { i, url in
+            Source(url: url, shown: Redaction.urlWithoutCredentials(url),
+                   sendsHeaders: i == 0 || CrossOriginRedirect.target(of: url, from: request.url) == nil)
+        }
     }
 
     deinit {
@@ -117,8 +146,14 @@ final class SegmentedDownload: EngineAttempt {
         init(request: EngineRequest, sizeOnDisk: Int64) {
             let validator = request.ifRange
             // Continue from a map only with its validator and a part file that holds its ranges.
-            if let map = request.segments, validator != nil, sizeOnDisk >= (map.done.last?.upperBound ?? 0) {
+            if let map = request.segments, validator != nil, sizeOnDisk >= (map.done.last?.upperBound ?? 0),
+               request.pieces?.fits(total: map.total) ?? true {
                 self.map = map
+                return
+            }
+            if request.pieces != nil {
+                // Only checked pieces are kept (as a map): a prefix without one starts over.
+                keepsValidator = request.segments == nil && request.offset == 0
                 return
             }
             if request.offset > 0, validator != nil, sizeOnDisk >= request.offset {
@@ -171,6 +206,7 @@ final class SegmentedDownload: EngineAttempt {
         if let map = plan.map {
             done = map
             total = map.total
+            if pieces != nil { return recheckPieces(of: map) }
             if map.isComplete { return alreadyComplete() }
             return service()
         }
@@ -180,14 +216,30 @@ final class SegmentedDownload: EngineAttempt {
 
     /// The first request of a fresh download: the whole file (or the rest after `from`).
     private func startFirst(from: Int64) {
+        if let pieces, from == 0, !single {
+            // Whole pieces from the start, and no more: the length comes with the answer,
+            // and the server is not asked for bytes another connection will fetch.
+            let share = Int64((pieces.count + maxConnections - 1) / maxConnections) * pieces.length
+            let end = min(share, pieceChunk(pieces), pieces.maximumTotal)
+            let connection = RangeConnection(download: self, start: 0, end: end, requestedEnd: end,
+                                             sentIfRange: false, isFirst: true)
+            return launch(connection, url: firstURL)
+        }
         let connection = RangeConnection(download: self, start: from, end: Int64.max, requestedEnd: nil,
                                          sentIfRange: from > 0 && validator != nil, isFirst: true)
         launch(connection, url: firstURL)
     }
 
+    /// (Pieces) The longest range one request asks for: whole pieces, about 4 MiB.
+    private func pieceChunk(_ pieces: PieceList) -> Int64 {
+        max(pieces.length, (4 << 20) / pieces.length * pieces.length)
+    }
+
     private func launch(_ connection: RangeConnection, url: String) {
         let perConnection = pacer.limit > 0 ? Int(clamping: pacer.limit / 4 / UInt64(maxConnections)) : CurlTransfer.bufferSize
-        let rc = connection.makeHandle(request: request, url: url, validator: validator,
+        var request = self.request
+        if !sources[connection.source].sendsHeaders { request.headers = [] }
+        let rc = connection.makeHandle(request: request, url: url, validator: connection.source == 0 ? validator : nil,
                                        receiveBuffer: perConnection, cookies: loop.cookies,
                                        separateConnection: maxConnections > 1)
         connection.lastDataAt = monotonicNanoseconds()
@@ -210,17 +262,26 @@ final class SegmentedDownload: EngineAttempt {
     /// Judges a connection's final response head. Returns false to end the connection.
     func accept(_ connection: RangeConnection, _ head: ResponseHead) -> Bool {
         let status = head.status
+        if !connection.isFirst, sources.count > 1, !(Self.busyStatuses.contains(status) && connections.count > 1),
+           let problem = sourceAnswerProblem(connection, head), otherSourceAlive(than: connection.source) {
+            // A source that answers wrongly is dropped; its range goes back to the pool.
+            dropSource(connection.source, because: problem)
+            connection.refused = true
+            loop.requestService(self)
+            return false
+        }
         if status >= 300 && !(status == 416 && connection.isFirst && connection.start > 0) {
-            if connection.requestedEnd != nil && Self.busyStatuses.contains(status) && connections.count > 1 {
+            if !connection.isFirst && connection.requestedEnd != nil && Self.busyStatuses.contains(status) && connections.count > 1 {
                 // Busy: fewer connections, and its range goes back to the pool.
                 connection.refused = true
                 maxConnections = max(1, connections.count - 1)
                 return false
             }
-            if connection.requestedEnd != nil && status == 416 {
+            if !connection.isFirst && connection.requestedEnd != nil && status == 416 {
                 return restart(because: "the file changed on the server (a range it had is gone)", connection)
             }
-            if connection.requestedEnd != nil, !Self.busyStatuses.contains(status), let handled = rangesRefused(connection, head) {
+            if !connection.isFirst, connection.requestedEnd != nil, !Self.busyStatuses.contains(status),
+               let handled = rangesRefused(connection, head) {
                 return handled
             }
             emitResponse(head, connection: connection, startOffset: connection.start)
@@ -288,8 +349,9 @@ final class SegmentedDownload: EngineAttempt {
             return false
         }
         if head.status == 206 {
-            guard connection.start > 0, let text = head.contentRange, let range = ContentRange(text),
-                  range.first == connection.start, validatorMatches(head) else {
+            guard connection.start > 0 || connection.requestedEnd != nil, let text = head.contentRange,
+                  let range = ContentRange(text), range.first == connection.start, validatorMatches(head),
+                  connection.requestedEnd.map({ end in range.last.map { $0 + 1 == min(end, range.total ?? -1) } ?? false }) ?? true else {
                 return restart(because: "the server sent a range that does not match the one asked for", connection)
             }
             total = range.total ?? -1
@@ -303,6 +365,14 @@ final class SegmentedDownload: EngineAttempt {
             }
             total = head.contentLength ?? -1
         }
+        if let pieces {
+            guard pieces.fits(total: total) else {
+                fail(.checksumMismatch(total < 0 ? "\(EasyHandleSetup.hostDescription(request.url)) sent no length, which pieces need"
+                    : "The file is \(total) bytes; its \(pieces.count) pieces of \(pieces.length) bytes describe \(Int64(pieces.count - 1) * pieces.length + 1) to \(pieces.maximumTotal) bytes"), connection)
+                return false
+            }
+            preparePieces()
+        }
         if total > 0, let error = space.reserve(file, from: connection.start, to: total) {
             fail(.disk(error.message), connection)
             return false
@@ -315,7 +385,7 @@ final class SegmentedDownload: EngineAttempt {
             reason = "the server did not send the file's length"
         } else if !(head.acceptsByteRanges || head.status == 206) {
             reason = "the server does not accept range requests (no Accept-Ranges: bytes)"
-        } else if strong == nil {
+        } else if strong == nil && pieces == nil {
             reason = "the server sent no strong validator (ETag or Last-Modified) to check ranges against"
         }
         rangeURL = EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url)
@@ -325,9 +395,13 @@ final class SegmentedDownload: EngineAttempt {
             map.insert(0..<connection.start)
             done = map
             connection.end = total
-            let left = total - connection.start
-            let parts = max(1, min(Int64(maxConnections), left / Self.minimumRange))
-            if parts > 1 { connection.end = connection.start + left / parts }
+            if let requestedEnd = connection.requestedEnd {
+                connection.end = min(requestedEnd, total) // pieces: the range it asked for
+            } else {
+                let left = total - connection.start
+                let parts = max(1, min(Int64(maxConnections), left / Self.minimumRange))
+                if parts > 1 { connection.end = connection.start + left / parts }
+            }
             singleReason = nil
             loop.requestService(self) // the other connections start outside this callback
         } else {
@@ -347,12 +421,17 @@ final class SegmentedDownload: EngineAttempt {
               let last = range.last, last + 1 == connection.requestedEnd, range.total == total else {
             return restart(because: "the server sent a range that does not match the one asked for (\(head.contentRange ?? "no Content-Range"))", connection)
         }
-        guard validatorMatches(head) else {
+        guard connection.source != 0 || validatorMatches(head) else {
             return restart(because: "the file changed on the server (its validator is now \(head.etag ?? head.lastModified ?? "missing"))", connection)
         }
         connection.accepted = true
         if !responded {
-            emitResponse(head, connection: connection, startOffset: currentMap()?.bytesDone ?? 0, acceptsRanges: true)
+            if connection.source == 0 {
+                emitResponse(head, connection: connection, startOffset: keptBytes(), acceptsRanges: true)
+            } else {
+                // A mirror's validator is its own: the transfer keeps the URL's.
+                emitKeptValidator(startOffset: keptBytes(), connections: maxConnections)
+            }
         }
         return true
     }
@@ -372,6 +451,13 @@ final class SegmentedDownload: EngineAttempt {
         done = nil
         total = head.contentLength ?? -1
         unreportedBytes = 0
+        if let pieces {
+            guard pieces.fits(total: total) else {
+                fail(.checksumMismatch("The file is now \(total) bytes, which its pieces do not describe"), connection)
+                return false
+            }
+            preparePieces()
+        }
         connection.restart(at: 0)
         connection.end = total >= 0 ? total : Int64.max
         connection.accepted = true
@@ -536,15 +622,20 @@ final class SegmentedDownload: EngineAttempt {
     private func connectionEnded(at index: Int, finishedRange: Bool, error: FerryError?) {
         let connection = connections[index]
         writeHeld(connection)
+        handPieces(of: connection)
         if single, connection.accepted, finishedRange, connection.end == Int64.max {
             total = connection.position // the length was unknown: the connection's end is the file's
         }
-        if !connection.cancelled { done?.insert(connection.start..<connection.position) }
+        // With pieces, only checked pieces go in the map (`pieceChecked`).
+        if !connection.cancelled, pieces == nil { done?.insert(connection.start..<connection.position) }
         if done == nil, connections.count == 1 { prefixKept = Self.prefixOnDisk(connection) }
         connection.release(from: loop)
         connections.remove(at: index)
         if let error {
-            if single || done == nil || connection.failure != nil {
+            if !single, done != nil, connection.failure == nil, otherSourceAlive(than: connection.source) {
+                // A source that cuts its answers short or stalls is dropped; others go on.
+                dropSource(connection.source, because: error.message)
+            } else if single || done == nil || connection.failure != nil {
                 // One connection for the whole file, or a failure no other connection can mend.
                 if pendingFailure == nil { pendingFailure = error }
             } else {
@@ -587,13 +678,25 @@ final class SegmentedDownload: EngineAttempt {
             unreportedBytes = 0
             if let error = file?.truncate(to: 0) { return finish(.failed(.disk(error.message), bytesOnDisk: 0)) }
             restartHash()
+            pieceStates = []; pending = nil; piecesChecking = 0
             return startFirst(from: 0)
         }
         if let map = done, !single {
-            let planner = RangePlanner(minimum: Self.minimumRange)
+            var planner = RangePlanner(minimum: Self.minimumRange)
+            var base = map
+            if let pieces {
+                // Pieces being checked count as fetched; ranges are whole pieces.
+                planner.alignment = pieces.length
+                planner.maximum = pieceChunk(pieces)
+                for range in pending?.done ?? [] { base.insert(range) }
+            }
             while connections.count < maxConnections, connections.allSatisfy({ $0.accepted || !$0.isFirst }) {
                 let claims = connections.map { RangePlanner.Claim(start: $0.start, position: $0.received, end: $0.end) }
-                guard let next = planner.next(done: map, claims: claims, idle: maxConnections - connections.count) else { break }
+                guard let next = planner.next(done: base, claims: claims, idle: maxConnections - connections.count) else { break }
+                guard let source = pickSource() else {
+                    pendingFailure = everySourceFailed()
+                    return service()
+                }
                 let range: Range<Int64>
                 switch next {
                 case .unclaimed(let hole):
@@ -602,29 +705,49 @@ final class SegmentedDownload: EngineAttempt {
                     range = at..<min(connections[victim].end, map.total)
                     connections[victim].end = at
                 }
-                launch(RangeConnection(download: self, start: range.lowerBound, end: range.upperBound,
-                                       requestedEnd: range.upperBound, sentIfRange: true, isFirst: false), url: rangeURL)
+                let connection = RangeConnection(download: self, start: range.lowerBound, end: range.upperBound,
+                                                 requestedEnd: range.upperBound, sentIfRange: source == 0, isFirst: false)
+                connection.source = source
+                launch(connection, url: source == 0 ? rangeURL : sources[source].url)
                 if pendingFailure != nil { return service() }
             }
-            if connections.isEmpty, let current = currentMap(), current.isComplete { return complete() }
+            if connections.isEmpty, piecesChecking > 0 { return } // the checks decide what is left
+            if connections.isEmpty, let current = currentMap(), current.isComplete {
+                return responded ? complete() : alreadyComplete()
+            }
             if connections.isEmpty {
                 return finish(.failed(.network("No connection is left to fetch the rest of the file"), bytesOnDisk: bytesForOutcome()))
             }
         } else if connections.isEmpty {
-            if single, total >= 0 { return complete() }
+            if single, total >= 0 {
+                if pieces != nil {
+                    if piecesChecking > 0 { return }
+                    if let bad = pieceStates.firstIndex(where: { $0 != .verified }) {
+                        return finish(.failed(.checksumMismatch("Piece \(bad) of \(sources[0].shown) could not be verified"), bytesOnDisk: bytesForOutcome()))
+                    }
+                }
+                return complete()
+            }
         }
     }
 
     // MARK: - The end
 
     private func alreadyComplete() {
+        emitKeptValidator(startOffset: total, connections: 0)
+        complete()
+    }
+
+    /// A response that keeps the validator the bytes on disk were fetched under (the
+    /// file was complete on disk, or a mirror answered first: its validator is its own).
+    private func emitKeptValidator(startOffset: Int64, connections: Int) {
         var response = EngineResponse(status: 206, etag: validator.flatMap { $0.hasPrefix("\"") ? $0 : nil },
                                       lastModified: validator.flatMap { $0.hasPrefix("\"") ? nil : $0 },
-                                      expectedTotal: total, startOffset: total, acceptsRanges: true, effectiveURL: request.url)
-        response.connections = 0
+                                      expectedTotal: total, startOffset: startOffset, acceptsRanges: true, effectiveURL: request.url)
+        response.connections = connections
         responded = true
         loop.emit(.response(id, response))
-        complete()
+        if let map = currentMap() { reportMap(map) }
     }
 
     /// Every byte is on disk: trim, flush, hash (if asked) off the engine thread.
@@ -670,6 +793,8 @@ final class SegmentedDownload: EngineAttempt {
         switch job {
         case .fileJob(let result): flushed(result)
         case .hashed(let epoch, let upTo, let result): prefixHashed(epoch: epoch, upTo: upTo, result)
+        case .pieceChecked(let epoch, let index, let source, let matches):
+            pieceChecked(epoch: epoch, index: index, source: source, matches: matches)
         case .synced(let part, let epoch): if !completed && epoch == partEpoch { loop.emit(.durable(id, part)) }
         default: break
         }
@@ -709,7 +834,7 @@ final class SegmentedDownload: EngineAttempt {
         writeHeldBytes()
         let outcome = outcome()
         // What busy connections wrote stays on disk: it belongs in the final map.
-        if !single {
+        if !single, pieces == nil {
             for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
         }
         for connection in connections { connection.release(from: loop) }
@@ -732,6 +857,157 @@ final class SegmentedDownload: EngineAttempt {
     /// yet has cut nothing: the prefix it was to continue from is still there.
     private static func prefixOnDisk(_ connection: RangeConnection) -> Int64 {
         connection.accepted ? connection.position : connection.isFirst ? connection.start : 0
+    }
+
+    // MARK: - Mirrors
+
+    /// What is wrong with a range connection's answer, for a download with mirrors
+    /// (any source, the URL too): nil when it is the range asked for.
+    private func sourceAnswerProblem(_ connection: RangeConnection, _ head: ResponseHead) -> String? {
+        if head.status >= 300 { return "it answered \(head.statusDescription)" }
+        if head.status != 206 { return "it sent the whole file instead of a range" }
+        guard let text = head.contentRange, let range = ContentRange(text), range.first == connection.start,
+              let last = range.last, last + 1 == connection.requestedEnd, range.total == total else {
+            return "it sent a range that does not match the one asked for (\(head.contentRange ?? "no Content-Range"))"
+        }
+        if connection.source == 0, !validatorMatches(head) { return "its file changed (its validator is now \(head.etag ?? head.lastModified ?? "missing"))" }
+        return nil
+    }
+
+    private func otherSourceAlive(than index: Int) -> Bool {
+        sources.indices.contains { $0 != index && sources[$0].dropped == nil }
+    }
+
+    /// No more requests go to source `index` in this attempt (connections under way
+    /// finish their ranges: their pieces are checked all the same).
+    private func dropSource(_ index: Int, because why: String) {
+        guard sources.indices.contains(index), sources[index].dropped == nil else { return }
+        sources[index].dropped = why
+        loop.log(id, "source \(sources[index].shown) dropped: \(why)")
+    }
+
+    /// The source with the fewest connections under way (the URL first on a tie); nil
+    /// when every one was dropped.
+    private func pickSource() -> Int? {
+        var best: (index: Int, busy: Int)?
+        for (index, source) in sources.enumerated() where source.dropped == nil {
+            let busy = connections.reduce(0) { $0 + ($1.source == index && !$1.cancelled ? 1 : 0) }
+            if best == nil || busy < best!.busy { best = (index, busy) }
+        }
+        return best?.index
+    }
+
+    /// Every source was dropped: `ChecksumMismatch` when bad pieces were among the
+    /// reasons, naming each source and why.
+    private func everySourceFailed() -> FerryError {
+        let list = sources.map { "\($0.shown) (\($0.dropped ?? "not used"))" }.joined(separator: "; ")
+        if sources.contains(where: { $0.badPieces > 0 }) {
+            return .checksumMismatch("Every source failed a piece: \(list)")
+        }
+        return .network("Every source failed: \(list)")
+    }
+
+    // MARK: - Pieces
+
+    /// The bytes on disk this attempt continues from: with pieces, those verified and
+    /// those being checked again.
+    private func keptBytes() -> Int64 {
+        (currentMap()?.bytesDone ?? 0) + (pending?.bytesDone ?? 0)
+    }
+
+    /// The file's length is known and fits the pieces: nothing is checked yet.
+    private func preparePieces() {
+        guard let pieces else { return }
+        pieceStates = Array(repeating: .missing, count: pieces.count)
+        pending = SegmentMap(total: total)
+        piecesChecking = 0
+    }
+
+    /// A resumed attempt checks the pieces its map kept again before counting them
+    /// (read from the disk, not fetched); those that fail are fetched.
+    private func recheckPieces(of map: SegmentMap) {
+        guard let pieces, let file else { return }
+        preparePieces()
+        done = SegmentMap(total: total)
+        for range in map.done {
+            for index in pieces.pieces(within: range, total: total) where pieceStates[index] == .missing {
+                checkPiece(index, source: -1, file: file)
+            }
+        }
+        loop.log(id, "checking \(piecesChecking) of \(pieces.count) pieces kept on disk")
+        service()
+    }
+
+    /// Hands the whole pieces a connection has written since last time to be checked.
+    private func handPieces(of connection: RangeConnection) {
+        guard let pieces, total > 0, !pieceStates.isEmpty, connection.accepted, !connection.cancelled, let file else { return }
+        let from = connection.piecesHandedUpTo ?? connection.start
+        guard connection.position > from else { return }
+        let indices = pieces.pieces(within: from..<connection.position, total: total)
+        guard !indices.isEmpty else { return }
+        connection.piecesHandedUpTo = pieces.range(of: indices.upperBound - 1, total: total).upperBound
+        for index in indices where pieceStates[index] == .missing {
+            checkPiece(index, source: connection.source, file: file)
+        }
+    }
+
+    /// Hashes piece `index` from the part file on a file job (`pieceChecked` follows).
+    private func checkPiece(_ index: Int, source: Int, file: PartFile) {
+        guard let pieces else { return }
+        let range = pieces.range(of: index, total: total)
+        pieceStates[index] = .checking
+        pending?.insert(range)
+        piecesChecking += 1
+        let expected = pieces.digests[index]
+        let (id, attempt, epoch, path, loop) = (self.id, self.attempt, partEpoch, file.path, self.loop)
+        let reader = file.openForReading()
+        loop.fileJobs.async {
+            let result = PartFile.hashRange(reader, path: path, from: range.lowerBound, to: range.upperBound, continuing: SHA256())
+            let matches: Bool? = (try? result.get()).map { Array($0.finalize()) == expected }
+            loop.post(.pieceChecked(epoch: epoch, index: index, source: source, matches: matches), to: id, attempt: attempt)
+        }
+    }
+
+    /// A piece's check is back: a good piece joins the map, a bad one is fetched again
+    /// (and its source dropped where another is left).
+    private func pieceChecked(epoch: Int, index: Int, source: Int, matches: Bool?) {
+        guard epoch == partEpoch, !completed, let pieces, pieceStates.indices.contains(index),
+              pieceStates[index] == .checking else { return }
+        piecesChecking -= 1
+        let range = pieces.range(of: index, total: total)
+        pending?.remove(range)
+        switch matches {
+        case true?:
+            pieceStates[index] = .verified
+            done?.insert(range)
+            if let map = currentMap() { reportMap(map) }
+        case false?:
+            pieceStates[index] = .missing
+            badPiece(index, from: source)
+        case nil:
+            pieceStates[index] = .missing // unreadable: fetched again
+        }
+        if !flushing { service() }
+    }
+
+    private func badPiece(_ index: Int, from source: Int) {
+        guard sources.indices.contains(source) else {
+            loop.log(id, "piece \(index) kept on disk failed its SHA-256; it is fetched again")
+            return
+        }
+        piecesRefetched += 1
+        sources[source].badPieces += 1
+        let why = "piece \(index) failed its SHA-256"
+        if single {
+            pendingFailure = .checksumMismatch("Piece \(index) from \(sources[source].shown) failed its SHA-256, and the server sends only whole files: it cannot be fetched again alone")
+            return
+        }
+        if otherSourceAlive(than: source) || sources[source].badPieces > 1 {
+            dropSource(source, because: why)
+        } else {
+            loop.log(id, "\(why) (from \(sources[source].shown), the only source left); it is fetched again")
+        }
+        if pickSource() == nil { pendingFailure = everySourceFailed() }
     }
 
     // MARK: - Hashing the prefix
@@ -805,6 +1081,7 @@ final class SegmentedDownload: EngineAttempt {
     /// The ranges on disk now, busy connections included; nil when not segmented.
     private func currentMap() -> SegmentMap? {
         guard var map = done, !single else { return nil }
+        if pieces != nil { return map } // verified pieces only
         for connection in connections where !connection.cancelled && connection.position > connection.start {
             map.insert(connection.start..<connection.position)
         }
@@ -832,6 +1109,7 @@ final class SegmentedDownload: EngineAttempt {
     private func reportProgress(endingAt end: Int64? = nil) {
         guard unreportedBytes > 0, responded else { return }
         writeHeldBytes() // what the map and the count below say is on disk
+        if pieces != nil { for connection in connections { handPieces(of: connection) } }
         let written = unreportedBytes
         unreportedBytes = 0
         let onDisk: Int64

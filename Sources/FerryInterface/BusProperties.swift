@@ -78,11 +78,15 @@ extension FerryInterface {
         /// (Addition.) Why a download uses fewer connections than its `connections` asked
         /// for (the session's `max-connections-per-host`), else "".
         public static let connectionLimitReason = BusProperty("ConnectionLimitReason", "s")
+        /// (v1.2 addition) The download's `mirrors` option, without credentials.
+        public static let mirrors = BusProperty("Mirrors", "as")
+        /// (v1.2 addition) The `pieces` option's piece length and number of pieces; (0, 0) without.
+        public static let pieces = BusProperty("Pieces", "(tu)")
 
         public static let all = [kind, url, session, description, destination, state, waitingReason, bytesTransferred,
                                  bytesExpected, rate, expectedEnd, error, httpStatus, attempts, resumable, sha256,
                                  response, created, started, completed, priority, speedLimit, nextAttempt,
-                                 singleConnectionReason, group, connectionLimitReason]
+                                 singleConnectionReason, group, connectionLimitReason, mirrors, pieces]
     }
 
     /// (v1.2) `org.ferry.Ferry1.Group`'s properties.

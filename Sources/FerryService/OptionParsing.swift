@@ -78,7 +78,8 @@ enum OptionParsing {
     }
 
     static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
-                               "speed-limit", "connections", "overwrite", "start", "discretionary", "metalink"]
+                               "speed-limit", "connections", "overwrite", "start", "discretionary", "mirrors",
+                               "pieces", "metalink"]
 
     static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
         var o = DownloadOptions()
@@ -96,6 +97,21 @@ enum OptionParsing {
             case "start": o.start = try typed(key, value, "b") { $0.bool }
             case "discretionary": o.discretionary = try typed(key, value, "b") { $0.bool }
             case "metalink": o.metalink = try typed(key, value, "s") { $0.string }
+            case "mirrors":
+                let items = try typed(key, value, "as") { $0.arrayElements }
+                guard items.count <= Limits.mirrors else {
+                    throw FerryError.invalidArgument("mirrors lists \(items.count) URLs; at most \(Limits.mirrors) are allowed")
+                }
+                o.mirrors = items.compactMap(\.string)
+            case "pieces":
+                let fields = try typed(key, value, "(tas)") { $0.structFields }
+                guard fields.count == 2, let length = fields[0].uint64, let items = fields[1].arrayElements else {
+                    throw FerryError.invalidArgument("option 'pieces' must be (piece length, [SHA-256 hex]) of D-Bus type '(tas)'")
+                }
+                guard items.count <= PieceList.maximumCount else {
+                    throw FerryError.invalidArgument("pieces lists \(items.count) SHA-256s; at most \(PieceList.maximumCount) are allowed (use a longer piece length)")
+                }
+                o.pieces = try PieceList(length: length, hex: items.compactMap(\.string))
             default: throw unknown(key, downloadKeys)
             }
         }

@@ -38,6 +38,8 @@ enum PropertyMapping {
         (T.nextAttempt, { .uint64($0.nextAttempt) }),
         (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
         (T.connectionLimitReason, { .string($0.connectionLimitReason) }),
+        (T.mirrors, { .stringArray($0.mirrors) }),
+        (T.pieces, { .structure([.uint64($0.pieceLength), .uint32($0.pieceCount)]) }),
         (T.group, { .objectPath($0.group == 0 ? "/" : FerryInterface.groupPath($0.group)) }),
     ]
 

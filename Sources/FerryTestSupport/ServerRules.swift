@@ -54,6 +54,9 @@ public enum ServerBehaviour: Sendable {
     /// Read each request and hold its answer back until `TestHTTPServer.release(_:)`
     /// (a server slow to answer, for what a client does meanwhile).
     case holdAnswers
+    /// Flip the file's byte at `offset` in every answer that carries it (a mirror
+    /// serving a bad piece).
+    case corruptByte(at: Int)
 }
 
 /// The behaviours in force for one path.
@@ -77,6 +80,7 @@ struct PathRules {
     var uploads: (status: Int, body: [UInt8]?)?
     var silent = false
     var held = false
+    var corruptAt: Int?
 
     mutating func apply(_ behaviour: ServerBehaviour) {
         switch behaviour {
@@ -98,6 +102,7 @@ struct PathRules {
         case .acceptUploads(let status, let body): uploads = (status, body)
         case .neverAnswer: silent = true
         case .holdAnswers: held = true
+        case .corruptByte(let offset): corruptAt = offset
         }
     }
 }

@@ -269,6 +269,7 @@ public final class TestHTTPServer: @unchecked Sendable {
 
         var status = HTTPResponseStatus.ok
         var body = resource.body
+        var bodyStart = 0
         if resource.supportsRanges, !rule.ignoreRanges, let rangeHeader = head.headers.first(name: "Range"),
            rule.ignoreIfRange || Self.validatorMatches(head.headers.first(name: "If-Range"), resource),
            let range = ByteRangeRequest(rangeHeader, size: size) {
@@ -283,7 +284,13 @@ public final class TestHTTPServer: @unchecked Sendable {
                 status = .partialContent
                 headers.add(name: "Content-Range", value: "bytes \(first)-\(last)/\(size)")
                 body = resource.body.getSlice(at: resource.body.readerIndex + first, length: last - first + 1)!
+                bodyStart = first
             }
+        }
+        if let at = rule.corruptAt, at >= bodyStart, at < bodyStart + body.readableBytes {
+            var bytes = Array(body.readableBytesView)
+            bytes[at - bodyStart] ^= 0xFF
+            body = ByteBuffer(bytes: bytes)
         }
 
         var plan = ResponsePlan(status: status, headers: headers, body: body)

@@ -125,6 +125,8 @@ enum Format {
         lines.append("  Attempts:     \(i.attempts)")
         lines.append("  Resumable:    \(i.resumable ? "yes" : "no")")
         if !i.sha256.isEmpty { lines.append("  SHA-256:      \(shown(i.sha256))") }
+        for mirror in i.mirrors { lines.append("  Mirror:       \(shown(mirror))") }
+        if i.pieceCount > 0 { lines.append("  Pieces:       \(i.pieceCount) of \(i.pieceLength) bytes, each checked") }
         if !i.response.isEmpty { lines.append("  Response:     \(responseText(i.response))") }
         lines.append("  Created:      \(time(i.created))")
         lines.append("  Started:      \(time(i.started))")

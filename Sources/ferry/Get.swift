@@ -59,6 +59,12 @@ struct Get: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Expected SHA-256s by file name, in sha256sum's format.", valueName: "SHA256SUMS"), completion: .file())
     var sha256File: String?
 
+    @Option(name: .customLong("mirror"), help: ArgumentHelp("Another URL of the same file (repeatable, at most 16): ranges are spread over the URL and its mirrors, and a failing one is dropped.", valueName: "URL"))
+    var mirrors: [String] = []
+
+    @Option(help: ArgumentHelp("The piece length and each piece's SHA-256, LEN:HEX,HEX,... or LEN:@FILE (one hex a line): each piece is checked as it completes and a bad one fetched again.", valueName: "LEN:HEX,..."))
+    var pieces: String?
+
     @Option(help: ArgumentHelp("At most this many bytes/s for each transfer (500k, 2M).", valueName: "RATE"))
     var limitRate: String?
 
@@ -121,6 +127,13 @@ struct Get: AsyncParsableCommand {
         if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
         if sha256 != nil && metalink == nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
+        if (!mirrors.isEmpty || pieces != nil) && (urls.count != 1 || inputFile != nil) {
+            throw ValidationError("--mirror and --pieces take a single URL (they describe one file)")
+        }
+        if mirrors.count > 16 { throw ValidationError("--mirror is given \(mirrors.count) times; at most 16 mirrors are allowed") }
+        if let pieces, PieceArgument.split(pieces) == nil {
+            throw ValidationError("--pieces takes LEN:HEX,HEX,... or LEN:@FILE (a piece length in bytes, then each piece's SHA-256)")
+        }
         try HeaderArguments.validate(headers)
         if let limitRate, ByteRate.parse(limitRate) == nil { throw ValidationError("--limit-rate: '\(limitRate)' is not a rate: bytes per second from 1 up, with k, M or G (500k, 2M)") }
         if let connections, !(1...16).contains(connections) { throw ValidationError("--connections takes 1 to 16") }
@@ -148,6 +161,10 @@ struct Get: AsyncParsableCommand {
         if discretionary { options["discretionary"] = .boolean(true) }
         if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
         if let connections { options["connections"] = .uint32(connections) }
+        if !mirrors.isEmpty { options["mirrors"] = .stringArray(mirrors) }
+        if let pieces, let (length, list) = PieceArgument.split(pieces) {
+            options["pieces"] = .structure([.uint64(length), .stringArray(try PieceArgument.digests(list))])
+        }
         if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }
         if let startAfter { options["start-after"] = .uint64(StartTime.parse(startAfter)!) }
         if let description { options["description"] = .string(description) }
@@ -471,5 +488,28 @@ enum StartTime {
         iso.timeZone = .current
         if let d = iso.date(from: text) { return micro(d) }
         return nil
+    }
+}
+
+/// `--pieces LEN:HEX,HEX,...` or `LEN:@FILE` (one SHA-256 a line; blank lines and
+/// `#` comments skipped). The daemon checks the values (`InvalidArgument`).
+enum PieceArgument {
+    static func split(_ text: String) -> (UInt64, String)? {
+        let halves = text.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard halves.count == 2, let length = UInt64(halves[0]), !halves[1].isEmpty else { return nil }
+        return (length, String(halves[1]))
+    }
+
+    static func digests(_ list: String) throws -> [String] {
+        guard list.hasPrefix("@") else { return list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() } }
+        let path = String(list.dropFirst())
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ValidationError("--pieces: cannot read '\(path)'")
+        }
+        guard data.count <= 8 * 1024 * 1024 else { throw ValidationError("--pieces: '\(path)' is over 8 MiB") }
+        return String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+            .map { $0.lowercased() }
     }
 }

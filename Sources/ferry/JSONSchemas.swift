@@ -40,6 +40,11 @@ struct TransferJSON: Codable, Equatable {
     var singleConnectionReason: String
     /// Why a download runs on fewer connections than it asked for, else "" (`ConnectionLimitReason`).
     var connectionLimitReason: String
+    /// The download's mirrors (v1.2 `Mirrors`); absent when none.
+    var mirrors: [String]?
+    /// The `pieces` option's piece length and number of pieces (v1.2 `Pieces`); absent when none.
+    var pieceLength: UInt64?
+    var pieceCount: UInt32?
     /// An upload's server answer (its first 64 KiB) as text; absent when there is none.
     var response: String?
 
@@ -71,6 +76,9 @@ struct TransferJSON: Codable, Equatable {
         nextAttempt = i.nextAttempt
         singleConnectionReason = i.singleConnectionReason
         connectionLimitReason = i.connectionLimitReason
+        mirrors = i.mirrors.isEmpty ? nil : i.mirrors
+        pieceLength = i.pieceCount > 0 ? i.pieceLength : nil
+        pieceCount = i.pieceCount > 0 ? i.pieceCount : nil
         response = i.response.isEmpty ? nil : String(decoding: i.response, as: UTF8.self)
     }
 
@@ -102,6 +110,9 @@ struct TransferJSON: Codable, Equatable {
         case nextAttempt = "next_attempt"
         case singleConnectionReason = "single_connection_reason"
         case connectionLimitReason = "connection_limit_reason"
+        case mirrors
+        case pieceLength = "piece_length"
+        case pieceCount = "piece_count"
         case response
     }
 }

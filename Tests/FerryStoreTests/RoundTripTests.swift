@@ -36,6 +36,8 @@ final class RoundTripTests: XCTestCase {
         o.overwrite = true
         o.start = false
         o.discretionary = true
+        o.mirrors = ["https://mirror.example.org/a%20b.mp3", "http://user:pw@other.example.net/x"]
+        o.pieces = try! PieceList(length: 1 << 20, hex: [String(repeating: "01", count: 32), String(repeating: "fe", count: 32)])
         let s = TransferSnapshot(
             id: 7, session: 42, kind: .download, url: "https://example.com/a%20b.mp3?x=1", description: o.description,
             destination: "/home/u/Dl/a b.mp3", state: .waiting, waitingReason: "retry", bytesTransferred: 1_234_567,

@@ -211,6 +211,8 @@ final class IntrospectionTests: FerryTestCase {
             T.completed.name: .uint64(17), T.priority.name: .int32(-1), T.speedLimit.name: .uint64(18),
             T.nextAttempt.name: .uint64(19), T.singleConnectionReason.name: .string("no ranges"),
             T.group.name: .objectPath("/g/1"), T.connectionLimitReason.name: .string("6 of 8"),
+            T.mirrors.name: .stringArray(["http://m/1", "http://m/2"]),
+            T.pieces.name: .structure([.uint64(65536), .uint32(7)]),
         ]
         XCTAssertEqual(Set(values.keys), Set(T.all.map(\.name)), "the sample covers every declared property")
         var expected = TransferInfo(id: 1, path: "/t/1")
@@ -222,6 +224,7 @@ final class IntrospectionTests: FerryTestCase {
         expected.completed = 17; expected.priority = -1; expected.speedLimit = 18; expected.response = [1]
         expected.nextAttempt = 19; expected.singleConnectionReason = "no ranges"; expected.group = "/g/1"
         expected.connectionLimitReason = "6 of 8"
+        expected.mirrors = ["http://m/1", "http://m/2"]; expected.pieceLength = 65536; expected.pieceCount = 7
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", properties: values), expected)
         XCTAssertEqual(TransferInfo(id: 1, path: "/t/1", entries: values.map { .init(.string($0.key), $0.value) }), expected)
         var changed = TransferInfo(id: 1, path: "/t/1")

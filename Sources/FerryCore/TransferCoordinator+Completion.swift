@@ -184,6 +184,7 @@ extension TransferCoordinator {
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
         settle(t, t.life.fail())
+        t.metalink = nil // a `Resume` reads the document again, its URLs from the best one
         t.showError(error)
         t.snapshot.completed = environment.now()
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .failed, errorName: error.name,

@@ -15,6 +15,8 @@ one, with its own state directory, for each suite). Suites:
   upload    1 GiB PUT: Session.Upload against curl -T, with ferryd's peak RSS
   latency   HTTPS through a proxy adding 40 ms RTT: 1,000 x 100 KiB over h2 against curl -Z 100
             and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
+  metalink  256 MiB from 4 mirror paths by a .meta4 (4 MiB sha-256 pieces): ferry get
+            --metalink -x4 against aria2c -x4 with the same document
 
 Python 3 standard library only; no root needed. See bench/README.md.
 """
@@ -37,6 +39,7 @@ import wire
 import suite_batch
 import suite_idle
 import suite_latency
+import suite_metalink
 import suite_queued
 import suite_running
 import suite_segments
@@ -52,6 +55,7 @@ SUITES = {
     "segments": suite_segments,
     "upload": suite_upload,
     "latency": suite_latency,
+    "metalink": suite_metalink,
 }
 
 

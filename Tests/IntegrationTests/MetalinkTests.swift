@@ -74,6 +74,30 @@ final class MetalinkTests: FerryTestCase {
         XCTAssertEqual(hidden, [], "the fetched document is removed")
     }
 
+    /// Killed with SIGKILL once the document was read and the file asked for, ferryd
+    /// restarts with the transfer, reads the document again, and the file arrives.
+    func testSurvivesSIGKILLAfterTheDocument() async throws {
+        let body = serve("/k/f.bin", size: 200_000, seed: 17)
+        server.add(path: "/k/f.meta4", body: document(name: "f.bin", body: body, pieceLength: 65_536,
+                                                      urls: [(server.url("/k/f.bin"), 1)]))
+        server.set(.holdAnswers, on: "/k/f.bin")
+        let s = try await session()
+        let dest = work + "/killed.bin"
+        let t = try await s.download(server.url("/k/f.meta4"), options: [
+            "destination": .string(dest), "metalink": .string(server.url("/k/f.meta4")),
+        ])
+        try await waitUntilAsync("the file asked for, its answer held") { server.isHoldingAnswer(for: "/k/f.bin") }
+        XCTAssertEqual(server.requests(for: "/k/f.meta4").count, 1)
+        try await killFerryd()
+        server.clearBehaviours(on: "/k/f.bin")
+        server.release("/k/f.bin")
+        try await startFerryd()
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        assertFile(dest, equals: body)
+        XCTAssertEqual(server.requests(for: "/k/f.meta4").count, 2, "the document is read again after the restart")
+    }
+
     /// A document with a DOCTYPE and nested entities ("billion laughs"), and one over
     /// 4 MiB, fail the transfer with InvalidMetalink; nothing is written to the final
     /// name and no mirror is asked. The oversize one is stopped by its Content-Length,

@@ -332,7 +332,7 @@ def start_nginx(children, tmp, root, port, slow_rate="8m", crawl_rate="256k"):
     /NAME         unthrottled (sendfile)
     /slow/NAME    limited to `slow_rate` bytes/s per connection (segmented downloads)
     /crawl/NAME   limited to `crawl_rate` per connection (many transfers running at once)
-    /mirrorN/NAME N = 1-4: the same file at four paths (the metalink suite's mirrors)
+    /m1/NAME .. /m4/NAME  the same file at four paths (the mirrors and metalink suites)
     /upload/NAME  accepts PUT (WebDAV), written under TMP/upload/
     """
     # Every path lives in tmp: nginx's compiled-in defaults point at root-owned places.
@@ -361,10 +361,10 @@ http {{
         location / {{ }}
         location /slow/ {{ alias {root}/; limit_rate {slow_rate}; }}
         location /crawl/ {{ alias {root}/; limit_rate {crawl_rate}; }}
-        location /mirror1/ {{ alias {root}/; }}
-        location /mirror2/ {{ alias {root}/; }}
-        location /mirror3/ {{ alias {root}/; }}
-        location /mirror4/ {{ alias {root}/; }}
+        location /m1/ {{ alias {root}/; }}
+        location /m2/ {{ alias {root}/; }}
+        location /m3/ {{ alias {root}/; }}
+        location /m4/ {{ alias {root}/; }}
         location /upload/ {{
             alias {upload_dir}/;
             dav_methods PUT;

@@ -12,6 +12,8 @@ one, with its own state directory, for each suite). Suites:
   single    one 1 GiB file: ferry get against curl -o
   segments  256 MiB at 8 MiB/s per connection: connections=8 against aria2c -x8 and
             connections=1; 1 GiB unthrottled: connections=4 against connections=1
+  mirrors   256 MiB from 4 mirror paths with pieces: connections=4 against aria2c -x4 -s4
+            given the same URLs
   upload    1 GiB PUT: Session.Upload against curl -T, with ferryd's peak RSS
   latency   HTTPS through a proxy adding 40 ms RTT: 1,000 x 100 KiB over h2 against curl -Z 100
             and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
@@ -40,6 +42,7 @@ import suite_batch
 import suite_idle
 import suite_latency
 import suite_metalink
+import suite_mirrors
 import suite_queued
 import suite_running
 import suite_segments
@@ -53,6 +56,7 @@ SUITES = {
     "idle": suite_idle,
     "single": suite_single,
     "segments": suite_segments,
+    "mirrors": suite_mirrors,
     "upload": suite_upload,
     "latency": suite_latency,
     "metalink": suite_metalink,

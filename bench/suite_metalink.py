@@ -1,6 +1,6 @@
 """metalink: one file described by a Metalink 4 document, from four mirror paths.
 
-nginx serves the file at /mirror1/NAME ... /mirror4/NAME (aliases of the same file,
+nginx serves the file at /m1/NAME ... /m4/NAME (aliases of the same file,
 unthrottled) and a .meta4 document naming them (priorities 1-4) with the file's size,
 SHA-256 and 4 MiB sha-256 pieces. `ferry get --metalink URL -o OUT -x 4 --wait`
 against `aria2c -x4 -s4 -k1M URL` (aria2c fetches the same document and follows it),
@@ -29,7 +29,7 @@ def write_document(ctx, name, path, size, digest):
     with open(path, "rb") as f:
         while chunk := f.read(PIECE):
             pieces.append(hashlib.sha256(chunk).hexdigest())
-    urls = "\n".join(f'    <url priority="{i}">{ctx.url(f"mirror{i}/{name}")}</url>' for i in range(1, MIRRORS + 1))
+    urls = "\n".join(f'    <url priority="{i}">{ctx.url(f"m{i}/{name}")}</url>' for i in range(1, MIRRORS + 1))
     hashes = "\n".join(f"      <hash>{p}</hash>" for p in pieces)
     doc = f"""<?xml version="1.0" encoding="UTF-8"?>
 <metalink xmlns="urn:ietf:params:xml:ns:metalink">

@@ -110,6 +110,11 @@ final class SegmentedDownload: EngineAttempt {
     private var piecesChecking = 0
     /// Pieces fetched whole again after failing their check.
     private var piecesRefetched = 0
+    /// The source the first request goes to (`firstURL`): the URL, else a mirror once
+    /// the sources before it refused the first request or could not be reached.
+    private var firstSource = 0
+    /// The first request failed at a source that was dropped: it goes to this one next.
+    private var pendingFirstSource: Int?
 
     init(request: EngineRequest, attempt: UInt64, loop: EngineLoop) {
         self.request = request
@@ -223,10 +228,12 @@ final class SegmentedDownload: EngineAttempt {
             let end = min(share, pieceChunk(pieces), pieces.maximumTotal)
             let connection = RangeConnection(download: self, start: 0, end: end, requestedEnd: end,
                                              sentIfRange: false, isFirst: true)
+            connection.source = firstSource
             return launch(connection, url: firstURL)
         }
         let connection = RangeConnection(download: self, start: from, end: Int64.max, requestedEnd: nil,
-                                         sentIfRange: from > 0 && validator != nil, isFirst: true)
+                                         sentIfRange: from > 0 && validator != nil && firstSource == 0, isFirst: true)
+        connection.source = firstSource
         launch(connection, url: firstURL)
     }
 
@@ -267,6 +274,13 @@ final class SegmentedDownload: EngineAttempt {
             // A source that answers wrongly is dropped; its range goes back to the pool.
             dropSource(connection.source, because: problem)
             connection.refused = true
+            loop.requestService(self)
+            return false
+        }
+        if connection.isFirst, status >= 300, !(status == 416 && connection.start > 0),
+           let next = nextFirstSource(after: connection, because: "it answered \(head.statusDescription)") {
+            connection.refused = true
+            pendingFirstSource = next
             loop.requestService(self)
             return false
         }
@@ -631,7 +645,10 @@ final class SegmentedDownload: EngineAttempt {
         if done == nil, connections.count == 1 { prefixKept = Self.prefixOnDisk(connection) }
         connection.release(from: loop)
         connections.remove(at: index)
-        if let error {
+        if let error, connection.isFirst, !connection.accepted, connection.failure == nil,
+           let next = nextFirstSource(after: connection, because: error.message) {
+            pendingFirstSource = next // another source is asked for the file instead
+        } else if let error {
             if !single, done != nil, connection.failure == nil, otherSourceAlive(than: connection.source) {
                 // A source that cuts its answers short or stalls is dropped; others go on.
                 dropSource(connection.source, because: error.message)
@@ -653,6 +670,12 @@ final class SegmentedDownload: EngineAttempt {
         connections.removeAll { $0.cancelled }
         if let error = pendingFailure {
             return finish(.failed(error, bytesOnDisk: bytesForOutcome()))
+        }
+        if let next = pendingFirstSource, connections.isEmpty {
+            pendingFirstSource = nil
+            firstSource = next
+            firstURL = sources[next].url
+            return startFirst(from: 0)
         }
         if let redirect = pendingRedirect {
             pendingRedirect = nil
@@ -832,7 +855,8 @@ final class SegmentedDownload: EngineAttempt {
     private func finish(_ outcome: @autoclosure () -> EngineOutcome) {
         guard !completed else { return }
         writeHeldBytes()
-        let outcome = outcome()
+        var outcome = outcome()
+        if case .failed(let error, let bytes) = outcome { outcome = .failed(namingDroppedSources(error), bytesOnDisk: bytes) }
         // What busy connections wrote stays on disk: it belongs in the final map.
         if !single, pieces == nil {
             for connection in connections where !connection.cancelled { done?.insert(connection.start..<connection.position) }
@@ -872,6 +896,32 @@ final class SegmentedDownload: EngineAttempt {
         }
         if connection.source == 0, !validatorMatches(head) { return "its file changed (its validator is now \(head.etag ?? head.lastModified ?? "missing"))" }
         return nil
+    }
+
+    /// Where the first request goes after it failed at `connection`'s source (which is
+    /// then dropped): nil when there is no other source, or when the request continued
+    /// a prefix on disk (checked by the URL's validator only) without pieces.
+    private func nextFirstSource(after connection: RangeConnection, because why: String) -> Int? {
+        guard sources.count > 1, connection.start == 0 || pieces != nil, otherSourceAlive(than: connection.source) else { return nil }
+        dropSource(connection.source, because: why)
+        return pickSource()
+    }
+
+    /// A failure of a download with mirrors also names the sources dropped before it
+    /// (and why), so that `Error` says what each did.
+    private func namingDroppedSources(_ error: FerryError) -> FerryError {
+        let dropped = sources.filter { $0.dropped != nil }
+        guard sources.count > 1, !dropped.isEmpty, !error.message.hasPrefix("Every source") else { return error }
+        let note = "; sources dropped before: " + dropped.map { "\($0.shown) (\($0.dropped ?? ""))" }.joined(separator: "; ")
+        switch error {
+        case .network(let m): return .network(m + note)
+        case .timeout(let m): return .timeout(m + note)
+        case .http(let status, let m): return .http(status: status, m + note)
+        case .tls(let m): return .tls(m + note)
+        case .tooManyRedirects(let m): return .tooManyRedirects(m + note)
+        case .checksumMismatch(let m): return .checksumMismatch(m + note)
+        default: return error
+        }
     }
 
     private func otherSourceAlive(than index: Int) -> Bool {

@@ -46,6 +46,8 @@ final class PiecesTests: EngineTestCase {
         serveEverywhere(paths, body)
         server.set(.corruptByte(at: 5 * pieceLength + 1000), on: "/b") // piece 5, in /b's first range
         server.set(.dropRangeAfter(bytes: 100 << 10), on: "/c")         // its first range cut short
+        // /a's first range (1 MiB) is still coming when the others are handed out: /b gets 1-2 MiB.
+        server.set(.slow(bytesPerSecond: 4 << 20), on: "/a")
 
         let outcome = run(try mirrored(1, paths, body: body), timeout: 60)
 
@@ -120,5 +122,34 @@ final class PiecesTests: EngineTestCase {
         XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)))
         assertFile(partPath("5.part"), holds: body)
         XCTAssertFalse(server.requests(for: "/m2").isEmpty, "the mirror was asked")
+    }
+
+    func testAURLThatIsDownOrRefusesLeavesTheFileToItsMirrors() throws {
+        let body = TestData.bytes(count: size, seed: 96)
+        serveEverywhere(["/gone", "/up"], body)
+        server.set(.status(404), on: "/gone")
+        let refused = try mirrored(6, ["/gone", "/up"], body: body)
+        let unreachable = "http://127.0.0.1:1/x" // nothing listens on port 1
+        var down = request(7, "/up", sha: true)
+        down.url = unreachable
+        down.mirrors = [server.url("/up")]
+        down.connections = 2
+
+        for (r, id) in [(refused, TransferID(6)), (down, TransferID(7))] {
+            let outcome = run(r, timeout: 60)
+            XCTAssertEqual(outcome, .succeeded(bytesOnDisk: Int64(size), sha256: TestData.sha256Hex(body)), "transfer \(id)")
+            assertFile(partPath("\(id).part"), holds: body)
+        }
+        XCTAssertEqual(server.requests(for: "/gone").count, 1, "a URL that refused is not asked again in the attempt")
+    }
+
+    func testWhenTheLastSourceFailsTheErrorNamesTheOnesDroppedBefore() throws {
+        server.add(path: "/404", body: [1, 2, 3], etag: "\"v1\"")
+        server.set(.status(404), on: "/404")
+        var r = request(8, "/404")
+        r.mirrors = ["http://127.0.0.1:1/mirror"] // nothing listens on port 1
+        r.connections = 2
+        guard case .failed(let error, _)? = run(r, timeout: 30) else { return XCTFail("expected a failure") }
+        XCTAssertTrue(error.message.contains("sources dropped before: \(server.url("/404")) (it answered HTTP 404"), error.message)
     }
 }

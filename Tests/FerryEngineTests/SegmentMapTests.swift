@@ -57,4 +57,31 @@ final class SegmentMapTests: XCTestCase {
                       RangePlanner.Claim(start: 700, position: 720, end: 1000)]
         XCTAssertEqual(planner.next(done: map, claims: claims, idle: 1), .steal(victim: 1, at: 860))
     }
+
+    /// With pieces: ranges start and end at piece boundaries (or the file's end), are
+    /// no longer than the maximum, and nothing is stolen from a busy connection.
+    func testPlannerAlignsRangesToPiecesAndDoesNotSteal() {
+        var planner = RangePlanner(minimum: 100)
+        planner.alignment = 64
+        planner.maximum = 256
+        let empty = SegmentMap(total: 1000)
+        XCTAssertEqual(planner.next(done: empty, claims: [], idle: 3), .unclaimed(0..<256), "capped, on a boundary")
+        XCTAssertEqual(planner.next(done: empty, claims: [.init(start: 0, position: 0, end: 256)], idle: 3), .unclaimed(256..<448),
+                       "744 bytes over 3 is 248, down to 192 at a boundary (448)")
+        let tail = SegmentMap(total: 1000, done: [0..<960])!
+        XCTAssertEqual(planner.next(done: tail, claims: [], idle: 1), .unclaimed(960..<1000), "the short last piece whole")
+        let claimed = [RangePlanner.Claim(start: 0, position: 10, end: 1000)]
+        XCTAssertNil(planner.next(done: empty, claims: claimed, idle: 3), "no stealing with pieces")
+    }
+
+    func testRemoveAndContains() {
+        var map = SegmentMap(total: 100, done: [0..<40, 60..<100])!
+        map.remove(30..<70)
+        XCTAssertEqual(map.done, [0..<30, 70..<100])
+        XCTAssertTrue(map.contains(70..<100))
+        XCTAssertFalse(map.contains(20..<40))
+        map.remove(0..<30)
+        XCTAssertEqual(map.done, [70..<100])
+        XCTAssertEqual(map.missing, [0..<70])
+    }
 }

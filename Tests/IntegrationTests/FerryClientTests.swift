@@ -135,6 +135,28 @@ final class FerryClientTests: FerryTestCase {
         XCTAssertEqual(pending, 0, "delivered events are acknowledged")
     }
 
+    /// `DownloadOptions.mirrors` and `.pieces` (v1.2) reach the service: a URL whose
+    /// piece 0 is bad completes from its mirror, byte-exact.
+    func testMirrorsAndPiecesFromTheLibrary() async throws {
+        let body = serve("/c/main.bin", size: 1_000_000)
+        serve("/c/mirror.bin", size: 1_000_000)
+        server.set(.corruptByte(at: 10), on: "/c/main.bin")
+        let session = FerrySession(configuration: configuration(), delegate: nil)
+        defer { session.detach() }
+        let length = 256 * 1024
+        var options = DownloadOptions()
+        options.mirrors = [URL(string: server.url("/c/mirror.bin"))!]
+        options.pieces = .init(length: UInt64(length), sha256: stride(from: 0, to: body.count, by: length).map {
+            TestData.sha256Hex(Array(body[$0..<min($0 + length, body.count)]))
+        })
+        let task = try await session.download(from: URL(string: server.url("/c/main.bin"))!,
+                                              to: URL(fileURLWithPath: work + "/mp.bin"), options: options)
+        let result = try await task.value
+        XCTAssertEqual(result.location?.path, work + "/mp.bin")
+        assertFile(work + "/mp.bin", equals: body)
+        XCTAssertFalse(server.requests(for: "/c/mirror.bin").isEmpty, "the mirror was asked")
+    }
+
     /// A session with `privateSignals` (v1.2): its signals come to it alone, addressed,
     /// and it takes them as the service's: the task reports progress and its end, the
     /// delegate hears of it, and the harness's client (a broadcast listener) hears nothing.

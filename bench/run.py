@@ -19,6 +19,7 @@ one, with its own state directory, for each suite). Suites:
             and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
   metalink  256 MiB from 4 mirror paths by a .meta4 (4 MiB sha-256 pieces): ferry get
             --metalink -x4 against aria2c -x4 with the same document
+  dedupe    1,000 downloads of 10 URLs x 100 KiB: server GETs and wall with dedupe on and off
 
 Python 3 standard library only; no root needed. See bench/README.md.
 """
@@ -39,6 +40,7 @@ sys.dont_write_bytecode = True  # no __pycache__ beside the sources
 import harness as h
 import wire
 import suite_batch
+import suite_dedupe
 import suite_idle
 import suite_latency
 import suite_metalink
@@ -60,6 +62,7 @@ SUITES = {
     "upload": suite_upload,
     "latency": suite_latency,
     "metalink": suite_metalink,
+    "dedupe": suite_dedupe,
 }
 
 

@@ -326,6 +326,18 @@ public final class BusConnection: @unchecked Sendable {
         return Subscription(id: id, rule: rule)
     }
 
+    /// Calls `handler` with every unique name (`:1.42`) that leaves the bus: the bus
+    /// daemon's `NameOwnerChanged` for it with no new owner.
+    public func subscribeToDepartures(_ handler: @escaping @Sendable (String) -> Void) async throws -> Subscription {
+        let rule = MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
+                             member: "NameOwnerChanged")
+        return try await subscribe(rule) { message in
+            guard let args = try? message.arguments(), args.count == 3,
+                  let name = args[0].string, name.hasPrefix(":"), args[2].string == "" else { return }
+            handler(name)
+        }
+    }
+
     /// Adds several match rules, all or none: when the bus refuses one (its quota of
     /// rules, a timeout), the ones added before it are removed again, so a caller that
     /// tries again later holds each rule once.

@@ -230,6 +230,10 @@ public struct DownloadOptions: Sendable, Equatable {
         public var sha256: [String]
         public init(length: UInt64, sha256: [String]) { self.length = length; self.sha256 = sha256 }
     }
+    /// Fetch it once with a queued or running download of the same URL, headers and
+    /// checksum by this application, and get a copy of that download's file (`dedupe`,
+    /// contract v1.2; the service's default is true). false: always fetched on its own.
+    public var dedupe: Bool?
 
     public init() {}
 
@@ -253,6 +257,7 @@ public struct DownloadOptions: Sendable, Equatable {
         if let metalink { o["metalink"] = .string(metalink.absoluteString) }
         if !mirrors.isEmpty { o["mirrors"] = .stringArray(mirrors.map(\.absoluteString)) }
         if let pieces { o["pieces"] = .structure([.uint64(pieces.length), .stringArray(pieces.sha256)]) }
+        if let dedupe { o["dedupe"] = .boolean(dedupe) }
         return o
     }
 }

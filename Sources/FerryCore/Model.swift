@@ -119,6 +119,10 @@ public struct DownloadOptions: Sendable, Hashable {
     /// (v1.2) The SHA-256 of each piece: every piece is checked as it completes and a
     /// bad one fetched again, from another mirror where there is one.
     public var pieces: PieceList?
+    /// (v1.2) Fetched once with a queued or running download of the same caller, URL,
+    /// headers and byte-changing options (`FetchKey`): this one follows it and gets its
+    /// own copy when the data is complete. False: always fetched on its own.
+    public var dedupe: Bool = true
     public init() {}
 }
 

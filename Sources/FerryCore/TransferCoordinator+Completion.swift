@@ -71,20 +71,23 @@ extension TransferCoordinator {
     /// transaction for all), then moves each into place and completes it. So a batch of
     /// small files ending together costs one write before the moves, not one each.
     func finishPendingMoves() {
-        guard !pendingMoves.isEmpty else { return }
-        let moves = pendingMoves
-        pendingMoves = []
-        flushStore()
         defer { movingTargets = [] }
-        for move in moves {
-            let t = move.transfer
-            movingTargets.remove(move.target)
-            guard transfers[t.id] === t else { continue }
-            do {
-                let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
-                completeFinished(t, location: location, bytesOnDisk: move.bytesOnDisk, digest: move.digest)
-            } catch {
-                moveFailed(t, error)
+        // Moves that complete a dedupe leader add its followers' (`leaderFinished`):
+        // taken in the next pass, with one more write.
+        while !pendingMoves.isEmpty {
+            let moves = pendingMoves
+            pendingMoves = []
+            flushStore()
+            for move in moves {
+                let t = move.transfer
+                movingTargets.remove(move.target)
+                guard transfers[t.id] === t else { continue }
+                do {
+                    let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
+                    completeFinished(t, location: location, bytesOnDisk: move.bytesOnDisk, digest: move.digest)
+                } catch {
+                    moveFailed(t, error)
+                }
             }
         }
     }
@@ -111,6 +114,7 @@ extension TransferCoordinator {
         emit(.finished(t.id, location: location))
         emitCompleted(t, serial: serial, error: nil)
         reachedFinalState(t)
+        leaderFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
     }
 
     /// Where a verified download goes first: its destination, or (without `overwrite`,
@@ -193,6 +197,7 @@ extension TransferCoordinator {
         publishChanged(t)
         emitCompleted(t, serial: serial, error: error)
         reachedFinalState(t)
+        leaderFailed(t, error)
     }
 
     /// Counts the outcome into the batches and sends AllFinished where nothing is

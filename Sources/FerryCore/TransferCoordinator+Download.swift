@@ -239,6 +239,7 @@ extension TransferCoordinator {
     /// Registers a new transfer (in its first state, already stored) and announces it.
     func add(_ t: TransferRecord) {
         transfers[t.id] = t
+        joinFetch(t)
         reindex(t)
         stageTransfer(t)
         t.markPublished()

@@ -114,6 +114,7 @@ extension TransferCoordinator {
             t.serverMayName = false
             if let header = r.contentDisposition, let name = ContentDisposition.fileName(from: header) {
                 adoptServerName(t, name)
+                followersTakeServerName(of: t, name, adopt: adoptServerName)
             }
         }
         if r.expectedTotal >= 0, !r.spaceReserved,
@@ -170,6 +171,7 @@ extension TransferCoordinator {
         t.lastProgress = (total, t.snapshot.bytesExpected)
         checkpointProgress(t)
         emitProgress(t, bytesWritten: written)
+        mirrorProgress(t, bytesWritten: written)
     }
 
     private func handleAttemptEnd(_ id: TransferID, _ outcome: EngineOutcome) {

@@ -20,6 +20,7 @@ extension TransferCoordinator {
             case .wake(let at): timeline.add(t.id, .wake, at: at)
             }
         }
+        dedupeSettled(t)
     }
 
     /// Brings the index up to date with `t` (after a change of state, priority, host,
@@ -45,10 +46,12 @@ extension TransferCoordinator {
 
     private func facts(_ t: TransferRecord) -> TransferIndex.Facts {
         let claims = claimsNames(t)
+        // A dedupe follower is never started and holds no connection: its leader fetches.
+        let follower = dedupe.isFollower(t.id)
         return TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
-                            priority: t.snapshot.priority, startable: t.life.isStartable,
-                            holdsConnections: t.state == .running && !t.connectionsFreed,
-                            waitingForNetwork: t.isWaitingForNetwork,
+                            priority: t.snapshot.priority, startable: t.life.isStartable && !follower,
+                            holdsConnections: t.state == .running && !t.connectionsFreed && !t.life.isFollowing,
+                            waitingForNetwork: t.isWaitingForNetwork && !follower,
                             resumedRun: t.runFromFailure && !t.state.isFinal,
                             claim: claims && !t.isUpload ? t.destination : nil,
                             extraClaim: claims ? t.enginePartPath.flatMap { $0 == t.partPath ? nil : $0 } : nil)

@@ -107,36 +107,32 @@ extension TransferCoordinator {
 
     /// Pauses every queued, waiting or running transfer (of one session or all).
     public func pauseAll(session: SessionID? = nil) throws {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let targets = try records(in: session)
-        mutate {
-            for t in targets where TransferStateMachine.Action.pause.allowedStates.contains(t.state) { pauseTransfer(t) }
-        }
+        try forEach(.pause, in: session) { pauseTransfer($0) }
     }
 
     /// Resumes every paused transfer and every failed one (of one session or all), the
     /// failed ones oldest first while their session has room for the event each will
     /// add (`eventRoom`); those beyond it stay failed (`resume` says why).
     public func resumeAll(session: SessionID? = nil) throws {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let targets = try records(in: session)
-        mutate {
-            for t in targets where TransferStateMachine.Action.resume.allowedStates.contains(t.state) {
-                // Each resumed failure takes its room at once (the index counts its run).
-                if t.state == .failed && eventRoom(session: t.session) < 1 { continue }
-                resumeTransfer(t)
-            }
+        try forEach(.resume, in: session) { t in
+            // Each resumed failure takes its room at once (the index counts its run).
+            if t.state == .failed && eventRoom(session: t.session) < 1 { return }
+            resumeTransfer(t)
         }
     }
 
     /// Cancels every transfer that is not final yet (of one session or all).
     public func cancelAll(session: SessionID? = nil) throws {
+        try forEach(.cancel, in: session) { cancelTransfer($0, reason: .cancelled("Cancelled by the user"), deletePart: true) }
+    }
+
+    /// `body` on each transfer (of one session or all) that `action` applies to, in one mutation.
+    private func forEach(_ action: TransferStateMachine.Action, in session: SessionID?,
+                         _ body: (TransferRecord) -> Void) throws {
         dispatchPrecondition(condition: .onQueue(queue))
         let targets = try records(in: session)
         mutate {
-            for t in targets where TransferStateMachine.Action.cancel.allowedStates.contains(t.state) {
-                cancelTransfer(t, reason: .cancelled("Cancelled by the user"), deletePart: true)
-            }
+            for t in targets where action.allowedStates.contains(t.state) { body(t) }
         }
     }
 
@@ -146,7 +142,8 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         var download: UInt64 = 0, upload: UInt64 = 0
         for id in index.running {
-            guard let t = transfers[id] else { continue }
+            // A dedupe follower shows its leader's rate: counted once, with the leader.
+            guard let t = transfers[id], !t.life.isFollowing else { continue }
             if t.snapshot.kind == .upload { upload &+= t.snapshot.rate } else { download &+= t.snapshot.rate }
         }
         return ManagerSnapshot(activeTransfers: UInt32(index.running.count), queuedTransfers: UInt32(index.queuedOrWaiting),
@@ -162,27 +159,27 @@ extension TransferCoordinator {
         guard Limits.concurrentTransfers.contains(n) else {
             throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between \(Limits.concurrentTransfers.lowerBound) and \(Limits.concurrentTransfers.upperBound)")
         }
-        mutate {
-            maxConcurrentTransfers = n
-            stageSettings()
-        }
+        changeSettings { maxConcurrentTransfers = n }
     }
 
     /// Bytes/s over all transfers, 0 = none; shared evenly by the running ones.
     public func setSpeedLimit(_ bps: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        mutate {
+        changeSettings {
             globalSpeedLimit = bps
             speedLimitsApplied = nil
-            stageSettings()
         }
     }
 
     /// Whether AllFinished posts a desktop notification (the notifier reads it).
     public func setNotificationsEnabled(_ on: Bool) {
+        changeSettings { notificationsEnabled = on }
+    }
+
+    /// One change of the manager's settings, stored with them.
+    private func changeSettings(_ change: () -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         mutate {
-            notificationsEnabled = on
+            change()
             stageSettings()
         }
     }

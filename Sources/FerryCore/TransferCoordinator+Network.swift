@@ -49,7 +49,8 @@ extension TransferCoordinator {
     /// queues again those whose network wait is over.
     func applyNetworkPolicy(to ids: [TransferID]) {
         for id in ids {
-            guard let t = transfers[id] else { continue }
+            // A dedupe follower waits with its leader (`mirror`), never on its own.
+            guard let t = transfers[id], !dedupe.isFollower(id) else { continue }
             let blocker = networkBlocker(t)
             switch t.state {
             case .queued, .running:
@@ -79,7 +80,7 @@ extension TransferCoordinator {
         let ids = newlyQueued
         newlyQueued = []
         for id in ids {
-            guard let t = transfers[id], t.state == .queued, let reason = networkBlocker(t) else { continue }
+            guard let t = transfers[id], t.state == .queued, !dedupe.isFollower(id), let reason = networkBlocker(t) else { continue }
             waitForNetwork(t, reason)
         }
     }

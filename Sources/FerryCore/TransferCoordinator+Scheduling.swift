@@ -147,7 +147,7 @@ extension TransferCoordinator {
         speedLimitsApplied = index.runningChanges
         let running = index.running
         for id in running {
-            guard let t = transfers[id] else { continue }
+            guard let t = transfers[id], !t.life.isFollowing else { continue }
             let limit = SpeedLimitAllocator.effectiveLimit(
                 transfer: t.snapshot.speedLimit, session: sessions[t.session]?.configuration.speedLimit ?? 0,
                 runningInSession: max(index.runningCount(session: t.session), 1), global: effectiveGlobalSpeedLimit,

@@ -108,6 +108,8 @@ public final class TransferCoordinator {
 
     /// The groups of `Session.DownloadGroup` (TransferCoordinator+Groups.swift).
     let groupBook = GroupBook()
+    /// Downloads fetched once for several (TransferCoordinator+Dedupe.swift).
+    var dedupe = DedupeBook()
 
     var isStarted = false
     var isShutDown = false

@@ -23,6 +23,9 @@ struct TransferLife: Equatable {
             case download
             case segmented(connections: UInt32)
             case upload
+            /// A dedupe follower's: no engine attempt of its own, it shows its leader's
+            /// (`mirror`), so there is nothing to stop.
+            case following
         }
         var kind: Kind
         /// 1 for the first try.
@@ -105,6 +108,9 @@ struct TransferLife: Equatable {
         if case .running(let a) = phase { return a }
         return nil
     }
+
+    /// Running as a dedupe follower (see `Attempt.Kind.following`).
+    var isFollowing: Bool { attempt?.kind == .following }
 
     // MARK: - Inputs
 
@@ -191,6 +197,31 @@ struct TransferLife: Equatable {
 
     mutating func complete() { move(.completed) }
 
+    /// A dedupe follower shows its leader's state: queued, waiting (for the same reason
+    /// and time) or running (a `following` attempt). A leader in any other state
+    /// changes nothing: the coordinator ends the following first.
+    mutating func mirror(_ leader: TransferLife) {
+        precondition(state.isActive && !stopping, "mirror while \(phase), stopping \(stopping)")
+        switch leader.phase {
+        case .queued: phase = .queued
+        case .waiting(let reason, let until): phase = .waiting(reason, until: until)
+        case .running(let a): phase = .running(Attempt(kind: .following, number: a.number, offset: 0))
+        case .paused, .completed, .failed, .cancelled: break
+        }
+    }
+
+    /// A dedupe follower whose leader completed: it runs while it gets its own copy.
+    mutating func receiveCopy() {
+        precondition(state.isActive && !stopping, "receiveCopy while \(phase), stopping \(stopping)")
+        if !isFollowing { phase = .running(Attempt(kind: .following, number: 1, offset: 0)) }
+    }
+
+    /// A dedupe follower fetches for itself from now on (its leader stopped): queued.
+    mutating func stopFollowing() {
+        precondition(state.isActive && !stopping, "stopFollowing while \(phase), stopping \(stopping)")
+        phase = .queued
+    }
+
     /// At a restart: the store says the verified file had reached its final place.
     mutating func finishedBeforeRestart() {
         precondition(!state.isFinal && !stopping)
@@ -207,7 +238,7 @@ struct TransferLife: Equatable {
     // MARK: -
 
     private mutating func stopIfRunning() -> [Action] {
-        guard case .running(let attempt) = phase, !attempt.ended else { return [] }
+        guard case .running(let attempt) = phase, !attempt.ended, attempt.kind != .following else { return [] }
         stopping = true
         return [.stopAttempt]
     }

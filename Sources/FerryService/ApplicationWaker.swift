@@ -107,10 +107,8 @@ final class ApplicationWaker: @unchecked Sendable {
         subscribed = true
         Task.onQueue { [self] in
             do {
-                _ = try await bus.subscribe(MatchRule(sender: StandardNames.bus, path: StandardNames.busPath,
-                                                      interface: StandardNames.bus, member: "NameOwnerChanged")) { [weak self] m in
-                    guard let self, let args = try? m.arguments(), args.count == 3,
-                          let name = args[0].string, args[2].string == "" else { return }
+                _ = try await bus.subscribeToDepartures { [weak self] name in
+                    guard let self else { return }
                     for (session, names) in self.clients where names.contains(name) {
                         self.clients[session]?.remove(name)
                     }

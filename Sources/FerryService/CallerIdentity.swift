@@ -156,11 +156,8 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
 
     /// Forgets callers when their unique name leaves the bus.
     func watchDepartures() async throws {
-        let rule = MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                             member: "NameOwnerChanged")
-        _ = try await bus.subscribe(rule) { [weak self] message in
-            guard let self, let args = try? message.arguments(), args.count == 3,
-                  let name = args[0].string, name.hasPrefix(":"), args[2].string == "" else { return }
+        _ = try await bus.subscribeToDepartures { [weak self] name in
+            guard let self else { return }
             lock.lock()
             known[name] = nil
             lock.unlock()

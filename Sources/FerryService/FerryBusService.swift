@@ -202,8 +202,7 @@ public final class FerryBusService: @unchecked Sendable {
         case .sessionRemoved(let id):
             waker.forget(id)
             sessionClients.forget(id)
-            onBus { [bus] in bus.unexportNow(FerryInterface.sessionPath(id)) }
-            callers.forgetOwner(of: FerryInterface.sessionPath(id))
+            removeObject(FerryInterface.sessionPath(id))
             audiences[id] = nil // its objects keep it while they are on the bus
         case .transferAdded(let transfer):
             let object = transferObject(transfer)
@@ -211,8 +210,7 @@ public final class FerryBusService: @unchecked Sendable {
         case .transferChanged(let transfer):
             update(FerryInterface.transferPath(transfer.id), FerryInterface.transferInterface, PropertyMapping.transfer(transfer))
         case .transferRemoved(let id, _):
-            onBus { [bus] in bus.unexportNow(FerryInterface.transferPath(id)) }
-            callers.forgetOwner(of: FerryInterface.transferPath(id))
+            removeObject(FerryInterface.transferPath(id))
         case .progress(let p):
             progress(p)
         case .resumedAtOffset(let id, let offset, let expectedTotal):
@@ -236,8 +234,7 @@ public final class FerryBusService: @unchecked Sendable {
         case .groupChanged(let group):
             update(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, PropertyMapping.group(group))
         case .groupRemoved(let id, _):
-            onBus { [bus] in bus.unexportNow(FerryInterface.groupPath(id)) }
-            callers.forgetOwner(of: FerryInterface.groupPath(id))
+            removeObject(FerryInterface.groupPath(id))
         case .groupFinished(let group):
             update(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, PropertyMapping.group(group))
             signal(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, "Finished",
@@ -332,6 +329,12 @@ public final class FerryBusService: @unchecked Sendable {
     /// Adds work for the bus queue to this round's, after what is there.
     private func onBus(_ work: @escaping @Sendable () -> Void) {
         busWork.append(work)
+    }
+
+    /// An object leaves the bus (with this round's work) and its owner is forgotten.
+    private func removeObject(_ path: String) {
+        onBus { [bus] in bus.unexportNow(path) }
+        callers.forgetOwner(of: path)
     }
 
     /// The round of core events has ended: its bus work goes to the bus queue in one hop,

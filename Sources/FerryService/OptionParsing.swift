@@ -79,7 +79,7 @@ enum OptionParsing {
 
     static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
                                "speed-limit", "connections", "overwrite", "start", "discretionary", "mirrors",
-                               "pieces", "metalink"]
+                               "pieces", "metalink", "dedupe"]
 
     static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
         var o = DownloadOptions()
@@ -112,6 +112,7 @@ enum OptionParsing {
                     throw FerryError.invalidArgument("pieces lists \(items.count) SHA-256s; at most \(PieceList.maximumCount) are allowed (use a longer piece length)")
                 }
                 o.pieces = try PieceList(length: length, hex: items.compactMap(\.string))
+            case "dedupe": o.dedupe = try typed(key, value, "b") { $0.bool }
             default: throw unknown(key, downloadKeys)
             }
         }

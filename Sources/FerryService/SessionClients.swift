@@ -56,13 +56,7 @@ final class SessionClients: @unchecked Sendable {
 
     /// Follows connections leaving the bus.
     func watchDepartures() async throws {
-        let rule = MatchRule(sender: StandardNames.bus, path: StandardNames.busPath, interface: StandardNames.bus,
-                             member: "NameOwnerChanged")
-        _ = try await bus.subscribe(rule) { [weak self] message in
-            guard let self, let args = try? message.arguments(), args.count == 3,
-                  let name = args[0].string, name.hasPrefix(":"), args[2].string == "" else { return }
-            departed(name)
-        }
+        _ = try await bus.subscribeToDepartures { [weak self] name in self?.departed(name) }
     }
 
     private func departed(_ name: String) {

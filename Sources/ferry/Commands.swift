@@ -284,13 +284,8 @@ struct Watch: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let client = try global.connect()
-            let monitor = try await TransferMonitor.start(client)
+            let (client, monitor, objects) = try await listenToEverySession(global)
             defer { monitor.stop() }
-            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
-            // where its own still reach us.
-            try? await monitor.watchEverySession()
-            let objects = try await client.listing()
             var options = Follower.Options()
             options.untilDone = untilDone
             options.includePaused = paused
@@ -330,13 +325,8 @@ struct Wait: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let client = try global.connect()
-            let monitor = try await TransferMonitor.start(client)
+            let (client, monitor, objects) = try await listenToEverySession(global)
             defer { monitor.stop() }
-            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
-            // where its own still reach us.
-            try? await monitor.watchEverySession()
-            let objects = try await client.listing()
             let initial = try pick(try transfers.parsed(), from: objects)
             let follower = Follower(options: Follower.Options())
             let sink = ProgressDisplay(quiet: true, on: .standardError)
@@ -364,13 +354,8 @@ struct Events: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            let client = try global.connect()
-            let monitor = try await TransferMonitor.start(client)
+            let (client, monitor, objects) = try await listenToEverySession(global)
             defer { monitor.stop() }
-            // Private sessions' signals too (a sandboxed app's); refused inside a sandbox,
-            // where its own still reach us.
-            try? await monitor.watchEverySession()
-            let objects = try await client.listing()
             var options = Follower.Options()
             options.followNew = true
             options.includePaused = true
@@ -483,5 +468,21 @@ final class EventPrinter: FollowSink {
         // a state change and a completion say it in their text ("7 running", "7 completed").
         let named = e.event == "state" || e.event == "completed" ? [text] : [e.event, text]
         if json { JSONOutput.line(e) } else { Output.line(([String(e.id)] + named.filter { !$0.isEmpty }).joined(separator: " ")) }
+    }
+}
+
+/// Connects, starts a monitor that also hears private sessions' signals (a sandboxed
+/// app's; refused inside a sandbox, where its own still reach us), then lists what is
+/// there: listening first, so that nothing happens unseen between the listing and the
+/// signals. The caller stops the monitor.
+func listenToEverySession(_ global: GlobalOptions) async throws -> (BusClient, TransferMonitor, ManagedObjects) {
+    let client = try global.connect()
+    let monitor = try await TransferMonitor.start(client)
+    do {
+        try? await monitor.watchEverySession()
+        return (client, monitor, try await client.listing())
+    } catch {
+        monitor.stop()
+        throw error
     }
 }

@@ -101,6 +101,9 @@ struct Get: AsyncParsableCommand {
     @Flag(help: "Discretionary: wait while the network is metered, on battery or in power-saver mode, and for the schedule's discretionary-only windows.")
     var discretionary = false
 
+    @Flag(help: "Fetch each URL on its own, even when a download of the same URL and headers is already queued or running (by default it is fetched once and copied).")
+    var noDedupe = false
+
     @Flag(help: "Wait until the downloads end, showing progress on standard error; exit 1 if any failed.")
     var wait = false
 
@@ -159,6 +162,7 @@ struct Get: AsyncParsableCommand {
         if !headers.isEmpty { options["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
         if overwrite { options["overwrite"] = .boolean(true) }
         if discretionary { options["discretionary"] = .boolean(true) }
+        if noDedupe { options["dedupe"] = .boolean(false) }
         if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
         if let connections { options["connections"] = .uint32(connections) }
         if !mirrors.isEmpty { options["mirrors"] = .stringArray(mirrors) }

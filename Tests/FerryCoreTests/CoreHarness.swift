@@ -88,6 +88,9 @@ final class CoreHarness {
     func download(_ session: SessionID, _ url: String = "https://example.com/file.bin",
                   _ configure: (inout DownloadOptions) -> Void = { _ in }) throws -> TransferID {
         var options = DownloadOptions()
+        // Off unless a test turns it on: many tests download one URL twice and expect
+        // two fetches (DedupeTests turn it on).
+        options.dedupe = false
         configure(&options)
         return try sync { try $0.download(session: session, url: url, options: options) }
     }

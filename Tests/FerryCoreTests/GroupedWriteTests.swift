@@ -15,8 +15,10 @@ final class GroupedWriteTests: XCTestCase {
         let s = try h.openSession()
         let writesBefore = h.store.writes.count
         h.observer.clear()
+        var separate = DownloadOptions()
+        separate.dedupe = false // three fetches of one URL (dedupe would make it one: DedupeTests)
         let ids = try h.sync { core -> [TransferID] in
-            let ids = try (0..<3).map { _ in try core.prepareDownload(session: s, url: "https://example.com/file.bin", options: DownloadOptions()) }
+            let ids = try (0..<3).map { _ in try core.prepareDownload(session: s, url: "https://example.com/file.bin", options: separate) }
             XCTAssertEqual(try core.transferIDs(), [], "nothing is added before addPreparedDownloads")
             XCTAssertEqual(core.preparedCount(session: s), 3)
             try core.addPreparedDownloads()

@@ -69,6 +69,23 @@ final class FerryClientTests: FerryTestCase {
         }
     }
 
+    /// Serves `/c/NAME` (`size` bytes) at `bytesPerSecond` and starts its download to
+    /// `work/NAME` in a new session of `app`; the caller detaches the session.
+    func startSlowDownload(_ name: String, size: Int, bytesPerSecond: Int, app: String,
+                           delegate: FerrySessionDelegate? = nil) async throws -> ([UInt8], FerrySession, FerryTask) {
+        let body = serve("/c/" + name, size: size)
+        server.set(.slow(bytesPerSecond: bytesPerSecond), on: "/c/" + name)
+        let session = FerrySession(configuration: configuration(app), delegate: delegate)
+        do {
+            let task = try await session.download(from: URL(string: server.url("/c/" + name))!,
+                                                  to: URL(fileURLWithPath: work + "/" + name))
+            return (body, session, task)
+        } catch {
+            session.detach()
+            throw error
+        }
+    }
+
     func configuration(_ identifier: String = "org.example.ClientTests") -> FerrySession.Configuration {
         var c = FerrySession.Configuration.background(identifier: identifier)
         c.busAddress = bus.address
@@ -640,13 +657,10 @@ final class FerryClientTests: FerryTestCase {
     /// A running download survives a restart of ferryd; the session attaches
     /// again by itself and its delegate hears the end.
     func testReattachesWhenTheServiceRestarts() async throws {
-        let body = serve("/c/restart.bin", size: 400_000)
-        server.set(.slow(bytesPerSecond: 256 * 1024), on: "/c/restart.bin")
         let recorder = Recorder()
-        let session = FerrySession(configuration: configuration("org.example.Restart"), delegate: recorder)
+        let (body, session, task) = try await startSlowDownload("restart.bin", size: 400_000, bytesPerSecond: 256 * 1024,
+                                                                app: "org.example.Restart", delegate: recorder)
         defer { session.detach() }
-        let task = try await session.download(from: URL(string: server.url("/c/restart.bin"))!,
-                                              to: URL(fileURLWithPath: work + "/restart.bin"))
         try await recorder.wait(for: "progress \(task.id)")
         try await stopFerryd()
         server.set(.slow(bytesPerSecond: 4 * 1024 * 1024), on: "/c/restart.bin")
@@ -833,12 +847,9 @@ final class FerryClientTests: FerryTestCase {
     /// Any number of readers follow a task's events, each from the run's start, and a
     /// reader that went away (its task cancelled) may read again.
     func testATasksEventsHaveManyReaders() async throws {
-        let body = serve("/c/readers.bin", size: 400_000)
-        server.set(.slow(bytesPerSecond: 400 * 1024), on: "/c/readers.bin")
-        let session = FerrySession(configuration: configuration("org.example.Readers"))
+        let (body, session, task) = try await startSlowDownload("readers.bin", size: 400_000, bytesPerSecond: 400 * 1024,
+                                                                app: "org.example.Readers")
         defer { session.detach() }
-        let task = try await session.download(from: URL(string: server.url("/c/readers.bin"))!,
-                                              to: URL(fileURLWithPath: work + "/readers.bin"))
         @Sendable func readAll() async throws -> [FerryTaskEvent] {
             var seen: [FerryTaskEvent] = []
             for try await e in task.events { seen.append(e) }
@@ -878,12 +889,9 @@ final class FerryClientTests: FerryTestCase {
     /// pause() hands back resume data; resumeDownload(with:) continues from it to
     /// the same, complete file; the paused task can be pointed at a new URL.
     func testPauseResumeDataAndSetURL() async throws {
-        let body = serve("/c/resumable.bin", size: 600_000)
-        server.set(.slow(bytesPerSecond: 300 * 1024), on: "/c/resumable.bin")
-        let session = FerrySession(configuration: configuration("org.example.Resume"))
+        let (body, session, task) = try await startSlowDownload("resumable.bin", size: 600_000, bytesPerSecond: 300 * 1024,
+                                                                app: "org.example.Resume")
         defer { session.detach() }
-        let task = try await session.download(from: URL(string: server.url("/c/resumable.bin"))!,
-                                              to: URL(fileURLWithPath: work + "/resumable.bin"))
         for try await event in task.events {
             if case .progress(_, let total, _) = event, total > 0 { break }
         }

@@ -98,6 +98,29 @@ final class MetalinkTests: FerryTestCase {
         XCTAssertEqual(server.requests(for: "/k/f.meta4").count, 2, "the document is read again after the restart")
     }
 
+    /// A metalink download is never merged (dedupe) with a plain download of its URL
+    /// under way: the plain one gets the document, the metalink one the file.
+    func testAMetalinkDownloadIsNotMergedWithAPlainOneOfItsURL() async throws {
+        let body = serve("/d/f.bin", size: 100_000, seed: 23)
+        let meta = document(name: "f.bin", body: body, pieceLength: 16_384, urls: [(server.url("/d/f.bin"), 1)])
+        server.add(path: "/d/f.meta4", body: meta)
+        server.set(.holdAnswers, on: "/d/f.meta4")
+        let s = try await session()
+        let plain = try await s.download(server.url("/d/f.meta4"), options: ["destination": .string(work + "/plain.meta4")])
+        try await waitUntilAsync("the plain download's request, its answer held") { server.isHoldingAnswer(for: "/d/f.meta4") }
+        let metalink = try await s.download(server.url("/d/f.meta4"), options: [
+            "destination": .string(work + "/ml.bin"), "metalink": .string(server.url("/d/f.meta4")),
+        ])
+        server.clearBehaviours(on: "/d/f.meta4")
+        server.release("/d/f.meta4")
+        let plainInfo = try await finish(plain)
+        let metalinkInfo = try await finish(metalink)
+        XCTAssertEqual(plainInfo.state, "completed", plainInfo.errorMessage)
+        XCTAssertEqual(metalinkInfo.state, "completed", metalinkInfo.errorMessage)
+        assertFile(work + "/plain.meta4", equals: meta)
+        assertFile(work + "/ml.bin", equals: body)
+    }
+
     /// A document with a DOCTYPE and nested entities ("billion laughs"), and one over
     /// 4 MiB, fail the transfer with InvalidMetalink; nothing is written to the final
     /// name and no mirror is asked. The oversize one is stopped by its Content-Length,

@@ -75,9 +75,11 @@ final class OptionsTests: FerryTestCase {
         let s = try await session()
         let first = try await s.download(server.url("/first.bin"), options: ["destination": .string(work + "/first.bin")])
         try await waitForState(first, "running")
-        let low = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/low"), "priority": .int32(-1)])
-        let normal = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/normal")])
-        let high = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/high"), "priority": .int32(1)])
+        // One URL three times: each fetched on its own (dedupe would make the last two
+        // follow the first, and end with it).
+        let low = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/low"), "priority": .int32(-1), "dedupe": .boolean(false)])
+        let normal = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/normal"), "dedupe": .boolean(false)])
+        let high = try await s.download(server.url("/x.bin"), options: ["destination": .string(work + "/high"), "priority": .int32(1), "dedupe": .boolean(false)])
         let queued = try await [low.info().state, normal.info().state, high.info().state]
         XCTAssertEqual(queued, ["queued", "queued", "queued"])
         _ = try await first.pause()

@@ -138,7 +138,8 @@ final class PersistenceTests: FerryTestCase {
         let eph = try await session("com.example.Private", ["persistent": .boolean(false)])
         let running = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(work + "/running.bin")])
         let noData = try await eph.download(server.url("/plain.bin"), options: ["destination": .string(work + "/nodata.bin")])
-        let withData = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(work + "/withdata.bin")])
+        // Its own fetch (not a dedupe follower of `running`): it has a partial file to keep.
+        let withData = try await eph.download(server.url("/eph.bin"), options: ["destination": .string(work + "/withdata.bin"), "dedupe": .boolean(false)])
         for (t, name) in [(running, "running"), (noData, "nodata"), (withData, "withdata")] {
             try await waitForState(t, "running")
             try await waitForFileSize(work + "/\(name).bin.part", atLeast: 64 * 1024)

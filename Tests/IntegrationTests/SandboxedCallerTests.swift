@@ -174,6 +174,34 @@ final class SandboxedCallerTests: FerryTestCase {
         await assertDaemonAlive()
     }
 
+    /// Dedupe (v1.2) merges one caller's downloads only: the unconfined user's two
+    /// sessions (cookies off, so no jar sets them apart) share one GET, while a
+    /// sandboxed app asking for the same URL meanwhile gets a GET of its own.
+    func testDedupeNeverMergesAnotherCallersDownload() async throws {
+        let appDir = try appDirectory(appID)
+        let body = serve("/shared.bin", size: 64 * 1024, seed: 11)
+        server.set(.holdAnswers, on: "/shared.bin")
+        let noCookies: [String: DBusValue] = ["cookies": .boolean(false)]
+        let mine = try await session("com.example.Mine", noCookies)
+        let first = try await mine.download(server.url("/shared.bin"), options: ["destination": .string(downloads + "/mine.bin")])
+        try await waitUntilAsync("the first GET, its answer held") { server.isHoldingAnswer(for: "/shared.bin") }
+        let again = try await session("com.example.Again", noCookies)
+        let second = try await again.download(server.url("/shared.bin"), options: ["destination": .string(downloads + "/again.bin")])
+        let evil = try await sandboxedClient(appID)
+        let theirs = try await evil.openSession("\(appID).Dedupe", configuration: noCookies)
+        let third = try await theirs.download(server.url("/shared.bin"), options: ["destination": .string(appDir + "/data/theirs.bin")])
+        try await waitUntilAsync("the app's own GET") { server.requests(for: "/shared.bin").count >= 2 }
+        server.release("/shared.bin")
+        for t in [first, second, third] {
+            let info = try await finish(t, timeout: 30)
+            XCTAssertEqual(info.state, "completed", info.errorMessage)
+        }
+        XCTAssertEqual(server.requests(for: "/shared.bin").count, 2, "one GET for the user's two downloads, one for the app's")
+        assertFile(downloads + "/mine.bin", equals: body)
+        assertFile(downloads + "/again.bin", equals: body)
+        assertFile(appDir + "/data/theirs.bin", equals: body)
+    }
+
     /// A sandboxed app names files only inside `~/.var/app/APPID/`: $HOME, autostart,
     /// `..` and symlink escapes are refused before anything is written, and Upload
     /// answers alike for files that exist and files that do not.

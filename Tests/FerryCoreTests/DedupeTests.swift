@@ -1,0 +1,203 @@
+import XCTest
+@testable import FerryCore
+
+/// Dedupe (contract v1.2): downloads of the same fetch by one caller are fetched once;
+/// each follower mirrors its leader and gets its own copy and its own events.
+final class DedupeTests: XCTestCase {
+    let url = "https://example.com/file.bin"
+
+    /// A download with dedupe on (the harness turns it off by default).
+    func dedupe(_ h: CoreHarness, _ s: SessionID, _ name: String, url: String? = nil,
+                _ configure: (inout DownloadOptions) -> Void = { _ in }) throws -> TransferID {
+        try h.download(s, url ?? self.url) {
+            $0.dedupe = true
+            $0.destination = h.downloads + "/" + name
+            configure(&$0)
+        }
+    }
+
+    func testOneFetchGivesEveryDownloadItsOwnVerifiedCopyAndEvents() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let body = Array("the same bytes for everyone".utf8)
+        let a = try dedupe(h, s, "a.bin") { $0.sha256 = CoreHarness.sha256Hex(body) }
+        let b = try dedupe(h, s, "b.bin") { $0.sha256 = CoreHarness.sha256Hex(body) }
+        let c = try dedupe(h, s, "c.bin") { $0.sha256 = CoreHarness.sha256Hex(body).uppercased() }
+        XCTAssertEqual(h.engine.startedIDs, [a], "one fetch for three downloads")
+        XCTAssertEqual(h.state(b), .running, "a follower shows its leader's state")
+        XCTAssertEqual(h.state(c), .running)
+
+        h.answerAndWrite(a, Array(body.prefix(10)), total: Int64(body.count))
+        XCTAssertEqual(h.snapshot(b)?.bytesTransferred, 10, "progress mirrored")
+        XCTAssertEqual(h.snapshot(c)?.bytesExpected, Int64(body.count))
+        XCTAssertTrue(h.observer.events.contains(.progress(b, written: 10, total: 10, expected: Int64(body.count))))
+
+        h.writePart(a, body)
+        h.send(.completed(a, .succeeded(bytesOnDisk: Int64(body.count), sha256: CoreHarness.sha256Hex(body))))
+        for (id, name) in [(a, "a.bin"), (b, "b.bin"), (c, "c.bin")] {
+            let snap = try XCTUnwrap(h.snapshot(id))
+            XCTAssertEqual(snap.state, .completed, "\(id): \(snap.errorMessage)")
+            XCTAssertEqual(snap.destination, h.downloads + "/" + name)
+            XCTAssertEqual(snap.sha256, CoreHarness.sha256Hex(body))
+            XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/" + name), Data(body), name)
+            XCTAssertFalse(h.exists(h.downloads + "/" + name + ".part"))
+            XCTAssertTrue(h.observer.events.contains(.finished(id, location: h.downloads + "/" + name)))
+        }
+        XCTAssertEqual(h.observer.completions.map(\.0), [a, b, c], "each its own Completed, the leader's first")
+        let events = try h.sync { try $0.pendingEvents(session: s) }
+        XCTAssertEqual(events.map(\.transfer), [a, b, c])
+        XCTAssertEqual(Set(events.map(\.kind)), [.finished])
+        XCTAssertEqual(h.engine.startedIDs, [a], "still one fetch")
+    }
+
+    func testDedupeFalseAndDifferentFetchesAreFetchedOnTheirOwn() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let off = try dedupe(h, s, "off.bin") { $0.dedupe = false }
+        let otherHeader = try dedupe(h, s, "h.bin") { $0.headers = ["Accept-Language": "fr"] }
+        let otherSum = try dedupe(h, s, "sum.bin") { $0.sha256 = String(repeating: "ab", count: 32) }
+        let otherURL = try dedupe(h, s, "u.bin", url: "https://example.com/other.bin")
+        let same = try dedupe(h, s, "same.bin") { $0.priority = 1; $0.description = "storage-only options differ" }
+        XCTAssertEqual(h.engine.startedIDs, [a, off, otherHeader, otherSum, otherURL])
+        XCTAssertEqual(h.state(same), .running)
+    }
+
+    func testSessionsThatKeepCookiesAreNotMergedThoseWithoutAre() throws {
+        let h = CoreHarness()
+        let one = try h.openSession("one")
+        let two = try h.openSession("two")
+        let a = try dedupe(h, one, "a.bin")
+        let b = try dedupe(h, two, "b.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a, b], "each session's own cookie jar")
+        let three = try h.openSession("three") { $0.cookies = false }
+        let four = try h.openSession("four") { $0.cookies = false }
+        let c = try dedupe(h, three, "c.bin")
+        let d = try dedupe(h, four, "d.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a, b, c], "same caller, no cookies: one fetch")
+        h.succeed(c, body: Array("x".utf8))
+        XCTAssertEqual(h.state(d), .completed)
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/d.bin"), Data("x".utf8))
+    }
+
+    func testFollowersTakeNoPlaceUnderTheLimits() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        try h.sync { try $0.setMaxConcurrentTransfers(2) }
+        let a = try dedupe(h, s, "a.bin")
+        let followers = try (0..<5).map { try dedupe(h, s, "f\($0).bin") }
+        let other = try dedupe(h, s, "o.bin", url: "https://example.com/other.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a, other], "five followers hold none of the two places")
+        XCTAssertEqual(followers.map { h.state($0) }, Array(repeating: .running, count: 5))
+    }
+
+    func testLeaderFailingForTheFetchFailsFollowersWithTheSameError() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        h.fail(a, .http(status: 404, "the server answered 404 Not Found"))
+        let snap = try XCTUnwrap(h.snapshot(b))
+        XCTAssertEqual(snap.state, .failed)
+        XCTAssertEqual(snap.errorName, "org.ferry.Ferry1.Error.Http")
+        XCTAssertEqual(snap.httpStatus, 404)
+        XCTAssertEqual(h.observer.completions.map(\.0), [a, b])
+        XCTAssertEqual(h.engine.startedIDs, [a], "not fetched again only to fail the same way")
+    }
+
+    func testLeaderCancelledHandsTheFetchToTheOldestFollower() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let c = try dedupe(h, s, "c.bin")
+        try h.sync { try $0.cancel(a) }
+        XCTAssertEqual(h.state(a), .cancelled)
+        XCTAssertEqual(h.engine.startedIDs, [a, b], "b fetches now")
+        XCTAssertEqual(h.state(c), .running, "c follows b")
+        h.succeed(b, body: Array("taken over".utf8))
+        XCTAssertEqual(h.state(c), .completed)
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/c.bin"), Data("taken over".utf8))
+        XCTAssertFalse(h.exists(h.downloads + "/a.bin"))
+    }
+
+    func testFollowerCancelledOrPausedLeavesTheLeaderAlone() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let c = try dedupe(h, s, "c.bin")
+        try h.sync { try $0.cancel(b) }
+        _ = try h.sync { try $0.pause(c) }
+        XCTAssertEqual(h.engine.stopped, [], "the leader goes on")
+        XCTAssertEqual(h.state(a), .running)
+        XCTAssertEqual(h.state(c), .paused)
+        h.succeed(a, body: Array("leader".utf8))
+        XCTAssertEqual(h.state(b), .cancelled)
+        XCTAssertEqual(h.state(c), .paused, "a paused follower stopped following")
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin"))
+        XCTAssertFalse(h.exists(h.downloads + "/c.bin"))
+        // Resumed, it fetches on its own.
+        try h.sync { try $0.resume(c) }
+        XCTAssertEqual(h.engine.startedIDs, [a, c])
+    }
+
+    func testLeaderPausedHandsTheFetchOverAndResumesOnItsOwn() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a], "b follows a")
+        _ = try h.sync { try $0.pause(a) }
+        XCTAssertEqual(h.engine.stopped, [a])
+        XCTAssertEqual(h.engine.startedIDs, [a, b], "b fetches now")
+        XCTAssertEqual(h.state(a), .paused)
+        h.succeed(b, body: Array("b".utf8))
+        XCTAssertEqual(h.state(b), .completed)
+        XCTAssertEqual(h.state(a), .paused, "a stays paused: its client paused it")
+    }
+
+    func testAfterAKillFollowersFetchOnTheirOwnAndNothingIsLost() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        XCTAssertEqual(h.engine.startedIDs, [a])
+        let after = h.restarted(crashed: true)
+        XCTAssertEqual(Set(after.engine.startedIDs), [a, b])
+        after.succeed(b, body: Array("b".utf8))
+        XCTAssertEqual(after.state(b), .completed)
+        XCTAssertEqual(FileManager.default.contents(atPath: after.downloads + "/b.bin"), Data("b".utf8))
+    }
+
+    func testCopyFailureFailsOnlyThatFollower() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let folder = h.downloads + "/gone"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let b = try h.download(s, url) { $0.dedupe = true; $0.destination = folder + "/b.bin" }
+        let c = try dedupe(h, s, "c.bin")
+        try FileManager.default.removeItem(atPath: folder)
+        h.succeed(a, body: Array("x".utf8))
+        XCTAssertEqual(h.state(a), .completed)
+        XCTAssertEqual(h.snapshot(b)?.state, .failed)
+        XCTAssertEqual(h.snapshot(b)?.errorName, "org.ferry.Ferry1.Error.Disk")
+        XCTAssertEqual(h.state(c), .completed)
+    }
+
+    func testFetchedCopyIsByteExact() throws {
+        let dir = NSTemporaryDirectory() + "ferry-copy-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var bytes = [UInt8](repeating: 0, count: 3 << 20 | 17)
+        for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 9) }
+        FileManager.default.createFile(atPath: dir + "/src", contents: Data(bytes))
+        let n = try FetchedCopy.copy(from: dir + "/src", within: nil, to: dir + "/dst", within: nil)
+        XCTAssertEqual(n, Int64(bytes.count))
+        XCTAssertEqual(FileManager.default.contents(atPath: dir + "/dst"), Data(bytes))
+        try FileManager.default.createSymbolicLink(atPath: dir + "/link", withDestinationPath: dir + "/src")
+        XCTAssertThrowsError(try FetchedCopy.copy(from: dir + "/link", within: nil, to: dir + "/x", within: nil),
+                             "a link is never followed")
+    }
+}

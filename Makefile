@@ -18,7 +18,9 @@ export PATH := $(PATH):/opt/swift/usr/bin
 
 # Debian packages the build, the tests, the demo and the benchmark use. libnotify is
 # loaded at run time by ferryd's first notification (no headers needed): libnotify4.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy openssl
+# FoundationXML (ferryd's Metalink reader) links libxml2.so.2: the run-time package is
+# enough to link and run, no headers are needed: libxml2.
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy openssl
 
 MANDIR  ?= $(DATADIR)/man
 

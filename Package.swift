@@ -31,9 +31,11 @@ let package = Package(
 
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
         .target(name: "FerryInterface"),
+        // Metalink 4 documents (RFC 5854) read with Foundation's XMLParser (libxml2), hostile ones refused.
+        .target(name: "FerryMetalink"),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
-            "FerryInterface",
+            "FerryInterface", "FerryMetalink",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "HeapModule", package: "swift-collections"),
@@ -94,6 +96,7 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
 
+        .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),

@@ -332,6 +332,7 @@ def start_nginx(children, tmp, root, port, slow_rate="8m", crawl_rate="256k"):
     /NAME         unthrottled (sendfile)
     /slow/NAME    limited to `slow_rate` bytes/s per connection (segmented downloads)
     /crawl/NAME   limited to `crawl_rate` per connection (many transfers running at once)
+    /m1/NAME .. /m4/NAME  the same file at four paths (the mirrors and metalink suites)
     /upload/NAME  accepts PUT (WebDAV), written under TMP/upload/
     """
     # Every path lives in tmp: nginx's compiled-in defaults point at root-owned places.

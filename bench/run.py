@@ -17,6 +17,8 @@ one, with its own state directory, for each suite). Suites:
   upload    1 GiB PUT: Session.Upload against curl -T, with ferryd's peak RSS
   latency   HTTPS through a proxy adding 40 ms RTT: 1,000 x 100 KiB over h2 against curl -Z 100
             and aria2c -j16, over HTTP/1.1 against curl --http1.1 -Z 6; 1 GiB against curl
+  metalink  256 MiB from 4 mirror paths by a .meta4 (4 MiB sha-256 pieces): ferry get
+            --metalink -x4 against aria2c -x4 with the same document
   dedupe    1,000 downloads of 10 URLs x 100 KiB: server GETs and wall with dedupe on and off
 
 Python 3 standard library only; no root needed. See bench/README.md.
@@ -41,6 +43,7 @@ import suite_batch
 import suite_dedupe
 import suite_idle
 import suite_latency
+import suite_metalink
 import suite_mirrors
 import suite_queued
 import suite_running
@@ -58,6 +61,7 @@ SUITES = {
     "mirrors": suite_mirrors,
     "upload": suite_upload,
     "latency": suite_latency,
+    "metalink": suite_metalink,
     "dedupe": suite_dedupe,
 }
 

@@ -206,6 +206,11 @@ public struct DownloadOptions: Sendable, Equatable {
     /// discretionary-only windows (`discretionary`, contract v1.2); nil = as the
     /// session's ``FerrySession/Configuration/isDiscretionary`` says.
     public var isDiscretionary: Bool?
+    /// A Metalink 4 document (RFC 5854, `.meta4`) describing the file (`metalink`,
+    /// contract v1.2): the service fetches it when the download starts and takes the
+    /// file from its URLs, best first, checked against its size and SHA-256. A document
+    /// it cannot use fails the task with ``FerryError/invalidMetalink(_:)``.
+    public var metalink: URL?
     /// More http or https URLs of the same file (`mirrors`, contract v1.2; at most 16):
     /// the download's ranges are spread over its URL and these, and a mirror that fails
     /// (an error, a short answer, a bad piece) is dropped for that attempt.
@@ -249,6 +254,7 @@ public struct DownloadOptions: Sendable, Equatable {
         if overwrite { o["overwrite"] = .boolean(true) }
         if startsSuspended { o["start"] = .boolean(false) }
         if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
+        if let metalink { o["metalink"] = .string(metalink.absoluteString) }
         if !mirrors.isEmpty { o["mirrors"] = .stringArray(mirrors.map(\.absoluteString)) }
         if let pieces { o["pieces"] = .structure([.uint64(pieces.length), .stringArray(pieces.sha256)]) }
         if let dedupe { o["dedupe"] = .boolean(dedupe) }

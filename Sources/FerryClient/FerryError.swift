@@ -35,6 +35,9 @@ public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvert
     case disk(String)
     case checksumMismatch(String)
     case cancelled(String)
+    /// The download's ``DownloadOptions/metalink`` document could not be used (over
+    /// 4 MiB, a DTD or entities, not Metalink 4, bad values).
+    case invalidMetalink(String)
 
     /// The Ferry service could not be reached (not installed, not running, bus gone).
     case serviceUnavailable(String)
@@ -52,7 +55,7 @@ public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvert
              .fileNotFound(let m), .invalidState(let m), .invalidResumeData(let m), .noSuchSession(let m),
              .noSuchTransfer(let m), .limitExceeded(let m), .accessDenied(let m), .network(let m), .timeout(let m), .tls(let m),
              .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m),
-             .serviceUnavailable(let m), .detached(let m):
+             .invalidMetalink(let m), .serviceUnavailable(let m), .detached(let m):
             return m
         case .http(_, let m), .other(_, let m):
             return m
@@ -92,6 +95,7 @@ public enum FerryError: LocalizedError, Sendable, Equatable, CustomStringConvert
         case .disk: self = .disk(message)
         case .checksumMismatch: self = .checksumMismatch(message)
         case .cancelled: self = .cancelled(message)
+        case .invalidMetalink: self = .invalidMetalink(message)
         default:
             switch name {
             case StandardErrors.serviceUnknown, StandardErrors.nameHasNoOwner, StandardErrors.noReply,

@@ -14,7 +14,19 @@ enum DownloadOptionsValidation {
             throw FerryError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
         }
         try HeaderFields.validate(options.headers)
+        if let metalink = options.metalink { try validateMetalinkURL(metalink) }
         try validateMirrors(options.mirrors)
+    }
+
+    /// An http or https URL of at most 64 KiB; any other is `InvalidArgument` (the
+    /// option's value is malformed), with what `RequestURL` says of it.
+    static func validateMetalinkURL(_ url: String) throws {
+        do {
+            _ = try RequestURL.validate(url)
+        } catch let error as FerryError {
+            if case .limitExceeded = error { throw error }
+            throw FerryError.invalidArgument("metalink: \(error.message)")
+        }
     }
 
     /// Each mirror an http or https URL as `RequestURL` checks them; a malformed one is

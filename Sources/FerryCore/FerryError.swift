@@ -29,6 +29,9 @@ public enum FerryError: Error, Equatable, Sendable {
     case disk(String)
     case checksumMismatch(String)
     case cancelled(String)
+    /// (v1.2 addition) The transfer's `metalink` document could not be used (too large,
+    /// DTDs or entities, not Metalink 4, bad values, disagrees with `sha256`). Final.
+    case invalidMetalink(String)
 
     public static let prefix = FerryInterface.errorPrefix
 
@@ -54,6 +57,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case .disk: return .disk
         case .checksumMismatch: return .checksumMismatch
         case .cancelled: return .cancelled
+        case .invalidMetalink: return .invalidMetalink
         }
     }
 
@@ -70,7 +74,7 @@ public enum FerryError: Error, Equatable, Sendable {
              .invalidDestination(let m), .fileNotFound(let m), .invalidState(let m),
              .invalidResumeData(let m), .noSuchSession(let m), .noSuchTransfer(let m),
              .limitExceeded(let m), .accessDenied(let m), .network(let m), .unusableResponse(let m), .timeout(let m), .tls(let m),
-             .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m):
+             .tooManyRedirects(let m), .disk(let m), .checksumMismatch(let m), .cancelled(let m), .invalidMetalink(let m):
             return m
         case .http(_, let m):
             return m
@@ -100,6 +104,7 @@ public enum FerryError: Error, Equatable, Sendable {
         case "Disk": self = .disk(message)
         case "ChecksumMismatch": self = .checksumMismatch(message)
         case "Cancelled": self = .cancelled(message)
+        case "InvalidMetalink": self = .invalidMetalink(message)
         default: return nil
         }
     }

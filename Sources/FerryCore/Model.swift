@@ -109,6 +109,10 @@ public struct DownloadOptions: Sendable, Hashable {
     /// (v1.2) Waits for an unmetered network, mains power and the schedule's
     /// discretionary windows; nil = as the session's `discretionary` key says.
     public var discretionary: Bool?
+    /// (v1.2) The URL of a Metalink 4 document (RFC 5854): fetched when the transfer
+    /// starts, its URLs, size, SHA-256 and pieces then say where the file comes from and
+    /// how it is checked.
+    public var metalink: String?
     /// (v1.2) More URLs of the same file: a segmented download spreads its ranges over
     /// the URL and these (at most `DownloadOptionsValidation.maximumMirrors`).
     public var mirrors: [String] = []

@@ -12,9 +12,16 @@ extension TransferCoordinator {
         t.snapshot.bytesTransferred = bytesOnDisk
         if t.snapshot.bytesExpected < 0 { t.snapshot.bytesExpected = bytesOnDisk }
         var digest = engineSHA256?.lowercased()
-        if let wanted = t.options.sha256?.lowercased() {
+        if let size = t.metalink?.document.size, bytesOnDisk != size {
+            if tryNextMetalinkSource(t, because: "the file is \(bytesOnDisk) bytes, not the \(size) of the Metalink document") { return }
+            deletePartFiles(t)
+            failTransfer(t, .checksumMismatch("the downloaded file is \(bytesOnDisk) bytes, not the \(size) the Metalink document gives; the file was deleted"))
+            return
+        }
+        if let wanted = t.expectedSHA256 {
             if digest == nil { digest = FileDigest.sha256(path: t.partPath, within: confinement(of: t)) }
             guard digest == wanted else {
+                if tryNextMetalinkSource(t, because: "the file's SHA-256 is \(digest ?? "unreadable"), not \(wanted)") { return }
                 // The final name never holds an unverified file; nor is the bad one kept.
                 deletePartFiles(t)
                 failTransfer(t, .checksumMismatch("the downloaded file's SHA-256 is \(digest ?? "unreadable"), not the expected \(wanted); the file was deleted"))
@@ -181,6 +188,7 @@ extension TransferCoordinator {
             t.snapshot.httpStatus = UInt32(clamping: code)
         }
         settle(t, t.life.fail())
+        t.metalink = nil // a `Resume` reads the document again, its URLs from the best one
         t.showError(error)
         t.snapshot.completed = environment.now()
         let serial = appendEvent(PendingEvent(serial: 0, transfer: t.id, kind: .failed, errorName: error.name,

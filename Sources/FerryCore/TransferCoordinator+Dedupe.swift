@@ -20,9 +20,12 @@ import Foundation
 ///   on its own (nothing is lost; the store needs no new column).
 extension TransferCoordinator {
     /// What makes `t` the same fetch as another; nil when it may not be merged
-    /// (`dedupe` false, an upload, a `destination-fd` download).
+    /// (`dedupe` false, an upload, a `destination-fd` download, a `metalink` download:
+    /// its URL is the document's, not the file's). Mirrors and pieces are part of the
+    /// key: a download with pieces never follows one whose pieces were not checked.
     func fetchKey(_ t: TransferRecord) -> FetchKey? {
         guard !t.isUpload, t.options.dedupe, !isDescriptorDownload(t), let s = sessions[t.session] else { return nil }
+        guard t.options.metalink == nil else { return nil }
         let config = s.configuration
         let headers = HeaderFields.merge(session: config.headers, transfer: t.options.headers)
             .map { $0.name.lowercased() + ":" + $0.value }.sorted()

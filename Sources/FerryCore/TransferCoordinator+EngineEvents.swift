@@ -60,6 +60,15 @@ extension TransferCoordinator {
             return
         }
         guard t.state == .running, !t.stopInFlight else { return }
+        if t.isAwaitingMetalink {
+            // The document's response: only a failing status matters (its retry rules).
+            if r.isFailure {
+                t.retryAfter = r.retryAfter
+                t.failedResponseStatus = r.status
+                t.snapshot.httpStatus = UInt32(clamping: r.status)
+            }
+            return
+        }
         if t.options.connections <= 1 {
             // (Several connections are each one request, HTTP/1.1 by choice: they say
             // nothing of the origin.)
@@ -127,7 +136,7 @@ extension TransferCoordinator {
 
     /// Renames the download to the server's name (unique in its directory), moving the
     /// `.part` file if the engine has created it already.
-    private func adoptServerName(_ t: TransferRecord, _ name: String) {
+    func adoptServerName(_ t: TransferRecord, _ name: String) {
         let newPath = resolver(except: t.id).uniquePath(directory: t.directory, name: name, overwrite: t.options.overwrite,
                                                         own: t.destination)
         guard newPath != t.destination else { return }
@@ -147,7 +156,7 @@ extension TransferCoordinator {
     }
 
     private func handleProgress(_ id: TransferID, _ written: Int64, _ total: Int64, _ expected: Int64) {
-        guard let t = transfers[id] else { return }
+        guard let t = transfers[id], !t.isAwaitingMetalink else { return } // the document's bytes are not the file's
         guard t.state == .running, !t.stopInFlight else {
             // A stopping attempt's last bytes: keep the count, say nothing.
             if t.state == .paused { t.snapshot.bytesTransferred = total }
@@ -179,12 +188,17 @@ extension TransferCoordinator {
             return
         case .stopped:
             reindex(t) // a transfer queued meanwhile may start now
+            // A `metalink` document's attempt: its file goes; the file's part is as it was.
+            let documentOnly = t.isAwaitingMetalink
+            if documentOnly { removePartFiles([metalinkDocumentPath(t)], within: confinement(of: t)) }
             // Paused or cancelled meanwhile (maybe resumed since): only the bytes count.
             if t.state == .cancelled {
                 if !t.partFileHandedOver { deletePartFiles(t) }
             } else {
                 // An upload keeps nothing: its next attempt sends the file from byte 0.
-                t.snapshot.bytesTransferred = t.isUpload ? 0 : t.keptBytes(prefix: outcome.bytesOnDisk)
+                if !documentOnly {
+                    t.snapshot.bytesTransferred = t.isUpload ? 0 : t.keptBytes(prefix: outcome.bytesOnDisk)
+                }
                 stageTransfer(t)
                 // A paused download's attempt has stopped: one more Progress with the bytes
                 // kept, even when the last one had them. Delivered after the count is
@@ -198,6 +212,10 @@ extension TransferCoordinator {
             return
         case .current:
             break
+        }
+        if t.isAwaitingMetalink {
+            metalinkDocumentEnded(t, outcome)
+            return
         }
         switch outcome {
         case .succeeded(let bytes, _) where t.isUpload:
@@ -230,7 +248,7 @@ extension TransferCoordinator {
     /// Bytes of the part file are on the disk itself: kept with the transfer and stored
     /// with its next checkpoint (they come every few seconds of a long download).
     private func handleDurable(_ id: TransferID, _ part: DurablePart) {
-        guard let t = transfers[id], !t.isUpload, t.state == .running, !t.stopInFlight else { return }
+        guard let t = transfers[id], !t.isUpload, !t.isAwaitingMetalink, t.state == .running, !t.stopInFlight else { return }
         t.durablePart = part
         stageTransfer(t)
     }

@@ -31,13 +31,17 @@ extension TransferCoordinator {
             return
         }
         if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {
-            // The server's answer (a 4xx, a redirect the engine refused) will not change.
+            // The server's answer (a 4xx, a redirect the engine refused) will not change;
+            // a Metalink download asks its next URL.
+            if !t.isAwaitingMetalink, tryNextMetalinkSource(t, because: "HTTP \(status)") { return }
             failTransfer(t, error)
             return
         }
         let maxRetries = sessions[t.session]?.configuration.retries ?? 0
         guard case .retry(var seconds) = environment.retryPolicy.decide(error, t.retriesUsed + 1, maxRetries),
               seconds.isFinite, seconds >= 0 else {
+            // (Not after a piece every source failed: the engine tried them all.)
+            if !t.isAwaitingMetalink, !error.isChecksumMismatch, tryNextMetalinkSource(t, because: error.message) { return }
             failTransfer(t, error)
             return
         }

@@ -40,6 +40,11 @@ extension TransferCoordinator {
         if t.isUpload {
             kind = .upload // always from byte 0
             t.enginePartPath = nil
+        } else if t.isAwaitingMetalink {
+            // This attempt fetches the `metalink` document (into its own file); the
+            // file's part, ranges and validators wait for the attempt after it.
+            kind = .download
+            t.enginePartPath = t.partPath
         } else {
             let size = FileSystemChecks.fileSize(t.partPath, within: confinement(of: t)) ?? 0
             if t.segments != nil && (t.validator == nil || size == 0) { t.segments = nil }
@@ -62,7 +67,7 @@ extension TransferCoordinator {
         }
         t.attemptOffset = offset
         // Starting over: what was synced of the old part file says nothing of the new.
-        if offset == 0 && t.segments == nil { t.durablePart = nil }
+        if offset == 0 && t.segments == nil && !t.isAwaitingMetalink { t.durablePart = nil }
         t.connectionsFreed = false
         t.onSharedConnection = false
         t.snapshot.attempts += 1
@@ -79,19 +84,26 @@ extension TransferCoordinator {
     }
 
     func request(for t: TransferRecord) -> EngineRequest {
+        if t.isAwaitingMetalink, let url = t.options.metalink { return metalinkDocumentRequest(t, url: url) }
         let config = sessions[t.session]?.configuration ?? SessionConfiguration()
-        var request = EngineRequest(id: t.id, url: t.snapshot.url,
+        var request = EngineRequest(id: t.id, url: t.metalink?.currentURL ?? t.snapshot.url,
                                     headers: HeaderFields.merge(session: config.headers, transfer: t.options.headers,
                                                                 excluding: t.isUpload ? HeaderFields.uploadBody : []),
                                     partPath: t.partPath, offset: t.attemptOffset,
                                     ifRange: t.attemptOffset > 0 ? t.validator : nil,
                                     speedLimit: t.appliedSpeedLimit, requestTimeout: config.requestTimeout,
-                                    proxy: config.proxy, computeSHA256: t.options.sha256 != nil)
+                                    proxy: config.proxy, computeSHA256: t.expectedSHA256 != nil)
         request.upload = engineUpload(t)
         if !t.isUpload {
             request.connections = connectionCount(t)
             request.mirrors = t.options.mirrors
             request.pieces = t.options.pieces
+            if let resolved = t.metalink {
+                // The document's other URLs are the attempt's mirrors, its pieces its
+                // pieces (the options' own come first).
+                request.mirrors = resolved.mirrors(adding: t.options.mirrors)
+                if request.pieces == nil { request.pieces = resolved.pieceList }
+            }
             if t.attemptOffset > 0 || t.segments != nil { request.knownTotal = t.snapshot.bytesExpected }
             if let map = t.segments, let validator = t.validator {
                 request.segments = map

@@ -178,6 +178,8 @@ extension TransferCoordinator {
         if t.isUpload { return [] } // its destination is the source file: never deleted
         var paths = [t.partPath]
         if let enginePath = t.enginePartPath, enginePath != t.partPath { paths.append(enginePath) }
+        // A `metalink` download removed or cancelled while it fetched its document.
+        if t.isAwaitingMetalink { paths.append(metalinkDocumentPath(t)) }
         return paths
     }
 

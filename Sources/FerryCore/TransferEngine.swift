@@ -47,6 +47,9 @@ public struct EngineRequest: Sendable, Equatable {
     public var confinedTo: SandboxArea? = nil
     /// Where cookies come from and go to; nil = no cookies at all.
     public var cookieJar: EngineCookieJar? = nil
+    /// At most this much body (a small document fetched whole, such as a Metalink);
+    /// nil = no limit. Use with one connection.
+    public var bodyLimit: EngineBodyLimit? = nil
     /// (v1.2) More URLs of the same file: the download runs as a segmented one and
     /// spreads its range requests over `url` and these; a source that fails (an error,
     /// a short answer, a bad piece) is dropped for the attempt and its ranges go to the
@@ -76,7 +79,19 @@ public struct EngineRequest: Sendable, Equatable {
             && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
             && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal && a.confinedTo == b.confinedTo
-            && a.mirrors == b.mirrors && a.pieces == b.pieces
+            && a.bodyLimit == b.bodyLimit && a.mirrors == b.mirrors && a.pieces == b.pieces
+    }
+}
+
+/// A limit on a response body: a response that announces more (Content-Length), or
+/// sends more, fails the attempt with `error` as soon as it does, before more is read.
+public struct EngineBodyLimit: Sendable, Equatable {
+    public var bytes: Int64
+    public var error: FerryError
+
+    public init(bytes: Int64, error: FerryError) {
+        self.bytes = bytes
+        self.error = error
     }
 }
 

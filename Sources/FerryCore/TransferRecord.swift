@@ -233,6 +233,17 @@ final class TransferRecord {
     /// An upload has none ("": its destination is the source, never to be touched).
     var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
     var isUpload: Bool { snapshot.kind == .upload }
+    /// What its `metalink` document said, once read this run (memory only: after a
+    /// restart the document is fetched again before the file goes on).
+    var metalink: ResolvedMetalink? {
+        get { extrasBox?.metalink }
+        set { if newValue != nil || extrasBox != nil { extras.metalink = newValue } }
+    }
+    /// A `metalink` download whose document is not read yet: its attempt fetches the
+    /// document, not the file.
+    var isAwaitingMetalink: Bool { options.metalink != nil && !isUpload && metalink == nil }
+    /// The SHA-256 the file must have: the `sha256` option's, else the Metalink document's.
+    var expectedSHA256: String? { options.sha256?.lowercased() ?? metalink?.document.sha256 }
     /// The `If-Range` validator (`RangeValidator.strong`).
     var validator: String? { RangeValidator.strong(etag: etag, lastModified: lastModified) }
 
@@ -346,4 +357,5 @@ final class TransferExtras {
     var onSharedConnection = false
     var sharedConnectionLosses = 0
     var pausedByClientExit = false
+    var metalink: ResolvedMetalink?
 }

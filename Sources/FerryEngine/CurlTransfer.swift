@@ -41,6 +41,8 @@ final class CurlTransfer {
     private(set) var startOffset: Int64
     /// Body bytes this attempt took in: written, or held in `body` until they are.
     private(set) var bodyBytes: Int64 = 0
+    /// `request.bodyLimit`'s bytes (Int64.max: none), read on every chunk.
+    private lazy var bodyLimitBytes: Int64 = request.bodyLimit?.bytes ?? .max
     /// The body's bytes on their way to a regular part file, gathered into larger,
     /// aligned writes (set up when the response is accepted).
     private var body = BodyBuffer(startingAt: 0)
@@ -280,6 +282,7 @@ final class CurlTransfer {
                 if hasher != nil { hasher = SHA256() }
             }
             expectedTotal = head.contentLength ?? -1
+            if let limit = request.bodyLimit, expectedTotal > limit.bytes { return abort(limit.error) }
         } else {
             return abort(.network("The server answered \(head.statusDescription) instead of sending the file"))
         }
@@ -332,6 +335,10 @@ final class CurlTransfer {
         }
         if let error = space.check(file, writing: count, at: bytesOnDisk, held: body.count) {
             failure = .disk(error.message)
+            return 0
+        }
+        if bodyBytes &+ Int64(count) > bodyLimitBytes {
+            failure = request.bodyLimit?.error
             return 0
         }
         if file.isRegular {

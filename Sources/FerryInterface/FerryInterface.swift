@@ -57,6 +57,9 @@ public enum FerryInterface {
         case disk = "Disk"
         case checksumMismatch = "ChecksumMismatch"
         case cancelled = "Cancelled"
+        /// (v1.2 addition) A `metalink` document that could not be used: over 4 MiB,
+        /// with a DTD or entities, not Metalink 4, or with bad values.
+        case invalidMetalink = "InvalidMetalink"
 
         /// `org.ferry.Ferry1.Error.<Name>`.
         public var fullName: String { FerryInterface.errorPrefix + rawValue }

@@ -78,8 +78,8 @@ enum OptionParsing {
     }
 
     static let downloadKeys = ["destination", "headers", "description", "sha256", "start-after", "priority",
-                               "speed-limit", "connections", "overwrite", "start", "discretionary", "dedupe", "mirrors",
-                               "pieces"]
+                               "speed-limit", "connections", "overwrite", "start", "discretionary", "mirrors",
+                               "pieces", "metalink", "dedupe"]
 
     static func download(_ dict: [String: DBusValue]) throws -> DownloadOptions {
         var o = DownloadOptions()
@@ -96,6 +96,7 @@ enum OptionParsing {
             case "overwrite": o.overwrite = try typed(key, value, "b") { $0.bool }
             case "start": o.start = try typed(key, value, "b") { $0.bool }
             case "discretionary": o.discretionary = try typed(key, value, "b") { $0.bool }
+            case "metalink": o.metalink = try typed(key, value, "s") { $0.string }
             case "mirrors":
                 let items = try typed(key, value, "as") { $0.arrayElements }
                 guard items.count <= Limits.mirrors else {

@@ -73,6 +73,7 @@ struct DownloadOptionsRecord: Codable {
     var overwrite: Bool?
     var start: Bool?
     var discretionary: Bool?
+    var metalink: String?
     var mirrors: [String]?
     /// `pieces` as its length and hex digests.
     var pieceLength: Int64?
@@ -80,6 +81,7 @@ struct DownloadOptionsRecord: Codable {
 
     init(_ o: DownloadOptions) {
         discretionary = o.discretionary
+        metalink = o.metalink
         if !o.mirrors.isEmpty { mirrors = o.mirrors }
         if let p = o.pieces { pieceLength = p.length; pieces = p.hex }
         destination = o.destination; headers = o.headers; description = o.description; sha256 = o.sha256
@@ -100,6 +102,7 @@ struct DownloadOptionsRecord: Codable {
         if let v = overwrite { o.overwrite = v }
         if let v = start { o.start = v }
         o.discretionary = discretionary
+        o.metalink = metalink
         o.mirrors = mirrors ?? []
         if let pieceLength, let pieces {
             o.pieces = try? PieceList(length: UInt64(max(pieceLength, 0)), hex: pieces)

@@ -19,6 +19,12 @@ struct Get: AsyncParsableCommand {
             settings), which `ls --session`, `events --session` and the --all commands count as the \
             CLI's session.
 
+            --metalink URL downloads the file a Metalink 4 document (.meta4, RFC 5854) describes: \
+            ferryd fetches the document when the transfer starts and takes the file from its \
+            URLs, best first, checked against its size and SHA-256; a document it cannot use \
+            fails the transfer (InvalidMetalink). It takes no other URL: a .meta4 URL given as a \
+            plain URL is downloaded as a file.
+
             In a terminal, `get` without --wait says what it queued (ID STATE: URL -> PATH) and \
             `get --wait` ends with the saved path of each download; piped or with --json, it prints \
             the ids (a line each) as before.
@@ -46,6 +52,9 @@ struct Get: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Expected SHA-256 (hex) of the one URL; a mismatch fails the transfer.", valueName: "HEX"))
     var sha256: String?
+
+    @Option(help: ArgumentHelp("Download the file this Metalink 4 document (.meta4) describes, from its URLs.", valueName: "URL"))
+    var metalink: String?
 
     @Option(help: ArgumentHelp("Expected SHA-256s by file name, in sha256sum's format.", valueName: "SHA256SUMS"), completion: .file())
     var sha256File: String?
@@ -113,9 +122,13 @@ struct Get: AsyncParsableCommand {
         if directory?.isEmpty == true { throw ValidationError("-d takes a folder, not an empty name") }
         if sha256File?.isEmpty == true { throw ValidationError("--sha256-file takes a file name, not an empty one") }
         if inputFile?.isEmpty == true { throw ValidationError("-i takes a file name (or - for standard input), not an empty one") }
-        if urls.isEmpty && inputFile == nil { throw ValidationError("name at least one URL, or -i FILE") }
+        if metalink?.isEmpty == true { throw ValidationError("--metalink takes the URL of a .meta4 document, not an empty one") }
+        if metalink != nil && (!urls.isEmpty || inputFile != nil || sha256File != nil) {
+            throw ValidationError("--metalink takes no other URL: the document names the file's URLs")
+        }
+        if urls.isEmpty && inputFile == nil && metalink == nil { throw ValidationError("name at least one URL, or -i FILE") }
         if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
-        if sha256 != nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
+        if sha256 != nil && metalink == nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
         if (!mirrors.isEmpty || pieces != nil) && (urls.count != 1 || inputFile != nil) {
             throw ValidationError("--mirror and --pieces take a single URL (they describe one file)")
@@ -159,6 +172,7 @@ struct Get: AsyncParsableCommand {
         if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }
         if let startAfter { options["start-after"] = .uint64(StartTime.parse(startAfter)!) }
         if let description { options["description"] = .string(description) }
+        if let metalink { options["metalink"] = .string(metalink) }
         if paused { options["start"] = .boolean(false) }
         return options
     }
@@ -215,6 +229,8 @@ struct Get: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             var entries = urls.map { Checksums.Entry(url: $0, sha256: sha256) }
+            // The document's URL is the transfer's URL too (`Url` shows where it came from).
+            if let metalink { entries = [Checksums.Entry(url: metalink, sha256: sha256)] }
             if let inputFile { entries += try Checksums.readList(inputFile) }
             if let sha256File { try Checksums.apply(sumsFile: sha256File, to: &entries, output: output) }
             guard !entries.isEmpty else { throw CLIError.usage("no URLs in \(inputFile ?? "the input")") }

@@ -10,7 +10,7 @@ final class InterfaceNamesTests: XCTestCase {
             .invalidArgument(""), .invalidUrl(""), .unsupportedScheme(""), .invalidDestination(""), .fileNotFound(""),
             .invalidState(""), .invalidResumeData(""), .noSuchSession(""), .noSuchTransfer(""), .limitExceeded(""),
             .accessDenied(""), .network(""), .timeout(""), .http(status: 404, ""), .tls(""), .tooManyRedirects(""),
-            .disk(""), .checksumMismatch(""), .cancelled(""),
+            .disk(""), .checksumMismatch(""), .cancelled(""), .invalidMetalink(""),
         ]
         XCTAssertEqual(Set(errors.map(\.errorName)), Set(FerryInterface.ErrorName.allCases), "one case per contract name")
         for e in errors {

@@ -494,6 +494,39 @@ final class FerryClientTests: FerryTestCase {
         return values
     }
 
+    /// `DownloadOptions.metalink` (v1.2): the file comes from the document's URL,
+    /// checked against its SHA-256; a document with entities ends the task with
+    /// `.invalidMetalink`, and nothing is saved.
+    func testAMetalinkDownloadAndAHostileDocument() async throws {
+        let body = serve("/c/ml.bin", size: 70_000, seed: 9)
+        let doc = """
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink"><file name="ml.bin"><size>\(body.count)</size>
+            <hash type="sha-256">\(TestData.sha256Hex(body))</hash><url>\(server.url("/c/ml.bin"))</url></file></metalink>
+            """
+        server.add(path: "/c/ml.meta4", body: Array(doc.utf8))
+        server.add(path: "/c/evil.meta4", body: Array("<!DOCTYPE m [<!ENTITY a \"b\">]><metalink>&a;</metalink>".utf8))
+        let session = FerrySession(configuration: configuration("org.example.Metalink"))
+        defer { session.detach() }
+        var options = DownloadOptions()
+        options.metalink = URL(string: server.url("/c/ml.meta4"))
+        let task = try await session.download(from: options.metalink!, to: URL(fileURLWithPath: work + "/ml.bin"), options: options)
+        let result = try await task.value
+        XCTAssertEqual(result.location?.path, work + "/ml.bin")
+        XCTAssertEqual(result.sha256, TestData.sha256Hex(body), "checked against the document's hash")
+        assertFile(work + "/ml.bin", equals: body)
+
+        options.metalink = URL(string: server.url("/c/evil.meta4"))
+        let evil = try await session.download(from: options.metalink!, to: URL(fileURLWithPath: work + "/evil.bin"), options: options)
+        do {
+            _ = try await evil.value
+            XCTFail("a document with entities is refused")
+        } catch let error as FerryError {
+            guard case .invalidMetalink(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("DOCTYPE"), message)
+        }
+        XCTAssertFalse(exists(work + "/evil.bin"))
+    }
+
     /// A download with the `sha256` option ends with its bytes and its checked digest,
     /// the same whether heard live, replayed to a later run, or settled from its
     /// properties (its event acknowledged before).

@@ -1,0 +1,82 @@
+import FerryInterface
+import Foundation
+import XCTest
+@testable import FerryCore
+
+/// The `metalink` option in the core (fake engine): the first attempt fetches the
+/// document, the next ones the file from its URLs, checked against its hash.
+final class MetalinkPhaseTests: XCTestCase {
+    let metalinkURL = "https://example.com/file.meta4"
+
+    func document(_ body: [UInt8], urls: [String]) -> [UInt8] {
+        let sources = urls.enumerated().map { "<url priority=\"\($0.offset + 1)\">\($0.element)</url>" }.joined()
+        return Array("""
+        <metalink xmlns="urn:ietf:params:xml:ns:metalink"><file name="named.iso">
+        <size>\(body.count)</size><hash type="sha-256">\(CoreHarness.sha256Hex(body))</hash>\(sources)
+        </file></metalink>
+        """.utf8)
+    }
+
+    /// Plays the document's attempt: a 200 and the document in the file the request named.
+    func serveDocument(_ h: CoreHarness, _ t: TransferID, _ doc: [UInt8]) throws {
+        let request = try XCTUnwrap(h.engine.lastRequest(t))
+        XCTAssertEqual(request.url, metalinkURL)
+        XCTAssertEqual(request.bodyLimit?.bytes, 4 * 1024 * 1024, "the document is fetched bounded")
+        XCTAssertNotEqual(request.partPath, h.destination(t) + ".part", "not into the file's part")
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: Int64(doc.count), effectiveURL: metalinkURL)))
+        h.writePart(t, doc, path: request.partPath)
+        h.send(.completed(t, .succeeded(bytesOnDisk: Int64(doc.count), sha256: nil)))
+        XCTAssertFalse(h.exists(request.partPath), "the document's file is removed once read")
+    }
+
+    func testDocumentThenFileFromItsBestURLThenTheNextAfterAMismatch() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let body = Array("the real file".utf8)
+        let t = try h.download(s, metalinkURL) { $0.metalink = self.metalinkURL }
+        try serveDocument(h, t, document(body, urls: ["https://a.example/f", "https://b.example/f"]))
+        XCTAssertEqual(h.state(t), .running, "back in the queue and started again at once")
+        let first = try XCTUnwrap(h.engine.lastRequest(t))
+        XCTAssertEqual(first.url, "https://a.example/f")
+        XCTAssertTrue(first.computeSHA256, "the document's sha-256 is checked")
+        XCTAssertEqual(h.snapshot(t)?.bytesExpected, Int64(body.count))
+        XCTAssertTrue(h.destination(t).hasSuffix("/named.iso"), h.destination(t))
+
+        h.succeed(t, body: Array("the real fil3".utf8), computeSHA: true) // same size, another hash
+        XCTAssertEqual(h.state(t), .running, "a mismatch moves on to the next URL")
+        XCTAssertEqual(h.engine.lastRequest(t)?.url, "https://b.example/f")
+        h.succeed(t, body: body, computeSHA: true)
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.sha256, CoreHarness.sha256Hex(body))
+    }
+
+    func testBadDocumentFailsWithInvalidMetalink() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, metalinkURL) { $0.metalink = self.metalinkURL }
+        try serveDocument(h, t, Array("<!DOCTYPE x [<!ENTITY a \"b\">]><metalink/>".utf8))
+        let snap = try XCTUnwrap(h.snapshot(t))
+        XCTAssertEqual(snap.state, .failed)
+        XCTAssertEqual(snap.errorName, "org.ferry.Ferry1.Error.InvalidMetalink")
+        XCTAssertEqual(h.engine.started.filter { $0.id == t }.count, 1, "no file request")
+    }
+
+    func testDocumentDisagreeingWithTheSha256OptionFails() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let t = try h.download(s, metalinkURL) {
+            $0.metalink = self.metalinkURL
+            $0.sha256 = String(repeating: "0", count: 64)
+        }
+        try serveDocument(h, t, document(Array("x".utf8), urls: ["https://a.example/f"]))
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.InvalidMetalink")
+    }
+
+    func testOptionMustBeAnHTTPURL() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        for bad in ["ftp://example.com/x.meta4", "", "no url"] {
+            XCTAssertFerryError(try h.download(s) { $0.metalink = bad }, { if case .invalidArgument = $0 { return true } else { return false } }, bad)
+        }
+    }
+}

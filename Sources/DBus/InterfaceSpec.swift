@@ -37,6 +37,9 @@ public struct PropertySpec: Sendable {
     public var access: PropertyAccess
     /// false = `org.freedesktop.DBus.Property.EmitsChangedSignal` "false".
     public var emitsChange: Bool
+    /// The value never changes while the object lives: `EmitsChangedSignal` "const"
+    /// (and no `PropertiesChanged`, as with `emitsChange` false).
+    public var isConstant = false
     public var setter: (@Sendable (DBusValue) throws -> Void)?
     /// An asynchronous setter, told the path of the object being written (for
     /// specs shared by many objects). It answers through `done` — nil to accept,

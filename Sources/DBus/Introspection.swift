@@ -32,7 +32,8 @@ public enum Introspection {
             if p.emitsChange {
                 out += head + "/>\n"
             } else {
-                out += head + ">\n\(indent)    <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"false\"/>\n\(indent)  </property>\n"
+                let value = p.isConstant ? "const" : "false"
+                out += head + ">\n\(indent)    <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(value)\"/>\n\(indent)  </property>\n"
             }
         }
         out += "\(indent)</interface>\n"

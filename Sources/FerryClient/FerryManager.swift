@@ -23,8 +23,11 @@ internal import FerryInterface
 public final class FerryManager: @unchecked Sendable {
     /// The service's properties at one moment.
     public struct Status: Sendable, Equatable {
-        /// The service's version.
+        /// The service's version (its package's: "0.2.0").
         public var version: String
+        /// The version of the bus contract the service implements in full ("1.2"): test
+        /// this, not `version`, before using an addition. "" from a service older than 1.2.
+        public var interfaceVersion: String
         /// Transfers running now.
         public var activeTransfers: Int
         /// Transfers queued or waiting (for their time, a network, a retry).
@@ -42,8 +45,8 @@ public final class FerryManager: @unchecked Sendable {
 
         public init(version: String = "", activeTransfers: Int = 0, queuedTransfers: Int = 0, downloadRate: UInt64 = 0,
                     uploadRate: UInt64 = 0, maximumConcurrentTransfers: Int = 6, speedLimit: UInt64? = nil,
-                    notificationsEnabled: Bool = true) {
-            self.version = version; self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
+                    notificationsEnabled: Bool = true, interfaceVersion: String = "") {
+            self.version = version; self.interfaceVersion = interfaceVersion; self.activeTransfers = activeTransfers; self.queuedTransfers = queuedTransfers
             self.downloadRate = downloadRate; self.uploadRate = uploadRate
             self.maximumConcurrentTransfers = maximumConcurrentTransfers; self.speedLimit = speedLimit
             self.notificationsEnabled = notificationsEnabled
@@ -122,7 +125,8 @@ public final class FerryManager: @unchecked Sendable {
                       uploadRate: p[M.uploadRate.name]?.uint64 ?? 0,
                       maximumConcurrentTransfers: Int(p[M.maxConcurrentTransfers.name]?.uint32 ?? 0),
                       speedLimit: limit == 0 ? nil : limit,
-                      notificationsEnabled: p[M.notificationsEnabled.name]?.bool ?? true)
+                      notificationsEnabled: p[M.notificationsEnabled.name]?.bool ?? true,
+                      interfaceVersion: p[M.interfaceVersion.name]?.string ?? "")
     }
 
     /// How many transfers run at once (1-256).

@@ -8,12 +8,15 @@ public struct BusProperty: Sendable, Hashable {
     public let signature: String
     public let writable: Bool
     public let emitsChange: Bool
+    /// Never changes while ferryd runs (`EmitsChangedSignal` "const").
+    public let constant: Bool
 
-    init(_ name: String, _ signature: String, writable: Bool = false, emitsChange: Bool = true) {
+    init(_ name: String, _ signature: String, writable: Bool = false, emitsChange: Bool = true, constant: Bool = false) {
         self.name = name
         self.signature = signature
         self.writable = writable
-        self.emitsChange = emitsChange
+        self.emitsChange = emitsChange && !constant
+        self.constant = constant
     }
 }
 
@@ -30,10 +33,12 @@ extension FerryInterface {
         public static let notificationsEnabled = BusProperty("NotificationsEnabled", "b", writable: true)
         /// (v1.2) Windows of `(days, start, end, speed_limit, extras)`.
         public static let schedule = BusProperty("Schedule", "a(sssta{sv})", writable: true)
+        /// (v1.2) Which additions of the contract this daemon has: `currentInterfaceVersion`.
+        public static let interfaceVersion = BusProperty("InterfaceVersion", "s", constant: true)
 
         /// In the contract's order.
         public static let all = [version, activeTransfers, queuedTransfers, downloadRate, uploadRate,
-                                 maxConcurrentTransfers, speedLimit, notificationsEnabled, schedule]
+                                 maxConcurrentTransfers, speedLimit, notificationsEnabled, schedule, interfaceVersion]
     }
 
     /// `org.ferry.Ferry1.Session`'s properties.

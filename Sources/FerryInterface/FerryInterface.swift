@@ -4,6 +4,9 @@
 public enum FerryInterface {
     /// Ferry's release: ferryd's `Version` property and both programs' `--version`.
     public static let releaseVersion = "0.2.0"
+    /// The contract's version this daemon implements in full (Manager `InterfaceVersion`):
+    /// "1.2" has every v1.2 addition. Unlike `releaseVersion`, a client may test it.
+    public static let currentInterfaceVersion = "1.2"
     public static let busName = "org.ferry.Ferry1"
     public static let managerPath = "/org/ferry/Ferry1"
     public static let managerInterface = "org.ferry.Ferry1.Manager"

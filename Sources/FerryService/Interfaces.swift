@@ -169,7 +169,11 @@ extension FerryBusService {
     /// writable one with its setter.
     static func propertySpecs(_ declared: [BusProperty], setters: [BusProperty: PropertySetter] = [:]) -> [PropertySpec] {
         declared.map { p in
-            guard p.writable else { return PropertySpec(p.name, p.signature, emitsChange: p.emitsChange) }
+            guard p.writable else {
+                var spec = PropertySpec(p.name, p.signature, emitsChange: p.emitsChange)
+                spec.isConstant = p.constant
+                return spec
+            }
             guard let set = setters[p] else { preconditionFailure("no setter for the writable property \(p.name)") }
             var spec = PropertySpec(p.name, p.signature, access: .readwrite, objectSetter: set)
             spec.emitsChange = p.emitsChange

@@ -86,6 +86,7 @@ enum PropertyMapping {
             M.speedLimit.name: .uint64(m.speedLimit),
             M.notificationsEnabled.name: .boolean(m.notificationsEnabled),
             M.schedule.name: OptionParsing.scheduleValue(m.schedule),
+            M.interfaceVersion.name: .string(FerryInterface.currentInterfaceVersion),
         ]
     }
 

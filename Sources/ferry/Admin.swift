@@ -138,7 +138,8 @@ struct ConfigGet: AsyncParsableCommand {
             let client = try global.connect()
             let p = try await client.managerProperties()
             typealias M = FerryInterface.ManagerProperty
-            let m = ManagerJSON(version: p[M.version.name]?.string ?? "", maxConcurrent: p[M.maxConcurrentTransfers.name]?.uint32 ?? 0,
+            let m = ManagerJSON(version: p[M.version.name]?.string ?? "", interfaceVersion: p[M.interfaceVersion.name]?.string ?? "",
+                                maxConcurrent: p[M.maxConcurrentTransfers.name]?.uint32 ?? 0,
                                 speedLimit: p[M.speedLimit.name]?.uint64 ?? 0, notifications: p[M.notificationsEnabled.name]?.bool ?? false,
                                 activeTransfers: p[M.activeTransfers.name]?.uint32 ?? 0, queuedTransfers: p[M.queuedTransfers.name]?.uint32 ?? 0,
                                 downloadRate: p[M.downloadRate.name]?.uint64 ?? 0, uploadRate: p[M.uploadRate.name]?.uint64 ?? 0)

@@ -206,6 +206,8 @@ struct ConfigurationJSON: Codable, Equatable {
 /// The manager's settings and counters, as `config get --json` prints them.
 struct ManagerJSON: Codable, Equatable {
     var version: String
+    /// The contract version ferryd implements in full ("1.2").
+    var interfaceVersion: String
     var maxConcurrent: UInt32
     var speedLimit: UInt64
     var notifications: Bool
@@ -216,6 +218,7 @@ struct ManagerJSON: Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case version
+        case interfaceVersion = "interface_version"
         case maxConcurrent = "max_concurrent"
         case speedLimit = "speed_limit"
         case notifications

@@ -70,6 +70,7 @@ final class FerryManagerTests: FerryTestCase {
         let ferry = FerryManager(busAddress: bus.address)
         let before = try await ferry.status()
         XCTAssertFalse(before.version.isEmpty)
+        XCTAssertEqual(before.interfaceVersion, "1.2", "the contract version, apart from the package's")
         XCTAssertEqual(before.maximumConcurrentTransfers, 6)
         XCTAssertNil(before.speedLimit)
         XCTAssertEqual(before.activeTransfers, 0)

@@ -328,8 +328,11 @@ final class CLIScriptingTests: FerryTestCase {
         XCTAssertTrue(under.stderr.contains("from 1 up"), under.stderr)
         let max = try await managerProperty("MaxConcurrentTransfers")?.uint32
         XCTAssertEqual(max, 3)
-        struct Manager: Decodable { var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String }
+        struct Manager: Decodable {
+            var max_concurrent: UInt32; var speed_limit: UInt64; var notifications: Bool; var version: String; var interface_version: String
+        }
         let cfg = decode(Manager.self, try ferry(["config", "get", "--json"]).stdout)
+        XCTAssertEqual(cfg?.interface_version, "1.2")
         XCTAssertEqual(cfg?.speed_limit, 2 * 1024 * 1024)
         XCTAssertEqual(cfg?.notifications, false)
         XCTAssertEqual(try ferry(["config", "get", "max-concurrent"]).stdout, "3\n")

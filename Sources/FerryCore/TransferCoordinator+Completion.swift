@@ -242,26 +242,32 @@ extension TransferCoordinator {
     }
 }
 
-/// SHA-256 of a file, read in chunks.
+/// A file read to its end in chunks, for its SHA-256 or its bytes.
 enum FileDigest {
     /// nil when the file cannot be read to its end. A sandboxed application's file
     /// (`area`) is opened relative to its folder as opened and checked.
     static func sha256(path: String, within area: SandboxArea? = nil) -> String? {
-        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
+        var hasher = SHA256()
+        guard readChunks(path: path, within: area, chunk: 1 << 20, { hasher.update(data: $0); return true }) else { return nil }
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Calls `body` with each chunk of the file, in order, until it returns false.
+    /// - Returns: whether the file was read to its end and `body` never said stop.
+    static func readChunks(path: String, within area: SandboxArea?, chunk: Int, _ body: (ArraySlice<UInt8>) -> Bool) -> Bool {
+        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return false }
         defer { SandboxArea.release(folder) }
         // O_NONBLOCK: a FIFO put at the name does not hang the core.
         let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return false }
         defer { close(fd) }
-        var hasher = SHA256()
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var buffer = [UInt8](repeating: 0, count: chunk)
         while true {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { return nil }
-            if n == 0 { break }
-            hasher.update(data: buffer[0..<n])
+            guard n >= 0 else { return false }
+            if n == 0 { return true }
+            guard body(buffer[0..<n]) else { return false }
         }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
     }
 }

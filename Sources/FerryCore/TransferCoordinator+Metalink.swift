@@ -166,22 +166,12 @@ extension FileDigest {
     /// A file's bytes, nil when it cannot be read or holds more than `max` (a sandboxed
     /// application's opened relative to its folder as opened and checked).
     static func contents(path: String, within area: SandboxArea? = nil, max: Int) -> Data? {
-        guard let (folder, name) = SandboxArea.place(of: path, within: area) else { return nil }
-        defer { SandboxArea.release(folder) }
-        let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
         var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { return nil }
-            if n == 0 { break }
-            data.append(contentsOf: buffer[0..<n])
-            if data.count > max { return nil }
+        let whole = readChunks(path: path, within: area, chunk: 64 * 1024) { chunk in
+            data.append(contentsOf: chunk)
+            return data.count <= max
         }
-        return data
+        return whole ? data : nil
     }
 }
 

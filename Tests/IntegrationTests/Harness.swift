@@ -382,6 +382,13 @@ class FerryTestCase: XCTestCase {
         return r.status == 0 ? r.stdout : nil
     }
 
+    /// Waits until a `Progress` signal of `t` says at least `bytes` were written.
+    func waitForProgress(_ t: FerryTransfer, atLeast bytes: Int64, timeout: TimeInterval = 30) async throws {
+        try await signals.wait("\(t.path) past \(bytes) bytes", timeout: timeout) { recorded in
+            recorded.contains { $0.path == t.path && $0.member == "Progress" && ($0.args.count > 1 ? $0.args[1].int64 ?? 0 : 0) >= bytes }
+        }
+    }
+
     /// Waits (bounded, polling the disk) until the file at `path` holds at least `bytes`.
     func waitForFileSize(_ path: String, atLeast bytes: Int, timeout: TimeInterval = 10) async throws {
         let deadline = Date().addingTimeInterval(timeout)

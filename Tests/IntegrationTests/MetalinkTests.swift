@@ -69,9 +69,7 @@ final class MetalinkTests: FerryTestCase {
         XCTAssertEqual(info.mirrors.count, 3, "Mirrors shows the document's other URLs: \(info.mirrors)")
         let log = ferryd?.log ?? ""
         XCTAssertTrue(log.contains("source \(server.url("/m1/file.bin")) dropped: piece"), "the log names the bad mirror")
-        XCTAssertEqual(partFiles(in: work), [], "no partial file and no document file is left")
-        let hidden = (try? FileManager.default.contentsOfDirectory(atPath: work))?.filter { $0.hasPrefix(".ferry-") } ?? []
-        XCTAssertEqual(hidden, [], "the fetched document is removed")
+        assertNothingLeftBehind()
     }
 
     /// Killed with SIGKILL once the document was read and the file asked for, ferryd
@@ -163,9 +161,14 @@ final class MetalinkTests: FerryTestCase {
             XCTAssertFalse(exists(dest + ".part"), "\(path): no partial file")
         }
         XCTAssertEqual(server.requests(for: "/f.bin").count, 0, "no mirror of a refused document is asked")
-        XCTAssertEqual(partFiles(in: work), [])
+        assertNothingLeftBehind()
+    }
+
+    /// No partial file and no fetched document (`.ferry-…`) is left in the work folder.
+    func assertNothingLeftBehind(file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(partFiles(in: work), [], "no partial file is left", file: file, line: line)
         let hidden = (try? FileManager.default.contentsOfDirectory(atPath: work))?.filter { $0.hasPrefix(".ferry-") } ?? []
-        XCTAssertEqual(hidden, [], "the fetched documents are removed")
+        XCTAssertEqual(hidden, [], "the fetched documents are removed", file: file, line: line)
     }
 
     /// `ferry get --metalink URL -d DIR --wait` saves the file under the document's name;

@@ -86,10 +86,7 @@ final class MirrorsTests: FerryTestCase {
         let s = try await session()
         let t = try await s.download(server.url(paths[0]), options: options(body, name: "k.bin"))
         // Past a stored map of verified pieces (stored at most once a second), well before the end.
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 2) {
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
+        try await waitForProgress(t, atLeast: Int64(Self.size / 2))
         try await killFerryd()
         try await waitUntilAsync("the server to see the killed connections close") { server.openConnections == 0 }
         let servedBeforeKill = bytesServed(paths)
@@ -117,10 +114,7 @@ final class MirrorsTests: FerryTestCase {
         for path in paths { server.set(.slow(bytesPerSecond: 512 * 1024), on: path) }
         let s = try await session()
         let t = try await s.download(server.url(paths[0]), options: options(body, name: "rd.bin"))
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 3) {
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
+        try await waitForProgress(t, atLeast: Int64(Self.size / 3))
         let data = try await t.pause()
         XCTAssertFalse(data.isEmpty, "a download with pieces can be resumed")
         try await waitForState(t, "paused")

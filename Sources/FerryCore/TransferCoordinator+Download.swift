@@ -31,7 +31,7 @@ extension TransferCoordinator {
                                                           defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
                                                           suggestedName: requestURL.suggestedFileName,
                                                           overwrite: options.overwrite)
-        let id = nextTransferID + UInt64(prepared.count)
+        let id = numbering.nextTransferID + UInt64(prepared.count)
         let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
                                         destination: resolved.path, state: .queued, created: environment.now(),
                                         priority: options.priority, speedLimit: options.speedLimit)
@@ -94,7 +94,7 @@ extension TransferCoordinator {
         if let ephemeral = group.last(where: { !isPersistent($0.session) }) {
             reserveIDs(transfer: ephemeral.id)
         }
-        nextTransferID = last.id + 1
+        numbering.tookTransfers(through: last.id)
     }
 
     /// What `resumeData` (from `pause`) holds, checked as `resumeDownload` checks it
@@ -191,7 +191,7 @@ extension TransferCoordinator {
         if unresumable { segments = nil }
         let keep = unresumable ? 0 : data.offset
         return try mutate {
-            let id = nextTransferID
+            let id = numbering.nextTransferID
             var snapshot = TransferSnapshot(id: id, session: session, url: data.url, description: options.description,
                                             destination: data.destination, state: .queued,
                                             bytesTransferred: segments.map { (partSize ?? 0) > 0 ? $0.bytesDone : 0 } ?? keep,

@@ -44,7 +44,7 @@ extension TransferCoordinator {
             t.lastCheckpoint = now
         }
         if !durable { reserveIDs(transfer: last.id) }
-        nextTransferID = last.id + 1
+        numbering.tookTransfers(through: last.id)
         _ = groupBook.takeID()
         mutate {
             groupBook.add(stored, members: members.map { ($0.id, $0.snapshot.bytesTransferred, $0.snapshot.bytesExpected) })

@@ -42,7 +42,7 @@ extension TransferCoordinator {
             try SessionValidation.checkHiddenValues(configuration.headers, held: [:], identifier: identifier)
             var config = SessionConfiguration()
             _ = config.apply(configuration)
-            let session = SessionRecord(id: nextSessionID, identifier: identifier, configuration: config)
+            let session = SessionRecord(id: numbering.nextSessionID, identifier: identifier, configuration: config)
             session.owner = owner
             var next = counters
             next.nextSessionID = max(next.nextSessionID, session.id + 1)
@@ -51,7 +51,7 @@ extension TransferCoordinator {
             } else {
                 reserveIDs(session: session.id)
             }
-            nextSessionID = session.id + 1
+            numbering.tookSession(session.id)
             sessions[session.id] = session
             emit(.sessionAdded(snapshot(of: session)))
             return (session.id, true)

@@ -9,14 +9,7 @@ extension TransferCoordinator {
         sessions[session]?.configuration.persistent ?? false
     }
 
-    var counters: StoreCounters {
-        StoreCounters(nextSessionID: max(nextSessionID, reservedSessionIDs),
-                      nextTransferID: max(nextTransferID, reservedTransferIDs), nextSerial: max(nextSerial, reservedSerials),
-                      nextGroupID: groupBook.nextID)
-    }
-
-    /// How many ids one store write reserves for ephemeral sessions and transfers.
-    static let idReservationBlock: UInt64 = 1024
+    var counters: StoreCounters { numbering.counters(nextGroupID: groupBook.nextID) }
 
     /// Makes sure a restart never hands out `session` or `transfer` again although
     /// nothing of theirs is stored (an ephemeral session's): the stored counters are
@@ -25,14 +18,8 @@ extension TransferCoordinator {
     /// be written, this logs and the next id tries again.
     /// Event serials of ephemeral sessions are reserved the same way (`serial`).
     func reserveIDs(session: SessionID? = nil, transfer: TransferID? = nil, serial: UInt64? = nil) {
-        let needsSession = session.map { $0 >= reservedSessionIDs } ?? false
-        let needsTransfer = transfer.map { $0 >= reservedTransferIDs } ?? false
-        let needsSerial = serial.map { $0 >= reservedSerials } ?? false
-        guard needsSession || needsTransfer || needsSerial else { return }
-        var next = counters
-        if needsSession, let session { next.nextSessionID = session + Self.idReservationBlock }
-        if needsTransfer, let transfer { next.nextTransferID = transfer + Self.idReservationBlock }
-        if needsSerial, let serial { next.nextSerial = serial + Self.idReservationBlock }
+        guard let next = numbering.reservation(session: session, transfer: transfer, serial: serial,
+                                         nextGroupID: groupBook.nextID) else { return }
         syncMovedFolders()
         do {
             try store.write(pendingWrites + [.setCounters(next)])
@@ -42,9 +29,7 @@ extension TransferCoordinator {
             return
         }
         pendingWrites = []
-        reservedSessionIDs = next.nextSessionID
-        reservedTransferIDs = next.nextTransferID
-        reservedSerials = next.nextSerial
+        numbering.reserved(next)
     }
 
     var settings: StoredSettings {
@@ -190,9 +175,7 @@ extension TransferCoordinator {
         let maxSession = sessions.keys.max() ?? 0
         let maxTransfer = transfers.keys.max() ?? 0
         let maxSerial = contents.events.values.flatMap { $0 }.map(\.serial).max() ?? 0
-        nextSessionID = max(nextSessionID, contents.counters.nextSessionID, maxSession + 1)
-        nextTransferID = max(nextTransferID, contents.counters.nextTransferID, maxTransfer + 1)
-        nextSerial = max(nextSerial, contents.counters.nextSerial, maxSerial + 1)
+        numbering.restore(contents.counters, maxSession: maxSession, maxTransfer: maxTransfer, maxSerial: maxSerial)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) {
             if t.finishingPath != nil { settleInterruptedFinish(t) } else { settleIfAlreadyInPlace(t) }
         }

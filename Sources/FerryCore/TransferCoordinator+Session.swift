@@ -152,8 +152,7 @@ extension TransferCoordinator {
     /// that the state and its event are written together.
     func appendEvent(_ event: PendingEvent, session: SessionID) -> UInt64 {
         var event = event
-        event.serial = nextSerial
-        nextSerial += 1
+        event.serial = numbering.takeSerial()
         sessions[session]?.pendingEvents.append(event)
         if isPersistent(session) {
             pendingWrites.append(.appendEvent(session, event))

@@ -71,7 +71,7 @@ extension TransferCoordinator {
         common.start = options.start
         common.discretionary = options.discretionary
         let id = try mutate {
-            let id = nextTransferID
+            let id = numbering.nextTransferID
             let snapshot = TransferSnapshot(id: id, session: session, kind: .upload, url: url,
                                             description: options.description,
                                             destination: sourceFD == nil ? FileSystemChecks.normalize(file) : "",

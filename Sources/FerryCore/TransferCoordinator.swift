@@ -47,16 +47,8 @@ public final class TransferCoordinator {
     var armedDue: UInt64?
     /// When the manager's batch settles, if it is settling.
     var settleDue: UInt64?
-    var nextSessionID: SessionID = 1
-    var nextTransferID: TransferID = 1
-    var nextSerial: UInt64 = 1
-    /// The stored counters already keep ids below these from being handed out again
-    /// (`reserveIDs`): ephemeral sessions and their transfers are never written, so
-    /// their ids are reserved in the store a block at a time.
-    var reservedSessionIDs: SessionID = 0
-    var reservedTransferIDs: TransferID = 0
-    /// The same for the serials of ephemeral sessions' events.
-    var reservedSerials: UInt64 = 0
+    /// Session and transfer ids and event serials, and what the store reserves of them.
+    var numbering = IDAllocator()
 
     var maxConcurrentTransfers: UInt32 = 6
     var globalSpeedLimit: UInt64 = 0

@@ -94,7 +94,7 @@ extension TransferCoordinator {
     }
 
     /// The global speed limit in force: the window's while one is on, else `SpeedLimit`.
-    var effectiveGlobalSpeedLimit: UInt64 { discretion.globalSpeedLimit(manual: globalSpeedLimit) }
+    var effectiveGlobalSpeedLimit: UInt64 { discretion.globalSpeedLimit(manual: managerSettings.speedLimit) }
 
     /// Why the power or the schedule keeps `t` from running now (after the network's
     /// own reasons), nil when they do not.

@@ -192,6 +192,6 @@ extension TransferCoordinator {
         batch = BatchCounts()
         privateBatch = BatchCounts()
         batchNumber &+= 1
-        emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: notificationsEnabled, privateCounts: privateCounts)))
+        emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: managerSettings.notificationsEnabled, privateCounts: privateCounts)))
     }
 }

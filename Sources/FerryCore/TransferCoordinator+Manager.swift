@@ -148,31 +148,31 @@ extension TransferCoordinator {
         }
         return ManagerSnapshot(activeTransfers: UInt32(index.running.count), queuedTransfers: UInt32(index.queuedOrWaiting),
                                downloadRate: download, uploadRate: upload,
-                               maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
-                               notificationsEnabled: notificationsEnabled, schedule: discretion.schedule.windows)
+                               maxConcurrentTransfers: managerSettings.maxConcurrentTransfers,
+                               speedLimit: managerSettings.speedLimit,
+                               notificationsEnabled: managerSettings.notificationsEnabled, schedule: discretion.schedule.windows)
     }
 
     /// How many transfers may run at once, 1-256; raising it starts queued ones at once,
     /// lowering it lets running ones finish.
     public func setMaxConcurrentTransfers(_ n: UInt32) throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard Limits.concurrentTransfers.contains(n) else {
-            throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between \(Limits.concurrentTransfers.lowerBound) and \(Limits.concurrentTransfers.upperBound)")
-        }
-        changeSettings { maxConcurrentTransfers = n }
+        var changed = managerSettings
+        try changed.setMaxConcurrentTransfers(n)
+        changeSettings { managerSettings = changed }
     }
 
     /// Bytes/s over all transfers, 0 = none; shared evenly by the running ones.
     public func setSpeedLimit(_ bps: UInt64) {
         changeSettings {
-            globalSpeedLimit = bps
+            managerSettings.speedLimit = bps
             speedLimitsApplied = nil
         }
     }
 
     /// Whether AllFinished posts a desktop notification (the notifier reads it).
     public func setNotificationsEnabled(_ on: Bool) {
-        changeSettings { notificationsEnabled = on }
+        changeSettings { managerSettings.notificationsEnabled = on }
     }
 
     /// One change of the manager's settings, stored with them.

@@ -33,8 +33,7 @@ extension TransferCoordinator {
     }
 
     var settings: StoredSettings {
-        StoredSettings(maxConcurrentTransfers: maxConcurrentTransfers, speedLimit: globalSpeedLimit,
-                       notificationsEnabled: notificationsEnabled, schedule: discretion.schedule.windows)
+        managerSettings.stored(schedule: discretion.schedule.windows)
     }
 
     // MARK: - Staging
@@ -187,9 +186,7 @@ extension TransferCoordinator {
         for s in sessions.values { s.publishedActive = activeCount(s.id) }
 
         if let settings = contents.settings {
-            maxConcurrentTransfers = Limits.concurrentTransfers.contains(settings.maxConcurrentTransfers) ? settings.maxConcurrentTransfers : 6
-            globalSpeedLimit = settings.speedLimit
-            notificationsEnabled = settings.notificationsEnabled
+            managerSettings.restore(settings)
             restoreSchedule(settings.schedule)
         }
         publishedManager = manager

@@ -9,7 +9,7 @@ extension TransferCoordinator {
         guard isStarted, !isShutDown else { return }
         judgeNewlyQueued()
         var starting: [TransferRecord] = []
-        while let id = index.nextToStart(maxConnections: Int(maxConcurrentTransfers), perHostLimit: { [unowned self] session in
+        while let id = index.nextToStart(maxConnections: Int(managerSettings.maxConcurrentTransfers), perHostLimit: { [unowned self] session in
             Int(self.sessions[session]?.configuration.maxConnectionsPerHost ?? 6)
         }), let t = transfers[id] {
             if let reason = networkBlocker(t) {

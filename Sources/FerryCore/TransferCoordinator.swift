@@ -50,12 +50,11 @@ public final class TransferCoordinator {
     /// Session and transfer ids and event serials, and what the store reserves of them.
     var numbering = IDAllocator()
 
-    var maxConcurrentTransfers: UInt32 = 6
-    var globalSpeedLimit: UInt64 = 0
+    /// MaxConcurrentTransfers, SpeedLimit and NotificationsEnabled, as set and stored.
+    var managerSettings = ManagerSettings()
     /// `index.runningChanges` when the running transfers' speed limits were last shared
     /// out; nil after a limit changed (they are shared anew at the next `schedule`).
     var speedLimitsApplied: UInt64?
-    var notificationsEnabled = true
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).

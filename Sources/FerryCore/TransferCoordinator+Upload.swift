@@ -282,7 +282,7 @@ extension TransferCoordinator {
         t.uploadSource = nil
         let app = sessions[t.session]?.owner
         if t.stopInFlight {
-            detachedUploadSources[t.id] = (source, app)
+            heldDescriptors.detach(source, app: app, until: t.id)
         } else {
             closeUploadSource(source, app: app)
         }
@@ -290,7 +290,7 @@ extension TransferCoordinator {
 
     /// An attempt ended: a source kept for it can close now.
     func attemptEndedReleasingSource(_ id: TransferID) {
-        if let (source, app) = detachedUploadSources.removeValue(forKey: id) { closeUploadSource(source, app: app) }
+        if let (source, app) = heldDescriptors.takeDetached(id) { closeUploadSource(source, app: app) }
     }
 
     private func closeUploadSource(_ source: EngineUpload, app: String?) {
@@ -302,29 +302,13 @@ extension TransferCoordinator {
     /// or closed (-1), also against the sandboxed application `app` (nil: an unconfined
     /// caller's).
     func countUploadSource(of app: String?, by change: Int) {
-        openUploadSources += change
-        guard let app else { return }
-        let held = (openUploadSourcesByApp[app] ?? 0) + change
-        openUploadSourcesByApp[app] = held > 0 ? held : nil
+        heldDescriptors.count(of: app, by: change)
     }
 
     /// Why no further upload source or `destination-fd` may be held (for the sandboxed
     /// application `app`, nil: an unconfined caller), nil when one may. Both are
     /// descriptors ferryd keeps for a client, so they share one budget.
     func uploadSourceRoomMissing(for app: String?) -> String? {
-        if openUploadSources >= environment.uploadSourceLimit {
-            return "\(openUploadSources) files are held open for clients (uploads waiting or running, and destination-fd "
-                + "downloads not ended): as many as ferryd's open-file limit leaves room for"
-        }
-        if let app, let held = openUploadSourcesByApp[app], held >= Self.uploadSourceShare(environment) {
-            return "this application has \(held) files held open (uploads waiting or running, and destination-fd downloads "
-                + "not ended): the most one application may (a quarter of what ferryd's open-file limit leaves room for)"
-        }
-        return nil
-    }
-
-    /// The upload sources one sandboxed application may hold open at once.
-    static func uploadSourceShare(_ environment: CoreEnvironment) -> Int {
-        max(1, environment.uploadSourceLimit / 4)
+        heldDescriptors.roomMissing(for: app, limit: environment.uploadSourceLimit)
     }
 }

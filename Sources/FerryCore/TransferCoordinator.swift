@@ -72,16 +72,9 @@ public final class TransferCoordinator {
     /// sandboxed application's, the area they are removed within (its session may be
     /// gone by then).
     var detachedStops: [TransferID: (paths: [String], area: SandboxArea?)] = [:]
-    /// Sources of removed uploads whose attempt has not reported its end yet (the
-    /// engine may still be duplicating the descriptor): closed when it does. With the
-    /// sandboxed application they count against (nil: none).
-    var detachedUploadSources: [TransferID: (source: EngineUpload, app: String?)] = [:]
-    /// Upload sources open now (held by transfers or detached): against
-    /// `environment.uploadSourceLimit`.
-    var openUploadSources = 0
-    /// The same per sandboxed application: each may hold a quarter of the limit, so no
-    /// app can take every upload's room from the others and the user.
-    var openUploadSourcesByApp: [String: Int] = [:]
+    /// Upload sources and destination-fd files held open (against
+    /// `environment.uploadSourceLimit`), and sources kept for attempts still stopping.
+    var heldDescriptors = HeldDescriptors()
 
     /// Downloads checked and named but not added yet (`prepareDownload`), and their
     /// final and `.part` paths (taken for other downloads meanwhile).

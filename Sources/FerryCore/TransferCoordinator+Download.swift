@@ -37,17 +37,14 @@ extension TransferCoordinator {
                                         priority: options.priority, speedLimit: options.speedLimit)
         let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: options, host: requestURL.host,
                                directory: resolved.directory, serverMayName: resolved.serverMayName)
-        prepared.append(t)
-        preparedPerSession[session, default: 0] += 1
-        preparedPaths.insert(t.destination)
-        preparedPaths.insert(t.partPath)
+        prepared.add(t)
         return id
     }
 
     /// How many prepared downloads belong to `session` (they count towards its limit).
     public func preparedCount(session: SessionID) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
-        return preparedPerSession[session] ?? 0
+        return prepared.count(session: session)
     }
 
     /// Adds the prepared downloads, in the order they were prepared: written together
@@ -56,10 +53,7 @@ extension TransferCoordinator {
     ///   ids and names are free again).
     public func addPreparedDownloads() throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        let group = prepared
-        prepared = []
-        preparedPerSession = [:]
-        preparedPaths = []
+        let group = prepared.takeAll()
         guard !group.isEmpty else { return }
         try persistNew(group)
         mutate {
@@ -251,7 +245,7 @@ extension TransferCoordinator {
     /// prepared downloads or by downloads about to move there as taken.
     func resolver(except: TransferID?) -> DestinationResolver {
         DestinationResolver(fileManager: fileManager) { [unowned self] path in
-            !self.index.owners(of: path, except: except).isEmpty || self.preparedPaths.contains(path)
+            !self.index.owners(of: path, except: except).isEmpty || self.prepared.holds(path)
                 || self.movingTargets.contains(path)
         }
     }

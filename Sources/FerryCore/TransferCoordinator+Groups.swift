@@ -12,9 +12,7 @@ extension TransferCoordinator {
     /// their ids and names are free again.
     public func discardPreparedDownloads() {
         dispatchPrecondition(condition: .onQueue(queue))
-        prepared = []
-        preparedPerSession = [:]
-        preparedPaths = []
+        _ = prepared.takeAll()
     }
 
     /// Adds the prepared downloads (all of `session`) as one new group: the group and
@@ -23,8 +21,7 @@ extension TransferCoordinator {
     /// - Throws: `StoreError`; then nothing is added.
     public func addPreparedDownloadsAsGroup(session: SessionID, description: String, allOrNothing: Bool) throws -> GroupID {
         dispatchPrecondition(condition: .onQueue(queue))
-        let members = prepared
-        discardPreparedDownloads()
+        let members = prepared.takeAll()
         guard let last = members.last else {
             throw FerryError.invalidArgument("a group needs at least one item")
         }

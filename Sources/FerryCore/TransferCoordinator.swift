@@ -76,11 +76,8 @@ public final class TransferCoordinator {
     /// `environment.uploadSourceLimit`), and sources kept for attempts still stopping.
     var heldDescriptors = HeldDescriptors()
 
-    /// Downloads checked and named but not added yet (`prepareDownload`), and their
-    /// final and `.part` paths (taken for other downloads meanwhile).
-    var prepared: [TransferRecord] = []
-    var preparedPerSession: [SessionID: Int] = [:]
-    var preparedPaths: Set<String> = []
+    /// Downloads checked and named but not added yet (`prepareDownload`).
+    var prepared = PreparedDownloads()
 
     /// Verified downloads of the change under way waiting for their final path to be
     /// written before they move (`finishPendingMoves`), and those paths (taken meanwhile).

@@ -44,8 +44,7 @@ extension TransferCoordinator {
             // write, before any of them moves (`finishPendingMoves`).
             let target = firstTarget(t)
             stageFinishing(t, target: target, digest: digest)
-            pendingMoves.append(PendingMove(transfer: t, target: target, digest: digest, bytesOnDisk: bytesOnDisk))
-            movingTargets.insert(target)
+            pendingMoves.queue(PendingMove(transfer: t, target: target, digest: digest, bytesOnDisk: bytesOnDisk))
             return
         }
         let location: String
@@ -58,29 +57,18 @@ extension TransferCoordinator {
         completeFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
     }
 
-    /// A verified download whose final path is staged (`finishingPath`), to be moved
-    /// there once that is written.
-    struct PendingMove {
-        let transfer: TransferRecord
-        let target: String
-        let digest: String?
-        let bytesOnDisk: Int64
-    }
-
     /// At the end of a change: writes where the downloads that finished in it go (one
     /// transaction for all), then moves each into place and completes it. So a batch of
     /// small files ending together costs one write before the moves, not one each.
     func finishPendingMoves() {
-        defer { movingTargets = [] }
+        defer { pendingMoves.endRound() }
         // Moves that complete a dedupe leader add its followers' (`leaderFinished`):
         // taken in the next pass, with one more write.
-        while !pendingMoves.isEmpty {
-            let moves = pendingMoves
-            pendingMoves = []
+        while let moves = pendingMoves.takeQueued() {
             flushStore()
             for move in moves {
                 let t = move.transfer
-                movingTargets.remove(move.target)
+                pendingMoves.moving(move)
                 guard transfers[t.id] === t else { continue }
                 do {
                     let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
@@ -135,7 +123,7 @@ extension TransferCoordinator {
         let target = try renameIntoPlace(t, digest: digest, target: first, recorded: recorded)
         // The new name is durable once its folder is synced: before the completion is
         // stored or announced (`syncMovedFolders`), once per folder and round.
-        movedFolders.insert(FileSystemChecks.directoryName(target))
+        pendingMoves.movedInto(FileSystemChecks.directoryName(target))
         return target
     }
 

@@ -246,7 +246,7 @@ extension TransferCoordinator {
     func resolver(except: TransferID?) -> DestinationResolver {
         DestinationResolver(fileManager: fileManager) { [unowned self] path in
             !self.index.owners(of: path, except: except).isEmpty || self.prepared.holds(path)
-                || self.movingTargets.contains(path)
+                || self.pendingMoves.holds(path)
         }
     }
 }

@@ -76,10 +76,7 @@ extension TransferCoordinator {
     /// power cut before any completion is stored or announced: once per folder, however
     /// many files of the round went there. On the core's queue (never the bus's).
     func syncMovedFolders() {
-        guard !movedFolders.isEmpty else { return }
-        let folders = movedFolders
-        movedFolders = []
-        for folder in folders.sorted() { DurableFiles.syncFolder(folder) }
+        for folder in pendingMoves.takeFoldersToSync() { DurableFiles.syncFolder(folder) }
     }
 
     /// Writes what is staged, with the counters. A failure (a full disk under the

@@ -80,12 +80,8 @@ public final class TransferCoordinator {
     var prepared = PreparedDownloads()
 
     /// Verified downloads of the change under way waiting for their final path to be
-    /// written before they move (`finishPendingMoves`), and those paths (taken meanwhile).
-    var pendingMoves: [PendingMove] = []
-    var movingTargets: Set<String> = []
-    /// Folders a finished download was moved into since they were last synced: synced
-    /// (once each) before the next store write and the next announcement.
-    var movedFolders: Set<String> = []
+    /// written before they move (`finishPendingMoves`), and the folders to sync.
+    var pendingMoves = PendingMoves()
 
     /// The groups of `Session.DownloadGroup` (TransferCoordinator+Groups.swift).
     let groupBook = GroupBook()

@@ -8,7 +8,7 @@ extension TransferCoordinator {
     /// events after the current ones).
     public func subscribe(_ handler: @escaping (CoreEvent) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
-        subscribers.append(handler)
+        outbox.subscribe(handler)
     }
 
     /// Calls `handler` after each round of deliveries (the events of a change, and any
@@ -16,31 +16,29 @@ extension TransferCoordinator {
     /// per event hand it on there, once. The handler must not call the core.
     public func subscribeToRoundEnds(_ handler: @escaping () -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
-        roundEndHandlers.append(handler)
+        outbox.subscribeToRoundEnds(handler)
     }
 
     /// Queues an event; outside a change it goes at once.
     func emit(_ event: CoreEvent) {
-        outbox.append(event)
+        outbox.post(event)
         if mutationDepth == 0 { deliverEvents() }
     }
 
     /// Makes what is staged durable, then sends the outbox in order.
     func deliverEvents() {
         flushStore()
-        guard !isDelivering else { return }
-        isDelivering = true
-        defer { isDelivering = false }
-        guard !outbox.isEmpty else { return }
-        while !outbox.isEmpty {
-            let events = outbox
-            outbox = []
+        guard outbox.beginRound() else { return }
+        defer { outbox.endRound() }
+        guard outbox.hasPending else { return }
+        while outbox.hasPending {
+            let events = outbox.takePending()
             for event in events {
-                for subscriber in subscribers { subscriber(event) }
+                for subscriber in outbox.subscribers { subscriber(event) }
             }
             flushStore()
         }
-        for handler in roundEndHandlers { handler() }
+        for handler in outbox.roundEndHandlers { handler() }
     }
 
     func emitCompleted(_ t: TransferRecord, serial: UInt64, error: FerryError?) {

@@ -11,13 +11,8 @@ import Logging
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
-    /// Hear every `CoreEvent`, in order, on `queue` (`subscribe`).
-    var subscribers: [(CoreEvent) -> Void] = []
-    /// Called after each round of deliveries (`subscribeToRoundEnds`).
-    var roundEndHandlers: [() -> Void] = []
-    /// Events of the change under way, sent when it ends.
-    var outbox: [CoreEvent] = []
-    var isDelivering = false
+    /// Subscribers, and the events of the change under way, sent when it ends.
+    var outbox = EventOutbox()
     /// When the manager's rates were last put in a progress event (µs).
     var lastManagerRates: UInt64 = 0
 

@@ -137,32 +137,18 @@ extension TransferCoordinator {
     /// fires uses the environment's clock). Nothing due: no timer, no wake-ups.
     func armTimeline() {
         guard !isShutDown, isStarted else { return }
-        guard let next = timeline.nextDue else {
-            if armedDue != nil {
-                armedDue = nil
-                wakeTimer?.schedule(deadline: .distantFuture)
-            }
-            return
-        }
-        guard next != armedDue else { return }
-        armedDue = next
-        let now = environment.now()
-        // Far-off moments are clamped to a year; the timer re-arms when it fires early.
-        let delay = Int(min(next > now ? next - now : 0, 365 * 86_400 * 1_000_000))
-        let timer = wakeTimer ?? makeWakeTimer()
-        timer.schedule(deadline: .now() + .microseconds(delay), leeway: .milliseconds(50))
+        wakeTimer.arm(for: timeline.nextDue, now: environment.now(), makeTimer: makeWakeTimer)
     }
 
     private func makeWakeTimer() -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.setEventHandler { [weak self] in
             guard let self else { return }
-            self.armedDue = nil
+            self.wakeTimer.fired()
             self.wakeDueTransfers()
         }
         timer.schedule(deadline: .distantFuture)
         timer.resume()
-        wakeTimer = timer
         return timer
     }
 

@@ -38,8 +38,7 @@ public final class TransferCoordinator {
     /// Due moments (start-after, retries, resource deadlines, batch settle) and the one
     /// timer for the earliest of them.
     var timeline = DueTimeline()
-    var wakeTimer: DispatchSourceTimer?
-    var armedDue: UInt64?
+    var wakeTimer = WakeTimer()
     /// When the manager's batch settles, if it is settling.
     var settleDue: UInt64?
     /// Session and transfer ids and event serials, and what the store reserves of them.
@@ -133,8 +132,7 @@ public final class TransferCoordinator {
         for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
         isShutDown = true
-        wakeTimer?.cancel()
-        wakeTimer = nil
+        wakeTimer.cancel()
         // Then the engine: once it has stopped, no byte is written any more.
         engine.shutdown()
         // A one-connection prefix of a download asked for several connections counts

@@ -193,11 +193,10 @@ extension TransferCoordinator {
     func reachedFinalState(_ t: TransferRecord) {
         releaseUploadSource(t)
         releaseDestinationFD(t)
-        batch.count(t.state)
+        managerBatch.count(t.state, isPrivate: sessions[t.session]?.configuration.privateSignals == true)
         guard let s = sessions[t.session] else { return }
-        if s.configuration.privateSignals { privateBatch.count(t.state) }
         s.batch.count(t.state)
-        if t.state == .failed { t.failureCountedIn = (batchNumber, s.batchNumber) }
+        if t.state == .failed { t.failureCountedIn = (managerBatch.number, s.batchNumber) }
         // Within a change the counts go out once, when it ends (a burst of 100 ending
         // downloads is one manager signal, not 100), or before an AllFinished.
         if mutationDepth == 0 { publishAggregates() }

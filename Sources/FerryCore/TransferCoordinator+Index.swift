@@ -105,7 +105,7 @@ extension TransferCoordinator {
         mutate {
             for entry in due {
                 if entry.kind == .settle {
-                    if entry.due == settleDue { endSettledBatch() }
+                    if entry.due == managerBatch.settleDue { endSettledBatch() }
                     continue
                 }
                 if entry.kind == .schedule {
@@ -158,26 +158,23 @@ extension TransferCoordinator {
     /// nothing has been queued, waiting or running for the settle time (so a script that
     /// queues files one call at a time ends one batch, not many).
     func managerBatchMayHaveEnded() {
-        guard batch != BatchCounts(), index.activeTotal == 0 else { return }
+        guard managerBatch.hasOutcomes, index.activeTotal == 0 else { return }
         let settle = environment.batchSettleTime
         guard settle > 0 else {
             endSettledBatch()
             return
         }
         let due = environment.now() &+ Self.microseconds(settle)
-        settleDue = due
+        managerBatch.settle(at: due)
         timeline.add(0, .settle, at: due)
     }
 
     /// Sends the manager's AllFinished if the batch is still over.
     func endSettledBatch() {
-        settleDue = nil
-        guard batch != BatchCounts(), index.activeTotal == 0 else { return }
+        managerBatch.stopSettling()
+        guard managerBatch.hasOutcomes, index.activeTotal == 0 else { return }
         publishAggregates() // the counts that say so first
-        let counts = batch, privateCounts = privateBatch
-        batch = BatchCounts()
-        privateBatch = BatchCounts()
-        batchNumber &+= 1
+        let (counts, privateCounts) = managerBatch.end()
         emit(.allFinished(BatchEnd(counts: counts, notificationsEnabled: managerSettings.notificationsEnabled, privateCounts: privateCounts)))
     }
 }

@@ -128,10 +128,8 @@ extension TransferCoordinator {
     func uncountFailure(_ t: TransferRecord) {
         guard let counted = t.failureCountedIn else { return }
         t.failureCountedIn = nil
-        if counted.manager == batchNumber, batch.failed > 0 {
-            batch.failed -= 1
-            if sessions[t.session]?.configuration.privateSignals == true, privateBatch.failed > 0 { privateBatch.failed -= 1 }
-        }
+        managerBatch.uncountFailure(countedIn: counted.manager,
+                                    isPrivate: sessions[t.session]?.configuration.privateSignals == true)
         if let s = sessions[t.session], counted.session == s.batchNumber, s.batch.failed > 0 { s.batch.failed -= 1 }
     }
 

@@ -39,8 +39,6 @@ public final class TransferCoordinator {
     /// timer for the earliest of them.
     var timeline = DueTimeline()
     var wakeTimer = WakeTimer()
-    /// When the manager's batch settles, if it is settling.
-    var settleDue: UInt64?
     /// Session and transfer ids and event serials, and what the store reserves of them.
     var numbering = IDAllocator()
 
@@ -53,12 +51,8 @@ public final class TransferCoordinator {
     var network = NetworkConditions.assumed
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).
     var discretion = DiscretionaryPolicy()
-    /// Outcomes since the last manager-wide AllFinished.
-    var batch = BatchCounts()
-    /// The part of `batch` from sessions whose signals are private (`privateSignals`).
-    var privateBatch = BatchCounts()
-    /// Batches the manager has ended (which one `batch` counts).
-    var batchNumber: UInt64 = 0
+    /// Outcomes since the last manager-wide AllFinished, and when that batch settles.
+    var managerBatch = ManagerBatch()
     var publishedManager = ManagerSnapshot()
 
     /// Removed transfers whose engine attempt has not reported its end yet, with the

@@ -343,6 +343,23 @@ final class DedupeTests: XCTestCase {
         XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"), "what the copy wrote is removed when it ends")
     }
 
+    func testACopyNeedsNoNetwork() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let bytes = body(4096)
+        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+        XCTAssertNotNil(answered(h, copier) { $0.setNetworkState(metered: false, online: false) })
+        XCTAssertEqual(h.state(b), .running, "going offline does not stop a copy")
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        XCTAssertEqual(h.state(b), .completed)
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data(bytes))
+    }
+
     func testFerrydStoppingDuringTheCopiesLeavesNothingAtTheNameAndTheFollowerFetchesAfterwards() throws {
         let copier = HeldCopier()
         let h = CoreHarness(copier: copier)

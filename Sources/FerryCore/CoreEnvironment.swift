@@ -43,6 +43,9 @@ public struct CoreEnvironment {
     /// False when unknown, as after `kill -9` of the daemon, where the page cache kept
     /// every byte written.
     public var machineRestarted = false
+    /// Makes dedupe followers' copies of their leader's finished file, off the core's
+    /// queue (`FetchedCopier`; core tests hold it to see the core answer meanwhile).
+    public var fetchedCopier: FetchedCopier = FetchedCopyQueue()
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.

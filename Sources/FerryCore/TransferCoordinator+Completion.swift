@@ -62,8 +62,9 @@ extension TransferCoordinator {
     /// small files ending together costs one write before the moves, not one each.
     func finishPendingMoves() {
         defer { pendingMoves.endRound() }
-        // Moves that complete a dedupe leader add its followers' (`leaderFinished`):
-        // taken in the next pass, with one more write.
+        // Whatever a move adds is taken in a next pass, with one more write. (A dedupe
+        // leader's followers are not: their copies are made off this queue, and they
+        // finish in a later change, `copiesEnded`.)
         while let moves = pendingMoves.takeQueued() {
             flushStore()
             for move in moves {

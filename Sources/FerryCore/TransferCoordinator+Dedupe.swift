@@ -8,7 +8,12 @@ import Foundation
 ///   mirror its leader's (`mirror`). When the leader's file is complete, verified and in
 ///   place, each follower gets its own copy (a reflink where the file system can, else
 ///   a copy written to its `.part`, flushed, then renamed as any download is) and its
-///   own events.
+///   own events. The copies and their flushes are made off the core's queue
+///   (`FetchedCopier`: a GiB copied and synced on ext4 takes seconds, and the core
+///   answers every client meanwhile); the follower stays `running` until its copy is
+///   back (`copiesEnded`). Paused, cancelled or removed meanwhile, it never takes the
+///   copy: its `.part` is removed. ferryd stopping cancels the copies under way and
+///   waits for them; killed, it leaves at most a half-made `.part`, never a final name.
 /// - The leader fails for a reason of the fetch (network, HTTP status, TLS, timeout,
 ///   checksum): its followers fail with the same error (a fetch of their own would
 ///   fail the same way, after its own retries). It fails for a reason of its own file
@@ -126,51 +131,118 @@ extension TransferCoordinator {
     }
 
     /// The leader's verified file is at `location` (`completeFinished`): each follower
-    /// gets its own copy, then finishes as a download does (verified, moved into place
-    /// durably, its own events). The copies of a batch of followers are flushed together
-    /// (`FetchedCopy.syncAll`), not one `fdatasync` after another on the core's queue.
+    /// gets its own copy, made off this queue (`environment.fetchedCopier`, in batches of
+    /// `FetchedCopy.batch` flushed together); `copiesEnded` finishes each follower when
+    /// its copy is back. Meanwhile the follower is `running` (`copying`), its bytes at
+    /// the file's size. The file is opened here, once: the copies read what the leader
+    /// verified even if its name changes before they run.
     func leaderFinished(_ t: TransferRecord, location: String, bytesOnDisk: Int64, digest: String?) {
         guard let entry = dedupe.dissolve(t.id), !entry.followers.isEmpty else { return }
-        let sourceArea = confinement(of: t)
         let live = entry.followers.compactMap { transfers[$0] }.filter { $0.state.isActive && !$0.stopInFlight }
+        guard !live.isEmpty else { return }
+        let fetched = FetchedFile(leader: t.id, digest: digest, httpStatus: t.snapshot.httpStatus,
+                                  etag: t.etag, lastModified: t.lastModified)
+        let source: FetchedSource
+        do {
+            source = try FetchedSource(path: location, within: confinement(of: t), bytes: bytesOnDisk)
+        } catch {
+            for f in live { copyFailed(f, from: t.id, error) }
+            return
+        }
+        let queue = self.queue, coordinator = WeakCoordinator(self)
         for start in stride(from: 0, to: live.count, by: FetchedCopy.batch) {
-            var copies: [(follower: TransferRecord, fd: Int32)] = []
+            var jobs: [FetchedCopyJob] = []
+            var waiting: [WaitingCopy] = []
             for f in live[start..<min(start + FetchedCopy.batch, live.count)] {
+                let job = FetchedCopyJob(source: source, target: f.partPath, targetArea: confinement(of: f))
                 f.life.receiveCopy()
+                f.fetchedCopy = job.cancellation
                 settle(f)
                 f.snapshot.httpStatus = t.snapshot.httpStatus
                 f.snapshot.bytesExpected = bytesOnDisk
-                f.etag = t.etag
-                f.lastModified = t.lastModified
+                f.snapshot.bytesTransferred = bytesOnDisk
+                f.snapshot.rate = 0
+                f.snapshot.expectedEnd = 0
                 if f.snapshot.started == 0 { f.snapshot.started = environment.now() }
-                do {
-                    copies.append((f, try FetchedCopy.copyUnsynced(from: location, within: sourceArea, to: f.partPath,
-                                                                   within: confinement(of: f))))
-                } catch {
-                    copyFailed(f, from: t, error)
-                }
+                publishChanged(f)
+                jobs.append(job)
+                waiting.append(WaitingCopy(transfer: f.id, cancellation: job.cancellation))
             }
-            let flushed = FetchedCopy.syncAll(copies.map(\.fd))
-            for (i, copy) in copies.enumerated() {
-                var st = stat()
-                let size: Int64 = fstat(copy.fd, &st) == 0 ? Int64(st.st_size) : -1
-                close(copy.fd)
-                let f = copy.follower
-                if let failure = flushed[i] {
-                    copyFailed(f, from: t, FerryError.disk("cannot flush '\(f.partPath)': \(String(cString: strerror(failure)))"))
-                } else if size != bytesOnDisk {
-                    copyFailed(f, from: t, FerryError.disk("the file changed while it was copied (\(size) bytes, not \(bytesOnDisk))"))
-                } else {
-                    f.snapshot.bytesTransferred = bytesOnDisk
-                    finishSucceeded(f, bytesOnDisk: bytesOnDisk, engineSHA256: digest)
-                }
+            let copies = waiting
+            environment.fetchedCopier.copy(jobs) { outcomes in
+                queue.async { coordinator.coordinator?.copiesEnded(copies, outcomes, of: fetched) }
             }
         }
     }
 
-    private func copyFailed(_ f: TransferRecord, from t: TransferRecord, _ error: Error) {
+    /// What a follower takes from its leader when its copy is done.
+    struct FetchedFile: Sendable {
+        let leader: TransferID
+        let digest: String?
+        let httpStatus: UInt32
+        let etag: String?
+        let lastModified: String?
+    }
+
+    /// A follower whose copy is under way, and the copy's (`TransferRecord.fetchedCopy`).
+    struct WaitingCopy: Sendable {
+        let transfer: TransferID
+        let cancellation: CopyCancellation
+    }
+
+    /// A batch of copies is back (`leaderFinished`), as one change: each follower still
+    /// waiting for its copy finishes as a download does (verified, moved into place
+    /// durably, its own events) or fails with `Disk`. One paused, cancelled or failed
+    /// meanwhile (its copy was cancelled: `TransferLife.Action.stopCopy`) never takes
+    /// the copy: its `.part` is removed, and, resumed, it fetches on its own; one
+    /// removed meanwhile leaves nothing either (`detachedStops`).
+    func copiesEnded(_ copies: [WaitingCopy], _ outcomes: [FetchedCopyOutcome], of fetched: FetchedFile) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !isShutDown else { return }
+        mutate {
+            for (copy, outcome) in zip(copies, outcomes) { copyEnded(copy, outcome, of: fetched) }
+        }
+    }
+
+    private func copyEnded(_ copy: WaitingCopy, _ outcome: FetchedCopyOutcome, of fetched: FetchedFile) {
+        guard let f = transfers[copy.transfer] else {
+            if let (paths, area) = detachedStops.removeValue(forKey: copy.transfer) { removePartFiles(paths, within: area) }
+            return
+        }
+        guard f.fetchedCopy === copy.cancellation else { return }
+        f.fetchedCopy = nil
+        switch f.life.attemptEnded() {
+        case nil:
+            return
+        case .stopped:
+            reindex(f) // a follower resumed meanwhile may start now
+            if !f.partFileHandedOver { deletePartFiles(f) }
+            if f.state != .cancelled {
+                // Nothing of the copy counts: a Resume fetches from byte 0.
+                f.snapshot.bytesTransferred = 0
+                stageTransfer(f)
+                if f.state == .paused { sendFinalProgress(f, from: 0, evenIfSent: true) }
+            }
+        case .current:
+            switch outcome {
+            case .copied(let bytes):
+                f.snapshot.httpStatus = fetched.httpStatus
+                f.etag = fetched.etag
+                f.lastModified = fetched.lastModified
+                f.snapshot.bytesTransferred = bytes
+                finishSucceeded(f, bytesOnDisk: bytes, engineSHA256: fetched.digest)
+            case .failed(let error):
+                copyFailed(f, from: fetched.leader, error)
+            case .cancelled:
+                // Only ferryd stopping cancels a copy still wanted, and then nothing comes back.
+                copyFailed(f, from: fetched.leader, FerryError.disk("the copy was stopped"))
+            }
+        }
+    }
+
+    private func copyFailed(_ f: TransferRecord, from leader: TransferID, _ error: Error) {
         deletePartFiles(f)
-        failTransfer(f, .disk("could not copy the download of transfer \(t.id) to '\(f.partPath)': \(describe(error))"))
+        failTransfer(f, .disk("could not copy the download of transfer \(leader) to '\(f.partPath)': \(describe(error))"))
     }
 
     /// A leader's progress, shown by its followers (each sends its own `Progress`).
@@ -194,134 +266,6 @@ extension TransferCoordinator {
             f.serverMayName = false
             adopt(f, name)
             publishChanged(f)
-        }
-    }
-}
-
-/// A finished file copied for a dedupe follower.
-enum FetchedCopy {
-    /// `FICLONE` (`_IOW(0x94, 9, int)`): the target shares the source's extents
-    /// (btrfs, XFS, bcachefs…); refused where the file system cannot.
-    static let ficlone: UInt = 0x4004_9409
-
-    /// Copies made before they are flushed together (open descriptors held at once).
-    static let batch = 64
-
-    /// Copies the regular file at `source` to `target` and flushes it.
-    /// - Returns: the bytes the target holds.
-    static func copy(from source: String, within sourceArea: SandboxArea?, to target: String,
-                     within targetArea: SandboxArea?) throws -> Int64 {
-        let fd = try copyUnsynced(from: source, within: sourceArea, to: target, within: targetArea)
-        defer { close(fd) }
-        if let failure = syncAll([fd])[0] { throw FerryError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw error("cannot read the size of '\(target)'") }
-        return Int64(st.st_size)
-    }
-
-    /// Copies the regular file at `source` to `target` (created, or emptied, with mode
-    /// 0644; never through a link), as a reflink where the file system can, else byte by
-    /// byte. Paths of a sandboxed application's transfer (`area`) are opened relative to
-    /// their folders as opened and checked.
-    /// - Returns: the target, open for writing: the caller flushes (`syncAll`) and closes it.
-    static func copyUnsynced(from source: String, within sourceArea: SandboxArea?, to target: String,
-                             within targetArea: SandboxArea?) throws -> Int32 {
-        guard let (sourceFolder, sourceName) = SandboxArea.place(of: source, within: sourceArea) else {
-            throw FerryError.disk("the folder of '\(source)' is no longer where it was")
-        }
-        defer { SandboxArea.release(sourceFolder) }
-        guard let (targetFolder, targetName) = SandboxArea.place(of: target, within: targetArea) else {
-            throw FerryError.disk("the folder of '\(target)' is no longer inside the application's directory")
-        }
-        defer { SandboxArea.release(targetFolder) }
-        let input = openat(sourceFolder, sourceName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard input >= 0 else { throw error("cannot open '\(source)'") }
-        defer { close(input) }
-        var st = stat()
-        guard fstat(input, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-            throw FerryError.disk("'\(source)' is no longer a plain file")
-        }
-        let output = openat(targetFolder, targetName, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard output >= 0 else { throw error("cannot create '\(target)'") }
-        if ioctl(output, ficlone, input) != 0 {
-            do {
-                try copyBytes(from: input, to: output, target: target)
-            } catch {
-                close(output)
-                throw error
-            }
-        }
-        return output
-    }
-
-    /// `fdatasync`s the descriptors on up to 16 threads at once (the file system joins
-    /// concurrent syncs into fewer journal commits; one after another, a batch of small
-    /// copies would cost a commit each).
-    /// - Returns: for each descriptor, nil when flushed, else the `errno`.
-    static func syncAll(_ fds: [Int32]) -> [Int32?] {
-        guard fds.count > 1 else { return fds.map { fdatasync($0) == 0 ? nil : errno } }
-        let work = SyncWork(fds)
-        let group = DispatchGroup()
-        for _ in 0..<min(16, fds.count) {
-            group.enter()
-            Thread.detachNewThread {
-                work.run()
-                group.leave()
-            }
-        }
-        group.wait()
-        return work.results
-    }
-
-    private static func copyBytes(from input: Int32, to output: Int32, target: String) throws {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(input, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw error("cannot read the finished download") }
-            if n == 0 { return }
-            var done = 0
-            while done < n {
-                let w = buffer.withUnsafeBytes { write(output, $0.baseAddress! + done, n - done) }
-                if w < 0 && errno == EINTR { continue }
-                guard w > 0 else { throw error("cannot write '\(target)'") }
-                done += w
-            }
-        }
-    }
-
-    private static func error(_ what: String) -> FerryError {
-        .disk("\(what): \(String(cString: strerror(errno)))")
-    }
-}
-
-/// The descriptors `FetchedCopy.syncAll` flushes, taken one at a time by its threads.
-private final class SyncWork: @unchecked Sendable {
-    // `next` and `outcomes` are guarded by `lock`; `fds` never changes.
-    private let lock = NSLock()
-    private let fds: [Int32]
-    private var next = 0
-    private var outcomes: [Int32?]
-
-    init(_ fds: [Int32]) {
-        self.fds = fds
-        outcomes = Array(repeating: nil, count: fds.count)
-    }
-
-    var results: [Int32?] { lock.withLock { outcomes } }
-
-    func run() {
-        while let i = take() {
-            let failure: Int32? = fdatasync(fds[i]) == 0 ? nil : errno
-            lock.withLock { outcomes[i] = failure }
-        }
-    }
-
-    private func take() -> Int? {
-        lock.withLock {
-            guard next < fds.count else { return nil }
-            defer { next += 1 }
-            return next
         }
     }
 }

@@ -17,6 +17,7 @@ extension TransferCoordinator {
         for action in actions {
             switch action {
             case .stopAttempt: engine.stop(t.id)
+            case .stopCopy: t.fetchedCopy?.cancel()
             case .wake(let at): timeline.add(t.id, .wake, at: at)
             }
         }

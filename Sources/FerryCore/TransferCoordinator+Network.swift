@@ -49,8 +49,9 @@ extension TransferCoordinator {
     /// queues again those whose network wait is over.
     func applyNetworkPolicy(to ids: [TransferID]) {
         for id in ids {
-            // A dedupe follower waits with its leader (`mirror`), never on its own.
-            guard let t = transfers[id], !dedupe.isFollower(id) else { continue }
+            // A dedupe follower waits with its leader (`mirror`), never on its own; one
+            // copying its leader's file needs no network.
+            guard let t = transfers[id], !dedupe.isFollower(id), !t.life.isCopying else { continue }
             let blocker = networkBlocker(t)
             switch t.state {
             case .queued, .running:

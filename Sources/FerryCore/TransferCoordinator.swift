@@ -127,8 +127,10 @@ public final class TransferCoordinator {
         flushStore()
         isShutDown = true
         wakeTimer.cancel()
-        // Then the engine: once it has stopped, no byte is written any more.
+        // Then the engine and the dedupe copies: once they have stopped, no byte is
+        // written any more (a follower's half-made copy stays a `.part`, never renamed).
         engine.shutdown()
+        environment.fetchedCopier.shutdown()
         // A one-connection prefix of a download asked for several connections counts
         // after a restart only up to the bytes stored with it: its real size now, so a
         // clean stop loses none of it. Only when the current attempt's answer was taken

@@ -26,6 +26,11 @@ struct TransferLife: Equatable {
             /// A dedupe follower's: no engine attempt of its own, it shows its leader's
             /// (`mirror`), so there is nothing to stop.
             case following
+            /// A dedupe follower whose leader completed: its copy of the leader's file is
+            /// being made off the core's queue (`FetchedCopier`). Stopping it cancels the
+            /// copy, whose end is still reported (`copiesEnded`): until then the copy may
+            /// write the `.part`, so the transfer is not started again.
+            case copying
         }
         var kind: Kind
         /// 1 for the first try.
@@ -40,6 +45,9 @@ struct TransferLife: Equatable {
     enum Action: Equatable {
         /// Stop the engine's attempt; its end will still be reported (see `stopping`).
         case stopAttempt
+        /// Cancel the copy of the leader's file (`Attempt.Kind.copying`); its end will
+        /// still be reported (see `stopping`).
+        case stopCopy
         /// Wake the transfer at this moment (µs) to queue it again.
         case wake(at: UInt64)
     }
@@ -109,8 +117,12 @@ struct TransferLife: Equatable {
         return nil
     }
 
-    /// Running as a dedupe follower (see `Attempt.Kind.following`).
-    var isFollowing: Bool { attempt?.kind == .following }
+    /// Running as a dedupe follower, following its leader or copying its file (see
+    /// `Attempt.Kind.following`, `.copying`): it holds no connection.
+    var isFollowing: Bool { attempt?.kind == .following || attempt?.kind == .copying }
+
+    /// Running as a dedupe follower whose copy of its leader's file is being made.
+    var isCopying: Bool { attempt?.kind == .copying }
 
     // MARK: - Inputs
 
@@ -210,10 +222,11 @@ struct TransferLife: Equatable {
         }
     }
 
-    /// A dedupe follower whose leader completed: it runs while it gets its own copy.
+    /// A dedupe follower whose leader completed: it runs while it gets its own copy
+    /// (`copying`; `attemptEnded` when the copy is over).
     mutating func receiveCopy() {
         precondition(state.isActive && !stopping, "receiveCopy while \(phase), stopping \(stopping)")
-        if !isFollowing { phase = .running(Attempt(kind: .following, number: 1, offset: 0)) }
+        phase = .running(Attempt(kind: .copying, number: max(attempt?.number ?? 1, 1), offset: 0))
     }
 
     /// A dedupe follower fetches for itself from now on (its leader stopped): queued.
@@ -240,7 +253,7 @@ struct TransferLife: Equatable {
     private mutating func stopIfRunning() -> [Action] {
         guard case .running(let attempt) = phase, !attempt.ended, attempt.kind != .following else { return [] }
         stopping = true
-        return [.stopAttempt]
+        return [attempt.kind == .copying ? .stopCopy : .stopAttempt]
     }
 
     private mutating func move(_ next: Phase) {

@@ -112,6 +112,12 @@ final class TransferRecord {
         get { extrasBox?.delivery }
         set { if newValue != nil || extrasBox != nil { extras.delivery = newValue } }
     }
+    /// A dedupe follower's copy of its leader's file while it is made (off the core's
+    /// queue; see `leaderFinished`): cancelled when the follower stops waiting for it.
+    var fetchedCopy: CopyCancellation? {
+        get { extrasBox?.fetchedCopy }
+        set { if newValue != nil || extrasBox != nil { extras.fetchedCopy = newValue } }
+    }
     /// The batches (manager's, session's) whose `failed` count holds this transfer's
     /// failure: a `Resume` within them takes it back out (one transfer, one outcome).
     var failureCountedIn: (manager: UInt64, session: UInt64)? {
@@ -346,6 +352,7 @@ final class TransferExtras {
     var finishingPath: String?
     var destinationFD: DestinationDescriptor?
     var delivery: DescriptorDelivery?
+    var fetchedCopy: CopyCancellation?
     var upload: UploadSpec?
     var failureCountedIn: (manager: UInt64, session: UInt64)?
     var runFromFailure = false

@@ -19,6 +19,9 @@ final class CoreHarness {
     let retryPolicy: RetryPolicy
     let checkpointInterval: Double
     let pendingEventsPerSession: Int
+    /// The real copier of dedupe followers' files, counted, so that `send` can wait for
+    /// the copies an event started (nil when a test gives its own).
+    let copies: TrackedCopier?
     /// Removes `root` when done (a restarted harness takes this over).
     private var ownsRoot = true
 
@@ -28,7 +31,7 @@ final class CoreHarness {
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
          root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession,
-         machineRestarted: Bool = false) {
+         machineRestarted: Bool = false, copier: FetchedCopier? = nil) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
@@ -47,6 +50,8 @@ final class CoreHarness {
                                           timeZone: { TimeZone(identifier: "UTC")! })
         var restartedEnvironment = environment
         restartedEnvironment.machineRestarted = machineRestarted
+        copies = copier == nil ? TrackedCopier(FetchedCopyQueue()) : nil
+        restartedEnvironment.fetchedCopier = copier ?? copies!
         core = TransferCoordinator(engine: engine, environment: restartedEnvironment, store: store, queue: queue)
         observer.attach(to: core)
         observer.expectedQueue = queue
@@ -72,10 +77,15 @@ final class CoreHarness {
         try queue.sync { try body(core) }
     }
 
-    /// Delivers engine events and waits until the core has handled them.
+    /// Delivers engine events and waits until the core has handled them, and the
+    /// dedupe copies they started have come back and been handled.
     func send(_ events: EngineEvent...) {
         for event in events { engine.emit(event) }
         queue.sync {}
+        if let copies {
+            copies.waitForAll()
+            queue.sync {}
+        }
     }
 
     @discardableResult
@@ -167,4 +177,25 @@ extension FerryError {
     var isNoSuchSession: Bool { if case .noSuchSession = self { return true } else { return false } }
     var isNoSuchTransfer: Bool { if case .noSuchTransfer = self { return true } else { return false } }
     var isLimitExceeded: Bool { if case .limitExceeded = self { return true } else { return false } }
+}
+
+/// A `FetchedCopier` that counts the batches handed to another: `waitForAll` returns
+/// once each has reported back (its `done` has queued the results on the core's queue).
+final class TrackedCopier: FetchedCopier, Sendable {
+    private let inner: FetchedCopier
+    private let group = DispatchGroup()
+
+    init(_ inner: FetchedCopier) { self.inner = inner }
+
+    func copy(_ jobs: [FetchedCopyJob], done: @escaping @Sendable ([FetchedCopyOutcome]) -> Void) {
+        group.enter()
+        inner.copy(jobs) { [group] outcomes in
+            done(outcomes)
+            group.leave()
+        }
+    }
+
+    func shutdown() { inner.shutdown() }
+
+    func waitForAll() { group.wait() }
 }

@@ -214,4 +214,220 @@ final class DedupeTests: XCTestCase {
         XCTAssertEqual(h.engine.startedIDs, [plain, checked, mirrored], "three fetches; the fourth follows the third")
         XCTAssertEqual(h.state(same), .running)
     }
+
+    // MARK: - Copies made off the core's queue
+
+    /// A file of `size` bytes, not all alike.
+    func body(_ size: Int) -> [UInt8] {
+        (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+    }
+
+    /// The leader `a` completes with `body` while the copier holds the followers' copies:
+    /// the completion is posted without waiting for the core (a core busy copying would
+    /// never let a `queue.sync` return), then the test waits until the copies reach
+    /// the copier.
+    func completeLeaderWhileCopiesAreHeld(_ h: CoreHarness, _ copier: HeldCopier, _ a: TransferID, _ body: [UInt8]) {
+        h.send(.response(a, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: Int64(body.count),
+                                           acceptsRanges: true, effectiveURL: url)))
+        h.writePart(a, body)
+        h.engine.emit(.completed(a, .succeeded(bytesOnDisk: Int64(body.count), sha256: nil)))
+        XCTAssertTrue(copier.waitUntilHeld(), "the followers' copies reached the copier")
+    }
+
+    /// Runs `body` on the core's queue and gives it 10 s to be answered. Not answered
+    /// (the core is stuck in a copy): false, after releasing the copier so that the
+    /// core can go on and the call be answered late.
+    func answered(_ h: CoreHarness, _ copier: HeldCopier, _ body: @escaping (TransferCoordinator) throws -> Void) -> Result<Void, Error>? {
+        let done = DispatchSemaphore(value: 0)
+        let reply = Reply<Result<Void, Error>>()
+        h.queue.async {
+            reply.value = Result { try body(h.core) }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 10) == .success else {
+            copier.release()
+            done.wait()
+            return nil
+        }
+        return reply.value
+    }
+
+    func testTheCoreAnswersWhileAFollowersCopyIsMade() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let bytes = body(3 << 20 | 5)
+        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+
+        let other = Reply<TransferID>()
+        let reply = answered(h, copier) { core in
+            var options = DownloadOptions()
+            options.destination = h.downloads + "/other.bin"
+            other.value = try core.download(session: s, url: "https://example.com/other.bin", options: options)
+        }
+        XCTAssertNotNil(reply, "a Download is answered while the copy is made")
+        XCTAssertNoThrow(try reply?.get())
+        let started = h.engine.startedIDs
+        XCTAssertTrue(other.value.map { started.contains($0) } ?? false, "and its fetch starts meanwhile")
+        XCTAssertEqual(h.state(a), .completed)
+        XCTAssertEqual(h.state(b), .running, "the follower runs while its copy is made")
+        XCTAssertEqual(h.snapshot(b)?.bytesTransferred, Int64(bytes.count))
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "nothing at its name before the copy is whole")
+
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        let snap = try XCTUnwrap(h.snapshot(b))
+        XCTAssertEqual(snap.state, .completed, snap.errorMessage)
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data(bytes))
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"))
+        XCTAssertTrue(h.observer.events.contains(.finished(b, location: h.downloads + "/b.bin")))
+        XCTAssertEqual(h.observer.completions.map(\.0), [a, b])
+    }
+
+    func testAFollowerCancelledDuringItsCopyEndsCancelledWithNoFile() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let c = try dedupe(h, s, "c.bin")
+        let bytes = body(1 << 20)
+        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+
+        let reply = answered(h, copier) { try $0.cancel(b) }
+        XCTAssertNotNil(reply, "Cancel is answered while the copy is made")
+        XCTAssertNoThrow(try reply?.get())
+        XCTAssertEqual(h.state(b), .cancelled)
+
+        // The copier finishes b's copy all the same (as one that was done when the
+        // cancel came): the core must not put it in place.
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        XCTAssertEqual(h.state(b), .cancelled)
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "a cancelled follower's copy never takes its name")
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"), "and its .part is removed")
+        XCTAssertEqual(h.observer.completions.filter { $0.0 == b }.count, 1, "one Completed: cancelled")
+        XCTAssertEqual(h.state(c), .completed, "the other follower has its copy")
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/c.bin"), Data(bytes))
+    }
+
+    func testAFollowerPausedDuringItsCopyFetchesOnItsOwnOnlyOnceTheCopyIsBack() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        completeLeaderWhileCopiesAreHeld(h, copier, a, body(4096))
+
+        XCTAssertNotNil(answered(h, copier) { core in
+            _ = try core.pause(b)
+            try core.resume(b)
+        })
+        XCTAssertEqual(h.state(b), .queued)
+        XCTAssertEqual(h.engine.startedIDs, [a], "not started while its old copy may still write its .part")
+
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        XCTAssertEqual(h.engine.startedIDs, [a, b], "then it fetches on its own")
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "the copy never took its name")
+        h.succeed(b, body: Array("b's own".utf8))
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data("b's own".utf8))
+    }
+
+    func testASessionClosedDuringTheCopiesLeavesNoFile() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let leaderSession = try h.openSession("leader") { $0.cookies = false }
+        let followers = try h.openSession("followers") { $0.cookies = false }
+        let a = try dedupe(h, leaderSession, "a.bin")
+        let b = try dedupe(h, followers, "b.bin")
+        completeLeaderWhileCopiesAreHeld(h, copier, a, body(1 << 20))
+
+        XCTAssertNotNil(answered(h, copier) { try $0.closeSession(followers, cancelTransfers: true) })
+        XCTAssertNil(h.snapshot(b), "the follower left with its session")
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin"))
+        XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"), "what the copy wrote is removed when it ends")
+    }
+
+    func testACopyNeedsNoNetwork() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        let bytes = body(4096)
+        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+        XCTAssertNotNil(answered(h, copier) { $0.setNetworkState(metered: false, online: false) })
+        XCTAssertEqual(h.state(b), .running, "going offline does not stop a copy")
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+        XCTAssertEqual(h.state(b), .completed)
+        XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data(bytes))
+    }
+
+    func testFerrydStoppingDuringTheCopiesLeavesNothingAtTheNameAndTheFollowerFetchesAfterwards() throws {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let b = try dedupe(h, s, "b.bin")
+        completeLeaderWhileCopiesAreHeld(h, copier, a, body(1 << 20))
+        // The copier is told to stop and waited for; what it hands back then is not taken.
+        let after = h.restarted()
+        XCTAssertEqual(after.state(a), .completed)
+        XCTAssertFalse(after.exists(after.downloads + "/b.bin"), "the copy was not renamed into place")
+        XCTAssertEqual(after.engine.startedIDs, [b], "the follower is a download of its own again")
+        after.succeed(b, body: Array("b's own".utf8))
+        XCTAssertEqual(FileManager.default.contents(atPath: after.downloads + "/b.bin"), Data("b's own".utf8))
+    }
+}
+
+/// A copier that holds every batch until `release`, then makes the copies for real, off
+/// the core's queue, and whole even for a follower cancelled meanwhile (as a copy that
+/// was just done when the cancel came would be): only the core keeps it out of place.
+final class HeldCopier: FetchedCopier, Sendable {
+    private let gate = DispatchSemaphore(value: 0)
+    private let arrived = DispatchSemaphore(value: 0)
+    private let holder = DispatchQueue(label: "ferry.test.held-copies")
+    private let group = DispatchGroup()
+
+    func copy(_ jobs: [FetchedCopyJob], done: @escaping @Sendable ([FetchedCopyOutcome]) -> Void) {
+        group.enter()
+        arrived.signal()
+        holder.async { [self] in
+            gate.wait()
+            gate.signal() // once released, it stays open
+            let whole = jobs.map { FetchedCopyJob(source: $0.source, target: $0.target, targetArea: $0.targetArea) }
+            done(FetchedCopy.run(whole) { _ in false })
+            group.leave()
+        }
+    }
+
+    func shutdown() {
+        release()
+        group.wait()
+    }
+
+    /// Waits (10 s at most) for a batch to reach the copier.
+    func waitUntilHeld() -> Bool { arrived.wait(timeout: .now() + 10) == .success }
+
+    func release() { gate.signal() }
+
+    /// Waits until every batch has reported back (its results queued on the core's queue).
+    func waitForAll() { group.wait() }
+}
+
+/// What a call on the core's queue hands back to the test (`answered`).
+final class Reply<T>: @unchecked Sendable {
+    // Written on the core's queue before a semaphore is signalled, read by the test after.
+    var value: T?
 }

@@ -25,6 +25,25 @@ final class TransferLifeTests: XCTestCase {
         XCTAssertTrue(life.isStartable)
     }
 
+    func testAFollowersCopyIsStoppedAndWaitedForLikeAnAttempt() {
+        var life = TransferLife(.queued)
+        life.mirror(TransferLife(.running(attempt)))
+        XCTAssertEqual(life.pause(), [], "following: nothing of its own to stop")
+        life = TransferLife(.queued)
+        life.receiveCopy()
+        XCTAssertTrue(life.isCopying)
+        XCTAssertTrue(life.isFollowing, "no connection of its own")
+        XCTAssertEqual(life.pause(), [.stopCopy])
+        XCTAssertEqual(life.resume(startAfter: 0, now: 10), [])
+        XCTAssertFalse(life.isStartable, "not started while the copy may still write its .part")
+        XCTAssertEqual(life.attemptEnded(), .stopped)
+        XCTAssertTrue(life.isStartable)
+        var done = TransferLife(.queued)
+        done.receiveCopy()
+        XCTAssertEqual(done.attemptEnded(), .current)
+        XCTAssertEqual(done.cancel(), [], "the copy is over: nothing to stop")
+    }
+
     func testPausingWhatDoesNotRunStopsNothing() {
         var queued = TransferLife(.queued)
         XCTAssertEqual(queued.pause(), [])

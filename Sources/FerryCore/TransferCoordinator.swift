@@ -21,10 +21,8 @@ public final class TransferCoordinator {
     /// Where persistent sessions, their transfers and events are kept.
     let store: TransferStore
     /// Store operations not written yet; written (in one transaction) before the next
-    /// announcement, and at the end of every change.
-    var pendingWrites: [StoreOperation] = []
-    /// The last store write failed (logged once until one succeeds again).
-    var storeFailing = false
+    /// announcement, and at the end of every change; whether the last write failed.
+    var journal = StoreJournal()
     let fileManager = FileManager.default
     let logger = Logger(label: "ferry.core")
 

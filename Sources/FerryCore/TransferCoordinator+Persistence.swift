@@ -171,7 +171,7 @@ extension TransferCoordinator {
             managerSettings.restore(settings)
             restoreSchedule(settings.schedule)
         }
-        publishedManager = manager
+        publishedManager.assume(manager)
         for id in orphans { journal.stage(.deleteTransfer(id)) }
         removeForgottenPartFiles(stored: contents.transfers)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }

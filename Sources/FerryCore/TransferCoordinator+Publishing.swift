@@ -25,12 +25,6 @@ extension TransferCoordinator {
             }
         }
         let current = manager
-        var comparable = current
-        comparable.downloadRate = publishedManager.downloadRate
-        comparable.uploadRate = publishedManager.uploadRate
-        if comparable != publishedManager {
-            publishedManager = current
-            emit(.managerChanged(current))
-        }
+        if publishedManager.announces(current) { emit(.managerChanged(current)) }
     }
 }

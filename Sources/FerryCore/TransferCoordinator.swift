@@ -13,8 +13,6 @@ public final class TransferCoordinator {
     public let queue: DispatchQueue
     /// Subscribers, and the events of the change under way, sent when it ends.
     var outbox = EventOutbox()
-    /// When the manager's rates were last put in a progress event (µs).
-    var lastManagerRates: UInt64 = 0
 
     let engine: TransferEngine
     let environment: CoreEnvironment
@@ -51,7 +49,8 @@ public final class TransferCoordinator {
     var discretion = DiscretionaryPolicy()
     /// Outcomes since the last manager-wide AllFinished, and when that batch settles.
     var managerBatch = ManagerBatch()
-    var publishedManager = ManagerSnapshot()
+    /// What managerChanged last carried, and when the rates last went with progress.
+    var publishedManager = PublishedManager()
 
     /// Removed transfers whose engine attempt has not reported its end yet, with the
     /// files to delete when it does (a cancelled transfer's `.part`) and, for a

@@ -35,7 +35,7 @@ extension TransferCoordinator {
         }
         index.update(t.id, from: t.indexed, to: new)
         t.indexed = new
-        if new.startable && !wasStartable { newlyQueued.append(t.id) }
+        if new.startable && !wasStartable { schedulingDue.queued(t.id) }
     }
 
     /// Takes `t` out of the index (it is being forgotten).

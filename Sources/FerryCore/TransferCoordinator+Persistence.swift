@@ -163,7 +163,7 @@ extension TransferCoordinator {
         restoreGroups(contents.groups, counters: contents.counters)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
         restoreClientExitPauses()
-        newlyQueued = []
+        _ = schedulingDue.takeNewlyQueued()
         _ = index.takeChangedSessions()
         for s in sessions.values { s.publishedActive = activeCount(s.id) }
 
@@ -342,7 +342,7 @@ extension TransferCoordinator {
             if t.state == .waiting && !t.isWaitingForNetwork { timeline.add(t.id, .wake, at: t.notBefore) }
             if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }
             // Restored queued transfers meet the network policy like new ones.
-            if t.state == .queued { newlyQueued.append(t.id) }
+            if t.state == .queued { schedulingDue.queued(t.id) }
         }
         // Network waits from before the restart are judged against today's network.
         applyNetworkPolicy(to: index.waitingForNetwork.sorted())

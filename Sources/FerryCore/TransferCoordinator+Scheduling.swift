@@ -141,10 +141,9 @@ extension TransferCoordinator {
     /// Recomputes each running transfer's share of the limits; tells the engine about
     /// changes for attempts already under way (`starting` ones get it in their request).
     /// O(running transfers), and only when the running set or a limit changed since the
-    /// last time (`speedLimitsApplied`): not on every progress event.
+    /// last time (`schedulingDue`): not on every progress event.
     private func applySpeedLimits(starting: Set<TransferID>) {
-        guard !starting.isEmpty || speedLimitsApplied != index.runningChanges else { return }
-        speedLimitsApplied = index.runningChanges
+        guard schedulingDue.sharesLimits(starting: !starting.isEmpty, runningChanges: index.runningChanges) else { return }
         let running = index.running
         for id in running {
             guard let t = transfers[id], !t.life.isFollowing else { continue }

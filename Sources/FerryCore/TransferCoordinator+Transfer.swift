@@ -90,7 +90,7 @@ extension TransferCoordinator {
         let t = try record(id)
         mutate {
             t.snapshot.speedLimit = bps
-            speedLimitsApplied = nil
+            schedulingDue.limitChanged()
             publishChanged(t)
         }
     }

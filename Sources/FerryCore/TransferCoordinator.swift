@@ -29,8 +29,8 @@ public final class TransferCoordinator {
     /// Counts, queue, claims and per-session sets, kept as transfers change.
     var index = TransferIndex()
     /// Transfers that became startable since the last scheduling round (the network
-    /// policy judges them there).
-    var newlyQueued: [TransferID] = []
+    /// policy judges them there), and whether speed limits must be shared out again.
+    var schedulingDue = SchedulingDue()
     /// Due moments (start-after, retries, resource deadlines, batch settle) and the one
     /// timer for the earliest of them.
     var timeline = DueTimeline()
@@ -40,9 +40,6 @@ public final class TransferCoordinator {
 
     /// MaxConcurrentTransfers, SpeedLimit and NotificationsEnabled, as set and stored.
     var managerSettings = ManagerSettings()
-    /// `index.runningChanges` when the running transfers' speed limits were last shared
-    /// out; nil after a limit changed (they are shared anew at the next `schedule`).
-    var speedLimitsApplied: UInt64?
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).

@@ -22,7 +22,7 @@ extension TransferCoordinator {
     /// Queues an event; outside a change it goes at once.
     func emit(_ event: CoreEvent) {
         outbox.post(event)
-        if mutationDepth == 0 { deliverEvents() }
+        if !lifecycle.isInChange { deliverEvents() }
     }
 
     /// Makes what is staged durable, then sends the outbox in order.

@@ -124,7 +124,7 @@ extension TransferCoordinator {
     /// - Throws: what the store's `load` throws; then nothing is restored.
     public func restore() throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        precondition(!isStarted, "restore() must come before start()")
+        precondition(!lifecycle.isStarted, "restore() must come before start()")
         let contents = try store.load()
         var restoredSessions: [SessionID: SessionRecord] = [:]
         for stored in contents.sessions {

@@ -15,7 +15,7 @@ extension TransferCoordinator {
     /// saw change); managerChanged when its counts or settings changed (rates have no
     /// change signal).
     func publishAggregates() {
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         for id in index.takeChangedSessions().sorted() {
             guard let s = sessions[id] else { continue }
             let active = activeCount(s.id)

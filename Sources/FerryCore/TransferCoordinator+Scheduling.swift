@@ -6,7 +6,7 @@ extension TransferCoordinator {
     /// to date. Runs at the end of every change (`mutate`). Costs O(log n) per transfer
     /// it starts, plus a look at each host group's head: the queue is an index, not a scan.
     func schedule() {
-        guard isStarted, !isShutDown else { return }
+        guard lifecycle.isRunning else { return }
         judgeNewlyQueued()
         var starting: [TransferRecord] = []
         while let id = index.nextToStart(maxConnections: Int(managerSettings.maxConcurrentTransfers), perHostLimit: { [unowned self] session in

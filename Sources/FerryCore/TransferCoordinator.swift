@@ -70,10 +70,9 @@ public final class TransferCoordinator {
     /// Downloads fetched once for several (TransferCoordinator+Dedupe.swift).
     var dedupe = DedupeBook()
 
-    var isStarted = false
-    var isShutDown = false
-    /// Nesting of `mutate`; scheduling and aggregate signals run when it returns to 0.
-    var mutationDepth = 0
+    /// Started, shut down, and the nesting of `mutate` (scheduling and aggregate signals
+    /// run when the outermost change ends).
+    var lifecycle = CoreLifecycle()
 
     /// - Parameters:
     ///   - engine: moves the bytes; its events are taken after `start()`.
@@ -95,8 +94,7 @@ public final class TransferCoordinator {
     /// transfers and starts what is queued.
     public func start() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isStarted, !isShutDown else { return }
-        isStarted = true
+        guard lifecycle.start() else { return }
         let queue = self.queue
         let weakSelf = WeakCoordinator(self)
         let inbox = EngineEventInbox()
@@ -113,13 +111,13 @@ public final class TransferCoordinator {
     /// data that names one).
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:
         // a clean stop loses nothing.
         for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
-        isShutDown = true
+        lifecycle.shutDown()
         wakeTimer.cancel()
         // Then the engine and the dedupe copies: once they have stopped, no byte is
         // written any more (a follower's half-made copy stays a `.part`, never renamed).
@@ -151,16 +149,15 @@ public final class TransferCoordinator {
     /// that start) is part of the change: stored in its one transaction and announced
     /// with its events, after them.
     func mutate<T>(_ body: () throws -> T) rethrows -> T {
-        mutationDepth += 1
+        lifecycle.enterChange()
         defer {
-            if mutationDepth == 1 {
+            if lifecycle.isOutermostChange {
                 finishPendingMoves()
                 settleGroups()
                 schedule()
                 publishAggregates()
             }
-            mutationDepth -= 1
-            if mutationDepth == 0 {
+            if lifecycle.leaveChange() {
                 deliverEvents()
                 armTimeline()
             }

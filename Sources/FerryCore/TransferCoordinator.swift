@@ -8,22 +8,33 @@ import Logging
 ///
 /// Every method must be called on `queue`, which owns all state; event deliveries are
 /// made on it too, in order. Calls that throw change nothing.
+///
+/// Why more than ~12 stored properties (issue 40): the coordinator is the router between
+/// them and keeps no rule of their own. Each is a collaborator given at `init`, a shared
+/// tool, the records with their index, or an owned part that keeps its state private and
+/// its rules in one place; what ties them is the order of a change (`mutate`), which is
+/// the coordinator's job. Each says below why it stays here.
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
     /// Subscribers, and the events of the change under way, sent when it ends.
     var outbox = EventOutbox()
 
+    /// Moves the bytes (given at init; every part that starts or stops an attempt uses it).
     let engine: TransferEngine
+    /// Clock, folders, limits and policies (given at init; read by nearly every rule).
     let environment: CoreEnvironment
     /// Where persistent sessions, their transfers and events are kept.
     let store: TransferStore
     /// Store operations not written yet; written (in one transaction) before the next
     /// announcement, and at the end of every change; whether the last write failed.
     var journal = StoreJournal()
+    /// Shared tools of every extension file (no state of their own).
     let fileManager = FileManager.default
     let logger = Logger(label: "ferry.core")
 
+    /// The records themselves: every part is keyed by their ids, so they stay with the
+    /// router that hands them to the parts.
     var sessions: [SessionID: SessionRecord] = [:]
     var transfers: [TransferID: TransferRecord] = [:]
     /// Counts, queue, claims and per-session sets, kept as transfers change.
@@ -34,6 +45,7 @@ public final class TransferCoordinator {
     /// Due moments (start-after, retries, resource deadlines, batch settle) and the one
     /// timer for the earliest of them.
     var timeline = DueTimeline()
+    /// Kept apart from `timeline` (a value without effects) as the one effect it arms.
     var wakeTimer = WakeTimer()
     /// Session and transfer ids and event serials, and what the store reserves of them.
     var numbering = IDAllocator()
@@ -52,7 +64,8 @@ public final class TransferCoordinator {
     /// Removed transfers whose engine attempt has not reported its end yet, with the
     /// files to delete when it does (a cancelled transfer's `.part`) and, for a
     /// sandboxed application's, the area they are removed within (its session may be
-    /// gone by then).
+    /// gone by then). Stays here: a map with no rule beyond "deleted when the attempt
+    /// ends", and that deletion needs the coordinator's `removePartFiles`.
     var detachedStops: [TransferID: (paths: [String], area: SandboxArea?)] = [:]
     /// Upload sources and destination-fd files held open (against
     /// `environment.uploadSourceLimit`), and sources kept for attempts still stopping.

@@ -39,7 +39,7 @@ extension TransferCoordinator {
             OriginURLAttribute.set(path: t.partPath, url: t.snapshot.url)
             PartFileMark.remove(t.partPath) // a finished file is not a partial one
         }
-        if mutationDepth > 0, isPersistent(t.session), sessions[t.session]?.owner == nil {
+        if lifecycle.isInChange, isPersistent(t.session), sessions[t.session]?.owner == nil {
             // Where it goes is stored with the others that finish in this change, in one
             // write, before any of them moves (`finishPendingMoves`).
             let target = firstTarget(t)
@@ -200,7 +200,7 @@ extension TransferCoordinator {
         if t.state == .failed { t.failureCountedIn = (managerBatch.number, s.batchNumber) }
         // Within a change the counts go out once, when it ends (a burst of 100 ending
         // downloads is one manager signal, not 100), or before an AllFinished.
-        if mutationDepth == 0 { publishAggregates() }
+        if !lifecycle.isInChange { publishAggregates() }
         announceEndedBatches(of: s)
         finishClosingIfDone(s)
     }

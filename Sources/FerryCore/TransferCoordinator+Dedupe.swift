@@ -198,7 +198,7 @@ extension TransferCoordinator {
     /// removed meanwhile leaves nothing either (`detachedStops`).
     func copiesEnded(_ copies: [WaitingCopy], _ outcomes: [FetchedCopyOutcome], of fetched: FetchedFile) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         mutate {
             for (copy, outcome) in zip(copies, outcomes) { copyEnded(copy, outcome, of: fetched) }
         }

@@ -82,7 +82,7 @@ extension TransferCoordinator {
         } else {
             logger.info("schedule: outside every window")
         }
-        speedLimitsApplied = nil
+        schedulingDue.limitChanged()
         if judge { judgeConditionWaits() }
     }
 

@@ -16,7 +16,7 @@ extension TransferCoordinator {
     /// One engine event, on `queue`.
     func handle(_ event: EngineEvent) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         // Progress (4 a second per transfer) changes nothing the scheduler or the
         // aggregate counts read: it skips `mutate`'s rescheduling and recounting.
         if case .progress(let id, let written, let total, let expected) = event {

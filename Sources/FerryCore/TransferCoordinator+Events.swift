@@ -22,7 +22,7 @@ extension TransferCoordinator {
     /// Queues an event; outside a change it goes at once.
     func emit(_ event: CoreEvent) {
         outbox.post(event)
-        if mutationDepth == 0 { deliverEvents() }
+        if !lifecycle.isInChange { deliverEvents() }
     }
 
     /// Makes what is staged durable, then sends the outbox in order.
@@ -63,8 +63,7 @@ extension TransferCoordinator {
     func emitProgress(_ t: TransferRecord, bytesWritten: Int64) {
         var rates: ManagerRates?
         let now = environment.now()
-        if now >= lastManagerRates &+ 1_000_000 || now < lastManagerRates {
-            lastManagerRates = now
+        if publishedManager.ratesDue(at: now) {
             let m = manager
             rates = ManagerRates(download: m.downloadRate, upload: m.uploadRate)
         }

@@ -132,7 +132,7 @@ extension TransferCoordinator {
     private func forgetGroup(_ id: GroupID) {
         guard let session = groupBook.session(of: id) else { return }
         groupBook.remove(id)
-        if isPersistent(session) { pendingWrites.append(.deleteGroup(id)) }
+        if isPersistent(session) { journal.stage(.deleteGroup(id)) }
         emit(.groupRemoved(id, session: session))
     }
 
@@ -146,7 +146,7 @@ extension TransferCoordinator {
 
     private func stageGroup(_ id: GroupID) {
         guard let stored = groupBook.stored(id), isPersistent(stored.session) else { return }
-        pendingWrites.append(.saveGroup(stored))
+        journal.stage(.saveGroup(stored))
     }
 
     /// At the end of each change: all-or-nothing groups whose member failed cancel the
@@ -170,7 +170,7 @@ extension TransferCoordinator {
         let (changed, finished) = groupBook.takeChanged(now: environment.now())
         for s in changed { emit(.groupChanged(s)) }
         for (s, stored) in finished {
-            if isPersistent(stored.session) { pendingWrites.append(.saveGroup(stored)) }
+            if isPersistent(stored.session) { journal.stage(.saveGroup(stored)) }
             emit(.groupFinished(s))
         }
     }

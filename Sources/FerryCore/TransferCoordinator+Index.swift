@@ -35,7 +35,7 @@ extension TransferCoordinator {
         }
         index.update(t.id, from: t.indexed, to: new)
         t.indexed = new
-        if new.startable && !wasStartable { newlyQueued.append(t.id) }
+        if new.startable && !wasStartable { schedulingDue.queued(t.id) }
     }
 
     /// Takes `t` out of the index (it is being forgotten).
@@ -96,7 +96,7 @@ extension TransferCoordinator {
     /// has settled. The timer calls it; tests call it after moving a fake clock.
     func wakeDueTransfers() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         let now = environment.now()
         let due = timeline.takeDue(now: now)
         guard !due.isEmpty else {
@@ -137,7 +137,7 @@ extension TransferCoordinator {
     /// Arms the one timer for the earliest due moment (real time; the decision when it
     /// fires uses the environment's clock). Nothing due: no timer, no wake-ups.
     func armTimeline() {
-        guard !isShutDown, isStarted else { return }
+        guard lifecycle.isRunning else { return }
         wakeTimer.arm(for: timeline.nextDue, now: environment.now(), makeTimer: makeWakeTimer)
     }
 

@@ -29,7 +29,7 @@ extension TransferCoordinator {
                 var config = existing.configuration
                 if config.apply(configuration) {
                     try persistConfiguration(existing, config)
-                    speedLimitsApplied = nil
+                    schedulingDue.limitChanged()
                     existing.publishedActive = activeCount(existing.id)
                     emit(.sessionChanged(snapshot(of: existing)))
                     // allow-metered and resource-timeout may judge its transfers anew.
@@ -166,7 +166,7 @@ extension TransferCoordinator {
     public func setSpeedLimit(_ bps: UInt64) {
         changeSettings {
             managerSettings.speedLimit = bps
-            speedLimitsApplied = nil
+            schedulingDue.limitChanged()
         }
     }
 

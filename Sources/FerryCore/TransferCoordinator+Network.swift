@@ -77,10 +77,7 @@ extension TransferCoordinator {
 
     /// Judges the transfers that became queued since the last round.
     func judgeNewlyQueued() {
-        guard !newlyQueued.isEmpty else { return }
-        let ids = newlyQueued
-        newlyQueued = []
-        for id in ids {
+        for id in schedulingDue.takeNewlyQueued() {
             guard let t = transfers[id], t.state == .queued, !dedupe.isFollower(id), let reason = networkBlocker(t) else { continue }
             waitForNetwork(t, reason)
         }

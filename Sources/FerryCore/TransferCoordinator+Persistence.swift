@@ -22,13 +22,12 @@ extension TransferCoordinator {
                                          nextGroupID: groupBook.nextID) else { return }
         syncMovedFolders()
         do {
-            try store.write(pendingWrites + [.setCounters(next)])
+            try journal.write([.setCounters(next)], to: store)
         } catch {
             logger.warning("could not reserve ids in the store; ids of ephemeral sessions may come again after a restart",
                            metadata: ["error": "\(error)"])
             return
         }
-        pendingWrites = []
         numbering.reserved(next)
     }
 
@@ -46,7 +45,7 @@ extension TransferCoordinator {
         guard digest != t.persistedDigest else { return }
         t.persistedDigest = digest
         t.lastCheckpoint = environment.now()
-        pendingWrites.append(.saveTransfer(stored))
+        journal.stage(.saveTransfer(stored))
     }
 
     /// Stages the offset of a running transfer at most every `checkpointInterval`.
@@ -59,7 +58,7 @@ extension TransferCoordinator {
 
     func stageSession(_ s: SessionRecord) {
         guard s.configuration.persistent else { return }
-        pendingWrites.append(.saveSession(storedSession(s)))
+        journal.stage(.saveSession(storedSession(s)))
     }
 
     func storedSession(_ s: SessionRecord) -> StoredSession {
@@ -67,7 +66,7 @@ extension TransferCoordinator {
     }
 
     func stageSettings() {
-        pendingWrites.append(.setSettings(settings))
+        journal.stage(.setSettings(settings))
     }
 
     // MARK: - Writing
@@ -84,42 +83,28 @@ extension TransferCoordinator {
     /// its operations stay staged, in order, and go with the next write that works.
     func flushStore() {
         syncMovedFolders()
-        guard !pendingWrites.isEmpty else { return }
-        let staged = pendingWrites
-        let operations = staged + [.setCounters(counters)]
-        pendingWrites = []
-        do {
-            try store.write(operations)
-            if storeFailing {
-                storeFailing = false
-                logger.notice("Ferry's state is being saved again")
-            }
-        } catch {
-            if !storeFailing {
-                storeFailing = true
-                logger.error("could not save Ferry's state; changes are kept in memory only, and forgotten if ferryd restarts, until saving works again",
-                             metadata: ["error": "\(error)"])
-            }
-            // Kept for the next try, within reason (a long outage drops the oldest).
-            pendingWrites = Array((staged + pendingWrites).suffix(Self.maxStagedOperations))
+        switch journal.flush(to: store, counters: { counters }) {
+        case .nothingStaged, .written, .stillFailing:
+            break
+        case .recovered:
+            logger.notice("Ferry's state is being saved again")
+        case .startedFailing(let error):
+            logger.error("could not save Ferry's state; changes are kept in memory only, and forgotten if ferryd restarts, until saving works again",
+                         metadata: ["error": "\(error)"])
         }
     }
-
-    static let maxStagedOperations = 100_000
 
     /// Writes what is staged and `operations` now, for calls that must not answer
     /// before their change is durable. Throws (leaving the staged operations staged)
     /// when the store refuses; the caller then changes nothing.
     func writeNow(_ operations: [StoreOperation], counters: StoreCounters) throws {
         syncMovedFolders()
-        let all = pendingWrites + operations + [.setCounters(counters)]
         do {
-            try store.write(all)
+            try journal.write(operations + [.setCounters(counters)], to: store)
         } catch {
             logger.error("could not save Ferry's state; refusing the call", metadata: ["error": "\(error)"])
             throw StoreError("Ferry could not save its state (\(error)); nothing was changed. Is the disk full?")
         }
-        pendingWrites = []
     }
 
     // MARK: - Restoring
@@ -139,7 +124,7 @@ extension TransferCoordinator {
     /// - Throws: what the store's `load` throws; then nothing is restored.
     public func restore() throws {
         dispatchPrecondition(condition: .onQueue(queue))
-        precondition(!isStarted, "restore() must come before start()")
+        precondition(!lifecycle.isStarted, "restore() must come before start()")
         let contents = try store.load()
         var restoredSessions: [SessionID: SessionRecord] = [:]
         for stored in contents.sessions {
@@ -178,7 +163,7 @@ extension TransferCoordinator {
         restoreGroups(contents.groups, counters: contents.counters)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { reindex(t) }
         restoreClientExitPauses()
-        newlyQueued = []
+        _ = schedulingDue.takeNewlyQueued()
         _ = index.takeChangedSessions()
         for s in sessions.values { s.publishedActive = activeCount(s.id) }
 
@@ -186,8 +171,8 @@ extension TransferCoordinator {
             managerSettings.restore(settings)
             restoreSchedule(settings.schedule)
         }
-        publishedManager = manager
-        for id in orphans { pendingWrites.append(.deleteTransfer(id)) }
+        publishedManager.assume(manager)
+        for id in orphans { journal.stage(.deleteTransfer(id)) }
         removeForgottenPartFiles(stored: contents.transfers)
         for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }
         flushStore()
@@ -357,7 +342,7 @@ extension TransferCoordinator {
             if t.state == .waiting && !t.isWaitingForNetwork { timeline.add(t.id, .wake, at: t.notBefore) }
             if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }
             // Restored queued transfers meet the network policy like new ones.
-            if t.state == .queued { newlyQueued.append(t.id) }
+            if t.state == .queued { schedulingDue.queued(t.id) }
         }
         // Network waits from before the restart are judged against today's network.
         applyNetworkPolicy(to: index.waitingForNetwork.sorted())

@@ -15,7 +15,7 @@ extension TransferCoordinator {
     /// saw change); managerChanged when its counts or settings changed (rates have no
     /// change signal).
     func publishAggregates() {
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         for id in index.takeChangedSessions().sorted() {
             guard let s = sessions[id] else { continue }
             let active = activeCount(s.id)
@@ -25,12 +25,6 @@ extension TransferCoordinator {
             }
         }
         let current = manager
-        var comparable = current
-        comparable.downloadRate = publishedManager.downloadRate
-        comparable.uploadRate = publishedManager.uploadRate
-        if comparable != publishedManager {
-            publishedManager = current
-            emit(.managerChanged(current))
-        }
+        if publishedManager.announces(current) { emit(.managerChanged(current)) }
     }
 }

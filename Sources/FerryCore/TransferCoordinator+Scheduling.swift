@@ -6,7 +6,7 @@ extension TransferCoordinator {
     /// to date. Runs at the end of every change (`mutate`). Costs O(log n) per transfer
     /// it starts, plus a look at each host group's head: the queue is an index, not a scan.
     func schedule() {
-        guard isStarted, !isShutDown else { return }
+        guard lifecycle.isRunning else { return }
         judgeNewlyQueued()
         var starting: [TransferRecord] = []
         while let id = index.nextToStart(maxConnections: Int(managerSettings.maxConcurrentTransfers), perHostLimit: { [unowned self] session in
@@ -141,10 +141,9 @@ extension TransferCoordinator {
     /// Recomputes each running transfer's share of the limits; tells the engine about
     /// changes for attempts already under way (`starting` ones get it in their request).
     /// O(running transfers), and only when the running set or a limit changed since the
-    /// last time (`speedLimitsApplied`): not on every progress event.
+    /// last time (`schedulingDue`): not on every progress event.
     private func applySpeedLimits(starting: Set<TransferID>) {
-        guard !starting.isEmpty || speedLimitsApplied != index.runningChanges else { return }
-        speedLimitsApplied = index.runningChanges
+        guard schedulingDue.sharesLimits(starting: !starting.isEmpty, runningChanges: index.runningChanges) else { return }
         let running = index.running
         for id in running {
             guard let t = transfers[id], !t.life.isFollowing else { continue }

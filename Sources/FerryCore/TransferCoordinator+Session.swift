@@ -91,7 +91,7 @@ extension TransferCoordinator {
         let before = s.pendingEvents.count
         s.pendingEvents.removeAll { $0.serial <= serial }
         if s.configuration.persistent && s.pendingEvents.count != before {
-            pendingWrites.append(.acknowledgeEvents(s.id, upTo: serial))
+            journal.stage(.acknowledgeEvents(s.id, upTo: serial))
             flushStore()
         }
     }
@@ -122,7 +122,7 @@ extension TransferCoordinator {
         guard index.unfinishedCount(session: s.id) == 0 else { return }
         for t in index.ids(session: s.id).compactMap({ transfers[$0] }) { forget(t) }
         forgetGroups(of: s.id)
-        if s.configuration.persistent { pendingWrites.append(.deleteSession(s.id)) }
+        if s.configuration.persistent { journal.stage(.deleteSession(s.id)) }
         discardCookies(of: s)
         sessions[s.id] = nil
         emit(.sessionRemoved(s.id))
@@ -155,7 +155,7 @@ extension TransferCoordinator {
         event.serial = numbering.takeSerial()
         sessions[session]?.pendingEvents.append(event)
         if isPersistent(session) {
-            pendingWrites.append(.appendEvent(session, event))
+            journal.stage(.appendEvent(session, event))
         } else {
             // Never stored, yet its serial must not come again after a restart.
             reserveIDs(serial: event.serial)

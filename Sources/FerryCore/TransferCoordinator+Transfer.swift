@@ -90,7 +90,7 @@ extension TransferCoordinator {
         let t = try record(id)
         mutate {
             t.snapshot.speedLimit = bps
-            speedLimitsApplied = nil
+            schedulingDue.limitChanged()
             publishChanged(t)
         }
     }
@@ -166,7 +166,7 @@ extension TransferCoordinator {
         releaseUploadSource(t, forgetting: true)
         releaseDestinationFD(t, forgetting: true)
         unindex(t)
-        if isPersistent(t.session) { pendingWrites.append(.deleteTransfer(t.id)) }
+        if isPersistent(t.session) { journal.stage(.deleteTransfer(t.id)) }
         transfers[t.id] = nil
         emit(.transferRemoved(t.id, session: t.session))
     }

@@ -8,57 +8,64 @@ import Logging
 ///
 /// Every method must be called on `queue`, which owns all state; event deliveries are
 /// made on it too, in order. Calls that throw change nothing.
+///
+/// Why more than ~12 stored properties (issue 40): the coordinator is the router between
+/// them and keeps no rule of their own. Each is a collaborator given at `init`, a shared
+/// tool, the records with their index, or an owned part that keeps its state private and
+/// its rules in one place; what ties them is the order of a change (`mutate`), which is
+/// the coordinator's job. Each says below why it stays here.
 public final class TransferCoordinator {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
     /// Subscribers, and the events of the change under way, sent when it ends.
     var outbox = EventOutbox()
-    /// When the manager's rates were last put in a progress event (µs).
-    var lastManagerRates: UInt64 = 0
 
+    /// Moves the bytes (given at init; every part that starts or stops an attempt uses it).
     let engine: TransferEngine
+    /// Clock, folders, limits and policies (given at init; read by nearly every rule).
     let environment: CoreEnvironment
     /// Where persistent sessions, their transfers and events are kept.
     let store: TransferStore
     /// Store operations not written yet; written (in one transaction) before the next
-    /// announcement, and at the end of every change.
-    var pendingWrites: [StoreOperation] = []
-    /// The last store write failed (logged once until one succeeds again).
-    var storeFailing = false
+    /// announcement, and at the end of every change; whether the last write failed.
+    var journal = StoreJournal()
+    /// Shared tools of every extension file (no state of their own).
     let fileManager = FileManager.default
     let logger = Logger(label: "ferry.core")
 
+    /// The records themselves: every part is keyed by their ids, so they stay with the
+    /// router that hands them to the parts.
     var sessions: [SessionID: SessionRecord] = [:]
     var transfers: [TransferID: TransferRecord] = [:]
     /// Counts, queue, claims and per-session sets, kept as transfers change.
     var index = TransferIndex()
     /// Transfers that became startable since the last scheduling round (the network
-    /// policy judges them there).
-    var newlyQueued: [TransferID] = []
+    /// policy judges them there), and whether speed limits must be shared out again.
+    var schedulingDue = SchedulingDue()
     /// Due moments (start-after, retries, resource deadlines, batch settle) and the one
     /// timer for the earliest of them.
     var timeline = DueTimeline()
+    /// Kept apart from `timeline` (a value without effects) as the one effect it arms.
     var wakeTimer = WakeTimer()
     /// Session and transfer ids and event serials, and what the store reserves of them.
     var numbering = IDAllocator()
 
     /// MaxConcurrentTransfers, SpeedLimit and NotificationsEnabled, as set and stored.
     var managerSettings = ManagerSettings()
-    /// `index.runningChanges` when the running transfers' speed limits were last shared
-    /// out; nil after a limit changed (they are shared anew at the next `schedule`).
-    var speedLimitsApplied: UInt64?
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).
     var discretion = DiscretionaryPolicy()
     /// Outcomes since the last manager-wide AllFinished, and when that batch settles.
     var managerBatch = ManagerBatch()
-    var publishedManager = ManagerSnapshot()
+    /// What managerChanged last carried, and when the rates last went with progress.
+    var publishedManager = PublishedManager()
 
     /// Removed transfers whose engine attempt has not reported its end yet, with the
     /// files to delete when it does (a cancelled transfer's `.part`) and, for a
     /// sandboxed application's, the area they are removed within (its session may be
-    /// gone by then).
+    /// gone by then). Stays here: a map with no rule beyond "deleted when the attempt
+    /// ends", and that deletion needs the coordinator's `removePartFiles`.
     var detachedStops: [TransferID: (paths: [String], area: SandboxArea?)] = [:]
     /// Upload sources and destination-fd files held open (against
     /// `environment.uploadSourceLimit`), and sources kept for attempts still stopping.
@@ -76,10 +83,9 @@ public final class TransferCoordinator {
     /// Downloads fetched once for several (TransferCoordinator+Dedupe.swift).
     var dedupe = DedupeBook()
 
-    var isStarted = false
-    var isShutDown = false
-    /// Nesting of `mutate`; scheduling and aggregate signals run when it returns to 0.
-    var mutationDepth = 0
+    /// Started, shut down, and the nesting of `mutate` (scheduling and aggregate signals
+    /// run when the outermost change ends).
+    var lifecycle = CoreLifecycle()
 
     /// - Parameters:
     ///   - engine: moves the bytes; its events are taken after `start()`.
@@ -101,8 +107,7 @@ public final class TransferCoordinator {
     /// transfers and starts what is queued.
     public func start() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isStarted, !isShutDown else { return }
-        isStarted = true
+        guard lifecycle.start() else { return }
         let queue = self.queue
         let weakSelf = WeakCoordinator(self)
         let inbox = EngineEventInbox()
@@ -119,13 +124,13 @@ public final class TransferCoordinator {
     /// data that names one).
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !isShutDown else { return }
+        guard !lifecycle.isShutDown else { return }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:
         // a clean stop loses nothing.
         for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
-        isShutDown = true
+        lifecycle.shutDown()
         wakeTimer.cancel()
         // Then the engine and the dedupe copies: once they have stopped, no byte is
         // written any more (a follower's half-made copy stays a `.part`, never renamed).
@@ -157,16 +162,15 @@ public final class TransferCoordinator {
     /// that start) is part of the change: stored in its one transaction and announced
     /// with its events, after them.
     func mutate<T>(_ body: () throws -> T) rethrows -> T {
-        mutationDepth += 1
+        lifecycle.enterChange()
         defer {
-            if mutationDepth == 1 {
+            if lifecycle.isOutermostChange {
                 finishPendingMoves()
                 settleGroups()
                 schedule()
                 publishAggregates()
             }
-            mutationDepth -= 1
-            if mutationDepth == 0 {
+            if lifecycle.leaveChange() {
                 deliverEvents()
                 armTimeline()
             }

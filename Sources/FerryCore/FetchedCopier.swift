@@ -149,7 +149,7 @@ public enum FetchedCopy {
         }
         defer { for copy in open { close(copy.fd) } }
         let wanted = open.filter { !stop(jobs[$0.index]) }
-        let flushed = syncAll(wanted.map(\.fd))
+        let flushed = syncAll(wanted.map { ($0.fd, jobs[$0.index].target) })
         for (k, copy) in wanted.enumerated() {
             let job = jobs[copy.index]
             var st = stat()
@@ -172,7 +172,7 @@ public enum FetchedCopy {
         let file = try FetchedSource(path: source, within: sourceArea, bytes: -1)
         let fd = try copyUnsynced(file, to: target, within: targetArea) { false }
         defer { close(fd) }
-        if let failure = syncAll([fd])[0] { throw FerryError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
+        if let failure = syncAll([(fd, target)])[0] { throw FerryError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw error("cannot read the size of '\(target)'") }
         return Int64(st.st_size)
@@ -206,15 +206,15 @@ public enum FetchedCopy {
         return output
     }
 
-    /// `fdatasync`s the descriptors on up to 16 threads at once (the file system joins
-    /// concurrent syncs into fewer journal commits; one after another, a batch of small
-    /// copies would cost a commit each).
-    /// - Returns: for each descriptor, nil when flushed, else the `errno`.
-    static func syncAll(_ fds: [Int32]) -> [Int32?] {
-        guard fds.count > 1 else { return fds.map { fdatasync($0) == 0 ? nil : errno } }
-        let work = SyncWork(fds)
+    /// Syncs the files (`DurableFiles.syncFile`, as every finished download is) on up to
+    /// 16 threads at once (the file system joins concurrent syncs into fewer journal
+    /// commits; one after another, a batch of small copies would cost a commit each).
+    /// - Returns: for each file, nil when flushed, else the `errno`.
+    static func syncAll(_ files: [(fd: Int32, path: String)]) -> [Int32?] {
+        guard files.count > 1 else { return files.map(SyncWork.sync) }
+        let work = SyncWork(files)
         let group = DispatchGroup()
-        for _ in 0..<min(16, fds.count) {
+        for _ in 0..<min(16, files.count) {
             group.enter()
             Thread.detachNewThread {
                 work.run()
@@ -252,29 +252,34 @@ public enum FetchedCopy {
 
 /// The descriptors `FetchedCopy.syncAll` flushes, taken one at a time by its threads.
 private final class SyncWork: @unchecked Sendable {
-    // `next` and `outcomes` are guarded by `lock`; `fds` never changes.
+    // `next` and `outcomes` are guarded by `lock`; `files` never changes.
     private let lock = NSLock()
-    private let fds: [Int32]
+    private let files: [(fd: Int32, path: String)]
     private var next = 0
     private var outcomes: [Int32?]
 
-    init(_ fds: [Int32]) {
-        self.fds = fds
-        outcomes = Array(repeating: nil, count: fds.count)
+    init(_ files: [(fd: Int32, path: String)]) {
+        self.files = files
+        outcomes = Array(repeating: nil, count: files.count)
+    }
+
+    static func sync(_ file: (fd: Int32, path: String)) -> Int32? {
+        let failure = DurableFiles.syncFile(fd: file.fd, path: file.path)
+        return failure == 0 ? nil : failure
     }
 
     var results: [Int32?] { lock.withLock { outcomes } }
 
     func run() {
         while let i = take() {
-            let failure: Int32? = fdatasync(fds[i]) == 0 ? nil : errno
+            let failure = Self.sync(files[i])
             lock.withLock { outcomes[i] = failure }
         }
     }
 
     private func take() -> Int? {
         lock.withLock {
-            guard next < fds.count else { return nil }
+            guard next < files.count else { return nil }
             defer { next += 1 }
             return next
         }

@@ -70,21 +70,12 @@ enum ContentDisposition {
         var i = 0
         while i < utf8.count {
             if utf8[i] == UInt8(ascii: "%") {
-                guard i + 2 < utf8.count, let h = hex(utf8[i + 1]), let l = hex(utf8[i + 2]) else { return nil }
+                guard i + 2 < utf8.count, let h = Hex.nibble(utf8[i + 1]), let l = Hex.nibble(utf8[i + 2]) else { return nil }
                 out.append(h << 4 | l); i += 3
             } else {
                 out.append(utf8[i]); i += 1
             }
         }
         return out
-    }
-
-    private static func hex(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }

@@ -57,10 +57,7 @@ enum DownloadOptionsValidation {
     }
 
     static func validateSHA256(_ sha: String) throws {
-        let isHex = sha.unicodeScalars.allSatisfy { c in
-            switch c { case "0"..."9", "a"..."f", "A"..."F": return true; default: return false }
-        }
-        guard sha.unicodeScalars.count == 64, isHex else {
+        guard Hex.sha256Digest(sha) != nil else {
             let shown = sha.count > 80 ? String(sha.prefix(80)) + "…" : sha
             throw FerryError.invalidArgument("sha256 '\(shown)' is not a SHA-256 digest; give 64 hexadecimal digits")
         }

@@ -31,7 +31,7 @@ public struct PieceList: Sendable, Hashable {
         var digests: [[UInt8]] = []
         digests.reserveCapacity(hex.count)
         for (i, text) in hex.enumerated() {
-            guard let digest = Self.bytes(ofHex: text) else {
+            guard let digest = Hex.sha256Digest(text) else {
                 let shown = text.count > 80 ? String(text.prefix(80)) + "…" : text
                 throw FerryError.invalidArgument("piece \(i)'s SHA-256 '\(shown)' is not 64 hexadecimal digits")
             }
@@ -50,7 +50,7 @@ public struct PieceList: Sendable, Hashable {
     }
 
     /// The digests as lowercase hex, as given on the bus.
-    public var hex: [String] { digests.map(Self.hex(of:)) }
+    public var hex: [String] { digests.map(Hex.string) }
 
     /// Whether a file of `total` bytes has exactly `count` pieces of `length`.
     public func fits(total: Int64) -> Bool {
@@ -72,33 +72,5 @@ public struct PieceList: Sendable, Hashable {
         var end = Int(bytes.upperBound / length)
         if bytes.upperBound >= total, total > Int64(end) * length { end += 1 } // the short last piece
         return first..<max(first, min(end, count))
-    }
-
-    static func bytes(ofHex text: String) -> [UInt8]? {
-        let u = Array(text.utf8)
-        guard u.count == 64 else { return nil }
-        var out = [UInt8](repeating: 0, count: 32)
-        for i in 0..<32 {
-            guard let hi = nibble(u[2 * i]), let lo = nibble(u[2 * i + 1]) else { return nil }
-            out[i] = hi << 4 | lo
-        }
-        return out
-    }
-
-    private static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
-
-    public static func hex(of bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
-        return String(decoding: out, as: UTF8.self)
     }
 }

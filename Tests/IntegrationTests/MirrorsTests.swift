@@ -36,6 +36,15 @@ final class MirrorsTests: FerryTestCase {
          "sha256": .string(TestData.sha256Hex(body))]
     }
 
+    /// Every mirror path serves the file at `bytesPerSecond`; its download (mirrors,
+    /// pieces, sha256) to `work/NAME` has started.
+    func startSlowMirroredDownload(seed: UInt64, bytesPerSecond: Int, name: String) async throws -> ([UInt8], BusSession, FerryTransfer) {
+        let body = serveMirrors(seed: seed)
+        for path in paths { server.set(.slow(bytesPerSecond: bytesPerSecond), on: path) }
+        let s = try await session()
+        return (body, s, try await s.download(server.url(paths[0]), options: options(body, name: name)))
+    }
+
     func testABadPieceAndAShortRangeAreFetchedAgainFromOtherMirrors() async throws {
         let body = serveMirrors(seed: 31)
         // /m1 corrupts a byte of piece 9 (in its first range); /m2 cuts its first range short.
@@ -81,10 +90,7 @@ final class MirrorsTests: FerryTestCase {
     }
 
     func testSIGKILLWithMirrorsAndPiecesKeepsTheVerifiedPieces() async throws {
-        let body = serveMirrors(seed: 33)
-        for path in paths { server.set(.slow(bytesPerSecond: 256 * 1024), on: path) }
-        let s = try await session()
-        let t = try await s.download(server.url(paths[0]), options: options(body, name: "k.bin"))
+        let (body, _, t) = try await startSlowMirroredDownload(seed: 33, bytesPerSecond: 256 * 1024, name: "k.bin")
         // Past a stored map of verified pieces (stored at most once a second), well before the end.
         try await waitForProgress(t, atLeast: Int64(Self.size / 2))
         try await killFerryd()
@@ -110,10 +116,7 @@ final class MirrorsTests: FerryTestCase {
     /// Pause hands out resume data whose range map holds verified pieces only;
     /// ResumeDownload with the same mirrors and pieces fetches exactly the rest.
     func testResumeDataCarriesTheVerifiedPieces() async throws {
-        let body = serveMirrors(seed: 35)
-        for path in paths { server.set(.slow(bytesPerSecond: 512 * 1024), on: path) }
-        let s = try await session()
-        let t = try await s.download(server.url(paths[0]), options: options(body, name: "rd.bin"))
+        let (body, s, t) = try await startSlowMirroredDownload(seed: 35, bytesPerSecond: 512 * 1024, name: "rd.bin")
         try await waitForProgress(t, atLeast: Int64(Self.size / 3))
         let data = try await t.pause()
         XCTAssertFalse(data.isEmpty, "a download with pieces can be resumed")

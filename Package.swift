@@ -27,7 +27,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // Our libdbus binding; knows nothing of Ferry.
-        .target(name: "DBus", dependencies: ["CDBus"]),
+        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: [.swiftLanguageMode(.v5)]),
 
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
         .target(name: "FerryInterface"),
@@ -45,7 +45,7 @@ let package = Package(
             "CCurl", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
-        ]),
+        ], swiftSettings: [.swiftLanguageMode(.v5)]),
         // The durable store: SQLite (through GRDB) under $XDG_STATE_HOME/ferry.
         .target(name: "FerryStore", dependencies: [
             "FerryCore",
@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "FerryService", dependencies: [
             "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
-        ]),
+        ], swiftSettings: [.swiftLanguageMode(.v5)]),
         // Desktop integration: the batch notification through libnotify on its own GLib
         // thread. libnotify is loaded (dlopen) by the first notification, not linked.
         .target(name: "FerryDesktop", dependencies: [
@@ -97,7 +97,7 @@ let package = Package(
         ]),
 
         .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
-        .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"], swiftSettings: [.swiftLanguageMode(.v5)]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryCoreTestSupport"]),
@@ -114,5 +114,5 @@ let package = Package(
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
         .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryDesktop", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

@@ -13,6 +13,8 @@ import Glibc
 public func withUnblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
     let box = ThreadResult<T>()
     let done = DispatchSemaphore(value: 0)
+    // Runs on the new thread only while the caller waits for it: never at the same time.
+    nonisolated(unsafe) let body = body
     let thread = Thread {
         var none = sigset_t()
         sigemptyset(&none)

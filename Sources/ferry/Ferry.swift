@@ -264,7 +264,7 @@ enum Output {
     /// A line written as it is (JSON, already escaped).
     static func raw(_ s: String) {
         print(s)
-        if !inBurst { fflush(stdout) }
+        if !inBurst { fflush(nil) }
     }
 
     /// Runs `body` with lines held in stdout's buffer, then flushes them at once.
@@ -272,7 +272,7 @@ enum Output {
         bursts.withLock { burstDepth += 1 }
         defer {
             bursts.withLock { burstDepth -= 1 }
-            fflush(stdout)
+            fflush(nil)
         }
         return try body()
     }
@@ -286,11 +286,11 @@ enum Output {
     }
 
     static func write(_ s: String) {
-        fflush(stdout)  // lines held in a burst go first
+        fflush(nil)  // lines held in a burst go first
         FileHandle.standardOutput.write(Data(s.utf8))
     }
 
-    static func flush() { fflush(stdout) }
+    static func flush() { fflush(nil) }
 
     /// A line on `channel` (standard error: after what standard output holds).
     static func line(_ s: String, to channel: OutputChannel) {
@@ -300,7 +300,7 @@ enum Output {
 
     static func write(_ s: String, to channel: OutputChannel) {
         guard channel == .standardError else { return write(s) }
-        fflush(stdout)
+        fflush(nil)
         FileHandle.standardError.write(Data(s.utf8))
     }
 }

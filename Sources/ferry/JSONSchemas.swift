@@ -312,7 +312,7 @@ enum JSONOutput {
     /// An array as a document. A long one (a listing of thousands of transfers) is
     /// encoded in slices, one per core, and joined: JSONEncoder builds a tree of every
     /// element and sorts each object's keys, about 40 % of `ls --json`'s own CPU.
-    static func print<T: Encodable>(_ values: [T]) {
+    static func print<T: Encodable & Sendable>(_ values: [T]) {
         write(encodeArray(values))
     }
 
@@ -332,7 +332,7 @@ enum JSONOutput {
     /// that form an array is `[\n`, its elements each indented by two spaces and
     /// separated by `,\n`, then `\n]`; so each slice is encoded as an array, its
     /// brackets are cut off, and the insides are joined with `,\n`.
-    static func encodeArray<T: Encodable>(_ values: [T]) -> Data? {
+    static func encodeArray<T: Encodable & Sendable>(_ values: [T]) -> Data? {
         let wanted = min(ProcessInfo.processInfo.activeProcessorCount, values.count / (sliceMinimum / 2))
         guard wanted > 1 else { return try? prettyEncoder.encode(values) }
         let size = (values.count + wanted - 1) / wanted

@@ -240,8 +240,9 @@ final class DedupeTests: XCTestCase {
     func answered(_ h: CoreHarness, _ copier: HeldCopier, _ body: @escaping (TransferCoordinator) throws -> Void) -> Result<Void, Error>? {
         let done = DispatchSemaphore(value: 0)
         let reply = Reply<Result<Void, Error>>()
+        nonisolated(unsafe) let call = { try body(h.core) } // runs once, on the core's queue
         h.queue.async {
-            reply.value = Result { try body(h.core) }
+            reply.value = Result { try call() }
             done.signal()
         }
         guard done.wait(timeout: .now() + 10) == .success else {

@@ -5,7 +5,7 @@ import XCTest
 /// Engine events reach the coordinator in order; those that arrive while it is busy
 /// are handled together, as one change.
 final class EngineEventInboxTests: XCTestCase {
-    private func ids(_ events: [EngineEvent]) -> [TransferID] {
+    private static func ids(_ events: [EngineEvent]) -> [TransferID] {
         events.map { if case .completed(let id, _) = $0 { return id } else { return 0 } }
     }
 
@@ -14,7 +14,7 @@ final class EngineEventInboxTests: XCTestCase {
         XCTAssertTrue(inbox.post(.completed(1, .stopped(bytesOnDisk: 0))))
         XCTAssertFalse(inbox.post(.completed(2, .stopped(bytesOnDisk: 0))), "a hop is already on its way")
         XCTAssertFalse(inbox.post(.completed(3, .stopped(bytesOnDisk: 0))))
-        XCTAssertEqual(ids(inbox.takeAll()), [1, 2, 3], "oldest first")
+        XCTAssertEqual(Self.ids(inbox.takeAll()), [1, 2, 3], "oldest first")
         XCTAssertTrue(inbox.takeAll().isEmpty)
         XCTAssertTrue(inbox.post(.completed(4, .stopped(bytesOnDisk: 0))), "empty again: the next event asks anew")
     }
@@ -27,7 +27,7 @@ final class EngineEventInboxTests: XCTestCase {
         nonisolated(unsafe) var taken: [TransferID] = [] // only touched on `consumer`, then after it drained
         DispatchQueue.concurrentPerform(iterations: 4) { thread in
             for i in 0..<500 where inbox.post(.completed(TransferID(thread * 1000 + i), .stopped(bytesOnDisk: 0))) {
-                consumer.async { taken += self.ids(inbox.takeAll()) }
+                consumer.async { taken += Self.ids(inbox.takeAll()) }
             }
         }
         consumer.sync {}

@@ -62,7 +62,7 @@ final class RetryTests: XCTestCase {
     }
 
     func testBackoffDoublesWithJitterUpToCap() {
-        var r = 0.0
+        nonisolated(unsafe) var r = 0.0 // set and read on this test's thread only
         let p = RetryPolicy.exponentialBackoff(base: 2, cap: 30, jitter: 0.5, random: { r })
         r = 0.5 // the middle: no spread
         XCTAssertEqual(p.decide(.network("x"), 1, 9), .retry(afterSeconds: 2))

@@ -678,8 +678,9 @@ final class FerryClientTests: FerryTestCase {
         serve("/c/wake.bin", size: 64 * 1024)
         server.set(.slow(bytesPerSecond: 256 * 1024), on: "/c/wake.bin")
         let recorder = Recorder()
+        let address = bus.address
         let wake = FerryWakeUp(applicationID: "org.example.Wakeful", busAddress: bus.address, delegate: recorder) { c in
-            c.busAddress = self.bus.address
+            c.busAddress = address
         }
         try await wake.start()
         defer { wake.stop() }

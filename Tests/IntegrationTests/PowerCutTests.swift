@@ -291,8 +291,9 @@ final class PowerCutTests: FerryTestCase {
 
             let round = Acked()
             let session = s
+            let toQueue = items
             let queueing = Task {
-                for item in items {
+                for item in toQueue {
                     if round.isStopped { break }
                     do {
                         let t = try await session.download(item.url, options: item.options)

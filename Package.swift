@@ -97,7 +97,7 @@ let package = Package(
         ]),
 
         .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
-        .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"], swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryCoreTestSupport"]),

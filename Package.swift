@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "FerryService", dependencies: [
             "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: [.swiftLanguageMode(.v5)]),
+        ]),
         // Desktop integration: the batch notification through libnotify on its own GLib
         // thread. libnotify is loaded (dlopen) by the first notification, not linked.
         .target(name: "FerryDesktop", dependencies: [

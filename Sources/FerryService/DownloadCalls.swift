@@ -12,7 +12,8 @@ import Foundation
 /// first, so it runs after the downloads sent before it and before those sent after.
 final class DownloadCalls: @unchecked Sendable {
     /// Calls in the order they came; taken whole by the hop that runs them.
-    final class Group {
+    /// `@unchecked Sendable`: `calls` is read and written only under `DownloadCalls.lock`.
+    final class Group: @unchecked Sendable {
         fileprivate var calls: [(MethodInvocation, SessionID)] = []
     }
 

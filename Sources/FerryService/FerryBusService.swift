@@ -101,6 +101,8 @@ public final class FerryBusService: @unchecked Sendable {
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
         downloadCalls.close() // runs after the downloads asked for before it
+        // Handed over whole: from here on only the core's queue runs it, once.
+        nonisolated(unsafe) let body = body
         core.queue.async { [self] in answer(inv, Result { try body(core) }) }
     }
 
@@ -155,6 +157,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// whether the value was accepted. The bus queue does not wait meanwhile.
     func onCore(_ done: @escaping @Sendable (BusError?) -> Void, _ body: @escaping (TransferCoordinator) throws -> Void) {
         downloadCalls.close()
+        nonisolated(unsafe) let body = body // as in `run`: only the core's queue runs it, once
         core.queue.async { [core] in
             do {
                 try body(core)

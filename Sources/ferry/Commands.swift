@@ -21,7 +21,16 @@ let transferIDCompletion = CompletionKind.custom { _ in
     return box.ids
 }
 
-private final class IDBox: @unchecked Sendable { var ids: [String] = [] }
+/// `@unchecked Sendable`: `ids` is guarded by `lock` (the completer may stop waiting
+/// while the task still writes).
+private final class IDBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [String] = []
+    var ids: [String] {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
 
 func sessionNames(_ objects: ManagedObjects) -> [String: String] {
     Dictionary(objects.sessions.map { ($0.path, $0.identifier) }, uniquingKeysWith: { a, _ in a })

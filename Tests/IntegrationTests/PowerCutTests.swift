@@ -191,6 +191,7 @@ final class PowerCutTests: FerryTestCase {
         }
     }
 
+    /// `@unchecked Sendable`: every field is guarded by `lock`.
     final class Acked: @unchecked Sendable {
         private let lock = NSLock()
         private var items: [(FerryTransfer, String)] = []

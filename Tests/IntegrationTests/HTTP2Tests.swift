@@ -33,8 +33,10 @@ final class HTTP2Tests: FerryTestCase {
 
     /// nginx serving `root` over TLS with HTTP/2 on a free port: `/NAME` as is, `/slow/NAME`
     /// at 16 KiB/s a request. Its access log has a line per request: the connection's
-    /// serial number, the protocol and the status.
-    private func startNginx(root: String, certificates: TestCertificates, serverDirectives: String = "") throws
+    /// serial number, the protocol, the status, the path and whether the TLS session was
+    /// resumed (`r`) or new (`.`).
+    private func startNginx(root: String, certificates: TestCertificates, serverDirectives: String = "",
+                            http2: Bool = true) throws
         -> (base: String, accessLog: String) {
         let dir = work + "/nginx"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -46,7 +48,7 @@ final class HTTP2Tests: FerryTestCase {
         error_log \(dir)/error.log warn;
         events { worker_connections 1024; }
         http {
-            log_format ferry '$connection $server_protocol $status $uri';
+            log_format ferry '$connection $server_protocol $status $uri $ssl_session_reused';
             access_log \(dir)/access.log ferry;
             client_body_temp_path \(dir)/body;
             proxy_temp_path \(dir)/proxy;
@@ -55,7 +57,7 @@ final class HTTP2Tests: FerryTestCase {
             scgi_temp_path \(dir)/scgi;
             default_type application/octet-stream;
             server {
-                listen 127.0.0.1:\(port) ssl http2;
+                listen 127.0.0.1:\(port) ssl\(http2 ? " http2" : "");
                 ssl_certificate \(certificates.certificate);
                 ssl_certificate_key \(certificates.key);
                 root \(root);
@@ -135,7 +137,7 @@ final class HTTP2Tests: FerryTestCase {
         return ended
     }
 
-    /// nginx's access log, a line per request: connection serial, protocol, status, path.
+    /// nginx's access log, a line per request: connection serial, protocol, status, path, TLS session reused.
     private func accessLogLines(_ path: String) throws -> [[Substring]] {
         try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
     }
@@ -259,5 +261,29 @@ final class HTTP2Tests: FerryTestCase {
         for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
         XCTAssertGreaterThan(cutShort, count / 2, "the loss cut most attempts short")
         XCTAssertFalse(try accessLogLines(accessLog).isEmpty, "the new worker served the tries again")
+    }
+
+    /// An HTTP/1.1 server that closes every connection after one request, so each
+    /// download needs a new one: from the second on, the TLS handshake resumes the
+    /// session an earlier download's connection made (ferryd's attempts share TLS
+    /// sessions; libcurl keeps them per handle otherwise, and each attempt's is new).
+    func testNewConnectionsResumeTheTLSSessionOfEarlierOnes() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: 4)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates,
+                                               serverDirectives: "keepalive_timeout 0; ssl_session_cache shared:TLS:1m;", http2: false)
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.Resumed")
+        for i in bodies.indices {
+            let t = try await s.download(base + "/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")])
+            let info = try await finish(t, timeout: 30)
+            XCTAssertEqual(info.state, "completed", "\(info.errorName) \(info.errorMessage)")
+            assertFile(work + "/f\(i).bin", equals: bodies[i])
+        }
+        let lines = try accessLogLines(accessLog)
+        XCTAssertEqual(lines.count, 4)
+        XCTAssertEqual(Set(lines.map { $0[0] }).count, 4, "a connection per download: \(lines)")
+        XCTAssertEqual(lines.dropFirst().map { String($0[4]) }, ["r", "r", "r"],
+                       "every connection after the first resumed a TLS session: \(lines)")
     }
 }

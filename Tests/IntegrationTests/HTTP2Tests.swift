@@ -364,6 +364,32 @@ final class HTTP2Tests: FerryTestCase {
         XCTAssertTrue(try accessLogLines(accessLog).allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
     }
 
+    /// A download with `connections=4` from an HTTP/2 server: its ranges do not multiplex
+    /// on one connection (a server's per-connection limits would hold them all) — each
+    /// asks for HTTP/1.1 on a connection of its own — and the file arrives byte-exact.
+    func testASegmentedDownloadFromAnHTTP2ServerTakesConnectionsOfItsOwn() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 0)
+        let body = TestData.bytes(count: 6 * 1024 * 1024 + 12_345, seed: 4242)
+        FileManager.default.createFile(atPath: root + "/big.bin", contents: Data(body))
+        // 2 MiB/s a request: one connection alone would take 3 s.
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates,
+                                               serverDirectives: "location /paced/ { alias \(root)/; limit_rate 2m; }")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.H2Ranges", ["retries": .uint32(0)])
+        let t = try await s.download(base + "/paced/big.bin", options: ["destination": .string(work + "/big.bin"),
+                                                                        "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "completed", "\(info.errorName) \(info.errorMessage)")
+        assertFile(work + "/big.bin", equals: body)
+
+        let lines = try accessLogLines(accessLog)
+        let ranges = lines.filter { $0.count >= 3 && $0[2] == "206" }
+        XCTAssertGreaterThanOrEqual(ranges.count, 2, "the file came in ranges: \(lines)")
+        XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/1.1" }, "every request over HTTP/1.1: \(lines)")
+        XCTAssertGreaterThanOrEqual(Set(ranges.map { $0[0] }).count, 2, "the ranges came over connections of their own: \(ranges)")
+    }
+
     /// Uploads too: twelve PUT bodies under way as streams of one HTTP/2 connection (the
     /// origin known to multiplex from a download before them) when a relay resets it.
     /// Each is sent again at once, in a session allowing no retry, and nginx stores every

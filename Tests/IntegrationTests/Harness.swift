@@ -230,6 +230,47 @@ class FerryTestCase: XCTestCase {
         return try await t.info()
     }
 
+    /// Waits for the transfer's Completed signal and asserts that it completed with the
+    /// file at `path` holding exactly `body`; returns its final properties.
+    @discardableResult
+    func finishCompleted(_ t: FerryTransfer, at path: String, equals body: [UInt8], timeout: TimeInterval = 20,
+                         file: StaticString = #filePath, line: UInt = #line) async throws -> TransferInfo {
+        let info = try await finish(t, timeout: timeout)
+        XCTAssertEqual(info.state, "completed", info.errorMessage, file: file, line: line)
+        assertFile(path, equals: body, file: file, line: line)
+        return info
+    }
+
+    /// Downloads `path` in `s` to `work + path` (with `options` besides), waits for its
+    /// Completed and asserts that it completed with `body`.
+    /// - Returns: the transfer, its final properties and the seconds from the call to its end.
+    func timedDownload(_ path: String, in s: BusSession, equals body: [UInt8], options: [String: DBusValue] = [:],
+                       timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) async throws
+        -> (FerryTransfer, TransferInfo, seconds: TimeInterval) {
+        let start = Date()
+        let t = try await s.download(server.url(path), options: options.merging(["destination": .string(work + path)]) { $1 })
+        let info = try await finishCompleted(t, at: work + path, equals: body, timeout: timeout, file: file, line: line)
+        return (t, info, Date().timeIntervalSince(start))
+    }
+
+    /// The bytes a restarted ferryd says it kept of a download on several connections
+    /// (its log line "continuing N ranges (BYTES of …"); 0 when it logged none. Its
+    /// ResumedAtOffset may go out before it owns the bus name, so the log is the witness.
+    func bytesKeptByTheRestart() -> Int64 {
+        let log = ferryd?.log ?? ""
+        return log.range(of: #"continuing \d+ ranges \((\d+) of"#, options: .regularExpression).flatMap { match in
+            Int64(log[match].split(separator: "(")[1].split(separator: " ")[0])
+        } ?? 0
+    }
+
+    /// Waits (20 s at most, then goes on) until the transfer's BytesTransferred reaches `bytes`.
+    func waitForBytesTransferred(_ t: FerryTransfer, atLeast bytes: Int64) async throws {
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < bytes {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+    }
+
     /// Resumes a transfer that ended (failed), waits for the Completed of its new run and
     /// returns its final properties.
     @discardableResult
@@ -350,6 +391,29 @@ class FerryTestCase: XCTestCase {
         }
     }
 
+    /// Adds transfers that each hold a file descriptor (`add(i)` for i = 0, 1, …, 70 at
+    /// the most) until ferryd refuses one, and asserts the budget ferryd started under
+    /// `prlimit --nofile=100:320` keeps: 320 less 256 for everything else are taken, and
+    /// the next is refused with `LimitExceeded`, its message naming `reason`.
+    /// - Returns: the transfers taken.
+    func fillTheDescriptorBudget(refusalNaming reason: String, file: StaticString = #filePath, line: UInt = #line,
+                                 _ add: (Int) async throws -> FerryTransfer) async throws -> [FerryTransfer] {
+        var taken: [FerryTransfer] = []
+        var refusal: BusError?
+        for i in 0..<70 {
+            do {
+                taken.append(try await add(i))
+            } catch let e as BusError {
+                refusal = e
+                break
+            }
+        }
+        XCTAssertEqual(taken.count, 320 - 256, "the budget: the limit less 256 for everything else", file: file, line: line)
+        XCTAssertEqual(refusal?.name, "org.ferry.Ferry1.Error.LimitExceeded", refusal?.message ?? "no refusal", file: file, line: line)
+        XCTAssertTrue(refusal?.message.contains(reason) ?? false, refusal?.message ?? "", file: file, line: line)
+        return taken
+    }
+
     /// Runs a program to completion (bounded).
     func runTool(_ path: String, _ args: [String], environment env: [String: String], timeout: TimeInterval = 30) throws
         -> (status: Int32, stdout: String, stderr: String) {
@@ -365,12 +429,18 @@ class FerryTestCase: XCTestCase {
     func startStalledDownload(_ path: String, dest: String, ranges: Bool = true, etag: String? = "\"v1\"",
                               session name: String = "com.example.Test") async throws -> (FerryTransfer, [UInt8]) {
         let body = serve(path, size: stalledSize, etag: etag, ranges: ranges)
+        return (try await downloadStalled(path, dest: dest, session: name), body)
+    }
+
+    /// Starts a download of `path` (served already, `stalledSize` bytes or more) that the
+    /// server stalls after `stalledCut` bytes, and waits until all of them are on disk.
+    func downloadStalled(_ path: String, dest: String, session name: String = "com.example.Test") async throws -> FerryTransfer {
         server.set(.stallAfter(bytes: stalledCut, times: 1), on: path)
         let s = try await session(name)
         let t = try await s.download(server.url(path), options: ["destination": .string(dest)])
         try await waitForState(t, "running")
         try await waitForFileSize(dest + ".part", atLeast: stalledCut)
-        return (t, body)
+        return t
     }
 
     /// The file's `user.xdg.origin.url`, read as any other program would (Python's

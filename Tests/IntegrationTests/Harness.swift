@@ -52,50 +52,37 @@ extension SignalRecorder {
     }
 }
 
-/// The base of every integration test: starts the world in `setUp`, stops it in
-/// `tearDown`, and prints ferryd's log when the test failed.
-class FerryTestCase: XCTestCase {
+/// The base of every integration test: starts the world in `setUp` (a private bus
+/// and ferryd on it besides what `FerrydTestCase` sets up), stops it in `tearDown`, and
+/// prints ferryd's log when the test failed.
+class FerryTestCase: FerrydTestCase {
     var bus: PrivateBus!
-    var server: TestHTTPServer!
-    var temporaryHome: TemporaryHome!
-    /// The temporary HOME; everything the test makes lives below it.
-    var home: String!
-    /// The XDG download directory of that HOME (from `user-dirs.dirs`).
+    /// The XDG download directory of the HOME (from `user-dirs.dirs`).
     var downloads: String!
     /// A scratch directory for explicit destinations.
     var work: String!
-    var ferryd: ChildProcess?
-    var client: BusClient!
-    var signals: SignalRecorder!
     /// Whether `client` asks ferryd for the private signals of every session
     /// (`Manager.Watch`), again after each start: tests that follow sandboxed apps'
     /// transfers through `signals` set it (`watchPrivateSignals`).
     var watchesPrivateSignals = false
-    /// Extra logs to print on failure (other processes a test started).
-    var extraLogs: [() -> String] = []
     var cleanups: [() -> Void] = []
-
-    var ferrydPath: String!
     var ferryPath: String!
 
     override func setUp() async throws {
         try await super.setUp()
-        guard let d = Binaries.ferryd, let f = Binaries.ferry else {
-            XCTFail("the built ferryd/ferry were not found: set FERRYD_PATH and FERRY_CLI_PATH, or build them beside the test bundle (swift build). Looked beside \(Bundle.main.bundlePath)")
+        let missing = "the built ferryd/ferry were not found: set FERRYD_PATH and FERRY_CLI_PATH, or build them beside the test bundle (swift build). Looked beside \(Bundle.main.bundlePath)"
+        guard let f = Binaries.ferry else {
+            XCTFail(missing)
             throw TimedOut(description: "binaries missing")
         }
-        ferrydPath = d
         ferryPath = f
         // user-dirs.dirs names $HOME/Dl; ferryd reads it (and creates the directory).
-        let temporaryHome = try TemporaryHome(prefix: "ferry-it", downloadDirectory: "Dl", subdirectories: ["work"])
-        self.temporaryHome = temporaryHome
-        home = temporaryHome.path
+        try setUpFerrydWorld(ferryd: Binaries.ferryd, missing: missing) {
+            try TemporaryHome(prefix: "ferry-it", downloadDirectory: "Dl", subdirectories: ["work"])
+        }
         downloads = home + "/Dl"
         work = home + "/work"
-
         bus = try PrivateBus()
-        server = TestHTTPServer()
-        try server.start()
         try await startFerryd()
     }
 
@@ -178,13 +165,9 @@ class FerryTestCase: XCTestCase {
     }
 
     override func tearDown() async throws {
-        let failed = (testRun?.totalFailureCount ?? 0) > 0
+        let failed = hasFailed
         if failed {
-            var text = "\n===== ferryd log for \(name) =====\n"
-            text += ferryd?.log ?? "(ferryd not started)"
-            for l in extraLogs { text += "\n" + l() }
-            text += "\n===== recorded signals =====\n"
-            text += (signals?.all.suffix(80).map(\.description).joined(separator: "\n") ?? "")
+            var text = failureReport(signalCount: 80)
             text += ProcessInfo.processInfo.environment["FERRY_IT_KEEP"] != nil
                 ? "\n===== files kept in \(home ?? "?") =====\n" : "\n===== end (FERRY_IT_KEEP=1 keeps the files) =====\n"
             print(text)
@@ -192,14 +175,7 @@ class FerryTestCase: XCTestCase {
         signals?.stop()
         for c in cleanups.reversed() { c() }
         client?.close()
-        if let p = ferryd, p.isRunning {
-            p.terminate()
-            if p.waitForExit(timeout: 10) == nil {
-                print("ferryd did not exit within 10 s of SIGTERM; killing it")
-                p.kill(SIGKILL)
-                _ = p.waitForExit(timeout: 5)
-            }
-        }
+        if let p = ferryd, !p.stop() { print("ferryd did not exit within 10 s of SIGTERM; killed it") }
         server?.stop()
         bus?.stop()
         // FERRY_IT_KEEP=1 keeps a failed test's files (HOME, downloads, state) for a look.

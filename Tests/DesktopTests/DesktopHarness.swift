@@ -227,3 +227,12 @@ class DesktopTestCase: FerrydTestCase {
         return calls
     }
 }
+
+/// The desktop tests that need no bus activation: the private bus and the client are
+/// up before each test starts (ferryd is not).
+class DesktopBusTestCase: DesktopTestCase {
+    override func setUp() async throws {
+        try await super.setUp()
+        try await startBus()
+    }
+}

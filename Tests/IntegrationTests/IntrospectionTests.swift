@@ -99,6 +99,11 @@ final class IntrospectionTests: FerryTestCase {
             .appendingPathComponent("dbus/org.ferry.Ferry1.xml").path
     }
 
+    /// The interfaces of the contract XML (dbus/), by name.
+    static func contractInterfaces() throws -> [String: InterfaceShape] {
+        try IntrospectionParser.parse(try String(contentsOfFile: contractXMLPath, encoding: .utf8)).interfaces
+    }
+
     func introspect(_ path: String) async throws -> IntrospectionParser {
         let r = try await call(path, StandardNames.introspectable, "Introspect")
         return try IntrospectionParser.parse(r.first?.string ?? "")
@@ -107,8 +112,7 @@ final class IntrospectionTests: FerryTestCase {
     /// The running daemon describes each of its three interfaces exactly as the
     /// contract XML does, on the objects that carry them, with the standard ones.
     func testIntrospectionMatchesContractXML() async throws {
-        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
-        let contract = try IntrospectionParser.parse(text).interfaces
+        let contract = try Self.contractInterfaces()
         XCTAssertEqual(Set(contract.keys), [BusClient.managerInterface, BusClient.sessionInterface, BusClient.transferInterface,
                                             FerryInterface.groupInterface])
 
@@ -155,8 +159,7 @@ final class IntrospectionTests: FerryTestCase {
     /// interfaces from them, the clients read by them) are the contract XML's: names,
     /// types, access, change signals.
     func testDeclaredPropertiesAreTheContractsProperties() throws {
-        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
-        let contract = try IntrospectionParser.parse(text).interfaces
+        let contract = try Self.contractInterfaces()
         for (iface, declared) in [(BusClient.managerInterface, FerryInterface.ManagerProperty.all),
                                   (BusClient.sessionInterface, FerryInterface.SessionProperty.all),
                                   (BusClient.transferInterface, FerryInterface.TransferProperty.all),
@@ -172,6 +175,34 @@ final class IntrospectionTests: FerryTestCase {
                                c.annotations["org.freedesktop.DBus.Property.EmitsChangedSignal"],
                                "\(iface).\(p.name) change signal")
             }
+        }
+    }
+
+    /// The methods and signals declared once in `FerryInterface` (the service exports and
+    /// dispatches its methods from them, the clients call and match by them) are the
+    /// contract XML's: names, argument names, types and directions, in order.
+    func testDeclaredMethodsAndSignalsAreTheContracts() throws {
+        let contract = try Self.contractInterfaces()
+        XCTAssertEqual(Set(FerryInterface.methods.keys), Set(contract.keys))
+        XCTAssertEqual(Set(FerryInterface.signals.keys), Set(contract.keys))
+        for (iface, want) in contract {
+            let methods = FerryInterface.methods[iface] ?? []
+            XCTAssertEqual(methods.count, Set(methods.map(\.name)).count, "\(iface): each method declared once")
+            var declared: [String: [InterfaceShape.Arg]] = [:]
+            for m in methods {
+                XCTAssertEqual(m.interface, iface, m.name)
+                declared[m.name] = m.inputs.map { .init(name: $0.name, type: $0.signature, direction: "in") }
+                    + m.outputs.map { .init(name: $0.name, type: $0.signature, direction: "out") }
+            }
+            XCTAssertEqual(declared, want.methods, "\(iface) methods: declared vs contract")
+            let signals = FerryInterface.signals[iface] ?? []
+            XCTAssertEqual(signals.count, Set(signals.map(\.name)).count, "\(iface): each signal declared once")
+            var declaredSignals: [String: [InterfaceShape.Arg]] = [:]
+            for s in signals {
+                XCTAssertEqual(s.interface, iface, s.name)
+                declaredSignals[s.name] = s.arguments.map { .init(name: $0.name, type: $0.signature, direction: "out") }
+            }
+            XCTAssertEqual(declaredSignals, want.signals, "\(iface) signals: declared vs contract")
         }
     }
 

@@ -19,19 +19,18 @@ public struct FerryTransfer: Sendable, Hashable {
     /// The id in the object path (what the CLI shows).
     public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
 
-    func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: BusClient.busName, path: path, interface: BusClient.transferInterface,
-                                  method: method, arguments: args)
+    func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(method, on: path, args)
     }
 
     /// Stops the transfer, keeping the partial file; returns the resume data
     /// (empty when the server cannot resume).
     @discardableResult
-    public func pause() async throws -> [UInt8] { try await call("Pause").first?.bytes ?? [] }
-    public func resume() async throws { _ = try await call("Resume") }
-    public func cancel() async throws { _ = try await call("Cancel") }
-    public func remove() async throws { _ = try await call("Remove") }
-    public func setURL(_ url: String) async throws { _ = try await call("SetUrl", [.string(url)]) }
+    public func pause() async throws -> [UInt8] { try await call(FerryInterface.TransferMethod.pause).first?.bytes ?? [] }
+    public func resume() async throws { _ = try await call(FerryInterface.TransferMethod.resume) }
+    public func cancel() async throws { _ = try await call(FerryInterface.TransferMethod.cancel) }
+    public func remove() async throws { _ = try await call(FerryInterface.TransferMethod.remove) }
+    public func setURL(_ url: String) async throws { _ = try await call(FerryInterface.TransferMethod.setURL, [.string(url)]) }
 
     public func info() async throws -> TransferInfo {
         TransferInfo(id: id, path: path, properties: try await client.getAll(path, BusClient.transferInterface))

@@ -68,7 +68,8 @@ final class SessionCore: @unchecked Sendable {
 
     /// A signal, as the bus queue hands it over.
     enum Incoming {
-        case transfer(path: String, member: String, args: [DBusValue])
+        /// One of the transfer signals (`Progress`, `ResumedAtOffset`, `Finished`, `Completed`).
+        case transfer(TransferEvent)
         /// PropertiesChanged: the values (for the task's status); among them a new state,
         /// an upload's server answer, a download's digest.
         case changed(path: String, state: String?, response: [UInt8]?, sha256: String? = nil, properties: [String: DBusValue] = [:])
@@ -136,8 +137,9 @@ final class SessionCore: @unchecked Sendable {
         // next attach does not hear each signal twice.
         let rules: [(MatchRule, @Sendable (BusMessage) -> Void)] = [
             (MatchRule(sender: service, pathNamespace: transfers, interface: BusClient.transferInterface), { [weak self] m in
-                guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
-                self?.receive(.transfer(path: path, member: member, args: args))
+                guard let path = m.path, let args = try? m.arguments(),
+                      let event = TransferEvent(transferSignal: m, path: path, args: args) else { return }
+                self?.receive(.transfer(event))
             }),
             (MatchRule(sender: service, pathNamespace: transfers, interface: StandardNames.properties, member: "PropertiesChanged"), { [weak self] m in
                 guard let path = m.path, let args = try? m.arguments(), args.count == 3, let changed = args[1].vardict else { return }
@@ -155,8 +157,7 @@ final class SessionCore: @unchecked Sendable {
                     self?.receive(.removed(path: path))
                 }
             }),
-            (MatchRule(sender: service, pathNamespace: FerryInterface.managerPath + "/session",
-                       interface: BusClient.sessionInterface, member: "AllFinished"), { [weak self] m in
+            (MatchRule(FerryInterface.SessionSignal.allFinished, pathNamespace: FerryInterface.managerPath + "/session"), { [weak self] m in
                 guard let path = m.path else { return }
                 self?.receive(.allFinished(path: path))
             }),
@@ -397,45 +398,48 @@ final class SessionCore: @unchecked Sendable {
         case .serviceGone:
             attached = false
             lock.withLock { attachTask = nil }
-        case .transfer(let path, let member, let args):
+        case .transfer(let event):
+            transferSignal(event)
+        }
+    }
+
+    /// On `queue`: a transfer signal about one of this session's tasks.
+    private func transferSignal(_ event: TransferEvent) {
+        switch event {
+        case .progress(let path, let written, let total, let expected):
             guard let t = tasks[path] else { return }
-            switch (member, args.count) {
-            case ("Progress", 3):
-                let (written, total, expected) = (args[0].int64 ?? 0, args[1].int64 ?? 0, args[2].int64 ?? -1)
-                totals[path] = total
-                t.status.progressed(total: total, expected: expected)
-                t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
-                if let s = session, let d = delegate {
-                    if t.isUpload {
-                        delegateCalls.run { d.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected) }
-                    } else {
-                        delegateCalls.run { d.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected) }
-                    }
+            totals[path] = total
+            t.status.progressed(total: total, expected: expected)
+            t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
+            if let s = session, let d = delegate {
+                if t.isUpload {
+                    delegateCalls.run { d.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected) }
+                } else {
+                    delegateCalls.run { d.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected) }
                 }
-            case ("ResumedAtOffset", 2):
-                let (offset, expected) = (args[0].int64 ?? 0, args[1].int64 ?? -1)
-                t.yield(.resumed(offset: offset, expectedTotal: expected))
-                if let s = session, let d = delegate {
-                    delegateCalls.run { d.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
-                }
-            case ("Finished", 1):
-                // Delivered with the Completed that follows (so a replayed one is not delivered twice).
-                locations[path] = args[0].string ?? ""
-            case ("Completed", 3):
-                let serial = args[0].uint64 ?? 0
-                let name = args[1].string ?? ""
-                guard serial > lastDelivered else { return }
-                guard attached else {
-                    // Kept in the service: the next attach replays it.
-                    if !replaying { scheduleAttach() }
-                    return
-                }
-                deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
-                        errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "",
-                        bytes: totals[path], sha256: digests[path])
-            default:
-                break
             }
+        case .resumedAtOffset(let path, let offset, let expected):
+            guard let t = tasks[path] else { return }
+            t.yield(.resumed(offset: offset, expectedTotal: expected))
+            if let s = session, let d = delegate {
+                delegateCalls.run { d.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+            }
+        case .finished(let path, let location):
+            guard tasks[path] != nil else { return }
+            // Delivered with the Completed that follows (so a replayed one is not delivered twice).
+            locations[path] = location
+        case .completed(let path, let serial, let name, let message):
+            guard tasks[path] != nil, serial > lastDelivered else { return }
+            guard attached else {
+                // Kept in the service: the next attach replays it.
+                if !replaying { scheduleAttach() }
+                return
+            }
+            deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
+                    errorName: name, errorMessage: message, httpStatus: 0, location: locations[path] ?? "",
+                    bytes: totals[path], sha256: digests[path])
+        case .propertiesChanged, .added, .removed, .serviceVanished, .busClosed:
+            break // not transfer signals: they come as other `Incoming` cases
         }
     }
 
@@ -521,8 +525,8 @@ final class SessionCore: @unchecked Sendable {
     private func acknowledgeTaken() {
         let upTo = min(lastDelivered, notTaken.lowest.map { $0 - 1 } ?? .max)
         guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
-              let m = try? BusClient.methodCall(path: path, interface: BusClient.sessionInterface,
-                                                  method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }
+              let m = try? BusClient.methodCall(FerryInterface.SessionMethod.acknowledgeEvents, on: path, [.uint64(upTo)])
+        else { return }
         acknowledged = upTo
         bus.send(m) { _ in }
     }
@@ -544,9 +548,15 @@ final class SessionCore: @unchecked Sendable {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in queue.async { c.resume() } }
     }
 
-    func callSession(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+    /// A declared method of the service's on the object at `path`, after attaching.
+    func call(_ method: BusMethod, on path: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await call(path, method.interface, method.name, args)
+    }
+
+    /// A method of this session's object, after attaching.
+    func callSession(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         let path = try await attach()
-        return try await call(path, BusClient.sessionInterface, method, args)
+        return try await call(method, on: path, args)
     }
 
     /// Leaves the bus. The tasks not ended yet end with an error (the transfers go on in

@@ -4,6 +4,10 @@ import FerryBusClient
 import FerryInterface
 import Foundation
 
+private typealias DownloadKey = FerryInterface.DownloadOption
+private typealias GroupKey = FerryInterface.GroupOption
+private typealias SessionKey = FerryInterface.SessionOption
+
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Queue downloads; prints the new transfer ids, one per line.",
@@ -159,31 +163,31 @@ struct Get: AsyncParsableCommand {
     /// Options every Download of this command gets.
     func downloadOptions() throws -> [String: DBusValue] {
         var options: [String: DBusValue] = [:]
-        if !headers.isEmpty { options["headers"] = .stringDict(HeaderArguments.dictionary(headers)) }
-        if overwrite { options["overwrite"] = .boolean(true) }
-        if discretionary { options["discretionary"] = .boolean(true) }
-        if noDedupe { options["dedupe"] = .boolean(false) }
-        if let limitRate { options["speed-limit"] = .uint64(ByteRate.parse(limitRate)!) }
-        if let connections { options["connections"] = .uint32(connections) }
-        if !mirrors.isEmpty { options["mirrors"] = .stringArray(mirrors) }
+        if !headers.isEmpty { options[DownloadKey.headers.name] = .stringDict(HeaderArguments.dictionary(headers)) }
+        if overwrite { options[DownloadKey.overwrite.name] = .boolean(true) }
+        if discretionary { options[DownloadKey.discretionary.name] = .boolean(true) }
+        if noDedupe { options[DownloadKey.dedupe.name] = .boolean(false) }
+        if let limitRate { options[DownloadKey.speedLimit.name] = .uint64(ByteRate.parse(limitRate)!) }
+        if let connections { options[DownloadKey.connections.name] = .uint32(connections) }
+        if !mirrors.isEmpty { options[DownloadKey.mirrors.name] = .stringArray(mirrors) }
         if let pieces, let (length, list) = PieceArgument.split(pieces) {
-            options["pieces"] = .structure([.uint64(length), .stringArray(try PieceArgument.digests(list))])
+            options[DownloadKey.pieces.name] = .structure([.uint64(length), .stringArray(try PieceArgument.digests(list))])
         }
-        if let priority { options["priority"] = .int32(Self.priorities[priority.lowercased()]!) }
-        if let startAfter { options["start-after"] = .uint64(StartTime.parse(startAfter)!) }
-        if let description { options["description"] = .string(description) }
-        if let metalink { options["metalink"] = .string(metalink) }
-        if paused { options["start"] = .boolean(false) }
+        if let priority { options[DownloadKey.priority.name] = .int32(Self.priorities[priority.lowercased()]!) }
+        if let startAfter { options[DownloadKey.startAfter.name] = .uint64(StartTime.parse(startAfter)!) }
+        if let description { options[DownloadKey.description.name] = .string(description) }
+        if let metalink { options[DownloadKey.metalink.name] = .string(metalink) }
+        if paused { options[DownloadKey.start.name] = .boolean(false) }
         return options
     }
 
     /// Session settings given on the command line.
     func sessionConfiguration() -> [String: DBusValue] {
         var c: [String: DBusValue] = [:]
-        if let retries { c["retries"] = .uint32(retries) }
-        if let timeout { c["request-timeout"] = .double(timeout) }
-        if let proxy { c["proxy"] = .string(proxy) }
-        if noNotify { c["notify"] = .boolean(false) }
+        if let retries { c[SessionKey.retries.name] = .uint32(retries) }
+        if let timeout { c[SessionKey.requestTimeout.name] = .double(timeout) }
+        if let proxy { c[SessionKey.proxy.name] = .string(proxy) }
+        if noNotify { c[SessionKey.notify.name] = .boolean(false) }
         return c
     }
 
@@ -214,8 +218,8 @@ struct Get: AsyncParsableCommand {
         var settings = sessionConfiguration()
         guard !settings.isEmpty || (connections ?? 1) > 1 else { return try await client.openSession(global.session) }
         let base = try await client.sessionInfos().session(identifier: global.session)
-        let perHost = base?.configuration["max-connections-per-host"]?.uint32 ?? SettingsSession.defaultConnectionsPerHost
-        if let connections, connections > perHost { settings["max-connections-per-host"] = .uint32(connections) }
+        let perHost = base?.configuration[SessionKey.maxConnectionsPerHost.name]?.uint32 ?? SettingsSession.defaultConnectionsPerHost
+        if let connections, connections > perHost { settings[SessionKey.maxConnectionsPerHost.name] = .uint32(connections) }
         guard !settings.isEmpty else { return try await client.openSession(global.session) }
         var configuration: [String: DBusValue] = [:]
         if let base {
@@ -237,8 +241,8 @@ struct Get: AsyncParsableCommand {
             let destination = try destination()
             var options = try downloadOptions()
             if let destination {
-                options["destination"] = .string(destination.path)
-                if destination.exactFile { options["overwrite"] = .boolean(true) }
+                options[DownloadKey.destination.name] = .string(destination.path)
+                if destination.exactFile { options[DownloadKey.overwrite.name] = .boolean(true) }
             }
 
             let client = try global.connect()
@@ -254,10 +258,10 @@ struct Get: AsyncParsableCommand {
             // list past a group's limits), nothing was made: each URL then goes in its own
             // Download, as before, so the good ones are queued and each bad one is named.
             if entries.count > 1, entries.count <= Self.maxGroupItems,
-               let group = try? await client.bus.call(destination: BusClient.busName, path: session.path,
-                                                      interface: BusClient.sessionInterface, method: "DownloadGroup",
-                                                      arguments: [.array(element: "(sa{sv})", entries.map { .structure([.string($0.url), .vardict(downloadOptions(for: $0, options))]) }),
-                                                                  .vardict(description.map { ["description": .string($0)] } ?? [:])]).first?.string {
+               let group = try? await client.bus.call(FerryInterface.SessionMethod.downloadGroup, on: session.path, [
+                   .array(element: "(sa{sv})", entries.map { .structure([.string($0.url), .vardict(downloadOptions(for: $0, options))]) }),
+                   .vardict(description.map { [GroupKey.description.name: .string($0)] } ?? [:]),
+               ]).first?.string {
                 let members = try await client.bus.call(destination: BusClient.busName, path: group, interface: StandardNames.properties,
                                                         method: "Get", arguments: [.string(FerryInterface.groupInterface),
                                                                                    .string(FerryInterface.GroupProperty.transfers.name)])
@@ -268,8 +272,8 @@ struct Get: AsyncParsableCommand {
                 // been queued or running for its settle time (1 s), so one `get` is one
                 // batch and one AllFinished.
                 let calls = try entries.map { e -> BusMessage in
-                    try BusClient.methodCall(path: session.path, interface: BusClient.sessionInterface, method: "Download",
-                                               [.string(e.url), .vardict(downloadOptions(for: e, options))])
+                    try BusClient.methodCall(FerryInterface.SessionMethod.download, on: session.path,
+                                             [.string(e.url), .vardict(downloadOptions(for: e, options))])
                 }
                 for (e, r) in zip(entries, await client.pipeline(calls)) {
                     switch r {
@@ -314,7 +318,7 @@ struct Get: AsyncParsableCommand {
                 if let retries = try? await client.bus.call(
                     destination: BusClient.busName, path: session.path, interface: StandardNames.properties, method: "Get",
                     arguments: [.string(BusClient.sessionInterface), .string(FerryInterface.SessionProperty.configuration.name)]
-                ).first?.vardict?["retries"]?.uint32 {
+                ).first?.vardict?[SessionKey.retries.name]?.uint32 {
                     sink.maxRetries = [session.path: retries]
                 }
                 var final = try await InterruptNote.whileWaiting(for: ids) {

@@ -1,6 +1,9 @@
 import DBus
 import FerryBusClient
+import FerryInterface
 import Foundation
+
+private typealias SessionKey = FerryInterface.SessionOption
 
 // The `--json` schemas, one Codable type each, written with snake_case keys (spelled
 // out: JSONEncoder's convertToSnakeCase converted every key of every object again,
@@ -167,21 +170,21 @@ struct ConfigurationJSON: Codable, Equatable {
     var onClientExit: String?
 
     init(_ c: [String: DBusValue]) {
-        discretionary = c["discretionary"]?.bool
-        persistent = c["persistent"]?.bool
-        directory = c["directory"]?.string
-        headers = c["headers"]?.stringDict
-        maxConnectionsPerHost = c["max-connections-per-host"]?.uint32
-        requestTimeout = c["request-timeout"]?.double
-        resourceTimeout = c["resource-timeout"]?.double
-        allowMetered = c["allow-metered"]?.bool
-        notify = c["notify"]?.bool
-        speedLimit = c["speed-limit"]?.uint64
-        retries = c["retries"]?.uint32
-        proxy = c["proxy"]?.string
-        cookies = c["cookies"]?.bool
-        applicationId = c["application-id"]?.string
-        onClientExit = c["on-client-exit"]?.string
+        discretionary = c[SessionKey.discretionary.name]?.bool
+        persistent = c[SessionKey.persistent.name]?.bool
+        directory = c[SessionKey.directory.name]?.string
+        headers = c[SessionKey.headers.name]?.stringDict
+        maxConnectionsPerHost = c[SessionKey.maxConnectionsPerHost.name]?.uint32
+        requestTimeout = c[SessionKey.requestTimeout.name]?.double
+        resourceTimeout = c[SessionKey.resourceTimeout.name]?.double
+        allowMetered = c[SessionKey.allowMetered.name]?.bool
+        notify = c[SessionKey.notify.name]?.bool
+        speedLimit = c[SessionKey.speedLimit.name]?.uint64
+        retries = c[SessionKey.retries.name]?.uint32
+        proxy = c[SessionKey.proxy.name]?.string
+        cookies = c[SessionKey.cookies.name]?.bool
+        applicationId = c[SessionKey.applicationID.name]?.string
+        onClientExit = c[SessionKey.onClientExit.name]?.string
     }
 
     enum CodingKeys: String, CodingKey {

@@ -100,19 +100,13 @@ public final class BusClient: Sendable {
 }
 
 /// A session object.
-public struct BusSession: Sendable, Hashable {
+public struct BusSession: BusObject {
     private typealias M = FerryInterface.SessionMethod
     public let client: BusClient
+    /// `/org/ferry/Ferry1/session/N`.
     public let path: String
 
-    /// The session object at `path` (`/org/ferry/Ferry1/session/N`).
-    public init(client: BusClient, path: String) {
-        self.client = client
-        self.path = path
-    }
-
-    public static func == (a: BusSession, b: BusSession) -> Bool { a.path == b.path }
-    public func hash(into h: inout Hasher) { h.combine(path) }
+    public init(client: BusClient, path: String) { (self.client, self.path) = (client, path) }
 
     func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         try await client.bus.call(method, on: path, args)

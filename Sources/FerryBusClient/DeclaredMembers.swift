@@ -55,3 +55,19 @@ extension MatchRule {
                   member: signal.name)
     }
 }
+
+/// One of ferryd's objects (a session, transfer or group) as a client holds it: the
+/// client it is reached through and its path. Two are the same object when their
+/// paths are.
+public protocol BusObject: Sendable, Hashable {
+    var client: BusClient { get }
+    var path: String { get }
+}
+
+extension BusObject {
+    public static func == (a: Self, b: Self) -> Bool { a.path == b.path }
+    public func hash(into h: inout Hasher) { h.combine(path) }
+
+    /// The id in the object path (what the CLI shows).
+    public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+}

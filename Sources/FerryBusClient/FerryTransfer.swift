@@ -3,21 +3,12 @@ import FerryInterface
 import Foundation
 
 /// A transfer object.
-public struct FerryTransfer: Sendable, Hashable {
+public struct FerryTransfer: BusObject {
     public let client: BusClient
+    /// `/org/ferry/Ferry1/transfer/N`.
     public let path: String
 
-    /// The transfer object at `path` (`/org/ferry/Ferry1/transfer/N`).
-    public init(client: BusClient, path: String) {
-        self.client = client
-        self.path = path
-    }
-
-    public static func == (a: FerryTransfer, b: FerryTransfer) -> Bool { a.path == b.path }
-    public func hash(into h: inout Hasher) { h.combine(path) }
-
-    /// The id in the object path (what the CLI shows).
-    public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
+    public init(client: BusClient, path: String) { (self.client, self.path) = (client, path) }
 
     func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         try await client.bus.call(method, on: path, args)

@@ -104,6 +104,17 @@ final class IntrospectionTests: FerryTestCase {
         try IntrospectionParser.parse(try String(contentsOfFile: contractXMLPath, encoding: .utf8)).interfaces
     }
 
+    /// A session, a paused download in it and a group (of one paused download): one
+    /// object of each kind ferryd exports besides the manager.
+    func oneOfEachObject() async throws -> (session: BusSession, transfer: FerryTransfer, group: String) {
+        serve("/a.bin", size: 10)
+        let s = try await session()
+        let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
+        let group = try await s.downloadGroup([(server.url("/a.bin"), ["start": .boolean(false), "destination": .string(work + "/g.bin")])],
+                                              options: ["description": .string("one")])
+        return (s, t, group.path)
+    }
+
     func introspect(_ path: String) async throws -> IntrospectionParser {
         let r = try await call(path, StandardNames.introspectable, "Introspect")
         return try IntrospectionParser.parse(r.first?.string ?? "")
@@ -116,15 +127,7 @@ final class IntrospectionTests: FerryTestCase {
         XCTAssertEqual(Set(contract.keys), [BusClient.managerInterface, BusClient.sessionInterface, BusClient.transferInterface,
                                             FerryInterface.groupInterface])
 
-        serve("/a.bin", size: 10)
-        let s = try await session()
-        let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
-
-        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
-            .array(element: "(sa{sv})", [.structure([.string(server.url("/a.bin")),
-                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/g.bin")])])]),
-            .vardict([:]),
-        ]).first?.string ?? ""
+        let (s, t, group) = try await oneOfEachObject()
 
         let std = [StandardNames.introspectable, StandardNames.properties, StandardNames.peer]
         for (path, iface, extra) in [(BusClient.managerPath, BusClient.managerInterface, [StandardNames.objectManager]),
@@ -185,23 +188,17 @@ final class IntrospectionTests: FerryTestCase {
         let contract = try Self.contractInterfaces()
         XCTAssertEqual(Set(FerryInterface.methods.keys), Set(contract.keys))
         XCTAssertEqual(Set(FerryInterface.signals.keys), Set(contract.keys))
+        func shape(_ arguments: [BusArgument], _ direction: String) -> [InterfaceShape.Arg] {
+            arguments.map { .init(name: $0.name, type: $0.signature, direction: direction) }
+        }
         for (iface, want) in contract {
-            let methods = FerryInterface.methods[iface] ?? []
-            XCTAssertEqual(methods.count, Set(methods.map(\.name)).count, "\(iface): each method declared once")
-            var declared: [String: [InterfaceShape.Arg]] = [:]
-            for m in methods {
-                XCTAssertEqual(m.interface, iface, m.name)
-                declared[m.name] = m.inputs.map { .init(name: $0.name, type: $0.signature, direction: "in") }
-                    + m.outputs.map { .init(name: $0.name, type: $0.signature, direction: "out") }
-            }
+            let methods = FerryInterface.methods[iface] ?? [], signals = FerryInterface.signals[iface] ?? []
+            XCTAssertEqual(Set(methods.map(\.interface) + signals.map(\.interface)), [iface], "\(iface): its own members")
+            XCTAssertEqual(Set(methods.map(\.name)).count, methods.count, "\(iface): each method declared once")
+            XCTAssertEqual(Set(signals.map(\.name)).count, signals.count, "\(iface): each signal declared once")
+            let declared = Dictionary(methods.map { ($0.name, shape($0.inputs, "in") + shape($0.outputs, "out")) }) { a, _ in a }
             XCTAssertEqual(declared, want.methods, "\(iface) methods: declared vs contract")
-            let signals = FerryInterface.signals[iface] ?? []
-            XCTAssertEqual(signals.count, Set(signals.map(\.name)).count, "\(iface): each signal declared once")
-            var declaredSignals: [String: [InterfaceShape.Arg]] = [:]
-            for s in signals {
-                XCTAssertEqual(s.interface, iface, s.name)
-                declaredSignals[s.name] = s.arguments.map { .init(name: $0.name, type: $0.signature, direction: "out") }
-            }
+            let declaredSignals = Dictionary(signals.map { ($0.name, shape($0.arguments, "out")) }) { a, _ in a }
             XCTAssertEqual(declaredSignals, want.signals, "\(iface) signals: declared vs contract")
         }
     }
@@ -209,14 +206,7 @@ final class IntrospectionTests: FerryTestCase {
     /// What the daemon serves: `GetAll` of the manager, a session and a transfer holds
     /// each declared property, with its declared type, and nothing else.
     func testServedPropertiesAreTheDeclaredOnes() async throws {
-        serve("/p.bin", size: 10)
-        let s = try await session()
-        let t = try await s.download(server.url("/p.bin"), options: ["start": .boolean(false), "destination": .string(work + "/p.bin")])
-        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
-            .array(element: "(sa{sv})", [.structure([.string(server.url("/p.bin")),
-                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/pg.bin")])])]),
-            .vardict(["description": .string("one")]),
-        ]).first?.string ?? ""
+        let (s, t, group) = try await oneOfEachObject()
         for (path, iface, declared) in [(BusClient.managerPath, BusClient.managerInterface, FerryInterface.ManagerProperty.all),
                                         (s.path, BusClient.sessionInterface, FerryInterface.SessionProperty.all),
                                         (t.path, BusClient.transferInterface, FerryInterface.TransferProperty.all),

@@ -42,7 +42,7 @@ extension FerryBusService {
                     guard case .structure(let fields) = item, fields.count == 2, let url = fields[0].string else {
                         throw FerryError.invalidArgument("each item must be of type (sa{sv})")
                     }
-                    var dict = try OptionParsing.vardict(fields[1])
+                    let dict = try OptionParsing.vardict(fields[1])
                     if dict[FerryInterface.DownloadOption.destinationFD.name] != nil {
                         throw FerryError.invalidArgument("destination-fd is not taken in a group; use Download for it")
                     }

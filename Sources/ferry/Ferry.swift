@@ -150,7 +150,7 @@ enum SettingsSession {
             let v = settings[key]!
             var shown: String
             if let s = v.string {
-                shown = key == "proxy" ? withoutCredentials(s) : s
+                shown = key == FerryInterface.SessionOption.proxy.name ? withoutCredentials(s) : s
             } else if let n = v.uint32 {
                 shown = String(n)
             } else if let d = v.double {
@@ -185,8 +185,10 @@ enum SettingsSession {
     /// A session's `max-connections-per-host` when it sets none.
     static let defaultConnectionsPerHost: UInt32 = 6
 
-    static let inherited = ["directory", "persistent", "max-connections-per-host", "request-timeout", "resource-timeout",
-                            "allow-metered", "notify", "speed-limit", "retries", "cookies", "private-signals", "discretionary"]
+    private typealias S = FerryInterface.SessionOption
+    static let inherited = [S.directory, S.persistent, S.maxConnectionsPerHost, S.requestTimeout, S.resourceTimeout,
+                            S.allowMetered, S.notify, S.speedLimit, S.retries, S.cookies, S.privateSignals,
+                            S.discretionary].map(\.name)
 }
 
 /// Errors the CLI reports as one line and an exit status.

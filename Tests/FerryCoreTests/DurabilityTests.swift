@@ -89,6 +89,72 @@ final class DurabilityTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/state.new"))
     }
 
+    // MARK: - Group commit
+
+    /// A download that finishes while the previous one's move is due shares that
+    /// change's one write: the earlier one's completion (its file already moved, its
+    /// folder synced) and the later one's final path (its file not moved yet). Two
+    /// downloads finishing one after the other are three writes, not four.
+    func testAChangesOneWriteCarriesTheLastMovesCompletionsAndTheNextIntents() throws {
+        let store = InMemoryTransferStore(recordingWrites: true)
+        let h = CoreHarness(store: store)
+        let s = try h.openSession()
+        var separate = DownloadOptions()
+        separate.dedupe = false
+        let first = try h.download(s, "https://example.com/a.bin") { $0 = separate }
+        let second = try h.download(s, "https://example.com/b.bin") { $0 = separate }
+        let (a, b) = (h.destination(first), h.destination(second))
+        h.writePart(first, Array("first".utf8))
+        h.writePart(second, Array("other".utf8))
+        let writesBefore = store.writes.count
+        let log = Log()
+        store.willWrite = { operations in
+            let saved = operations.compactMap { op -> String? in
+                guard case .saveTransfer(let t) = op else { return nil }
+                let name = t.snapshot.id == first ? "a" : "b"
+                if t.snapshot.state == .completed { return "\(name) completed" }
+                return t.finishingPath != nil ? "\(name) about to move" : nil
+            }
+            let moved = [(a, "a"), (b, "b")].filter { FileManager.default.fileExists(atPath: $0.0) }.map { "\($0.1) moved" }
+            log.entries.append((saved + moved).joined(separator: ", "))
+        }
+        // The second's end is handled while the first's move waits for its change.
+        let gate = DispatchSemaphore(value: 0)
+        h.queue.async { gate.wait() }
+        h.engine.emit(.completed(first, .succeeded(bytesOnDisk: 5, sha256: nil)))
+        h.queue.async { h.core.handle([.completed(second, .succeeded(bytesOnDisk: 5, sha256: nil))]) }
+        gate.signal()
+        h.drain()
+        store.willWrite = nil
+        XCTAssertEqual([h.state(first), h.state(second)], [.completed, .completed])
+        XCTAssertEqual(h.sync { _ in log.entries }, ["a about to move",
+                                                      "b about to move, a completed, a moved",
+                                                      "b completed, a moved, b moved"])
+        XCTAssertEqual(store.writes.count - writesBefore, 3)
+        XCTAssertEqual(try String(contentsOfFile: a, encoding: .utf8), "first")
+        XCTAssertEqual(try String(contentsOfFile: b, encoding: .utf8), "other")
+    }
+
+    /// A download paused after its final path was written but before its change came:
+    /// its file is not moved, and the written path is taken back.
+    func testADownloadPausedBeforeItsMoveStaysAPartFile() throws {
+        let store = InMemoryTransferStore(recordingWrites: true)
+        let h = CoreHarness(store: store)
+        let s = try h.openSession()
+        let t = try h.download(s)
+        h.writePart(t, Array("hello".utf8))
+        let gate = DispatchSemaphore(value: 0)
+        h.queue.async { gate.wait() }
+        h.engine.emit(.completed(t, .succeeded(bytesOnDisk: 5, sha256: nil)))
+        h.queue.async { try? h.core.pause(t) }
+        gate.signal()
+        h.drain()
+        XCTAssertEqual(h.state(t), .paused)
+        XCTAssertFalse(h.exists(h.destination(t)), "not moved")
+        XCTAssertTrue(h.exists(h.destination(t) + ".part"))
+        XCTAssertNil(h.savedRows(of: t).last?.finishingPath)
+    }
+
     // MARK: - Restore
 
     /// A download under way whose move into place reached the disk while the commit

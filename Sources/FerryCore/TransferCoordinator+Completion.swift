@@ -40,12 +40,11 @@ extension TransferCoordinator {
             PartFileMark.remove(t.partPath) // a finished file is not a partial one
         }
         if lifecycle.isInChange, isPersistent(t.session), sessions[t.session]?.owner == nil {
-            // Where it goes is stored with the rest of this change, in its one write;
-            // the file moves after that write (`finishPendingMoves`, in the next change).
+            // Where it goes is stored with the others that finish in this change, in one
+            // write, before any of them moves (`finishPendingMoves`).
             let target = firstTarget(t)
             stageFinishing(t, target: target, digest: digest)
-            pendingMoves.queue(PendingMove(transfer: t, target: target, digest: digest, bytesOnDisk: bytesOnDisk,
-                                           attempt: t.life.attempt?.number ?? 0))
+            pendingMoves.queue(PendingMove(transfer: t, target: target, digest: digest, bytesOnDisk: bytesOnDisk))
             return
         }
         let location: String
@@ -58,28 +57,20 @@ extension TransferCoordinator {
         completeFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
     }
 
-    /// At the end of a change: moves into place the downloads whose final paths a store
-    /// write has carried (staged in an earlier change, `PendingMoves`) and completes
-    /// each; their completions go with this change's one write, beside the intents of
-    /// the downloads that finished in it. So a stream of small files ending costs one
-    /// write per round, not one before the moves and one after.
+    /// At the end of a change: writes where the downloads that finished in it go (one
+    /// transaction for all), then moves each into place and completes it. So a batch of
+    /// small files ending together costs one write before the moves, not one each.
     func finishPendingMoves() {
         defer { pendingMoves.endRound() }
-        while let moves = pendingMoves.takeDue() {
+        // Whatever a move adds is taken in a next pass, with one more write. (A dedupe
+        // leader's followers are not: their copies are made off this queue, and they
+        // finish in a later change, `copiesEnded`.)
+        while let moves = pendingMoves.takeQueued() {
+            flushStore()
             for move in moves {
                 let t = move.transfer
                 pendingMoves.moving(move)
                 guard transfers[t.id] === t else { continue }
-                // Paused, cancelled or started again since its intent was written: the
-                // move is void (a paused one's complete `.part` finishes when resumed).
-                guard t.state == .running, t.life.attempt?.ended == true, t.life.attempt?.number == move.attempt,
-                      t.finishingPath == move.target else {
-                    if t.finishingPath == move.target {
-                        t.finishingPath = nil
-                        stageTransfer(t)
-                    }
-                    continue
-                }
                 do {
                     let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
                     completeFinished(t, location: location, bytesOnDisk: move.bytesOnDisk, digest: move.digest)

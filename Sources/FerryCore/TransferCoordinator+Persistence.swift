@@ -83,12 +83,7 @@ extension TransferCoordinator {
     /// its operations stay staged, in order, and go with the next write that works.
     func flushStore() {
         syncMovedFolders()
-        let outcome = journal.flush(to: store, counters: { counters })
-        // The intents staged so far are written (or the change goes on in memory, as
-        // below): their files may move, in the next change (`finishPendingMoves`).
-        pendingMoves.intentsFlushed()
-        if pendingMoves.hasDue { scheduleDueMoves() }
-        switch outcome {
+        switch journal.flush(to: store, counters: { counters }) {
         case .nothingStaged, .written, .stillFailing:
             break
         case .recovered:
@@ -96,21 +91,6 @@ extension TransferCoordinator {
         case .startedFailing(let error):
             logger.error("could not save Ferry's state; changes are kept in memory only, and forgotten if ferryd restarts, until saving works again",
                          metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// A change of its own for the moves whose intents are written, unless another comes
-    /// first (the next engine events take them with theirs): one hop, and no write of
-    /// its own beyond the completions it stores.
-    private func scheduleDueMoves() {
-        guard !pendingMoves.hopScheduled, !lifecycle.isShutDown else { return }
-        pendingMoves.hopScheduled = true
-        let weakSelf = WeakCoordinator(self)
-        queue.async {
-            guard let core = weakSelf.coordinator else { return }
-            core.pendingMoves.hopScheduled = false
-            guard core.pendingMoves.hasDue, !core.lifecycle.isShutDown else { return }
-            core.mutate {}
         }
     }
 

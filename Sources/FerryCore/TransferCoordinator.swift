@@ -74,8 +74,8 @@ public final class TransferCoordinator {
     /// Downloads checked and named but not added yet (`prepareDownload`).
     var prepared = PreparedDownloads()
 
-    /// Verified downloads waiting for their final path to be written before they move
-    /// (`finishPendingMoves`, one change later: group commit), and the folders to sync.
+    /// Verified downloads of the change under way waiting for their final path to be
+    /// written before they move (`finishPendingMoves`), and the folders to sync.
     var pendingMoves = PendingMoves()
 
     /// The groups of `Session.DownloadGroup` (TransferCoordinator+Groups.swift).
@@ -130,13 +130,6 @@ public final class TransferCoordinator {
         // a clean stop loses nothing.
         for id in index.running.sorted() { if let t = transfers[id] { stageTransfer(t) } }
         flushStore()
-        // Verified downloads whose final paths are written take them now, not at the
-        // next start (their completions are stored and announced as they go).
-        // (Outside a change: nothing is scheduled any more.)
-        if pendingMoves.hasDue {
-            finishPendingMoves()
-            flushStore()
-        }
         lifecycle.shutDown()
         wakeTimer.cancel()
         // Then the engine and the dedupe copies: once they have stopped, no byte is

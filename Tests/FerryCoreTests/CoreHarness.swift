@@ -81,21 +81,10 @@ final class CoreHarness {
     /// dedupe copies they started have come back and been handled.
     func send(_ events: EngineEvent...) {
         for event in events { engine.emit(event) }
-        drain()
-    }
-
-    /// Waits until the core has handled what is on its queue, the hops its changes
-    /// scheduled (finished downloads move one change after their intents are written)
-    /// and the dedupe copies they started.
-    func drain() {
-        while true {
-            queue.sync {}
-            // A hop scheduled by a block that ran meanwhile is queued after this check.
-            if queue.sync(execute: { core.pendingMoves.hopScheduled }) { continue }
-            guard let copies else { return }
+        queue.sync {}
+        if let copies {
             copies.waitForAll()
             queue.sync {}
-            if !queue.sync(execute: { core.pendingMoves.hopScheduled }) { return }
         }
     }
 

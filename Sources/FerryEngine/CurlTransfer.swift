@@ -33,7 +33,7 @@ final class CurlTransfer {
     private let fd: Int32
     private unowned let loop: EngineLoop
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private let errorBuffer: UnsafeMutablePointer<CChar>
+    let errorBuffer: UnsafeMutablePointer<CChar>
 
     /// A `Range: bytes=OFFSET-` request was sent (resuming with a validator).
     let sentRange: Bool
@@ -448,43 +448,6 @@ final class CurlTransfer {
     func finalDigest() -> String? {
         hasher.map { $0.finalize().map { String(format: "%02x", $0) }.joined() }
     }
-
-    // MARK: - What curl knows
-
-    var effectiveURL: String { EasyHandleSetup.effectiveURL(easy, fallback: request.url) }
-
-    /// "host:port" of the URL being fetched (no user info, path or query).
-    var hostDescription: String { EasyHandleSetup.hostDescription(effectiveURL) }
-
-    /// libcurl's own words for the last error (no header values in there).
-    var curlErrorDetail: String { String(cString: errorBuffer) }
-
-    /// Redirects curl followed on this handle.
-    var redirectCount: Int {
-        var value = 0
-        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &value) }
-        return value
-    }
-
-    var osErrno: Int {
-        var value = 0
-        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &value) }
-        return value
-    }
-
-    /// Whether the connection was up and the request sent (a timeout after that is a stall).
-    var requestWasSent: Bool {
-        var value: curl_off_t = 0
-        if let easy { _ = ferry_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &value) }
-        return value > 0
-    }
-}
-
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
 }
 
 // libcurl's C callbacks; the context pointer is the CurlTransfer (see its ownership note).

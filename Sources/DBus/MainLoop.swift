@@ -193,10 +193,12 @@ final class MainLoop: @unchecked Sendable {
         w.restCount &+= 1
         let thisRest = w.restCount
         restingWatches.append(w)
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
+        let watch = ObjectIdentifier(w) // the watch is queue-confined: found again there, not captured
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self] in
             // Only the rest it was set for: one ended early (`setReadRest(0)`) must not
-            // cut short a later one.
-            guard let self, let w, w.resting, w.restCount == thisRest else { return }
+            // cut short a later one (nor one no longer in `restingWatches`).
+            guard let self, let w = self.restingWatches.first(where: { ObjectIdentifier($0) == watch }),
+                  w.resting, w.restCount == thisRest else { return }
             self.restingWatches.removeAll { $0 === w }
             self.endRest(w)
         }

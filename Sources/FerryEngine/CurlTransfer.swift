@@ -439,8 +439,8 @@ final class CurlTransfer {
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))
         if let writeback {
-            let (loop, id, attempt, end, epoch) = (loop, id, attempt, bytesOnDisk, syncEpoch)
-            writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(end), epoch: epoch), to: id, attempt: attempt) }
+            let (mailbox, id, attempt, end, epoch) = (loop.mailbox, id, attempt, bytesOnDisk, syncEpoch)
+            writeback.syncIfDue(now: monotonicNanoseconds()) { mailbox.post(.synced(.prefix(end), epoch: epoch), to: id, attempt: attempt) }
         }
     }
 

@@ -32,8 +32,9 @@ enum AttemptJob {
     case fileJob(Result<String?, PartFileError>)
     /// An upload's reader queue read a chunk of its file, or found it changed.
     case uploadChunk(UploadChunk)
-    /// A segmented download's prefix is hashed up to `upTo`.
-    case hashed(epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
+    /// A segmented download's prefix is hashed up to `upTo` (into its `PrefixDigest`), or
+    /// could not be.
+    case hashed(epoch: Int, upTo: Int64, PartFileError?)
     /// (Pieces) A piece of a segmented download was hashed: `matches` nil when it
     /// could not be read. `source` fetched it (-1: it was on disk from before).
     case pieceChecked(epoch: Int, index: Int, source: Int, matches: Bool?)

@@ -1,4 +1,5 @@
 import Crypto
+import Synchronization
 import FerryCore
 import Foundation
 
@@ -8,7 +9,7 @@ struct PrefixHash {
     /// Prefix bytes worth a background hash job.
     static let step: Int64 = 8 << 20
     /// SHA-256 of the file's first `upTo` bytes.
-    private(set) var hasher = SHA256()
+    private(set) var digest = PrefixDigest()
     private(set) var upTo: Int64 = 0
     /// A background job is hashing from `upTo` on.
     private(set) var running = false
@@ -19,31 +20,51 @@ struct PrefixHash {
 
     /// The file starts over: hashed anew from byte 0.
     mutating func restart() {
-        hasher = SHA256()
+        digest = PrefixDigest()
         upTo = 0
         epoch += 1
     }
 
     /// A job for the bytes from `upTo` to `frontier`, when enough are there and none is
     /// running (it is then running).
-    mutating func job(upTo frontier: Int64) -> (from: Int64, hasher: SHA256, epoch: Int)? {
+    mutating func job(upTo frontier: Int64) -> (from: Int64, digest: PrefixDigest, epoch: Int)? {
         guard !running, frontier - upTo >= Self.step else { return nil }
         running = true
-        return (upTo, hasher, epoch)
+        return (upTo, digest, epoch)
     }
 
-    /// A job is back; false when its hash failed (the file is to be hashed anew).
-    mutating func jobDone(epoch: Int, upTo end: Int64, _ result: Result<SHA256, PartFileError>) -> Bool {
+    /// A job is back; false when it failed (the file is to be hashed anew).
+    mutating func jobDone(epoch: Int, upTo end: Int64, failed: Bool) -> Bool {
         running = false
         guard epoch == self.epoch else { return true }
-        switch result {
-        case .success(let advanced):
-            hasher = advanced
-            upTo = end
-            return true
-        case .failure:
-            return false
+        if failed { return false }
+        upTo = end
+        return true
+    }
+}
+
+/// The SHA-256 state of a file's prefix, advanced by one file job at a time (the
+/// engine thread hands it over and waits for the job's answer) and read at the end.
+final class PrefixDigest: Sendable {
+    private let state = Mutex(SHA256())
+
+    /// Hashes bytes `from..<to` of the file open as `reader` (closed after) into the
+    /// state. On a file job.
+    func advance(_ reader: Int32, path: String, from: Int64, to: Int64) -> PartFileError? {
+        state.withLock { hasher in
+            switch PartFile.hashRange(reader, path: path, from: from, to: to, continuing: hasher) {
+            case .success(let advanced):
+                hasher = advanced
+                return nil
+            case .failure(let error):
+                return error
+            }
         }
+    }
+
+    /// Lowercase hex of the digest of what was hashed.
+    func hex() -> String {
+        state.withLock { $0.finalize().map { String(format: "%02x", $0) }.joined() }
     }
 }
 
@@ -65,17 +86,18 @@ extension SegmentedDownload {
             return
         }
         guard let job = prefixHash?.job(upTo: frontier) else { return }
-        let (id, attempt, path, loop) = (self.id, self.attempt, file.path, self.loop)
+        let (id, attempt, path, mailbox) = (self.id, self.attempt, file.path, loop.mailbox)
+        let (from, digest, epoch) = job
         let reader = file.openForReading()
         loop.fileJobs.async {
-            let result = PartFile.hashRange(reader, path: path, from: job.from, to: frontier, continuing: job.hasher)
-            loop.post(.hashed(epoch: job.epoch, upTo: frontier, result), to: id, attempt: attempt)
+            let error = digest.advance(reader, path: path, from: from, to: frontier)
+            mailbox.post(.hashed(epoch: epoch, upTo: frontier, error), to: id, attempt: attempt)
         }
     }
 
     /// A background hash job is back (on the engine thread).
-    func prefixHashed(epoch: Int, upTo: Int64, _ result: Result<SHA256, PartFileError>) {
-        if prefixHash?.jobDone(epoch: epoch, upTo: upTo, result) == false {
+    func prefixHashed(epoch: Int, upTo: Int64, _ error: PartFileError?) {
+        if prefixHash?.jobDone(epoch: epoch, upTo: upTo, failed: error != nil) == false {
             restartHash() // the final job hashes everything instead
         }
         if prefixHash?.completeAfter == true && !completed {

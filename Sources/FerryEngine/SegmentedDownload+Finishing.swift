@@ -45,22 +45,24 @@ extension SegmentedDownload {
         let (fd, path, isRegular) = (file.handOver(), file.path, file.isRegular)
         let writebackFD = writeback?.handOver() ?? -1
         writeback = nil
-        let (id, attempt, length, hasher, hashedUpTo) = (self.id, self.attempt, total, prefixHash?.hasher, prefixHash?.upTo ?? 0)
-        let loop = self.loop
+        let (id, attempt, length, mailbox) = (self.id, self.attempt, total, loop.mailbox)
+        let hashing = prefixHash.map { (digest: $0.digest, from: $0.upTo) }
         loop.fileJobs.async {
             PartFileWriteback.close(afterQueuedWriteback: writebackFD)
             var result: Result<String?, PartFileError>
             if let error = PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular) {
                 if reader >= 0 { close(reader) }
                 result = .failure(error)
-            } else if let hasher {
-                result = PartFile.hashRange(reader, path: path, from: hashedUpTo, to: length, continuing: hasher).map { hasher in
-                    hasher.finalize().map { String(format: "%02x", $0) }.joined() as String?
+            } else if let hashing {
+                if let error = hashing.digest.advance(reader, path: path, from: hashing.from, to: length) {
+                    result = .failure(error)
+                } else {
+                    result = .success(hashing.digest.hex())
                 }
             } else {
                 result = .success(nil)
             }
-            loop.post(.fileJob(result), to: id, attempt: attempt)
+            mailbox.post(.fileJob(result), to: id, attempt: attempt)
         }
     }
 

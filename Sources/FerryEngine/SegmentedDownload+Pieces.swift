@@ -57,12 +57,12 @@ extension SegmentedDownload {
         pending?.insert(range)
         piecesChecking += 1
         let expected = pieces.digests[index]
-        let (id, attempt, epoch, path, loop) = (self.id, self.attempt, partEpoch, file.path, self.loop)
+        let (id, attempt, epoch, path, mailbox) = (self.id, self.attempt, partEpoch, file.path, loop.mailbox)
         let reader = file.openForReading()
         loop.fileJobs.async {
             let result = PartFile.hashRange(reader, path: path, from: range.lowerBound, to: range.upperBound, continuing: SHA256())
             let matches: Bool? = (try? result.get()).map { Array($0.finalize()) == expected }
-            loop.post(.pieceChecked(epoch: epoch, index: index, source: source, matches: matches), to: id, attempt: attempt)
+            mailbox.post(.pieceChecked(epoch: epoch, index: index, source: source, matches: matches), to: id, attempt: attempt)
         }
     }
 

@@ -61,14 +61,14 @@ extension SegmentedDownload {
             reportMap(map)
             onDisk = map.bytesDone
             if let writeback {
-                let (loop, id, attempt, epoch) = (loop, id, attempt, partEpoch)
-                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.ranges(map), epoch: epoch), to: id, attempt: attempt) }
+                let (mailbox, id, attempt, epoch) = (loop.mailbox, id, attempt, partEpoch)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { mailbox.post(.synced(.ranges(map), epoch: epoch), to: id, attempt: attempt) }
             }
         } else {
             onDisk = connections.first?.position ?? end ?? total
             if single, let first = connections.first, first.accepted, let writeback {
-                let (loop, id, attempt, prefix, epoch) = (loop, id, attempt, first.position, partEpoch)
-                writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(prefix), epoch: epoch), to: id, attempt: attempt) }
+                let (mailbox, id, attempt, prefix, epoch) = (loop.mailbox, id, attempt, first.position, partEpoch)
+                writeback.syncIfDue(now: monotonicNanoseconds()) { mailbox.post(.synced(.prefix(prefix), epoch: epoch), to: id, attempt: attempt) }
             }
         }
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: onDisk, expected: total))

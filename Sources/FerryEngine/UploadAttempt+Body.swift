@@ -54,10 +54,10 @@ extension UploadAttempt {
         guard !readPending, failure == nil, fd >= 0 else { return }
         readPending = true
         let length = Int(min(Int64(Self.uploadBufferSize), max(0, source.size - start)))
-        let (fd, source, id, attempt, generation, loop) = (self.fd, self.source, self.id, self.attempt, readGeneration, self.loop)
+        let (fd, source, id, attempt, generation, mailbox) = (self.fd, self.source, self.id, self.attempt, readGeneration, loop.mailbox)
         sourceQueue.async {
             let result = Self.readChunk(fd, at: start, length: length, of: source)
-            loop.post(.uploadChunk(UploadChunk(generation: generation, start: start, result: result)), to: id, attempt: attempt)
+            mailbox.post(.uploadChunk(UploadChunk(generation: generation, start: start, result: result)), to: id, attempt: attempt)
         }
     }
 

@@ -33,20 +33,23 @@ let package = Package(
         // Our libdbus binding; knows nothing of Ferry.
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: swift6),
 
+        // Concurrency primitives every layer shares (the lock-and-batch inbox).
+        .target(name: "FerryConcurrency", swiftSettings: swift6),
+
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
         .target(name: "FerryInterface", swiftSettings: swift6),
         // Metalink 4 documents (RFC 5854) read with Foundation's XMLParser (libxml2), hostile ones refused.
         .target(name: "FerryMetalink", swiftSettings: swift6),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
-            "FerryInterface", "FerryMetalink",
+            "FerryConcurrency", "FerryInterface", "FerryMetalink",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "HeapModule", package: "swift-collections"),
         ]),
         // libcurl multi on one engine thread.
         .target(name: "FerryEngine", dependencies: [
-            "CCurl", "FerryCore", "FerryInterface",
+            "CCurl", "FerryConcurrency", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: swift6),
@@ -101,6 +104,7 @@ let package = Package(
         ], swiftSettings: swift6),
 
         .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
+        .testTarget(name: "FerryConcurrencyTests", dependencies: ["FerryConcurrency"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport", swiftSettings: swift6),

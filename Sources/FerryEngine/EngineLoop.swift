@@ -256,7 +256,7 @@ extension EngineLoop {
 
     /// Hands a background job's result to attempt `attempt` of transfer `id` on the
     /// engine thread. Any thread: it only touches the (locked) inbox.
-    func post(_ job: AttemptJob, to id: TransferID, attempt: UInt64) {
+    func post(_ job: sending AttemptJob, to id: TransferID, attempt: UInt64) {
         inbox.post(.jobDone(id, attempt: attempt, job))
     }
 
@@ -270,7 +270,7 @@ extension EngineLoop {
 struct JobMailbox: Sendable {
     fileprivate let inbox: EngineInbox
 
-    func post(_ job: AttemptJob, to id: TransferID, attempt: UInt64) {
+    func post(_ job: sending AttemptJob, to id: TransferID, attempt: UInt64) {
         inbox.post(.jobDone(id, attempt: attempt, job))
     }
 }

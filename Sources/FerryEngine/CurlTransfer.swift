@@ -66,7 +66,7 @@ final class CurlTransfer {
     }
     /// File size at which the next write-out request is due (never, without writeback).
     private var nextWritebackAt = Int64.max
-    private var nextProgressAt: UInt64 = 0
+    private var progressPace = ProgressPace()
     /// Present only when the request asked for SHA-256.
     var hasher: SHA256?
 
@@ -296,7 +296,7 @@ final class CurlTransfer {
             self.writeback = writeback
             nextWritebackAt = writeback.nextRequestAt
         }
-        nextProgressAt = monotonicNanoseconds() + Self.progressInterval
+        progressPace.start(at: monotonicNanoseconds())
         emitResponse(acceptsRanges: head.acceptsByteRanges || status == 206)
         return true
     }
@@ -353,8 +353,7 @@ final class CurlTransfer {
         unreportedBytes += Int64(count)
         lastDataAt = now
         if bytesOnDisk >= nextWritebackAt { startWriteback() }
-        if now >= nextProgressAt {
-            nextProgressAt = now + Self.progressInterval
+        if progressPace.isDue(at: now) {
             reportProgress()
             if failure != nil { return 0 }
         }
@@ -420,12 +419,9 @@ final class CurlTransfer {
     /// the interval is over. Returns when it will be due, while bytes wait.
     func reportProgressIfDue(now: UInt64) -> UInt64? {
         guard unreportedBytes > 0, responseReady else { return nil }
-        if now >= nextProgressAt {
-            nextProgressAt = now + Self.progressInterval
-            reportProgress()
-            return nil
-        }
-        return nextProgressAt
+        if let due = progressPace.wait(at: now) { return due }
+        reportProgress()
+        return nil
     }
 
     /// Emits the bytes written since the last progress event, if any, after writing

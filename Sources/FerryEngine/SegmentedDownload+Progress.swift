@@ -40,12 +40,9 @@ extension SegmentedDownload {
 
     func reportProgressIfDue(now: UInt64) -> UInt64? {
         guard unreportedBytes > 0, responded else { return nil }
-        if now >= nextProgressAt {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-            return nil
-        }
-        return nextProgressAt
+        if let due = progressPace.wait(at: now) { return due }
+        reportProgress()
+        return nil
     }
 
     /// `endingAt`: the bytes on disk once the connections are gone (the attempt's end),

@@ -47,7 +47,7 @@ final class SegmentedDownload: EngineAttempt {
     var singleReason: String?
     var responded = false
     var unreportedBytes: Int64 = 0
-    var nextProgressAt: UInt64 = 0
+    var progressPace = ProgressPace()
     var lastReportedMap: SegmentMap?
     private var failuresInARow = 0
     var pendingFailure: FerryError?
@@ -174,7 +174,7 @@ final class SegmentedDownload: EngineAttempt {
             pendingFailure = .network("Could not start the download: \(String(cString: curl_multi_strerror(added)))")
             loop.requestService(self)
         }
-        if nextProgressAt == 0 { nextProgressAt = monotonicNanoseconds() + CurlTransfer.progressInterval }
+        if !progressPace.started { progressPace.start(at: monotonicNanoseconds()) }
     }
 
     // MARK: - Body (the hot path)
@@ -205,10 +205,7 @@ final class SegmentedDownload: EngineAttempt {
             writeback.requestAll()
         }
         failuresInARow = 0
-        if now >= nextProgressAt {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-        }
+        if progressPace.isDue(at: now) { reportProgress() }
         if connection.received >= connection.end, connection.end != connection.requestedEnd || n < count {
             // Its range was split (or the answer runs on): this connection is done.
             connection.reachedEnd = true

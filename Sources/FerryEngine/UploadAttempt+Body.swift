@@ -173,10 +173,7 @@ extension UploadAttempt {
         unreportedBytes += Int64(count)
         // The last bytes are reported at once: the server's answer, which can come only
         // after them, must not overtake their progress.
-        if now >= nextProgressAt || position == source.size {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-        }
+        if progressPace.isDue(at: now, anyway: position == source.size) { reportProgress() }
     }
 
     /// libcurl rewinds to resend the body (after a redirect or an auth challenge).
@@ -190,12 +187,9 @@ extension UploadAttempt {
 
     func reportProgressIfDue(now: UInt64) -> UInt64? {
         guard unreportedBytes > 0 else { return nil }
-        if now >= nextProgressAt {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-            return nil
-        }
-        return nextProgressAt
+        if let due = progressPace.wait(at: now) { return due }
+        reportProgress()
+        return nil
     }
 
     func reportProgress() {

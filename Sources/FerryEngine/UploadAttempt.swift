@@ -56,7 +56,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// The handle is in the multi (after the first chunk).
     var connected = false
     var unreportedBytes: Int64 = 0
-    var nextProgressAt: UInt64 = 0
+    var progressPace = ProgressPace()
     let pacer: Pacer
     private var reader = ResponseHeadReader()
     private var finalHead: ResponseHead?
@@ -123,7 +123,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         guard let easy, !connected else { return }
         connected = true
         lastActivityAt = monotonicNanoseconds()
-        nextProgressAt = lastActivityAt + CurlTransfer.progressInterval
+        progressPace.start(at: lastActivityAt)
         let rc = loop.add(easy, owner: self)
         guard rc == CURLM_OK else {
             let why = String(cString: curl_multi_strerror(rc))

@@ -1,10 +1,6 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-/// Swift 6 language mode (strict concurrency checking) for the targets that have moved
-/// to it; the package default stays Swift 5 for the others until they do (issue 40).
-let swift6: [SwiftSetting] = [.swiftLanguageMode(.v6)]
-
 let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v13)],
@@ -31,15 +27,15 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // Our libdbus binding; knows nothing of Ferry.
-        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: swift6),
+        .target(name: "DBus", dependencies: ["CDBus"]),
 
         // Concurrency primitives every layer shares (the lock-and-batch inbox).
-        .target(name: "FerryConcurrency", swiftSettings: swift6),
+        .target(name: "FerryConcurrency"),
 
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
-        .target(name: "FerryInterface", swiftSettings: swift6),
+        .target(name: "FerryInterface"),
         // Metalink 4 documents (RFC 5854) read with Foundation's XMLParser (libxml2), hostile ones refused.
-        .target(name: "FerryMetalink", swiftSettings: swift6),
+        .target(name: "FerryMetalink"),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
             "FerryConcurrency", "FerryInterface", "FerryMetalink",
@@ -52,13 +48,13 @@ let package = Package(
             "CCurl", "FerryConcurrency", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: swift6),
+        ]),
         // The durable store: SQLite (through GRDB) under $XDG_STATE_HOME/ferry.
         .target(name: "FerryStore", dependencies: [
             "FerryCore",
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: swift6),
+        ]),
         // D-Bus adapters: org.ferry.Ferry1 objects over the core.
         .target(name: "FerryService", dependencies: [
             "DBus", "FerryCore", "FerryInterface",
@@ -69,12 +65,12 @@ let package = Package(
         .target(name: "FerryDesktop", dependencies: [
             "FerryCore",
             .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: swift6),
+        ]),
         // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor.
         .target(name: "FerrySystem", dependencies: [
             "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: swift6),
+        ]),
         // A typed view of the bus API in bus terms (object paths, DBusValue options),
         // for tests and tools that speak D-Bus.
         .target(name: "FerryBusClient", dependencies: ["DBus", "FerryInterface"]),
@@ -101,13 +97,13 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: swift6),
+        ]),
 
         .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
         .testTarget(name: "FerryConcurrencyTests", dependencies: ["FerryConcurrency"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
-        .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport", swiftSettings: swift6),
+        .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryCoreTestSupport"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
             "FerryStore", "FerryCore", "FerryCoreTestSupport", "FerryTestSupport",
@@ -122,5 +118,5 @@ let package = Package(
         .testTarget(name: "SystemTests", dependencies: ["FerrySystem", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
         .testTarget(name: "DesktopTests", dependencies: ["FerryCoreTestSupport", "FerryService", "FerryDesktop", "FerryCore", "FerryBusClient", "DBus", "FerryTestSupport"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

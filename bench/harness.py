@@ -4,6 +4,7 @@ bus, ferryd, and the rows of a result table.
 Python 3 standard library only; no root needed; everything on 127.0.0.1.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -12,6 +13,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -605,6 +607,60 @@ def start_listening(ctx, name, signals=(("Completed", TRANSFER),), **ferryd_args
     return ferryd, counter, conn
 
 
+def bus_download_wall(conn, counter, session, url, opts, what):
+    """Downloads `url` over the bus (`Session.Download` with `opts`) and waits for its
+    `Completed`: the seconds from the call to that signal. A failed download raises
+    BenchError naming `what`; every transfer is forgotten afterwards (untimed)."""
+    counter.reset()
+    t0 = time.perf_counter()
+    path = conn.call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [url, opts])[0]
+    conn.wait_until(lambda: path in counter.completed, 900, "Completed")
+    received, error, message = counter.completed[path]
+    if error:
+        raise BenchError(f"{what}: {error}: {message}")
+    remove_all_transfers(conn)
+    return received - t0
+
+
+def aria2_wall(out_dir, connections, urls):
+    """Times `aria2c -xN -sN -k1M` fetching `urls` (one file, the others its mirrors)
+    into out_dir/aria2.bin: (seconds, that path)."""
+    code, wall, _, _ = timed_run(["aria2c", f"-x{connections}", f"-s{connections}", "-k1M", "-d", out_dir,
+                                  "-o", "aria2.bin", "--allow-overwrite=true", "-q", "--console-log-level=error",
+                                  "--summary-interval=0"] + list(urls))
+    if code != 0:
+        raise BenchError(f"aria2c exited {code}")
+    return wall, os.path.join(out_dir, "aria2.bin")
+
+
+@contextlib.contextmanager
+def bus_rounds(ferryd, conn, out_dir, refused):
+    """Around a suite's rounds over the bus: a D-Bus error from ferryd becomes a
+    BenchError saying ferryd refused `refused`; whatever happened, the connection is
+    closed, ferryd stopped and `out_dir` emptied afterwards."""
+    try:
+        yield
+    except wire.DBusError as e:
+        raise BenchError(f"ferryd refused {refused}: {e}")
+    finally:
+        conn.close()
+        ferryd.stop()
+        empty_dir(out_dir)
+
+
+def checked_wall(label, what, fetch, digest):
+    """Runs `fetch()` (-> seconds, output file) after a sync, then, outside the timing,
+    checks the file's sha256 against `digest` (a file stitched wrong fails the suite),
+    removes it and logs the time: the seconds."""
+    os.sync()
+    wall, out = fetch()
+    if sha256_file(out) != digest:
+        raise BenchError(f"{what}: the downloaded file's sha256 differs from the source")
+    os.unlink(out)
+    log(f"{label} {what}: {wall:.2f} s")
+    return wall
+
+
 # ---------------------------------------------------------------- results
 
 class Suite:
@@ -636,6 +692,31 @@ def fmt_s(seconds):
 
 def verdict(met):
     return {True: "PASS", False: "FAIL", None: "info"}[met]
+
+
+class FakeWorld:
+    """For the harness's own tests of a suite: a temporary folder, the children it starts,
+    a bin folder with the fake ferryd (`fake_ferry_bin`), a private bus, nginx serving
+    OUT_DIR when asked, and the suite's Context over them. `close()` stops every child
+    and removes the folder."""
+
+    def __init__(self, prefix, args, nginx=False):
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        self.children = Children()
+        try:
+            bin_dir = fake_ferry_bin(self.tmp)
+            port = free_port()
+            if nginx:
+                start_nginx(self.children, self.tmp, OUT_DIR, port)
+            address, bus = start_bus(self.children, self.tmp)
+            self.ctx = Context(args, self.tmp, self.children, bin_dir, address, bus, port)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        self.children.stop_all()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def fake_ferry_bin(tmp):

@@ -10,11 +10,9 @@ rounds. Every output is checked against the source's sha256 outside the timing.
 
 import hashlib
 import os
-import time
 
 import harness as h
 import wire
-from harness import BUS_NAME, SESSION, BenchError
 
 TARGET_VS_ARIA2 = 1.25  # ferry (pieces checked) <= 1.25 x aria2c (no piece checks)
 PIECE = h.MIB
@@ -48,46 +46,20 @@ def run(ctx, suite):
         opts = h.download_options(destination=out, connections=4, overwrite=True)
         opts["mirrors"] = wire.Variant("as", urls[1:])
         opts["pieces"] = wire.Variant("(tas)", (PIECE, hashes))
-        counter.reset()
-        t0 = time.perf_counter()
-        tpath = conn.call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [urls[0], opts])[0]
-        conn.wait_until(lambda: tpath in counter.completed, 900, "Completed")
-        received, error, message = counter.completed[tpath]
-        if error:
-            raise BenchError(f"ferry with mirrors and pieces: {error}: {message}")
-        wall = received - t0
-        h.remove_all_transfers(conn)
-        return wall, out
+        return h.bus_download_wall(conn, counter, session, urls[0], opts, "ferry with mirrors and pieces"), out
 
     def aria2():
-        code, wall, _, _ = h.timed_run(["aria2c", "-x4", "-s4", "-k1M", "-d", out_dir, "-o", "aria2.bin",
-                                        "--allow-overwrite=true", "-q", "--console-log-level=error",
-                                        "--summary-interval=0"] + urls)
-        if code != 0:
-            raise BenchError(f"aria2c exited {code}")
-        return wall, os.path.join(out_dir, "aria2.bin")
+        return h.aria2_wall(out_dir, 4, urls)
 
     def timed(what, fn):
-        os.sync()
-        wall, out = fn()
-        if h.sha256_file(out) != digest:
-            raise BenchError(f"{what}: the downloaded file's sha256 differs from the source")
-        os.unlink(out)
-        h.log(f"mirrors {what}: {wall:.2f} s")
-        return wall
+        return h.checked_wall("mirrors", what, fn, digest)
 
     times = {"ferry": [], "aria2c": []}
-    try:
+    with h.bus_rounds(ferryd, conn, out_dir, "a download with mirrors"):
         h.warm_page_cache(path)
         for _ in range(runs):
             times["ferry"].append(timed(f"{mib} MiB from 4 mirrors, ferry mirrors+pieces, connections=4", ferry))
             times["aria2c"].append(timed(f"{mib} MiB from 4 mirrors, aria2c -x4 -s4 -k1M", aria2))
-    except wire.DBusError as e:
-        raise BenchError(f"ferryd refused a download with mirrors: {e}")
-    finally:
-        conn.close()
-        ferryd.stop()
-        h.empty_dir(out_dir)
 
     ratio = h.median([f / a for f, a in zip(times["ferry"], times["aria2c"])])
     suite.data = {"bytes": mib * h.MIB, "piece_bytes": PIECE, "seconds": times, "ratio": ratio}

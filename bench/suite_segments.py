@@ -14,11 +14,9 @@ the suite.
 """
 
 import os
-import time
 
 import harness as h
 import wire
-from harness import BUS_NAME, SESSION, BenchError
 
 TARGET_VS_ARIA2 = 1.0     # connections=8 wall <= 1.0 x aria2c -x8 -s8 -k1M
 TARGET_SPEEDUP = 6.0      # and >= 6x faster than connections=1
@@ -44,35 +42,15 @@ def run(ctx, suite):
     def ferry(url, connections):
         out = os.path.join(out_dir, "ferry.bin")
         opts = h.download_options(destination=out, connections=connections, overwrite=True)
-        counter.reset()
-        t0 = time.perf_counter()
-        path = conn.call(BUS_NAME, session, SESSION, "Download", "sa{sv}", [url, opts])[0]
-        conn.wait_until(lambda: path in counter.completed, 900, "Completed")
-        received, error, message = counter.completed[path]
-        if error:
-            raise BenchError(f"ferry connections={connections}: {error}: {message}")
-        wall = received - t0
-        h.remove_all_transfers(conn)
-        return wall, out
+        return h.bus_download_wall(conn, counter, session, url, opts, f"ferry connections={connections}"), out
 
     def aria2(url, connections=8):
-        code, wall, _, _ = h.timed_run(["aria2c", f"-x{connections}", f"-s{connections}", "-k1M", "-d", out_dir, "-o", "aria2.bin",
-                                        "--allow-overwrite=true", "-q", "--console-log-level=error",
-                                        "--summary-interval=0", url])
-        if code != 0:
-            raise BenchError(f"aria2c exited {code}")
-        return wall, os.path.join(out_dir, "aria2.bin")
+        return h.aria2_wall(out_dir, connections, [url])
 
     def timed(what, fn, digest):
-        os.sync()
-        wall, out = fn()
-        if h.sha256_file(out) != digest:
-            raise BenchError(f"{what}: the downloaded file's sha256 differs from the source")
-        os.unlink(out)
-        h.log(f"segments {what}: {wall:.2f} s")
-        return wall
+        return h.checked_wall("segments", what, fn, digest)
 
-    try:
+    with h.bus_rounds(ferryd, conn, out_dir, "a segmented download"):
         h.warm_page_cache(slow_path)
         slow_url = ctx.url(f"slow/{slow_name}")
         slow = {"ferry x8": [], "aria2c x8": [], "ferry x1": []}
@@ -94,12 +72,6 @@ def run(ctx, suite):
                                            lambda: aria2(fast_url, 4), fast_sum))
             fast["aria2c x1"].append(timed(f"{fast_mib} MiB unthrottled, aria2c -x1 -s1",
                                            lambda: aria2(fast_url, 1), fast_sum))
-    except wire.DBusError as e:
-        raise BenchError(f"ferryd refused a segmented download: {e}")
-    finally:
-        conn.close()
-        ferryd.stop()
-        h.empty_dir(out_dir)
 
     vs_aria2 = h.median([f / a for f, a in zip(slow["ferry x8"], slow["aria2c x8"])])
     speedup = h.median([one / eight for one, eight in zip(slow["ferry x1"], slow["ferry x8"])])

@@ -9,9 +9,7 @@ Run: python3 -m unittest discover -s bench -p 'test_*.py'
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.dont_write_bytecode = True
@@ -23,17 +21,11 @@ import suite_latency  # noqa: E402
 
 class LatencySuiteTests(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="bench-latency-test-")
-        self.children = h.Children()
-        bin_dir = h.fake_ferry_bin(self.tmp)
-        address, bus = h.start_bus(self.children, self.tmp)
         args = argparse.Namespace(quick=False, runs=1, warmup=0, rtt_ms=10, keep=False,
                                   latency_files=20, latency_big_mib=8)
-        self.ctx = h.Context(args, self.tmp, self.children, bin_dir, address, bus, h.free_port())
-
-    def tearDown(self):
-        self.children.stop_all()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        world = h.FakeWorld("bench-latency-test-", args)
+        self.addCleanup(world.close)
+        self.tmp, self.children, self.ctx = world.tmp, world.children, world.ctx
 
     def test_peers_and_the_bus_client_are_timed_and_a_failing_ferry_get_is_reported(self):
         suite = h.Suite("latency")

@@ -1,39 +1,33 @@
-"""Tests of the benchmark's upload suite against a test double of ferryd (fake_ferryd.py).
+"""Tests of the benchmark's upload and mirrors suites against a test double of ferryd
+(fake_ferryd.py).
 
 They check what the lead relies on when uploads land: a working `Upload` is timed
 against `curl -T` and gets a ratio and a peak RSS; a refused one is reported as "not
-supported" without stopping the run. Needs nginx and curl; about 10 s.
+supported" without stopping the run. The mirrors suite times each download over the bus
+against aria2c, checks every file and leaves nothing behind. Needs nginx, curl and
+aria2c; about 20 s.
 Run: python3 -m unittest discover -s bench -p 'test_*.py'
 """
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness as h  # noqa: E402
+import suite_mirrors  # noqa: E402
 import suite_upload  # noqa: E402
 
 
 class UploadSuiteTests(unittest.TestCase):
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="bench-suite-test-")
-        self.children = h.Children()
-        bin_dir = h.fake_ferry_bin(self.tmp)
-        port = h.free_port()
-        h.start_nginx(self.children, self.tmp, h.OUT_DIR, port)
-        address, bus = h.start_bus(self.children, self.tmp)
         args = argparse.Namespace(quick=True, runs=2, warmup=0, size_mib=256, segment_runs=1)
-        self.ctx = h.Context(args, self.tmp, self.children, bin_dir, address, bus, port)
-
-    def tearDown(self):
-        self.children.stop_all()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        world = h.FakeWorld("bench-suite-test-", args, nginx=True)
+        self.addCleanup(world.close)
+        self.ctx = world.ctx
 
     def test_a_working_upload_is_timed_against_curl(self):
         suite = h.Suite("upload")
@@ -57,6 +51,27 @@ class UploadSuiteTests(unittest.TestCase):
         self.assertEqual(suite.rows[0]["ferry"], "not supported")
         self.assertFalse(suite.rows[0]["met"])
         self.assertEqual(len(suite.data["curl_s"]), 2)
+
+
+class MirrorsSuiteTests(unittest.TestCase):
+    def setUp(self):
+        args = argparse.Namespace(quick=True, runs=2, warmup=0)
+        world = h.FakeWorld("bench-mirrors-test-", args, nginx=True)
+        self.addCleanup(world.close)
+        self.children, self.ctx = world.children, world.ctx
+
+    def test_each_round_is_timed_over_the_bus_and_against_aria2c_and_cleaned_up(self):
+        suite = h.Suite("mirrors")
+        before = {name for name, _ in self.children.procs}
+        suite_mirrors.run(self.ctx, suite)
+        times = suite.data["seconds"]
+        self.assertEqual(len(times["ferry"]), 2)
+        self.assertEqual(len(times["aria2c"]), 2)
+        self.assertTrue(all(t > 0 for t in times["ferry"] + times["aria2c"]), times)
+        self.assertGreater(suite.rows[0]["ratio"], 0)
+        # ferryd is stopped and the downloaded files are gone, as after every suite.
+        self.assertEqual({name for name, _ in self.children.procs}, before)
+        self.assertEqual(os.listdir(os.path.join(h.OUT_DIR, "mirrors-dest")), [])
 
 
 if __name__ == "__main__":

@@ -31,9 +31,8 @@ public final class BusClient: Sendable {
 
     // MARK: Manager
 
-    func callManager(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await bus.call(destination: Self.busName, path: Self.managerPath, interface: Self.managerInterface,
-                           method: method, arguments: args)
+    func callManager(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await bus.call(method, on: Self.managerPath, args)
     }
 
     /// `Manager.Watch` (v1.2): from now until `unwatch` or the connection closes, this
@@ -44,7 +43,7 @@ public final class BusClient: Sendable {
     @discardableResult
     public func watch() async throws -> Bool {
         do {
-            _ = try await callManager("Watch")
+            _ = try await callManager(FerryInterface.ManagerMethod.watch)
             return true
         } catch let e as BusError where e.name == StandardErrors.unknownMethod {
             return false
@@ -54,29 +53,29 @@ public final class BusClient: Sendable {
     /// `Manager.Unwatch`: undoes `watch` (nothing on a daemon without it).
     public func unwatch() async throws {
         do {
-            _ = try await callManager("Unwatch")
+            _ = try await callManager(FerryInterface.ManagerMethod.unwatch)
         } catch let e as BusError where e.name == StandardErrors.unknownMethod {}
     }
 
     /// Opens (or re-attaches to) the session with this identifier.
     public func openSession(_ identifier: String, configuration: [String: DBusValue] = [:]) async throws -> BusSession {
-        let r = try await callManager("OpenSession", [.string(identifier), .vardict(configuration)])
+        let r = try await callManager(FerryInterface.ManagerMethod.openSession, [.string(identifier), .vardict(configuration)])
         guard let path = r.first?.string else { throw BusError(name: StandardErrors.failed, message: "OpenSession returned nothing") }
         return BusSession(client: self, path: path)
     }
 
     public func listSessions() async throws -> [BusSession] {
-        try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string).map { BusSession(client: self, path: $0) } ?? []
+        try await callManager(FerryInterface.ManagerMethod.listSessions).first?.arrayElements?.compactMap(\.string).map { BusSession(client: self, path: $0) } ?? []
     }
 
     /// Every transfer the daemon knows, oldest first.
     public func listTransfers() async throws -> [FerryTransfer] {
-        try await callManager("ListTransfers").first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: self, path: $0) } ?? []
+        try await callManager(FerryInterface.ManagerMethod.listTransfers).first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: self, path: $0) } ?? []
     }
 
-    public func pauseAll() async throws { _ = try await callManager("PauseAll") }
-    public func resumeAll() async throws { _ = try await callManager("ResumeAll") }
-    public func cancelAll() async throws { _ = try await callManager("CancelAll") }
+    public func pauseAll() async throws { _ = try await callManager(FerryInterface.ManagerMethod.pauseAll) }
+    public func resumeAll() async throws { _ = try await callManager(FerryInterface.ManagerMethod.resumeAll) }
+    public func cancelAll() async throws { _ = try await callManager(FerryInterface.ManagerMethod.cancelAll) }
 
     /// The manager's properties.
     public func managerProperties() async throws -> [String: DBusValue] {
@@ -101,33 +100,27 @@ public final class BusClient: Sendable {
 }
 
 /// A session object.
-public struct BusSession: Sendable, Hashable {
+public struct BusSession: BusObject {
+    private typealias M = FerryInterface.SessionMethod
     public let client: BusClient
+    /// `/org/ferry/Ferry1/session/N`.
     public let path: String
 
-    /// The session object at `path` (`/org/ferry/Ferry1/session/N`).
-    public init(client: BusClient, path: String) {
-        self.client = client
-        self.path = path
-    }
+    public init(client: BusClient, path: String) { (self.client, self.path) = (client, path) }
 
-    public static func == (a: BusSession, b: BusSession) -> Bool { a.path == b.path }
-    public func hash(into h: inout Hasher) { h.combine(path) }
-
-    func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: BusClient.busName, path: path, interface: BusClient.sessionInterface,
-                                  method: method, arguments: args)
+    func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(method, on: path, args)
     }
 
     /// Queues a download. Options are the contract's keys (`destination`, `sha256`, …).
     public func download(_ url: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
-        let r = try await call("Download", [.string(url), .vardict(options)])
+        let r = try await call(M.download, [.string(url), .vardict(options)])
         return FerryTransfer(client: client, path: r.first?.string ?? "/")
     }
 
     /// Queues an upload of a local file (`Session.Upload`).
     public func upload(_ url: String, file: String, options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
-        let r = try await call("Upload", [.string(url), .string(file), .vardict(options)])
+        let r = try await call(M.upload, [.string(url), .string(file), .vardict(options)])
         return FerryTransfer(client: client, path: r.first?.string ?? "/")
     }
 
@@ -137,22 +130,22 @@ public struct BusSession: Sendable, Hashable {
     public func downloadGroup(_ items: [(url: String, options: [String: DBusValue])],
                               options: [String: DBusValue] = [:]) async throws -> BusGroup {
         let list = DBusValue.array(element: "(sa{sv})", items.map { .structure([.string($0.url), .vardict($0.options)]) })
-        let r = try await call("DownloadGroup", [list, .vardict(options)])
+        let r = try await call(M.downloadGroup, [list, .vardict(options)])
         return BusGroup(client: client, path: r.first?.string ?? "/")
     }
 
     public func resumeDownload(_ resumeData: [UInt8], options: [String: DBusValue] = [:]) async throws -> FerryTransfer {
-        let r = try await call("ResumeDownload", [.bytes(resumeData), .vardict(options)])
+        let r = try await call(M.resumeDownload, [.bytes(resumeData), .vardict(options)])
         return FerryTransfer(client: client, path: r.first?.string ?? "/")
     }
 
     public func listTransfers() async throws -> [FerryTransfer] {
-        try await call("ListTransfers").first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: client, path: $0) } ?? []
+        try await call(M.listTransfers).first?.arrayElements?.compactMap(\.string).map { FerryTransfer(client: client, path: $0) } ?? []
     }
 
-    public func pauseAll() async throws { _ = try await call("PauseAll") }
-    public func resumeAll() async throws { _ = try await call("ResumeAll") }
-    public func cancelAll() async throws { _ = try await call("CancelAll") }
+    public func pauseAll() async throws { _ = try await call(M.pauseAll) }
+    public func resumeAll() async throws { _ = try await call(M.resumeAll) }
+    public func cancelAll() async throws { _ = try await call(M.cancelAll) }
 
     /// Completion events not acknowledged yet, oldest first: read a page at a time
     /// (`PendingEventsAfter`), so that more than one reply may carry are read too; from
@@ -165,7 +158,7 @@ public struct BusSession: Sendable, Hashable {
             do {
                 raw = try await rawPendingEvents(after: after, limit: 0)
             } catch let e as BusError where e.name == StandardErrors.unknownMethod && all.isEmpty && after == 0 {
-                let r = try await call("PendingEvents")
+                let r = try await call(M.pendingEvents)
                 return (r.first?.arrayElements ?? []).compactMap(CompletionEvent.init)
             }
             // The next page starts after the last serial given, also when an entry of
@@ -183,12 +176,12 @@ public struct BusSession: Sendable, Hashable {
     }
 
     private func rawPendingEvents(after: UInt64, limit: UInt32) async throws -> [DBusValue] {
-        try await call("PendingEventsAfter", [.uint64(after), .uint32(limit)]).first?.arrayElements ?? []
+        try await call(M.pendingEventsAfter, [.uint64(after), .uint32(limit)]).first?.arrayElements ?? []
     }
 
-    public func acknowledgeEvents(upTo serial: UInt64) async throws { _ = try await call("AcknowledgeEvents", [.uint64(serial)]) }
+    public func acknowledgeEvents(upTo serial: UInt64) async throws { _ = try await call(M.acknowledgeEvents, [.uint64(serial)]) }
 
-    public func close(cancelTransfers: Bool) async throws { _ = try await call("Close", [.boolean(cancelTransfers)]) }
+    public func close(cancelTransfers: Bool) async throws { _ = try await call(M.close, [.boolean(cancelTransfers)]) }
 
     public func properties() async throws -> [String: DBusValue] {
         try await client.getAll(path, BusClient.sessionInterface)

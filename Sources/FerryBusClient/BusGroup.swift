@@ -4,31 +4,17 @@ import Foundation
 
 /// A group object (`org.ferry.Ferry1.Group`, v1.2): downloads made by one
 /// `Session.DownloadGroup` call.
-public struct BusGroup: Sendable, Hashable {
+public struct BusGroup: BusObject {
     public let client: BusClient
+    /// `/org/ferry/Ferry1/group/N`.
     public let path: String
 
-    /// The group object at `path` (`/org/ferry/Ferry1/group/N`).
-    public init(client: BusClient, path: String) {
-        self.client = client
-        self.path = path
-    }
+    public init(client: BusClient, path: String) { (self.client, self.path) = (client, path) }
 
-    public static func == (a: BusGroup, b: BusGroup) -> Bool { a.path == b.path }
-    public func hash(into h: inout Hasher) { h.combine(path) }
-
-    /// The id in the object path.
-    public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
-
-    func call(_ method: String) async throws {
-        _ = try await client.bus.call(destination: BusClient.busName, path: path, interface: FerryInterface.groupInterface,
-                                      method: method, arguments: [])
-    }
-
-    public func pause() async throws { try await call("Pause") }
-    public func resume() async throws { try await call("Resume") }
-    public func cancel() async throws { try await call("Cancel") }
-    public func remove() async throws { try await call("Remove") }
+    public func pause() async throws { try await client.bus.call(FerryInterface.GroupMethod.pause, on: path) }
+    public func resume() async throws { try await client.bus.call(FerryInterface.GroupMethod.resume, on: path) }
+    public func cancel() async throws { try await client.bus.call(FerryInterface.GroupMethod.cancel, on: path) }
+    public func remove() async throws { try await client.bus.call(FerryInterface.GroupMethod.remove, on: path) }
 
     public func info() async throws -> GroupInfo {
         GroupInfo(path: path, properties: try await client.getAll(path, FerryInterface.groupInterface))

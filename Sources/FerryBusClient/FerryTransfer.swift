@@ -3,35 +3,25 @@ import FerryInterface
 import Foundation
 
 /// A transfer object.
-public struct FerryTransfer: Sendable, Hashable {
+public struct FerryTransfer: BusObject {
     public let client: BusClient
+    /// `/org/ferry/Ferry1/transfer/N`.
     public let path: String
 
-    /// The transfer object at `path` (`/org/ferry/Ferry1/transfer/N`).
-    public init(client: BusClient, path: String) {
-        self.client = client
-        self.path = path
-    }
+    public init(client: BusClient, path: String) { (self.client, self.path) = (client, path) }
 
-    public static func == (a: FerryTransfer, b: FerryTransfer) -> Bool { a.path == b.path }
-    public func hash(into h: inout Hasher) { h.combine(path) }
-
-    /// The id in the object path (what the CLI shows).
-    public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
-
-    func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
-        try await client.bus.call(destination: BusClient.busName, path: path, interface: BusClient.transferInterface,
-                                  method: method, arguments: args)
+    func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.bus.call(method, on: path, args)
     }
 
     /// Stops the transfer, keeping the partial file; returns the resume data
     /// (empty when the server cannot resume).
     @discardableResult
-    public func pause() async throws -> [UInt8] { try await call("Pause").first?.bytes ?? [] }
-    public func resume() async throws { _ = try await call("Resume") }
-    public func cancel() async throws { _ = try await call("Cancel") }
-    public func remove() async throws { _ = try await call("Remove") }
-    public func setURL(_ url: String) async throws { _ = try await call("SetUrl", [.string(url)]) }
+    public func pause() async throws -> [UInt8] { try await call(FerryInterface.TransferMethod.pause).first?.bytes ?? [] }
+    public func resume() async throws { _ = try await call(FerryInterface.TransferMethod.resume) }
+    public func cancel() async throws { _ = try await call(FerryInterface.TransferMethod.cancel) }
+    public func remove() async throws { _ = try await call(FerryInterface.TransferMethod.remove) }
+    public func setURL(_ url: String) async throws { _ = try await call(FerryInterface.TransferMethod.setURL, [.string(url)]) }
 
     public func info() async throws -> TransferInfo {
         TransferInfo(id: id, path: path, properties: try await client.getAll(path, BusClient.transferInterface))

@@ -48,8 +48,8 @@ extension BusClient {
     public func listing() async throws -> ManagedObjects {
         let reply: [DBusValue]
         do {
-            reply = try await bus.call(destination: Self.busName, path: Self.managerPath, interface: Self.managerInterface,
-                                       method: "ListTransferProperties", arguments: [.stringArray([])], timeout: 120)
+            reply = try await bus.call(FerryInterface.ManagerMethod.listTransferProperties, on: Self.managerPath,
+                                       [.stringArray([])], timeout: 120)
         } catch let e as BusError where e.name == StandardErrors.unknownMethod {
             return try await managedObjects()
         } catch let e as BusError where e.name == FerryInterface.ErrorName.limitExceeded.fullName {
@@ -148,7 +148,7 @@ extension BusClient {
     /// each: what a command that acts on a session by its identifier needs without
     /// opening (and so creating) it. Sessions removed meanwhile are left out.
     public func sessionInfos() async throws -> [SessionInfo] {
-        let paths = try await callManager("ListSessions").first?.arrayElements?.compactMap(\.string) ?? []
+        let paths = try await callManager(FerryInterface.ManagerMethod.listSessions).first?.arrayElements?.compactMap(\.string) ?? []
         let calls = try paths.map {
             try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.sessionInterface)])
         }
@@ -170,7 +170,7 @@ extension BusClient {
     /// `GetAll` each. Objects removed between the list and their `GetAll` are left out.
     func managedObjectsOneByOne() async throws -> ManagedObjects {
         var sessions = try await sessionInfos()
-        let transferPaths = try await callManager("ListTransfers").first?.arrayElements?.compactMap(\.string) ?? []
+        let transferPaths = try await callManager(FerryInterface.ManagerMethod.listTransfers).first?.arrayElements?.compactMap(\.string) ?? []
         let calls = try transferPaths.map {
             try Self.methodCall(path: $0, interface: StandardNames.properties, method: "GetAll", [.string(Self.transferInterface)])
         }

@@ -93,21 +93,9 @@ public final class TransferMonitor: Sendable {
         let watching = WatchState()
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: BusClient.busName, pathNamespace: namespace, interface: BusClient.transferInterface)) { m in
-            guard let path = m.path, let args = try? m.arguments() else { return }
-            switch (m.member, args.count) {
-            case ("Progress", 3):
-                gatherer.yield(.progress(path: path, bytesWritten: args[0].int64 ?? 0,
-                                             totalBytesWritten: args[1].int64 ?? 0, totalBytesExpected: args[2].int64 ?? -1))
-            case ("ResumedAtOffset", 2):
-                gatherer.yield(.resumedAtOffset(path: path, offset: args[0].int64 ?? 0, expectedTotal: args[1].int64 ?? -1))
-            case ("Finished", 1):
-                gatherer.yield(.finished(path: path, location: args[0].string ?? ""))
-            case ("Completed", 3):
-                gatherer.yield(.completed(path: path, serial: args[0].uint64 ?? 0, errorName: args[1].string ?? "",
-                                              errorMessage: args[2].string ?? ""))
-            default:
-                break
-            }
+            guard let path = m.path, let args = try? m.arguments(),
+                  let event = TransferEvent(transferSignal: m, path: path, args: args) else { return }
+            gatherer.yield(event)
         })
         subs.append(try await client.bus.subscribe(
             MatchRule(sender: BusClient.busName, pathNamespace: namespace, interface: StandardNames.properties,

@@ -1,5 +1,10 @@
 import Foundation
 internal import DBus
+internal import FerryInterface
+
+private typealias DownloadKey = FerryInterface.DownloadOption
+private typealias SessionKey = FerryInterface.SessionOption
+private typealias UploadKey = FerryInterface.UploadOption
 
 extension FerrySession {
     /// How a session behaves: the contract's session configuration, typed, in
@@ -121,44 +126,44 @@ extension FerrySession {
         /// From the service's `Configuration` property (every key set; an empty proxy
         /// or application id is none).
         init(identifier: String, stored c: [String: DBusValue]) {
-            self.init(identifier: identifier, isPersistent: c["persistent"]?.bool ?? true)
-            downloadDirectory = c["directory"]?.string.flatMap { $0.isEmpty ? nil : URL(fileURLWithPath: $0, isDirectory: true) }
-            httpAdditionalHeaders = c["headers"]?.stringDict
-            httpMaximumConnectionsPerHost = c["max-connections-per-host"]?.uint32.map(Int.init)
-            timeoutIntervalForRequest = c["request-timeout"]?.double
-            timeoutIntervalForResource = c["resource-timeout"]?.double
-            allowsExpensiveNetworkAccess = c["allow-metered"]?.bool
-            sendsNotifications = c["notify"]?.bool
-            speedLimit = c["speed-limit"]?.uint64
-            retries = c["retries"]?.uint32.map(Int.init)
-            proxy = c["proxy"]?.string.flatMap { $0.isEmpty ? nil : URL(string: $0) }
-            httpShouldSetCookies = c["cookies"]?.bool
-            applicationID = c["application-id"]?.string.flatMap { $0.isEmpty ? nil : $0 }
-            privateSignals = c["private-signals"]?.bool
-            isDiscretionary = c["discretionary"]?.bool
-            onClientExit = c["on-client-exit"]?.string.flatMap(ClientExitPolicy.init(rawValue:))
+            self.init(identifier: identifier, isPersistent: c[SessionKey.persistent.name]?.bool ?? true)
+            downloadDirectory = c[SessionKey.directory.name]?.string.flatMap { $0.isEmpty ? nil : URL(fileURLWithPath: $0, isDirectory: true) }
+            httpAdditionalHeaders = c[SessionKey.headers.name]?.stringDict
+            httpMaximumConnectionsPerHost = c[SessionKey.maxConnectionsPerHost.name]?.uint32.map(Int.init)
+            timeoutIntervalForRequest = c[SessionKey.requestTimeout.name]?.double
+            timeoutIntervalForResource = c[SessionKey.resourceTimeout.name]?.double
+            allowsExpensiveNetworkAccess = c[SessionKey.allowMetered.name]?.bool
+            sendsNotifications = c[SessionKey.notify.name]?.bool
+            speedLimit = c[SessionKey.speedLimit.name]?.uint64
+            retries = c[SessionKey.retries.name]?.uint32.map(Int.init)
+            proxy = c[SessionKey.proxy.name]?.string.flatMap { $0.isEmpty ? nil : URL(string: $0) }
+            httpShouldSetCookies = c[SessionKey.cookies.name]?.bool
+            applicationID = c[SessionKey.applicationID.name]?.string.flatMap { $0.isEmpty ? nil : $0 }
+            privateSignals = c[SessionKey.privateSignals.name]?.bool
+            isDiscretionary = c[SessionKey.discretionary.name]?.bool
+            onClientExit = c[SessionKey.onClientExit.name]?.string.flatMap(ClientExitPolicy.init(rawValue:))
             readHeaders = httpAdditionalHeaders
             readProxy = proxy
         }
 
         /// The `OpenSession` configuration: only what was set.
         var busValue: [String: DBusValue] {
-            var c: [String: DBusValue] = sendsPersistence ? ["persistent": .boolean(isPersistent)] : [:]
-            if let downloadDirectory { c["directory"] = .string(downloadDirectory.path) } else if resets.contains(.downloadDirectory) { c["directory"] = .string("") }
-            if let httpAdditionalHeaders, httpAdditionalHeaders != readHeaders { c["headers"] = .stringDict(httpAdditionalHeaders) }
-            if let httpMaximumConnectionsPerHost { c["max-connections-per-host"] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }
-            if let timeoutIntervalForRequest { c["request-timeout"] = .double(timeoutIntervalForRequest) }
-            if let timeoutIntervalForResource { c["resource-timeout"] = .double(timeoutIntervalForResource) }
-            if let allowsExpensiveNetworkAccess { c["allow-metered"] = .boolean(allowsExpensiveNetworkAccess) }
-            if let sendsNotifications { c["notify"] = .boolean(sendsNotifications) }
-            if let speedLimit { c["speed-limit"] = .uint64(speedLimit) }
-            if let retries { c["retries"] = .uint32(UInt32(clamping: retries)) }
-            if let proxy, proxy != readProxy { c["proxy"] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c["proxy"] = .string("") }
-            if let httpShouldSetCookies { c["cookies"] = .boolean(httpShouldSetCookies) }
-            if let privateSignals { c["private-signals"] = .boolean(privateSignals) }
-            if let isDiscretionary { c["discretionary"] = .boolean(isDiscretionary) }
-            if let onClientExit { c["on-client-exit"] = .string(onClientExit.rawValue) }
-            if let applicationID { c["application-id"] = .string(applicationID) } else if resets.contains(.applicationID) { c["application-id"] = .string("") }
+            var c: [String: DBusValue] = sendsPersistence ? [SessionKey.persistent.name: .boolean(isPersistent)] : [:]
+            if let downloadDirectory { c[SessionKey.directory.name] = .string(downloadDirectory.path) } else if resets.contains(.downloadDirectory) { c[SessionKey.directory.name] = .string("") }
+            if let httpAdditionalHeaders, httpAdditionalHeaders != readHeaders { c[SessionKey.headers.name] = .stringDict(httpAdditionalHeaders) }
+            if let httpMaximumConnectionsPerHost { c[SessionKey.maxConnectionsPerHost.name] = .uint32(UInt32(clamping: httpMaximumConnectionsPerHost)) }
+            if let timeoutIntervalForRequest { c[SessionKey.requestTimeout.name] = .double(timeoutIntervalForRequest) }
+            if let timeoutIntervalForResource { c[SessionKey.resourceTimeout.name] = .double(timeoutIntervalForResource) }
+            if let allowsExpensiveNetworkAccess { c[SessionKey.allowMetered.name] = .boolean(allowsExpensiveNetworkAccess) }
+            if let sendsNotifications { c[SessionKey.notify.name] = .boolean(sendsNotifications) }
+            if let speedLimit { c[SessionKey.speedLimit.name] = .uint64(speedLimit) }
+            if let retries { c[SessionKey.retries.name] = .uint32(UInt32(clamping: retries)) }
+            if let proxy, proxy != readProxy { c[SessionKey.proxy.name] = .string(proxy.absoluteString) } else if proxy == nil, resets.contains(.proxy) { c[SessionKey.proxy.name] = .string("") }
+            if let httpShouldSetCookies { c[SessionKey.cookies.name] = .boolean(httpShouldSetCookies) }
+            if let privateSignals { c[SessionKey.privateSignals.name] = .boolean(privateSignals) }
+            if let isDiscretionary { c[SessionKey.discretionary.name] = .boolean(isDiscretionary) }
+            if let onClientExit { c[SessionKey.onClientExit.name] = .string(onClientExit.rawValue) }
+            if let applicationID { c[SessionKey.applicationID.name] = .string(applicationID) } else if resets.contains(.applicationID) { c[SessionKey.applicationID.name] = .string("") }
             return c
         }
     }
@@ -242,22 +247,22 @@ public struct DownloadOptions: Sendable, Equatable {
         // A directory URL keeps its slash: the service then takes it for a directory
         // (refused when there is none), not for the name of a file to make.
         if let destination {
-            o["destination"] = .string(destination.hasDirectoryPath && !destination.path.hasSuffix("/") ? destination.path + "/" : destination.path)
+            o[DownloadKey.destination.name] = .string(destination.hasDirectoryPath && !destination.path.hasSuffix("/") ? destination.path + "/" : destination.path)
         }
-        if !headers.isEmpty { o["headers"] = .stringDict(headers) }
-        if let description { o["description"] = .string(description) }
+        if !headers.isEmpty { o[DownloadKey.headers.name] = .stringDict(headers) }
+        if let description { o[DownloadKey.description.name] = .string(description) }
         if let sha256 { o["sha256"] = .string(sha256) }
-        if let startAfter { o["start-after"] = .uint64(UInt64(max(0, startAfter.timeIntervalSince1970) * 1_000_000)) }
-        if let priority { o["priority"] = .int32(priority.rawValue) }
-        if let speedLimit { o["speed-limit"] = .uint64(speedLimit) }
-        if let connections { o["connections"] = .uint32(UInt32(clamping: connections)) }
-        if overwrite { o["overwrite"] = .boolean(true) }
-        if startsSuspended { o["start"] = .boolean(false) }
-        if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
-        if let metalink { o["metalink"] = .string(metalink.absoluteString) }
-        if !mirrors.isEmpty { o["mirrors"] = .stringArray(mirrors.map(\.absoluteString)) }
-        if let pieces { o["pieces"] = .structure([.uint64(pieces.length), .stringArray(pieces.sha256)]) }
-        if let dedupe { o["dedupe"] = .boolean(dedupe) }
+        if let startAfter { o[DownloadKey.startAfter.name] = .uint64(UInt64(max(0, startAfter.timeIntervalSince1970) * 1_000_000)) }
+        if let priority { o[DownloadKey.priority.name] = .int32(priority.rawValue) }
+        if let speedLimit { o[DownloadKey.speedLimit.name] = .uint64(speedLimit) }
+        if let connections { o[DownloadKey.connections.name] = .uint32(UInt32(clamping: connections)) }
+        if overwrite { o[DownloadKey.overwrite.name] = .boolean(true) }
+        if startsSuspended { o[DownloadKey.start.name] = .boolean(false) }
+        if let isDiscretionary { o[DownloadKey.discretionary.name] = .boolean(isDiscretionary) }
+        if let metalink { o[DownloadKey.metalink.name] = .string(metalink.absoluteString) }
+        if !mirrors.isEmpty { o[DownloadKey.mirrors.name] = .stringArray(mirrors.map(\.absoluteString)) }
+        if let pieces { o[DownloadKey.pieces.name] = .structure([.uint64(pieces.length), .stringArray(pieces.sha256)]) }
+        if let dedupe { o[DownloadKey.dedupe.name] = .boolean(dedupe) }
         return o
     }
 }
@@ -282,14 +287,14 @@ public struct UploadOptions: Sendable, Equatable {
     public init() {}
 
     var busValue: [String: DBusValue] {
-        var o: [String: DBusValue] = ["method": .string(method.rawValue)]
-        if !headers.isEmpty { o["headers"] = .stringDict(headers) }
-        if let description { o["description"] = .string(description) }
-        if let contentType { o["content-type"] = .string(contentType) }
-        if let formField { o["form-field"] = .string(formField) }
-        if let responseDestination { o["response-destination"] = .string(responseDestination.path) }
-        if startsSuspended { o["start"] = .boolean(false) }
-        if let isDiscretionary { o["discretionary"] = .boolean(isDiscretionary) }
+        var o: [String: DBusValue] = [UploadKey.method.name: .string(method.rawValue)]
+        if !headers.isEmpty { o[UploadKey.headers.name] = .stringDict(headers) }
+        if let description { o[UploadKey.description.name] = .string(description) }
+        if let contentType { o[UploadKey.contentType.name] = .string(contentType) }
+        if let formField { o[UploadKey.formField.name] = .string(formField) }
+        if let responseDestination { o[UploadKey.responseDestination.name] = .string(responseDestination.path) }
+        if startsSuspended { o[UploadKey.start.name] = .boolean(false) }
+        if let isDiscretionary { o[UploadKey.discretionary.name] = .boolean(isDiscretionary) }
         return o
     }
 }

@@ -16,13 +16,14 @@ extension FerrySession {
     /// - Returns: the group, with a task for each item, in order.
     public func downloadGroup(_ items: [(url: URL, destination: URL?, options: DownloadOptions)], description: String = "",
                               allOrNothing: Bool = false, start: Bool? = nil) async throws -> FerryGroup {
-        var options: [String: DBusValue] = ["all-or-nothing": .boolean(allOrNothing)]
-        if !description.isEmpty { options["description"] = .string(description) }
-        if let start { options["start"] = .boolean(start) }
+        typealias O = FerryInterface.GroupOption
+        var options: [String: DBusValue] = [O.allOrNothing.name: .boolean(allOrNothing)]
+        if !description.isEmpty { options[O.description.name] = .string(description) }
+        if let start { options[O.start.name] = .boolean(start) }
         let list = DBusValue.array(element: "(sa{sv})", items.map {
             .structure([.string($0.url.absoluteString), .vardict($0.options.busValue(destination: $0.destination))])
         })
-        let r = try await core.callSession("DownloadGroup", [list, .vardict(options)])
+        let r = try await core.callSession(FerryInterface.SessionMethod.downloadGroup, [list, .vardict(options)])
         let group = FerryGroup(session: self, path: r.first?.string ?? "/")
         let members = try await group.snapshot().transferPaths
         group.tasks = members.map { core.handOut($0, upload: false) }
@@ -90,15 +91,15 @@ public final class FerryGroup: @unchecked Sendable {
     }
 
     /// Pauses its queued, waiting and running downloads.
-    public func pause() async throws { try await call("Pause") }
+    public func pause() async throws { try await call(FerryInterface.GroupMethod.pause) }
     /// Resumes its paused and failed downloads.
-    public func resume() async throws { try await call("Resume") }
+    public func resume() async throws { try await call(FerryInterface.GroupMethod.resume) }
     /// Cancels every download of it not ended yet; it ends ``State/cancelled``.
-    public func cancel() async throws { try await call("Cancel") }
+    public func cancel() async throws { try await call(FerryInterface.GroupMethod.cancel) }
     /// Forgets the group and its downloads once all have ended (completed files stay).
-    public func remove() async throws { try await call("Remove") }
+    public func remove() async throws { try await call(FerryInterface.GroupMethod.remove) }
 
-    private func call(_ method: String) async throws {
-        _ = try await session.core.call(path, FerryInterface.groupInterface, method)
+    private func call(_ method: BusMethod) async throws {
+        _ = try await session.core.call(method, on: path)
     }
 }

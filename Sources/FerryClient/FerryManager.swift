@@ -200,8 +200,7 @@ public final class FerryManager: @unchecked Sendable {
     public func batches() async throws -> AsyncStream<Batch> {
         let bus = try connected().bus
         let (stream, continuation) = AsyncStream.makeStream(of: Batch.self, bufferingPolicy: .unbounded)
-        let rule = MatchRule(sender: BusClient.busName, path: BusClient.managerPath,
-                             interface: BusClient.managerInterface, member: "AllFinished")
+        let rule = MatchRule(FerryInterface.ManagerSignal.allFinished, path: BusClient.managerPath)
         let subscription = try await mapped {
             try await bus.subscribe(rule) { m in
                 guard let a = try? m.arguments(), a.count == 3, let s = a[0].uint32, let f = a[1].uint32,

@@ -24,14 +24,14 @@ public struct FerryScheduleWindow: Sendable, Equatable, Codable {
 
     var busValue: DBusValue {
         .structure([.string(days), .string(start), .string(end), .uint64(speedLimit ?? 0),
-                    .vardict(discretionaryOnly ? ["discretionary-only": .boolean(true)] : [:])])
+                    .vardict(discretionaryOnly ? [FerryInterface.ScheduleExtra.discretionaryOnly.name: .boolean(true)] : [:])])
     }
 
     init?(bus value: DBusValue) {
         guard let f = value.structFields, f.count == 5, let days = f[0].string, let start = f[1].string,
               let end = f[2].string, let limit = f[3].uint64 else { return nil }
         self.init(days: days, start: start, end: end, speedLimit: limit == 0 ? nil : limit,
-                  discretionaryOnly: f[4].vardict?["discretionary-only"]?.bool ?? false)
+                  discretionaryOnly: f[4].vardict?[FerryInterface.ScheduleExtra.discretionaryOnly.name]?.bool ?? false)
     }
 }
 

@@ -61,7 +61,7 @@ public final class FerrySession: @unchecked Sendable {
     /// `hasDirectoryPath` is always taken for a directory, and `invalidDestination`
     /// when there is none); nil puts it in the session's download directory.
     public func download(from url: URL, to destination: URL? = nil, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
-        let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(options.busValue(destination: destination))])
+        let r = try await core.callSession(FerryInterface.SessionMethod.download, [.string(url.absoluteString), .vardict(options.busValue(destination: destination))])
         return core.handOut(r.first?.string ?? "/", upload: false, seed: Self.seed("download", url, suspended: options.startsSuspended))
     }
 
@@ -101,15 +101,15 @@ public final class FerrySession: @unchecked Sendable {
     /// which the app's copy shares.
     public func download(from url: URL, into fileHandle: FileHandle, options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
         var o = options.busValue(destination: nil)
-        o["destination-fd"] = .unixFD(fileHandle.fileDescriptor)
+        o[FerryInterface.DownloadOption.destinationFD.name] = .unixFD(fileHandle.fileDescriptor)
         defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
-        let r = try await core.callSession("Download", [.string(url.absoluteString), .vardict(o)])
+        let r = try await core.callSession(FerryInterface.SessionMethod.download, [.string(url.absoluteString), .vardict(o)])
         return core.handOut(r.first?.string ?? "/", upload: false, seed: Self.seed("download", url, suspended: options.startsSuspended))
     }
 
     /// Queues an upload of a local file.
     public func upload(file: URL, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
-        let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
+        let r = try await core.callSession(FerryInterface.SessionMethod.upload, [.string(url.absoluteString), .string(file.path), .vardict(options.busValue)])
         return core.handOut(r.first?.string ?? "/", upload: true, source: file.path,
                             seed: Self.seed("upload", url, suspended: options.startsSuspended))
     }
@@ -121,9 +121,9 @@ public final class FerrySession: @unchecked Sendable {
     /// carried across a restart of the service (it fails, asking for a new upload).
     public func upload(from fileHandle: FileHandle, to url: URL, options: UploadOptions = UploadOptions()) async throws -> FerryTask {
         var o = options.busValue
-        o["source-fd"] = .unixFD(fileHandle.fileDescriptor)
+        o[FerryInterface.UploadOption.sourceFD.name] = .unixFD(fileHandle.fileDescriptor)
         defer { withExtendedLifetime(fileHandle) {} } // open until the call is sent
-        let r = try await core.callSession("Upload", [.string(url.absoluteString), .string(""), .vardict(o)])
+        let r = try await core.callSession(FerryInterface.SessionMethod.upload, [.string(url.absoluteString), .string(""), .vardict(o)])
         return core.handOut(r.first?.string ?? "/", upload: true, source: "", seed: Self.seed("upload", url, suspended: options.startsSuspended))
     }
 
@@ -134,7 +134,7 @@ public final class FerrySession: @unchecked Sendable {
     /// `cancel()` no more than the partial file does (`invalidResumeData` then).
     public func resumeDownload(with resumeData: Data, to destination: URL? = nil,
                                options: DownloadOptions = DownloadOptions()) async throws -> FerryTask {
-        let r = try await core.callSession("ResumeDownload", [.bytes([UInt8](resumeData)), .vardict(options.busValue(destination: destination))])
+        let r = try await core.callSession(FerryInterface.SessionMethod.resumeDownload, [.bytes([UInt8](resumeData)), .vardict(options.busValue(destination: destination))])
         return core.handOut(r.first?.string ?? "/", upload: false, seed: [FerryInterface.TransferProperty.kind.name: .string("download")])
     }
 
@@ -164,23 +164,23 @@ public final class FerrySession: @unchecked Sendable {
         return c
     }
 
-    public func suspendAll() async throws { _ = try await core.callSession("PauseAll") }
-    public func resumeAll() async throws { _ = try await core.callSession("ResumeAll") }
-    public func cancelAll() async throws { _ = try await core.callSession("CancelAll") }
+    public func suspendAll() async throws { _ = try await core.callSession(FerryInterface.SessionMethod.pauseAll) }
+    public func resumeAll() async throws { _ = try await core.callSession(FerryInterface.SessionMethod.resumeAll) }
+    public func cancelAll() async throws { _ = try await core.callSession(FerryInterface.SessionMethod.cancelAll) }
 
     /// Forgets the session once its transfers have finished (`finishTasksAndInvalidate`).
     /// The session object stays alive and keeps delivering its tasks' events (to the
     /// delegate and `FerryTask.value`/`events`) until the last has ended, then leaves the
     /// bus. (A paused task never ends until it is resumed.)
     public func finishTasksAndInvalidate() async throws {
-        _ = try await core.callSession("Close", [.boolean(false)])
+        _ = try await core.callSession(FerryInterface.SessionMethod.close, [.boolean(false)])
         core.closeOnceTasksEnd(keeping: self)
     }
 
     /// Cancels the session's transfers and forgets it (`invalidateAndCancel`). Tasks
     /// whose cancellation had not arrived yet end with an error.
     public func invalidateAndCancel() async throws {
-        _ = try await core.callSession("Close", [.boolean(true)])
+        _ = try await core.callSession(FerryInterface.SessionMethod.close, [.boolean(true)])
         core.close()
     }
 

@@ -280,9 +280,9 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
 
     // MARK: Control
 
-    private func call(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+    private func call(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         guard let core else { throw FerryError.detached("the task's session is gone (detached or released)") }
-        return try await core.call(path, BusClient.transferInterface, method, args)
+        return try await core.call(method, on: path, args)
     }
 
     /// Stops the task, keeping the partial file; returns the resume data for
@@ -290,7 +290,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     /// Once it returns, ``state`` reads `.paused`.
     @discardableResult
     public func pause() async throws -> Data {
-        let data = Data(try await call("Pause").first?.bytes ?? [])
+        let data = Data(try await call(FerryInterface.TransferMethod.pause).first?.bytes ?? [])
         await core?.settle()
         return data
     }
@@ -300,7 +300,7 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     /// ``state`` reads `.queued` (or what came next).
     public func resume() async throws {
         let before = lock.withLock { completions }
-        _ = try await call("Resume")
+        _ = try await call(FerryInterface.TransferMethod.resume)
         // Accepted: a failed task runs again. Open its outcome now, so that `value` and
         // `events` read right after this follow the new run (unless that run already
         // ended meanwhile).
@@ -309,14 +309,14 @@ public final class FerryTask: @unchecked Sendable, Hashable, CustomStringConvert
     }
     /// Stops it for good and deletes the partial file.
     public func cancel() async throws {
-        _ = try await call("Cancel")
+        _ = try await call(FerryInterface.TransferMethod.cancel)
         await core?.settle()
     }
     /// Forgets a completed, failed or cancelled task (a downloaded file stays).
-    public func remove() async throws { _ = try await call("Remove") }
+    public func remove() async throws { _ = try await call(FerryInterface.TransferMethod.remove) }
     /// Points a paused or failed download at a new URL (an expired signed link).
     public func setURL(_ url: URL) async throws {
-        _ = try await call("SetUrl", [.string(url.absoluteString)])
+        _ = try await call(FerryInterface.TransferMethod.setURL, [.string(url.absoluteString)])
         await core?.settle()
     }
 

@@ -48,6 +48,8 @@ public final class FerryWakeUp: @unchecked Sendable {
         box.value = self
     }
 
+    /// `@unchecked Sendable`: `value` is set once, in `init`, before the exported
+    /// object can call back; afterwards it is only read (a weak load is atomic).
     private final class WeakBox: @unchecked Sendable { weak var value: FerryWakeUp? }
 
     /// The sessions opened on wake-ups.

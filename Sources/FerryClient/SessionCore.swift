@@ -7,7 +7,9 @@ internal import FerryBusClient
 /// read its transfers and replay its pending events in order), deliver each event
 /// once to the delegate and the task, acknowledge what was delivered, and attach
 /// again when the service comes back. All event handling runs on `queue`, in the
-/// order the service sent the events.
+/// order the service sent the events (`SessionCore+Events.swift`). Its state is
+/// internal, not private, only so that those handlers can reach it: nothing else in
+/// the module touches it.
 final class SessionCore: @unchecked Sendable {
     let configuration: FerrySession.Configuration
     let delegate: FerrySessionDelegate?
@@ -17,58 +19,59 @@ final class SessionCore: @unchecked Sendable {
     /// Where the delegate is called.
     let delegateCalls: DelegateCalls
 
-    private let lock = NSLock()
-    private var bus: BusConnection?
-    private var subscriptions: [BusConnection.Subscription] = []
-    private var attachTask: Task<String, Error>?
+    let lock = NSLock()
+    var bus: BusConnection?
+    var subscriptions: [BusConnection.Subscription] = []
+    var attachTask: Task<String, Error>?
     /// A retrying attach (`scheduleAttach`) is under way; under `lock`.
-    private var retrying = false
+    var retrying = false
     /// Successful attaches so far (tests wait for a re-attach with it); under `lock`.
     private(set) var attachCount: Int {
         get { lock.withLock { attachments } }
         set { lock.withLock { attachments = newValue } }
     }
-    private var attachments = 0
-    private var closed = false
+    var attachments = 0
+    var closed = false
     /// The session object while `finishTasksAndInvalidate` waits for its tasks (as a
     /// URLSession lives until it is invalidated); under `lock`.
-    private var keepAlive: FerrySession?
+    var keepAlive: FerrySession?
 
     // Confined to `queue`.
-    private var sessionPath: String?
-    private var tasks: [String: FerryTask] = [:]
-    private var handedOut: Set<String> = []
-    private var replaying = true
+    var sessionPath: String?
+    var tasks: [String: FerryTask] = [:]
+    var handedOut: Set<String> = []
+    var replaying = true
     /// Bumped by each attach: a failed one resets the buffering only if it is the latest.
-    private var attachGeneration = 0
-    private var buffered: [Incoming] = []
-    private var lastDelivered: UInt64 = 0
-    private var locations: [String: String] = [:]
+    var attachGeneration = 0
+    var buffered: [Incoming] = []
+    var lastDelivered: UInt64 = 0
+    var locations: [String: String] = [:]
     /// Uploads' server answers, heard before their `Completed`.
-    private var responses: [String: [UInt8]] = [:]
+    var responses: [String: [UInt8]] = [:]
     /// The last `Progress` total of each transfer: its bytes when it completes.
-    private var totals: [String: Int64] = [:]
+    var totals: [String: Int64] = [:]
     /// `Sha256` of downloads that had the option, heard before their `Completed`.
-    private var digests: [String: String] = [:]
+    var digests: [String: String] = [:]
     /// Attached (subscribed, session open, pending events replayed): a `Completed`
     /// heard while not attached stays pending in the service for the next replay.
-    private var attached = false
+    var attached = false
     /// Completions delivered that the app has not taken (no delegate, and the task not
     /// handed out): their events stay pending for a later run. Path → serial (the
     /// oldest of the path's, which holds its later ones back).
-    private var untaken: [String: UInt64] = [:]
+    var untaken: [String: UInt64] = [:]
     /// The serials of completions not taken yet: those in `untaken`, and those handed
     /// to a `FerrySessionEvents` delegate that no reader has taken. Events are
     /// acknowledged up to just below the lowest.
-    private var notTaken = UntakenSerials()
+    var notTaken = UntakenSerials()
     /// The last serial acknowledged to the service.
-    private var acknowledged: UInt64 = 0
+    var acknowledged: UInt64 = 0
     /// `finishTasksAndInvalidate` was called: close once no task is left.
-    private var closeWhenTasksEnd = false
+    var closeWhenTasksEnd = false
 
     /// A signal, as the bus queue hands it over.
     enum Incoming {
-        case transfer(path: String, member: String, args: [DBusValue])
+        /// One of the transfer signals (`Progress`, `ResumedAtOffset`, `Finished`, `Completed`).
+        case transfer(TransferEvent)
         /// PropertiesChanged: the values (for the task's status); among them a new state,
         /// an upload's server answer, a download's digest.
         case changed(path: String, state: String?, response: [UInt8]?, sha256: String? = nil, properties: [String: DBusValue] = [:])
@@ -112,7 +115,7 @@ final class SessionCore: @unchecked Sendable {
         }
     }
 
-    private func connection() throws -> BusConnection {
+    func connection() throws -> BusConnection {
         try lock.withLock {
             if closed { throw FerryError.detached("the session was detached or invalidated; make it again to go on") }
             if let bus { return bus }
@@ -127,7 +130,7 @@ final class SessionCore: @unchecked Sendable {
         }
     }
 
-    private func subscribe(_ bus: BusConnection) async throws {
+    func subscribe(_ bus: BusConnection) async throws {
         let needed = lock.withLock { subscriptions.isEmpty }
         guard needed else { return }
         let transfers = String(BusClient.transferPathPrefix.dropLast())
@@ -136,8 +139,9 @@ final class SessionCore: @unchecked Sendable {
         // next attach does not hear each signal twice.
         let rules: [(MatchRule, @Sendable (BusMessage) -> Void)] = [
             (MatchRule(sender: service, pathNamespace: transfers, interface: BusClient.transferInterface), { [weak self] m in
-                guard let path = m.path, let member = m.member, let args = try? m.arguments() else { return }
-                self?.receive(.transfer(path: path, member: member, args: args))
+                guard let path = m.path, let args = try? m.arguments(),
+                      let event = TransferEvent(transferSignal: m, path: path, args: args) else { return }
+                self?.receive(.transfer(event))
             }),
             (MatchRule(sender: service, pathNamespace: transfers, interface: StandardNames.properties, member: "PropertiesChanged"), { [weak self] m in
                 guard let path = m.path, let args = try? m.arguments(), args.count == 3, let changed = args[1].vardict else { return }
@@ -155,8 +159,7 @@ final class SessionCore: @unchecked Sendable {
                     self?.receive(.removed(path: path))
                 }
             }),
-            (MatchRule(sender: service, pathNamespace: FerryInterface.managerPath + "/session",
-                       interface: BusClient.sessionInterface, member: "AllFinished"), { [weak self] m in
+            (MatchRule(FerryInterface.SessionSignal.allFinished, pathNamespace: FerryInterface.managerPath + "/session"), { [weak self] m in
                 guard let path = m.path else { return }
                 self?.receive(.allFinished(path: path))
             }),
@@ -170,7 +173,7 @@ final class SessionCore: @unchecked Sendable {
         lock.withLock { subscriptions = subs }
     }
 
-    private func doAttach() async throws -> String {
+    func doAttach() async throws -> String {
         let bus = try connection()
         let generation: Int = queue.sync {
             replaying = true
@@ -284,7 +287,7 @@ final class SessionCore: @unchecked Sendable {
     /// Attaches again (after the service came back, or when a completion was heard
     /// while not attached), trying again after 0.25 s, 0.5 s, … every 30 s at most,
     /// until it is attached or the session is closed. One such loop at a time.
-    private func scheduleAttach() {
+    func scheduleAttach() {
         let start: Bool = lock.withLock {
             guard !retrying, !closed else { return false }
             retrying = true
@@ -299,232 +302,6 @@ final class SessionCore: @unchecked Sendable {
             }
             lock.withLock { retrying = false }
         }
-    }
-
-    // MARK: Events (on `queue`)
-
-    private func receive(_ i: Incoming) {
-        queue.async { [self] in
-            if replaying { buffered.append(i) } else { process(i) }
-        }
-    }
-
-    /// The task object for a path of this session (made on first sight).
-    func task(_ path: String) -> FerryTask {
-        dispatchPrecondition(condition: .onQueue(queue))
-        if let t = tasks[path] { return t }
-        let t = FerryTask(path: path, core: self)
-        tasks[path] = t
-        return t
-    }
-
-    /// The task for a path the app now holds (its events may be acknowledged). `seed`:
-    /// what the creating call knows of it, should the service have said nothing yet.
-    func handOut(_ path: String, upload: Bool? = nil, source: String? = nil, seed: [String: DBusValue] = [:]) -> FerryTask {
-        queue.sync {
-            handedOut.insert(path)
-            let t = task(path)
-            t.status.seed(seed)
-            if let upload { t.isUpload = upload }
-            if let source, t.source == nil { t.source = source } // the service's name (from .added) wins
-            taken(path)
-            return t
-        }
-    }
-
-    func allTasks() -> [FerryTask] {
-        queue.sync {
-            handedOut.formUnion(tasks.keys)
-            for serial in untaken.values { notTaken.take(serial) }
-            untaken = [:]
-            acknowledgeTaken()
-            return tasks.values.sorted { $0.id < $1.id }
-        }
-    }
-
-    /// On `queue`: the app now holds `path`; its completion, if one came before, is taken.
-    private func taken(_ path: String) {
-        guard let serial = untaken.removeValue(forKey: path) else { return }
-        notTaken.take(serial)
-        acknowledgeTaken()
-    }
-
-    /// On `queue`: a transfer of this session appeared (kind and, for an upload, the
-    /// source as the service names it).
-    private func added(_ path: String, _ props: [String: DBusValue]) {
-        guard props[FerryInterface.TransferProperty.session.name]?.string == sessionPath else { return }
-        let t = task(path)
-        t.status.apply(props)
-        t.isUpload = props[FerryInterface.TransferProperty.kind.name]?.string == "upload"
-        if t.isUpload, let source = props[FerryInterface.TransferProperty.destination.name]?.string { t.source = source }
-    }
-
-    /// On `queue`: the transfer is gone from the service (removed, or vanished with it);
-    /// no one can take its events any more.
-    private func forget(_ path: String) {
-        tasks[path] = nil
-        handedOut.remove(path)
-        responses[path] = nil
-        totals[path] = nil
-        digests[path] = nil
-        if untaken[path] != nil { taken(path) }
-    }
-
-    private func process(_ i: Incoming) {
-        switch i {
-        case .added(let path, let props):
-            added(path, props)
-        case .removed(let path):
-            forget(path)
-        case .changed(let path, let state, let response, let sha256, let properties):
-            guard let t = tasks[path] else { return }
-            t.status.apply(properties)
-            if let sha256, !t.isCompleted { digests[path] = sha256.isEmpty ? nil : sha256 }
-            // An answer for the run under way (not one heard again after its replay).
-            if let response, t.isUpload, !t.isCompleted { responses[path] = response.isEmpty ? nil : response }
-            guard let state, let s = TransferState(rawValue: state) else { return }
-            // A final state is told with the task's completion (`deliver`), after
-            // `.finished`, so that it is a task's last event.
-            guard !s.isFinal else { return }
-            t.reopen() // a failed task resumed: a new run
-            t.yield(.stateChanged(s))
-        case .allFinished(let path):
-            guard path == sessionPath, let s = session, let d = delegate else { return }
-            delegateCalls.run { d.ferrySessionDidBecomeIdle(s) }
-        case .serviceBack:
-            lock.withLock { attachTask = nil }
-            scheduleAttach()
-        case .serviceGone:
-            attached = false
-            lock.withLock { attachTask = nil }
-        case .transfer(let path, let member, let args):
-            guard let t = tasks[path] else { return }
-            switch (member, args.count) {
-            case ("Progress", 3):
-                let (written, total, expected) = (args[0].int64 ?? 0, args[1].int64 ?? 0, args[2].int64 ?? -1)
-                totals[path] = total
-                t.status.progressed(total: total, expected: expected)
-                t.yield(.progress(bytes: written, totalBytes: total, totalBytesExpected: expected))
-                if let s = session, let d = delegate {
-                    if t.isUpload {
-                        delegateCalls.run { d.ferrySession(s, task: t, didSendBodyData: written, totalBytesSent: total, totalBytesExpectedToSend: expected) }
-                    } else {
-                        delegateCalls.run { d.ferrySession(s, downloadTask: t, didWriteData: written, totalBytesWritten: total, totalBytesExpectedToWrite: expected) }
-                    }
-                }
-            case ("ResumedAtOffset", 2):
-                let (offset, expected) = (args[0].int64 ?? 0, args[1].int64 ?? -1)
-                t.yield(.resumed(offset: offset, expectedTotal: expected))
-                if let s = session, let d = delegate {
-                    delegateCalls.run { d.ferrySession(s, downloadTask: t, didResumeAtOffset: offset, expectedTotalBytes: expected) }
-                }
-            case ("Finished", 1):
-                // Delivered with the Completed that follows (so a replayed one is not delivered twice).
-                locations[path] = args[0].string ?? ""
-            case ("Completed", 3):
-                let serial = args[0].uint64 ?? 0
-                let name = args[1].string ?? ""
-                guard serial > lastDelivered else { return }
-                guard attached else {
-                    // Kept in the service: the next attach replays it.
-                    if !replaying { scheduleAttach() }
-                    return
-                }
-                deliver(path: path, serial: serial, state: name.isEmpty ? "completed" : (name.hasSuffix(".Cancelled") ? "cancelled" : "failed"),
-                        errorName: name, errorMessage: args[2].string ?? "", httpStatus: 0, location: locations[path] ?? "",
-                        bytes: totals[path], sha256: digests[path])
-            default:
-                break
-            }
-        }
-    }
-
-    /// Hands one completion to the task and the delegate, then acknowledges it.
-    private func deliver(path: String, serial: UInt64, state: String, errorName: String, errorMessage: String,
-                         httpStatus: Int, location: String, bytes: Int64?, sha256: String?) {
-        let t = task(path)
-        let location = t.isUpload ? t.source ?? "" : location // an upload's: the file it sent
-        locations[path] = nil
-        totals[path] = nil
-        digests[path] = nil
-        let response = t.isUpload ? responses[path] : nil
-        var status = httpStatus
-        if status == 0 && errorName.hasSuffix(".Http") {
-            // The message names the status ("… 404 …"); the event's details carry it when replayed.
-            status = errorMessage.split(whereSeparator: { !$0.isNumber }).compactMap { Int($0) }.first { (400...599).contains($0) } ?? 0
-        }
-        let outcome = Self.outcome(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status,
-                                   location: location, response: response, bytes: bytes, sha256: sha256)
-        // Live, the run's end is the newest news of the task; replayed, the listing the
-        // attach read is newer.
-        if !replaying, !t.isCompleted {
-            t.status.ended(state: state, errorName: errorName, errorMessage: errorMessage, httpStatus: status, bytes: bytes)
-        }
-        if case .success = outcome { responses[path] = nil } // kept after a failure: a retry may not answer anew
-        if case .success(let r) = outcome, let url = r.location, !t.isUpload {
-            t.yield(.finished(location: url))
-            if let s = session, let d = delegate { delegateCalls.run { d.ferrySession(s, downloadTask: t, didFinishDownloadingTo: url) } }
-        }
-        if !t.isCompleted, let final = TransferState(rawValue: state) { t.yield(.stateChanged(final)) }
-        if let s = session {
-            let error: FerryError?
-            if case .failure(let e) = outcome { error = e } else { error = nil }
-            if let events = delegate as? FerrySessionEvents {
-                // Acknowledged once a reader has taken it.
-                notTaken.add(serial)
-                delegateCalls.run { events.completed(t, error: error, serial: serial) }
-            } else if let d = delegate {
-                if delegateCalls.operationQueue == nil {
-                    d.ferrySession(s, task: t, didCompleteWithError: error)
-                } else {
-                    // Acknowledged once the delegate has returned, on the app's queue.
-                    notTaken.add(serial)
-                    delegateCalls.run({ d.ferrySession(s, task: t, didCompleteWithError: error) }, then: { [weak self] in
-                        guard let self else { return }
-                        self.queue.async {
-                            self.notTaken.take(serial)
-                            self.acknowledgeTaken()
-                        }
-                    })
-                }
-            }
-        }
-        t.complete(outcome)
-        if closeWhenTasksEnd { closeIfTasksEnded() }
-        lastDelivered = max(lastDelivered, serial)
-        if delegate == nil && !handedOut.contains(path) {
-            // No one took it: it stays pending (a later run, or the app's own call
-            // returning this task, takes it).
-            if untaken[path] == nil { // its oldest event holds the rest
-                untaken[path] = serial
-                notTaken.add(serial)
-            }
-        }
-        acknowledgeTaken()
-    }
-
-    static func outcome(state: String, errorName: String, errorMessage: String, httpStatus: Int,
-                        location: String, response: [UInt8]? = nil, bytes: Int64? = nil,
-                        sha256: String? = nil) -> Result<FerryTaskResult, FerryError> {
-        // Completed is a success, whatever `Error` held (a failure it retried past).
-        if state == "completed" {
-            return .success(FerryTaskResult(location: location.isEmpty ? nil : URL(fileURLWithPath: location),
-                                            response: response.map { Data($0) }, bytes: bytes,
-                                            sha256: sha256.flatMap { $0.isEmpty ? nil : $0 }))
-        }
-        let name = errorName.isEmpty ? (state == "cancelled" ? FerryInterface.ErrorName.cancelled : .network).fullName : errorName
-        return .failure(FerryError(name: name, message: errorMessage.isEmpty ? state : errorMessage, httpStatus: httpStatus))
-    }
-
-    /// On `queue`: acknowledges every delivered event up to the first one not taken
-    /// (acknowledging drops every event up to the serial given).
-    private func acknowledgeTaken() {
-        let upTo = min(lastDelivered, notTaken.lowest.map { $0 - 1 } ?? .max)
-        guard attached, upTo > acknowledged, let path = sessionPath, let bus = lock.withLock({ bus }),
-              let m = try? BusClient.methodCall(path: path, interface: BusClient.sessionInterface,
-                                                  method: "AcknowledgeEvents", [.uint64(upTo)]) else { return }
-        acknowledged = upTo
-        bus.send(m) { _ in }
     }
 
     // MARK: Calls
@@ -544,9 +321,15 @@ final class SessionCore: @unchecked Sendable {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in queue.async { c.resume() } }
     }
 
-    func callSession(_ method: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+    /// A declared method of the service's on the object at `path`, after attaching.
+    func call(_ method: BusMethod, on path: String, _ args: [DBusValue] = []) async throws -> [DBusValue] {
+        try await call(path, method.interface, method.name, args)
+    }
+
+    /// A method of this session's object, after attaching.
+    func callSession(_ method: BusMethod, _ args: [DBusValue] = []) async throws -> [DBusValue] {
         let path = try await attach()
-        return try await call(path, BusClient.sessionInterface, method, args)
+        return try await call(method, on: path, args)
     }
 
     /// Leaves the bus. The tasks not ended yet end with an error (the transfers go on in
@@ -584,7 +367,7 @@ final class SessionCore: @unchecked Sendable {
     }
 
     /// On `queue`: closes, off the queue, once every task known here has ended.
-    private func closeIfTasksEnded() {
+    func closeIfTasksEnded() {
         guard !tasks.values.contains(where: { !$0.isCompleted }) else { return }
         DispatchQueue.global().async { self.close() }
     }

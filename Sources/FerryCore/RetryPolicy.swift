@@ -10,12 +10,12 @@ public enum RetryDecision: Equatable, Sendable {
 /// that backoff rules can change without touching the state handling. The coordinator
 /// adds what a policy cannot see: a server's `Retry-After` (the wait is at least that
 /// long) and the session's `resource-timeout` (no wait past it).
-public struct RetryPolicy {
+public struct RetryPolicy: Sendable {
     /// - Parameters: the failure; the attempts made in this run so far, the failed one
     ///   included (1 after the first failure); the session's `retries` setting.
-    public var decide: (FerryError, _ attempts: UInt32, _ maxRetries: UInt32) -> RetryDecision
+    public var decide: @Sendable (FerryError, _ attempts: UInt32, _ maxRetries: UInt32) -> RetryDecision
 
-    public init(decide: @escaping (FerryError, UInt32, UInt32) -> RetryDecision) {
+    public init(decide: @escaping @Sendable (FerryError, UInt32, UInt32) -> RetryDecision) {
         self.decide = decide
     }
 
@@ -27,7 +27,7 @@ public struct RetryPolicy {
     /// ±`jitter` (a fraction) so that many transfers failing together do not come back
     /// together. `random` gives numbers in 0..<1 (injectable for tests).
     public static func exponentialBackoff(base: Double = 2, cap: Double = 300, jitter: Double = 0,
-                                          random: @escaping () -> Double = { Double.random(in: 0..<1) }) -> RetryPolicy {
+                                          random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) -> RetryPolicy {
         RetryPolicy { error, attempts, maxRetries in
             guard isTransient(error), attempts <= maxRetries else { return .fail }
             let exponent = Double(max(attempts, 1) - 1)

@@ -19,9 +19,9 @@ extension TransferCoordinator {
             return
         }
         if case .network = error, t.onSharedConnection, t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
-            // The shared (HTTP/2) connection its stream was on went away: a GOAWAY, a
-            // reset, a server that dropped a hundred streams at once. Not this transfer's
-            // failure: it goes back to the queue at once, its retries untouched.
+            // The shared (HTTP/2) connection its stream was on (answered or not yet) went
+            // away: a GOAWAY, a reset, a server that dropped a hundred streams at once. Not
+            // this transfer's failure: it goes back to the queue at once, its retries untouched.
             t.sharedConnectionLosses += 1
             t.onSharedConnection = false
             logger.info("transfer \(t.id): its shared connection went away (\(error.message)); trying again at once")

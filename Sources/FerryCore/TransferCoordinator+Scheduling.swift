@@ -69,7 +69,13 @@ extension TransferCoordinator {
         // Starting over: what was synced of the old part file says nothing of the new.
         if offset == 0 && t.segments == nil && !t.isAwaitingMetalink { t.durablePart = nil }
         t.connectionsFreed = false
-        t.onSharedConnection = false
+        // One request to an origin that answers over HTTP/2 goes as a stream on its shared
+        // connection: if that connection goes before the answer, the loss is not this
+        // transfer's (`attemptFailed`). Its response says again (HTTP/1.1: not shared).
+        switch kind {
+        case .download, .upload: t.onSharedConnection = index.isMultiplexing(HostKey(session: t.session, host: t.host))
+        default: t.onSharedConnection = false
+        }
         t.snapshot.attempts += 1
         t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)

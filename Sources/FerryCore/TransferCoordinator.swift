@@ -15,7 +15,10 @@ import Logging
 /// tool, the records with their index, or an owned part that keeps its state private and
 /// its rules in one place; what ties them is the order of a change (`mutate`), which is
 /// the coordinator's job. Each says below why it stays here.
-public final class TransferCoordinator {
+///
+/// `@unchecked Sendable`: the serial `queue` is its lock. Other threads hold a reference
+/// only to hand work to `queue` (`core.queue.async { core.… }`); no state is touched off it.
+public final class TransferCoordinator: @unchecked Sendable {
     /// The serial queue that owns the core's state.
     public let queue: DispatchQueue
     /// Subscribers, and the events of the change under way, sent when it ends.

@@ -184,7 +184,8 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.durablePart = newValue } }
     }
 
-    /// The current attempt is a stream of a shared (HTTP/2) connection that answered.
+    /// The current attempt is a stream of a shared (HTTP/2) connection: sent to an origin
+    /// whose last answer came over HTTP/2, or answered over one.
     var onSharedConnection: Bool {
         get { extrasBox?.onSharedConnection ?? false }
         set { if newValue || extrasBox != nil { extras.onSharedConnection = newValue } }

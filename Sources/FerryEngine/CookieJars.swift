@@ -11,6 +11,13 @@ import Foundation
 /// what was last written whenever a handle that used the jar has gone. Engine thread
 /// only (the shares need no locks: one thread uses them).
 ///
+/// Each share also holds the TLS sessions (CURL_LOCK_DATA_SSL_SESSION) of its attempts,
+/// and attempts without a jar share one of their own: a new connection to a server
+/// resumes the TLS session an earlier attempt made (libcurl keeps them per easy handle
+/// otherwise, and an attempt's handle is new). Attempts with different jars never
+/// resume each other's sessions, as they never see each other's cookies. Connections
+/// and DNS answers are shared by the multi handle already.
+///
 /// Cookie values are never logged.
 final class CookieJars {
     private final class Jar {
@@ -29,22 +36,36 @@ final class CookieJars {
     private var unsaved: Set<EngineCookieJar> = []
     /// Jars to free once no handle uses them any more.
     private var discarded: [UnsafeMutableRawPointer] = []
+    /// The TLS sessions of attempts without a jar (made by the first of them).
+    private var withoutJar: UnsafeMutableRawPointer?
+
+    /// A share of TLS sessions, and of cookies when `cookies`.
+    private static func makeShare(cookies: Bool) -> UnsafeMutableRawPointer? {
+        guard let created = curl_share_init() else { return nil }
+        var kinds = [CURL_LOCK_DATA_SSL_SESSION]
+        if cookies { kinds.append(CURL_LOCK_DATA_COOKIE) }
+        for kind in kinds where ferry_share_setopt_long(created, CURLSHOPT_SHARE, Int(kind.rawValue)) != CURLSHE_OK {
+            curl_share_cleanup(created)
+            return nil
+        }
+        return created
+    }
 
     /// Connects `easy` to the jar's cookies (nothing for nil: no cookie engine at all).
     /// Call `detach(easy)` before the handle is cleaned up.
     func attach(_ easy: UnsafeMutableRawPointer, to jar: EngineCookieJar?) -> CURLcode {
-        guard let jar else { return CURLE_OK }
+        guard let jar else {
+            if withoutJar == nil { withoutJar = Self.makeShare(cookies: false) }
+            guard let share = withoutJar else { return CURLE_OUT_OF_MEMORY }
+            return ferry_easy_setopt_share(easy, share)
+        }
         freeDiscarded()
         var first = false
         let entry: Jar
         if let existing = jars[jar] {
             entry = existing
         } else {
-            guard let created = curl_share_init() else { return CURLE_OUT_OF_MEMORY }
-            guard ferry_share_setopt_long(created, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_COOKIE.rawValue)) == CURLSHE_OK else {
-                curl_share_cleanup(created)
-                return CURLE_FAILED_INIT
-            }
+            guard let created = Self.makeShare(cookies: true) else { return CURLE_FAILED_INIT }
             entry = Jar(share: created)
             jars[jar] = entry
             first = true
@@ -142,6 +163,8 @@ final class CookieJars {
         saveChanged()
         for entry in jars.values { release(entry) }
         jars.removeAll()
+        if let share = withoutJar { discarded.append(share) }
+        withoutJar = nil
         freeDiscarded()
     }
 

@@ -12,7 +12,8 @@ import Foundation
 /// first, so it runs after the downloads sent before it and before those sent after.
 final class DownloadCalls: @unchecked Sendable {
     /// Calls in the order they came; taken whole by the hop that runs them.
-    final class Group {
+    /// `@unchecked Sendable`: `calls` is read and written only under `DownloadCalls.lock`.
+    final class Group: @unchecked Sendable {
         fileprivate var calls: [(MethodInvocation, SessionID)] = []
     }
 
@@ -75,13 +76,14 @@ extension FerryBusService {
         }
         for (inv, session) in calls {
             do {
-                var dict = try OptionParsing.vardict(inv.arguments[1])
-                let descriptor = try destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
+                let args = CallArguments(FerryInterface.SessionMethod.download, of: inv)
+                var dict = try OptionParsing.vardict(args.value(FerryInterface.Argument.options))
+                let descriptor = try destinationDescriptor(dict.removeValue(forKey: FerryInterface.DownloadOption.destinationFD.name))
                 // The descriptor now owns the fd (it closes it); the invocation must not.
                 if let descriptor { inv.keepUnixFD(descriptor.fd) }
                 let options = try OptionParsing.download(dict)
                 try checkTransferLimit(core, session: session)
-                let url = inv.arguments[0].string ?? ""
+                let url = args.string(FerryInterface.Argument.url)
                 if let descriptor {
                     addPrepared()
                     outcomes.append(.success(try core.download(session: session, url: url, options: options, into: descriptor)))

@@ -101,6 +101,8 @@ public final class FerryBusService: @unchecked Sendable {
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
         downloadCalls.close() // runs after the downloads asked for before it
+        // Handed over whole: from here on only the core's queue runs it, once.
+        nonisolated(unsafe) let body = body
         core.queue.async { [self] in answer(inv, Result { try body(core) }) }
     }
 
@@ -155,6 +157,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// whether the value was accepted. The bus queue does not wait meanwhile.
     func onCore(_ done: @escaping @Sendable (BusError?) -> Void, _ body: @escaping (TransferCoordinator) throws -> Void) {
         downloadCalls.close()
+        nonisolated(unsafe) let body = body // as in `run`: only the core's queue runs it, once
         core.queue.async { [core] in
             do {
                 try body(core)
@@ -214,17 +217,17 @@ public final class FerryBusService: @unchecked Sendable {
         case .progress(let p):
             progress(p)
         case .resumedAtOffset(let id, let offset, let expectedTotal):
-            signal(FerryInterface.transferPath(id), FerryInterface.transferInterface, "ResumedAtOffset",
+            signal(FerryInterface.transferPath(id), FerryInterface.TransferSignal.resumedAtOffset,
                    [.int64(offset), .int64(expectedTotal)])
         case .finished(let id, let location):
-            signal(FerryInterface.transferPath(id), FerryInterface.transferInterface, "Finished", [.string(location)])
+            signal(FerryInterface.transferPath(id), FerryInterface.TransferSignal.finished, [.string(location)])
         case .completed(let c):
             notifications?.transferCompleted(c)
-            signal(FerryInterface.transferPath(c.transfer.id), FerryInterface.transferInterface, "Completed",
+            signal(FerryInterface.transferPath(c.transfer.id), FerryInterface.TransferSignal.completed,
                    [.uint64(c.serial), .string(c.errorName), .string(c.errorMessage)])
         case .sessionAllFinished(let end):
             waker.batchEnded(end)
-            signal(FerryInterface.sessionPath(end.session), FerryInterface.sessionInterface, "AllFinished",
+            signal(FerryInterface.sessionPath(end.session), FerryInterface.SessionSignal.allFinished,
                    [.uint32(end.counts.succeeded), .uint32(end.counts.failed), .uint32(end.counts.cancelled)])
         case .managerChanged(let manager):
             update(FerryInterface.managerPath, FerryInterface.managerInterface, PropertyMapping.manager(manager, version: version))
@@ -237,7 +240,7 @@ public final class FerryBusService: @unchecked Sendable {
             removeObject(FerryInterface.groupPath(id))
         case .groupFinished(let group):
             update(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, PropertyMapping.group(group))
-            signal(FerryInterface.groupPath(group.id), FerryInterface.groupInterface, "Finished",
+            signal(FerryInterface.groupPath(group.id), FerryInterface.GroupSignal.finished,
                    [.uint32(group.succeeded), .uint32(group.failed), .uint32(group.cancelled)])
         case .allFinished(let end):
             let counts = end.counts
@@ -251,7 +254,7 @@ public final class FerryBusService: @unchecked Sendable {
             let onlyPrivate = p != BatchCounts() && shown == BatchCounts()
             let args: [DBusValue] = onlyPrivate ? [.uint32(counts.succeeded), .uint32(counts.failed), .uint32(counts.cancelled)]
                                                 : [.uint32(shown.succeeded), .uint32(shown.failed), .uint32(shown.cancelled)]
-            signal(FerryInterface.managerPath, FerryInterface.managerInterface, "AllFinished", args,
+            signal(FerryInterface.managerPath, FerryInterface.ManagerSignal.allFinished, args,
                    to: onlyPrivate ? watcherAudience : nil)
             notifications?.allFinished(end)
         }
@@ -320,7 +323,7 @@ public final class FerryBusService: @unchecked Sendable {
                 bus.object(at: FerryInterface.managerPath)?.setProperties(FerryInterface.managerInterface, managerValues)
             }
         }
-        signal(path, FerryInterface.transferInterface, "Progress",
+        signal(path, FerryInterface.TransferSignal.progress,
                [.int64(p.bytesWritten), .int64(p.totalBytesWritten), .int64(p.totalBytesExpected)])
     }
 
@@ -353,13 +356,13 @@ public final class FerryBusService: @unchecked Sendable {
     }
 
     /// `audience`: who hears it when not its object's audience (nil: the object's).
-    private func signal(_ path: String, _ interface: String, _ name: String, _ args: [DBusValue],
-                        to audience: SignalAudience? = nil) {
+    private func signal(_ path: String, _ declared: BusSignal, _ args: [DBusValue], to audience: SignalAudience? = nil) {
+        assert(args.map(\.signature).joined() == declared.signature, "\(declared.name)'s arguments are not its declared ones")
         onBus { [bus, logger] in
             do {
-                try bus.emitSignalNow(path: path, interface: interface, name: name, arguments: args, to: audience)
+                try bus.emitSignalNow(path: path, interface: declared.interface, name: declared.name, arguments: args, to: audience)
             } catch {
-                logger.error("could not emit \(interface).\(name) on \(path): \(error)")
+                logger.error("could not emit \(declared.interface).\(declared.name) on \(path): \(error)")
             }
         }
     }

@@ -5,14 +5,15 @@ import FerryInterface
 /// Groups (contract v1.2): `Session.DownloadGroup` and the `org.ferry.Ferry1.Group`
 /// objects it makes.
 extension FerryBusService {
-    static let groupOptionKeys = ["description", "all-or-nothing", "start"]
-
     /// `Session.DownloadGroup(a(sa{sv}) items, a{sv} options) -> (o group)`: every item
     /// is checked as `Download` checks it, then all are added in one store transaction,
     /// or none: the first bad item refuses the call with its error, its index in front.
-    func downloadGroup(_ inv: MethodInvocation) {
+    func downloadGroup(_ inv: MethodInvocation, _ args: CallArguments) {
+        typealias M = FerryInterface.SessionMethod
+        typealias G = FerryInterface.GroupOption
+        typealias Argument = FerryInterface.Argument
         runOnSession(inv) { core, session in
-            guard case .array(_, let items) = inv.arguments[0] else {
+            guard case .array(_, let items) = args.value(M.items) else {
                 throw FerryError.invalidArgument("items must be of type a(sa{sv})")
             }
             guard !items.isEmpty else { throw FerryError.invalidArgument("a group needs at least one item") }
@@ -22,20 +23,18 @@ extension FerryBusService {
             var description = ""
             var allOrNothing = false
             var start: Bool?
-            for (key, value) in try OptionParsing.vardict(inv.arguments[1]) {
+            for (key, value) in try OptionParsing.vardict(args.value(Argument.options)) {
                 switch key {
-                case "description":
-                    guard value.signature == "s", let v = value.string else { throw Self.groupOptionType(key, "s", value) }
+                case G.description.name:
+                    let v = try Self.groupOption(G.description, value) { $0.string }
                     try Limits.check(v, max: Limits.descriptionBytes, what: "the group description")
                     description = v
-                case "all-or-nothing":
-                    guard value.signature == "b", let v = value.bool else { throw Self.groupOptionType(key, "b", value) }
-                    allOrNothing = v
-                case "start":
-                    guard value.signature == "b", let v = value.bool else { throw Self.groupOptionType(key, "b", value) }
-                    start = v
+                case G.allOrNothing.name:
+                    allOrNothing = try Self.groupOption(G.allOrNothing, value) { $0.bool }
+                case G.start.name:
+                    start = try Self.groupOption(G.start, value) { $0.bool }
                 default:
-                    throw FerryError.invalidArgument("unknown group option '\(key)'; known options: \(Self.groupOptionKeys.joined(separator: ", "))")
+                    throw FerryError.invalidArgument("unknown group option '\(key)'; known options: \(G.all.map(\.name).joined(separator: ", "))")
                 }
             }
             for (index, item) in items.enumerated() {
@@ -43,11 +42,10 @@ extension FerryBusService {
                     guard case .structure(let fields) = item, fields.count == 2, let url = fields[0].string else {
                         throw FerryError.invalidArgument("each item must be of type (sa{sv})")
                     }
-                    var dict = try OptionParsing.vardict(fields[1])
-                    if dict["destination-fd"] != nil {
+                    let dict = try OptionParsing.vardict(fields[1])
+                    if dict[FerryInterface.DownloadOption.destinationFD.name] != nil {
                         throw FerryError.invalidArgument("destination-fd is not taken in a group; use Download for it")
                     }
-                    dict["destination-fd"] = nil
                     var options = try OptionParsing.download(dict)
                     if let start { options.start = start }
                     try self.checkTransferLimit(core, session: session)
@@ -64,23 +62,25 @@ extension FerryBusService {
         }
     }
 
-    private static func groupOptionType(_ key: String, _ type: String, _ value: DBusValue) -> FerryError {
-        .invalidArgument("group option '\(key)' must be of D-Bus type '\(type)', not '\(value.signature)'")
+    private static func groupOption<T>(_ option: BusOption, _ value: DBusValue, _ get: (DBusValue) -> T?) throws -> T {
+        guard value.signature == option.signature, let v = get(value) else {
+            throw FerryError.invalidArgument("group option '\(option.name)' must be of D-Bus type '\(option.signature)', not '\(value.signature)'")
+        }
+        return v
     }
 
     func groupInterface() -> InterfaceSpec {
-        InterfaceSpec(
+        typealias M = FerryInterface.GroupMethod
+        return InterfaceSpec(
             name: FerryInterface.groupInterface,
-            methods: [
-                MethodSpec("Pause") { [unowned self] inv in runOnGroup(inv) { core, id in try core.pauseGroup(id); return [] } },
-                MethodSpec("Resume") { [unowned self] inv in runOnGroup(inv) { core, id in try core.resumeGroup(id); return [] } },
-                MethodSpec("Cancel") { [unowned self] inv in runOnGroup(inv) { core, id in try core.cancelGroup(id); return [] } },
-                MethodSpec("Remove") { [unowned self] inv in runOnGroup(inv) { core, id in try core.removeGroup(id); return [] } },
-            ],
+            methods: Self.methodSpecs(FerryInterface.GroupMethod.all, handlers: [
+                M.pause: { [unowned self] inv, _ in runOnGroup(inv) { core, id in try core.pauseGroup(id); return [] } },
+                M.resume: { [unowned self] inv, _ in runOnGroup(inv) { core, id in try core.resumeGroup(id); return [] } },
+                M.cancel: { [unowned self] inv, _ in runOnGroup(inv) { core, id in try core.cancelGroup(id); return [] } },
+                M.remove: { [unowned self] inv, _ in runOnGroup(inv) { core, id in try core.removeGroup(id); return [] } },
+            ]),
             properties: Self.propertySpecs(FerryInterface.GroupProperty.all),
-            signals: [
-                SignalSpec("Finished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
-            ])
+            signals: Self.signalSpecs(FerryInterface.GroupSignal.all))
     }
 
     /// A call on a group object: its caller uses the group's session (signals,

@@ -7,22 +7,22 @@ import Foundation
 /// unpack arguments, run the core on its queue, and reply.
 extension FerryBusService {
     func managerInterface() -> InterfaceSpec {
-        InterfaceSpec(
+        typealias M = FerryInterface.ManagerMethod
+        return InterfaceSpec(
             name: FerryInterface.managerInterface,
-            methods: [
-                MethodSpec("OpenSession", in: [ArgSpec("identifier", "s"), ArgSpec("configuration", "a{sv}")],
-                           out: [ArgSpec("session", "o")]) { [unowned self] inv in
+            methods: Self.methodSpecs(M.all, handlers: [
+                M.openSession: { [unowned self] inv, args in
                     run(inv) { core in
-                        let update = try OptionParsing.configuration(try OptionParsing.vardict(inv.arguments[1]))
-                        try self.checkSessionLimit(core, identifier: inv.arguments[0].string ?? "", owner: inv.sandboxAppID)
+                        let identifier = args.string(M.identifier)
+                        let update = try OptionParsing.configuration(try OptionParsing.vardict(args.value(M.configuration)))
+                        try self.checkSessionLimit(core, identifier: identifier, owner: inv.sandboxAppID)
                         try self.confine(inv, configuration: update)
                         // Before the session exists: its first signals (InterfacesAdded) reach
                         // its opener when they are private.
                         if inv.sandboxAppID == nil {
-                            self.callers.signalRecipients.noteClient(inv.sender, ofSession: inv.arguments[0].string ?? "")
+                            self.callers.signalRecipients.noteClient(inv.sender, ofSession: identifier)
                         }
-                        let (id, _) = try core.openSession(identifier: inv.arguments[0].string ?? "", configuration: update,
-                                                           owner: inv.sandboxAppID)
+                        let (id, _) = try core.openSession(identifier: identifier, configuration: update, owner: inv.sandboxAppID)
                         self.waker.noteClient(inv.sender, of: id)
                         // Its client is back: what on-client-exit paused goes on.
                         self.sessionClients.note(inv.sender, of: id)
@@ -30,28 +30,25 @@ extension FerryBusService {
                         return [.objectPath(FerryInterface.sessionPath(id))]
                     }
                 },
-                MethodSpec("ListSessions", out: [ArgSpec("sessions", "ao")]) { [unowned self] inv in
+                M.listSessions: { [unowned self] inv, _ in
                     run(inv) { core in [.pathArray(self.visibleSessions(inv, core).map(FerryInterface.sessionPath))] }
                 },
-                MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
+                M.listTransfers: { [unowned self] inv, _ in
                     run(inv) { core in [.pathArray(try self.visibleTransfers(inv, core).map(FerryInterface.transferPath))] }
                 },
-                MethodSpec("ListTransferProperties", in: [ArgSpec("properties", "as")],
-                           out: [ArgSpec("transfers", "ao"), ArgSpec("values", "a{sv}")]) { [unowned self] inv in
-                    listTransferProperties(inv)
-                },
-                MethodSpec("Watch") { [unowned self] inv in watch(inv, true) },
-                MethodSpec("Unwatch") { [unowned self] inv in watch(inv, false) },
-                MethodSpec("PauseAll") { [unowned self] inv in
+                M.listTransferProperties: { [unowned self] inv, args in listTransferProperties(inv, args) },
+                M.watch: { [unowned self] inv, _ in watch(inv, true) },
+                M.unwatch: { [unowned self] inv, _ in watch(inv, false) },
+                M.pauseAll: { [unowned self] inv, _ in
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.pauseAll(session: $0) }; return [] }
                 },
-                MethodSpec("ResumeAll") { [unowned self] inv in
+                M.resumeAll: { [unowned self] inv, _ in
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.resumeAll(session: $0) }; return [] }
                 },
-                MethodSpec("CancelAll") { [unowned self] inv in
+                M.cancelAll: { [unowned self] inv, _ in
                     run(inv) { core in try self.acrossVisibleSessions(inv, core) { try core.cancelAll(session: $0) }; return [] }
                 },
-            ],
+            ]),
             properties: Self.propertySpecs(FerryInterface.ManagerProperty.all, setters: [
                 FerryInterface.ManagerProperty.maxConcurrentTransfers: { [unowned self] v, _, done in
                     onCore(done) { core in try core.setMaxConcurrentTransfers(v.uint32 ?? 0) }
@@ -66,35 +63,33 @@ extension FerryBusService {
                     onCore(done) { core in try core.setSchedule(try OptionParsing.schedule(v)) }
                 },
             ]),
-            signals: [
-                SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
-            ])
+            signals: Self.signalSpecs(FerryInterface.ManagerSignal.all))
     }
 
     func sessionInterface() -> InterfaceSpec {
-        InterfaceSpec(
+        typealias M = FerryInterface.SessionMethod
+        typealias Argument = FerryInterface.Argument
+        return InterfaceSpec(
             name: FerryInterface.sessionInterface,
-            methods: [
-                MethodSpec("Download", in: [ArgSpec("url", "s"), ArgSpec("options", "a{sv}")],
-                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in download(inv) },
-                MethodSpec("Upload", in: [ArgSpec("url", "s"), ArgSpec("file", "s"), ArgSpec("options", "a{sv}")],
-                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
+            methods: Self.methodSpecs(M.all, handlers: [
+                M.download: { [unowned self] inv, _ in download(inv) },
+                M.upload: { [unowned self] inv, args in
                     runOnSession(inv) { core, session in
-                        var dict = try OptionParsing.vardict(inv.arguments[2])
-                        let sourceFD = try self.sourceDescriptor(dict.removeValue(forKey: "source-fd"))
+                        var dict = try OptionParsing.vardict(args.value(Argument.options))
+                        let sourceFD = try self.sourceDescriptor(dict.removeValue(forKey: FerryInterface.UploadOption.sourceFD.name))
                         // The core owns the fd from here (it closes it on refusal); the
                         // invocation must not close it.
                         if let sourceFD { inv.keepUnixFD(sourceFD) }
                         var handedOver = false
                         do {
                             let options = try OptionParsing.upload(dict)
-                            let file = inv.arguments[1].string ?? ""
+                            let file = args.string(M.file)
                             if sourceFD == nil { try Limits.checkPath(file, what: "the file to upload") }
                             try self.checkTransferLimit(core, session: session)
                             if sourceFD == nil { try self.confineUpload(inv, file: file) }
                             try self.confineResponseDestination(inv, options.responseDestination)
                             handedOver = true
-                            let id = try core.upload(session: session, url: inv.arguments[0].string ?? "", file: file,
+                            let id = try core.upload(session: session, url: args.string(Argument.url), file: file,
                                                      options: options, sourceFD: sourceFD)
                             return [.objectPath(FerryInterface.transferPath(id))]
                         } catch {
@@ -104,63 +99,58 @@ extension FerryBusService {
                         }
                     }
                 },
-                MethodSpec("DownloadGroup", in: [ArgSpec("items", "a(sa{sv})"), ArgSpec("options", "a{sv}")],
-                           out: [ArgSpec("group", "o")]) { [unowned self] inv in downloadGroup(inv) },
-                MethodSpec("ResumeDownload", in: [ArgSpec("resume_data", "ay"), ArgSpec("options", "a{sv}")],
-                           out: [ArgSpec("transfer", "o")]) { [unowned self] inv in
+                M.downloadGroup: { [unowned self] inv, args in downloadGroup(inv, args) },
+                M.resumeDownload: { [unowned self] inv, args in
                     runOnSession(inv) { core, session in
-                        var dict = try OptionParsing.vardict(inv.arguments[1])
+                        var dict = try OptionParsing.vardict(args.value(Argument.options))
                         // A destination-fd download resumed into a new descriptor (the
                         // old one is lost when ferryd restarts); the descriptor owns the fd.
-                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: "destination-fd"))
+                        let descriptor = try self.destinationDescriptor(dict.removeValue(forKey: FerryInterface.DownloadOption.destinationFD.name))
                         if let descriptor { inv.keepUnixFD(descriptor.fd) }
                         let options = try OptionParsing.download(dict)
                         try self.checkTransferLimit(core, session: session)
-                        try self.confineResume(inv, resumeData: inv.arguments[0].bytes ?? [])
-                        let id = try core.resumeDownload(session: session, resumeData: inv.arguments[0].bytes ?? [], options: options,
-                                                         into: descriptor)
+                        let resumeData = args.bytes(M.resumeData)
+                        try self.confineResume(inv, resumeData: resumeData)
+                        let id = try core.resumeDownload(session: session, resumeData: resumeData, options: options, into: descriptor)
                         return [.objectPath(FerryInterface.transferPath(id))]
                     }
                 },
-                MethodSpec("ListTransfers", out: [ArgSpec("transfers", "ao")]) { [unowned self] inv in
+                M.listTransfers: { [unowned self] inv, _ in
                     runOnSession(inv) { core, session in
                         [.pathArray(try core.transferIDs(session: session).map(FerryInterface.transferPath))]
                     }
                 },
-                MethodSpec("PauseAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.pauseAll(session: s); return [] } },
-                MethodSpec("ResumeAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.resumeAll(session: s); return [] } },
-                MethodSpec("CancelAll") { [unowned self] inv in runOnSession(inv) { core, s in try core.cancelAll(session: s); return [] } },
-                MethodSpec("PendingEvents", out: [ArgSpec("events", "a(tosa{sv})")]) { [unowned self] inv in
+                M.pauseAll: { [unowned self] inv, _ in runOnSession(inv) { core, s in try core.pauseAll(session: s); return [] } },
+                M.resumeAll: { [unowned self] inv, _ in runOnSession(inv) { core, s in try core.resumeAll(session: s); return [] } },
+                M.cancelAll: { [unowned self] inv, _ in runOnSession(inv) { core, s in try core.cancelAll(session: s); return [] } },
+                M.pendingEvents: { [unowned self] inv, _ in
                     runOnSession(inv) { core, session in
                         [.array(element: "(tosa{sv})", try core.pendingEvents(session: session).map(PropertyMapping.pendingEvent))]
                     }
                 },
-                MethodSpec("PendingEventsAfter", in: [ArgSpec("after", "t"), ArgSpec("limit", "u")],
-                           out: [ArgSpec("events", "a(tosa{sv})")]) { [unowned self] inv in
+                M.pendingEventsAfter: { [unowned self] inv, args in
                     runOnSession(inv) { core, session in
-                        let page = try core.pendingEvents(session: session, after: inv.arguments[0].uint64 ?? 0,
-                                                          maxCount: Int(inv.arguments[1].uint32 ?? 0),
+                        let page = try core.pendingEvents(session: session, after: args.uint64(M.after),
+                                                          maxCount: Int(args.uint32(M.limit)),
                                                           maxBytes: self.pendingEventsPageBytes)
                         return [.array(element: "(tosa{sv})", page.map(PropertyMapping.pendingEvent))]
                     }
                 },
-                MethodSpec("AcknowledgeEvents", in: [ArgSpec("serial", "t")]) { [unowned self] inv in
+                M.acknowledgeEvents: { [unowned self] inv, args in
                     runOnSession(inv) { core, session in
-                        try core.acknowledgeEvents(session: session, upTo: inv.arguments[0].uint64 ?? 0)
+                        try core.acknowledgeEvents(session: session, upTo: args.uint64(Argument.serial))
                         return []
                     }
                 },
-                MethodSpec("Close", in: [ArgSpec("cancel_transfers", "b")]) { [unowned self] inv in
+                M.close: { [unowned self] inv, args in
                     runOnSession(inv) { core, session in
-                        try core.closeSession(session, cancelTransfers: inv.arguments[0].bool ?? false)
+                        try core.closeSession(session, cancelTransfers: args.bool(M.cancelTransfers))
                         return []
                     }
                 },
-            ],
+            ]),
             properties: Self.propertySpecs(FerryInterface.SessionProperty.all),
-            signals: [
-                SignalSpec("AllFinished", [ArgSpec("succeeded", "u"), ArgSpec("failed", "u"), ArgSpec("cancelled", "u")]),
-            ])
+            signals: Self.signalSpecs(FerryInterface.SessionSignal.all))
     }
 
     typealias PropertySetter = @Sendable (DBusValue, String, @escaping @Sendable (BusError?) -> Void) -> Void
@@ -182,19 +172,18 @@ extension FerryBusService {
     }
 
     func transferInterface() -> InterfaceSpec {
-        InterfaceSpec(
+        typealias M = FerryInterface.TransferMethod
+        return InterfaceSpec(
             name: FerryInterface.transferInterface,
-            methods: [
-                MethodSpec("Pause", out: [ArgSpec("resume_data", "ay")]) { [unowned self] inv in
-                    runOnTransfer(inv) { core, id in [.bytes(try core.pause(id))] }
+            methods: Self.methodSpecs(M.all, handlers: [
+                M.pause: { [unowned self] inv, _ in runOnTransfer(inv) { core, id in [.bytes(try core.pause(id))] } },
+                M.resume: { [unowned self] inv, _ in runOnTransfer(inv) { core, id in try core.resume(id); return [] } },
+                M.cancel: { [unowned self] inv, _ in runOnTransfer(inv) { core, id in try core.cancel(id); return [] } },
+                M.remove: { [unowned self] inv, _ in runOnTransfer(inv) { core, id in try core.remove(id); return [] } },
+                M.setURL: { [unowned self] inv, args in
+                    runOnTransfer(inv) { core, id in try core.setURL(id, url: args.string(FerryInterface.Argument.url)); return [] }
                 },
-                MethodSpec("Resume") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.resume(id); return [] } },
-                MethodSpec("Cancel") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.cancel(id); return [] } },
-                MethodSpec("Remove") { [unowned self] inv in runOnTransfer(inv) { core, id in try core.remove(id); return [] } },
-                MethodSpec("SetUrl", in: [ArgSpec("url", "s")]) { [unowned self] inv in
-                    runOnTransfer(inv) { core, id in try core.setURL(id, url: inv.arguments[0].string ?? ""); return [] }
-                },
-            ],
+            ]),
             properties: Self.propertySpecs(FerryInterface.TransferProperty.all, setters: [
                 FerryInterface.TransferProperty.priority: { [unowned self] v, path, done in
                     onCore(transferAt: path, done) { core, id in try core.setPriority(id, v.int32 ?? 0) }
@@ -203,13 +192,6 @@ extension FerryBusService {
                     onCore(transferAt: path, done) { core, id in try core.setTransferSpeedLimit(id, v.uint64 ?? 0) }
                 },
             ]),
-            signals: [
-                SignalSpec("Progress", [ArgSpec("bytes_written", "x"), ArgSpec("total_bytes_written", "x"),
-                                        ArgSpec("total_bytes_expected", "x")]),
-                SignalSpec("ResumedAtOffset", [ArgSpec("offset", "x"), ArgSpec("expected_total", "x")]),
-                SignalSpec("Finished", [ArgSpec("location", "s")]),
-                SignalSpec("Completed", [ArgSpec("serial", "t"), ArgSpec("error_name", "s"), ArgSpec("error_message", "s")]),
-            ])
+            signals: Self.signalSpecs(FerryInterface.TransferSignal.all))
     }
 }
-

@@ -10,11 +10,12 @@ extension FerryBusService {
     /// may repeat some; each name is refused past it).
     static let listedPropertyNames = 64
 
-    func listTransferProperties(_ inv: MethodInvocation) {
+    func listTransferProperties(_ inv: MethodInvocation, _ args: CallArguments) {
         let spec = specs.transfer
         let names: [String]
         do {
-            names = try Self.listedProperties(inv.arguments.first?.arrayElements?.compactMap(\.string) ?? [], of: spec)
+            let asked = args.value(FerryInterface.ManagerMethod.properties).arrayElements?.compactMap(\.string) ?? []
+            names = try Self.listedProperties(asked, of: spec)
         } catch {
             return answer(inv, .failure(error))
         }

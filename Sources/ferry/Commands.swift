@@ -5,6 +5,8 @@ import FerryClient
 import FerryInterface
 import Foundation
 
+private typealias SessionKey = FerryInterface.SessionOption
+
 /// Completion of transfer ids: asks the service (briefly) which ids exist.
 let transferIDCompletion = CompletionKind.custom { _ in
     let box = IDBox()
@@ -21,7 +23,16 @@ let transferIDCompletion = CompletionKind.custom { _ in
     return box.ids
 }
 
-private final class IDBox: @unchecked Sendable { var ids: [String] = [] }
+/// `@unchecked Sendable`: `ids` is guarded by `lock` (the completer may stop waiting
+/// while the task still writes).
+private final class IDBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [String] = []
+    var ids: [String] {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
 
 func sessionNames(_ objects: ManagedObjects) -> [String: String] {
     Dictionary(objects.sessions.map { ($0.path, $0.identifier) }, uniquingKeysWith: { a, _ in a })
@@ -30,7 +41,7 @@ func sessionNames(_ objects: ManagedObjects) -> [String: String] {
 /// Each session's `retries` setting, by path (for "retry 2/5").
 func sessionRetries(_ sessions: [SessionInfo]) -> [String: UInt32] {
     var r: [String: UInt32] = [:]
-    for s in sessions { if let n = s.configuration["retries"]?.uint32 { r[s.path] = n } }
+    for s in sessions { if let n = s.configuration[SessionKey.retries.name]?.uint32 { r[s.path] = n } }
     return r
 }
 
@@ -148,7 +159,7 @@ struct TargetOptions: ParsableArguments {
 /// pipelined. --all works transfer by transfer rather than with the session's
 /// PauseAll/ResumeAll/CancelAll, which also resume old failures and overwrite the
 /// error of failed transfers, and prints how many transfers it changed ("3 resumed").
-func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String, done verb: String,
+func apply(_ global: GlobalOptions, _ target: TargetOptions, method: BusMethod, done verb: String,
            allStates: Set<String>) async throws {
     try await runReportingErrors {
         let client = try global.connect()
@@ -166,7 +177,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String, don
             var seen: Set<UInt64> = []
             transfers = try pick(try parseTransferIDs(target.ids).filter { seen.insert($0).inserted }, from: objects)
         }
-        let calls = try transfers.map { try BusClient.methodCall(path: $0.path, interface: BusClient.transferInterface, method: method, []) }
+        let calls = try transfers.map { try BusClient.methodCall(method, on: $0.path) }
         var refused = false
         var done: Set<String> = []
         for (t, r) in zip(transfers, await client.pipeline(calls)) {
@@ -183,7 +194,7 @@ func apply(_ global: GlobalOptions, _ target: TargetOptions, method: String, don
                 done.insert(t.path)
             }
         }
-        if method == "Remove" && !done.isEmpty {
+        if method == FerryInterface.TransferMethod.remove && !done.isEmpty {
             // What the user removes, they have seen: its events go too (a removed
             // transfer's stay until acknowledged, and a session holds a limited number).
             await acknowledgeShown(client, session: global.session, sessions: objects.sessions, shown: done, listed: nil)
@@ -198,7 +209,7 @@ struct Pause: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
     func run() async throws {
-        try await apply(global, target, method: "Pause", done: "paused", allStates: ["queued", "waiting", "running"])
+        try await apply(global, target, method: FerryInterface.TransferMethod.pause, done: "paused", allStates: ["queued", "waiting", "running"])
     }
 }
 
@@ -214,7 +225,7 @@ struct Resume: AsyncParsableCommand {
         if failed && !target.all { throw ValidationError("--failed goes with --all (name failed transfers by id to resume them)") }
     }
     func run() async throws {
-        try await apply(global, target, method: "Resume", done: "resumed", allStates: failed ? ["paused", "failed"] : ["paused"])
+        try await apply(global, target, method: FerryInterface.TransferMethod.resume, done: "resumed", allStates: failed ? ["paused", "failed"] : ["paused"])
     }
 }
 
@@ -224,7 +235,7 @@ struct Cancel: AsyncParsableCommand {
     @OptionGroup var target: TargetOptions
     func run() async throws {
         // Not failed ones with --all: cancelling would replace their error with "cancelled".
-        try await apply(global, target, method: "Cancel", done: "cancelled", allStates: ["queued", "waiting", "running", "paused"])
+        try await apply(global, target, method: FerryInterface.TransferMethod.cancel, done: "cancelled", allStates: ["queued", "waiting", "running", "paused"])
     }
 }
 
@@ -233,7 +244,7 @@ struct Remove: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @OptionGroup var target: TargetOptions
     func run() async throws {
-        try await apply(global, target, method: "Remove", done: "removed", allStates: ["completed", "failed", "cancelled"])
+        try await apply(global, target, method: FerryInterface.TransferMethod.remove, done: "removed", allStates: ["completed", "failed", "cancelled"])
     }
 }
 

@@ -150,7 +150,7 @@ enum SettingsSession {
             let v = settings[key]!
             var shown: String
             if let s = v.string {
-                shown = key == "proxy" ? withoutCredentials(s) : s
+                shown = key == FerryInterface.SessionOption.proxy.name ? withoutCredentials(s) : s
             } else if let n = v.uint32 {
                 shown = String(n)
             } else if let d = v.double {
@@ -185,8 +185,10 @@ enum SettingsSession {
     /// A session's `max-connections-per-host` when it sets none.
     static let defaultConnectionsPerHost: UInt32 = 6
 
-    static let inherited = ["directory", "persistent", "max-connections-per-host", "request-timeout", "resource-timeout",
-                            "allow-metered", "notify", "speed-limit", "retries", "cookies", "private-signals", "discretionary"]
+    private typealias S = FerryInterface.SessionOption
+    static let inherited = [S.directory, S.persistent, S.maxConnectionsPerHost, S.requestTimeout, S.resourceTimeout,
+                            S.allowMetered, S.notify, S.speedLimit, S.retries, S.cookies, S.privateSignals,
+                            S.discretionary].map(\.name)
 }
 
 /// Errors the CLI reports as one line and an exit status.
@@ -264,7 +266,7 @@ enum Output {
     /// A line written as it is (JSON, already escaped).
     static func raw(_ s: String) {
         print(s)
-        if !inBurst { fflush(stdout) }
+        if !inBurst { fflush(nil) }
     }
 
     /// Runs `body` with lines held in stdout's buffer, then flushes them at once.
@@ -272,7 +274,7 @@ enum Output {
         bursts.withLock { burstDepth += 1 }
         defer {
             bursts.withLock { burstDepth -= 1 }
-            fflush(stdout)
+            fflush(nil)
         }
         return try body()
     }
@@ -286,11 +288,11 @@ enum Output {
     }
 
     static func write(_ s: String) {
-        fflush(stdout)  // lines held in a burst go first
+        fflush(nil)  // lines held in a burst go first
         FileHandle.standardOutput.write(Data(s.utf8))
     }
 
-    static func flush() { fflush(stdout) }
+    static func flush() { fflush(nil) }
 
     /// A line on `channel` (standard error: after what standard output holds).
     static func line(_ s: String, to channel: OutputChannel) {
@@ -300,7 +302,7 @@ enum Output {
 
     static func write(_ s: String, to channel: OutputChannel) {
         guard channel == .standardError else { return write(s) }
-        fflush(stdout)
+        fflush(nil)
         FileHandle.standardError.write(Data(s.utf8))
     }
 }

@@ -1,120 +1,27 @@
 import DBus
 import FerryBusClient
+import FerryInterface
 import Foundation
+
+private typealias SessionKey = FerryInterface.SessionOption
 
 // The `--json` schemas, one Codable type each, written with snake_case keys (spelled
 // out: JSONEncoder's convertToSnakeCase converted every key of every object again,
 // a sixth of `ls --json` with 10,000 transfers) and without `\/` escapes.
 // desktop/man/ferry.1 documents them field by field.
 
-/// A transfer, as `ls`, `show`, `get`, `wait` and `watch --until-done` print it.
-struct TransferJSON: Codable, Equatable {
-    var id: UInt64
-    var path: String
-    /// The identifier of the transfer's session ("" if it is not known).
-    var session: String
-    var kind: String
-    var url: String
-    var description: String
-    var destination: String
-    var state: String
-    var waitingReason: String
-    var bytesTransferred: Int64
-    var bytesExpected: Int64
-    var rate: UInt64
-    var expectedEnd: UInt64
-    var errorName: String
-    var errorMessage: String
-    var httpStatus: UInt32
-    var attempts: UInt32
-    var resumable: Bool
-    var sha256: String
-    var created: UInt64
-    var started: UInt64
-    var completed: UInt64
-    var priority: Int32
-    var speedLimit: UInt64
-    /// While waiting for a time: when it is tried again (µs), else 0 (`NextAttempt`).
-    var nextAttempt: UInt64
-    /// Why a download asked to use several connections runs on one, else "".
-    var singleConnectionReason: String
-    /// Why a download runs on fewer connections than it asked for, else "" (`ConnectionLimitReason`).
-    var connectionLimitReason: String
-    /// The download's mirrors (v1.2 `Mirrors`); absent when none.
-    var mirrors: [String]?
-    /// The `pieces` option's piece length and number of pieces (v1.2 `Pieces`); absent when none.
-    var pieceLength: UInt64?
-    var pieceCount: UInt32?
-    /// An upload's server answer (its first 64 KiB) as text; absent when there is none.
-    var response: String?
+/// A transfer, as `ls`, `show`, `get`, `wait` and `watch --until-done` print it: its
+/// snapshot (`TransferInfo`, in its JSON form) with the session named by its
+/// identifier ("" if it is not known), not its object path.
+struct TransferJSON: Encodable {
+    var info: TransferInfo
 
     init(_ i: TransferInfo, sessions: [String: String] = [:]) {
-        id = i.id
-        path = i.path
-        session = sessions[i.session] ?? ""
-        kind = i.kind
-        url = i.url
-        description = i.description
-        destination = i.destination
-        state = i.state
-        waitingReason = i.waitingReason
-        bytesTransferred = i.bytesTransferred
-        bytesExpected = i.bytesExpected
-        rate = i.rate
-        expectedEnd = i.expectedEnd
-        errorName = i.errorName
-        errorMessage = i.errorMessage
-        httpStatus = i.httpStatus
-        attempts = i.attempts
-        resumable = i.resumable
-        sha256 = i.sha256
-        created = i.created
-        started = i.started
-        completed = i.completed
-        priority = i.priority
-        speedLimit = i.speedLimit
-        nextAttempt = i.nextAttempt
-        singleConnectionReason = i.singleConnectionReason
-        connectionLimitReason = i.connectionLimitReason
-        mirrors = i.mirrors.isEmpty ? nil : i.mirrors
-        pieceLength = i.pieceCount > 0 ? i.pieceLength : nil
-        pieceCount = i.pieceCount > 0 ? i.pieceCount : nil
-        response = i.response.isEmpty ? nil : String(decoding: i.response, as: UTF8.self)
+        info = i
+        info.session = sessions[i.session] ?? ""
     }
 
-    enum CodingKeys: String, CodingKey {
-        case id
-        case path
-        case session
-        case kind
-        case url
-        case description
-        case destination
-        case state
-        case waitingReason = "waiting_reason"
-        case bytesTransferred = "bytes_transferred"
-        case bytesExpected = "bytes_expected"
-        case rate
-        case expectedEnd = "expected_end"
-        case errorName = "error_name"
-        case errorMessage = "error_message"
-        case httpStatus = "http_status"
-        case attempts
-        case resumable
-        case sha256
-        case created
-        case started
-        case completed
-        case priority
-        case speedLimit = "speed_limit"
-        case nextAttempt = "next_attempt"
-        case singleConnectionReason = "single_connection_reason"
-        case connectionLimitReason = "connection_limit_reason"
-        case mirrors
-        case pieceLength = "piece_length"
-        case pieceCount = "piece_count"
-        case response
-    }
+    func encode(to encoder: Encoder) throws { try info.encode(to: encoder) }
 }
 
 /// A session, as `sessions --json` prints it.
@@ -167,21 +74,21 @@ struct ConfigurationJSON: Codable, Equatable {
     var onClientExit: String?
 
     init(_ c: [String: DBusValue]) {
-        discretionary = c["discretionary"]?.bool
-        persistent = c["persistent"]?.bool
-        directory = c["directory"]?.string
-        headers = c["headers"]?.stringDict
-        maxConnectionsPerHost = c["max-connections-per-host"]?.uint32
-        requestTimeout = c["request-timeout"]?.double
-        resourceTimeout = c["resource-timeout"]?.double
-        allowMetered = c["allow-metered"]?.bool
-        notify = c["notify"]?.bool
-        speedLimit = c["speed-limit"]?.uint64
-        retries = c["retries"]?.uint32
-        proxy = c["proxy"]?.string
-        cookies = c["cookies"]?.bool
-        applicationId = c["application-id"]?.string
-        onClientExit = c["on-client-exit"]?.string
+        discretionary = c[SessionKey.discretionary.name]?.bool
+        persistent = c[SessionKey.persistent.name]?.bool
+        directory = c[SessionKey.directory.name]?.string
+        headers = c[SessionKey.headers.name]?.stringDict
+        maxConnectionsPerHost = c[SessionKey.maxConnectionsPerHost.name]?.uint32
+        requestTimeout = c[SessionKey.requestTimeout.name]?.double
+        resourceTimeout = c[SessionKey.resourceTimeout.name]?.double
+        allowMetered = c[SessionKey.allowMetered.name]?.bool
+        notify = c[SessionKey.notify.name]?.bool
+        speedLimit = c[SessionKey.speedLimit.name]?.uint64
+        retries = c[SessionKey.retries.name]?.uint32
+        proxy = c[SessionKey.proxy.name]?.string
+        cookies = c[SessionKey.cookies.name]?.bool
+        applicationId = c[SessionKey.applicationID.name]?.string
+        onClientExit = c[SessionKey.onClientExit.name]?.string
     }
 
     enum CodingKeys: String, CodingKey {
@@ -312,7 +219,7 @@ enum JSONOutput {
     /// An array as a document. A long one (a listing of thousands of transfers) is
     /// encoded in slices, one per core, and joined: JSONEncoder builds a tree of every
     /// element and sorts each object's keys, about 40 % of `ls --json`'s own CPU.
-    static func print<T: Encodable>(_ values: [T]) {
+    static func print<T: Encodable & Sendable>(_ values: [T]) {
         write(encodeArray(values))
     }
 
@@ -332,7 +239,7 @@ enum JSONOutput {
     /// that form an array is `[\n`, its elements each indented by two spaces and
     /// separated by `,\n`, then `\n]`; so each slice is encoded as an array, its
     /// brackets are cut off, and the insides are joined with `,\n`.
-    static func encodeArray<T: Encodable>(_ values: [T]) -> Data? {
+    static func encodeArray<T: Encodable & Sendable>(_ values: [T]) -> Data? {
         let wanted = min(ProcessInfo.processInfo.activeProcessorCount, values.count / (sliceMinimum / 2))
         guard wanted > 1 else { return try? prettyEncoder.encode(values) }
         let size = (values.count + wanted - 1) / wanted

@@ -4,6 +4,8 @@ import FerryBusClient
 import FerryInterface
 import Foundation
 
+private typealias ScheduleKey = FerryInterface.ScheduleExtra
+
 /// `ferry config schedule`: reads or replaces the Manager's `Schedule`.
 struct ConfigSchedule: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -65,7 +67,7 @@ struct ConfigSchedule: AsyncParsableCommand {
             if clear || !windows.isEmpty {
                 let value = DBusValue.array(element: "(sssta{sv})", try windows.map(Self.parse).map { w in
                     .structure([.string(w.days), .string(w.start), .string(w.end), .uint64(w.speedLimit),
-                                .vardict(w.discretionaryOnly ? ["discretionary-only": .boolean(true)] : [:])])
+                                .vardict(w.discretionaryOnly ? [ScheduleKey.discretionaryOnly.name: .boolean(true)] : [:])])
                 })
                 return try await client.setManagerProperty(name, value)
             }
@@ -74,7 +76,7 @@ struct ConfigSchedule: AsyncParsableCommand {
                 guard let f = item.structFields, f.count == 5 else { return nil }
                 return ScheduleWindowJSON(days: f[0].string ?? "", start: f[1].string ?? "", end: f[2].string ?? "",
                                           speedLimit: f[3].uint64 ?? 0,
-                                          discretionaryOnly: f[4].vardict?["discretionary-only"]?.bool ?? false)
+                                          discretionaryOnly: f[4].vardict?[ScheduleKey.discretionaryOnly.name]?.bool ?? false)
             }
             if json { return JSONOutput.print(read) }
             for w in read { Output.line(Self.text(w)) }

@@ -1,7 +1,10 @@
 import ArgumentParser
 import DBus
 import FerryBusClient
+import FerryInterface
 import Foundation
+
+private typealias UploadKey = FerryInterface.UploadOption
 
 /// What `put` and `post` share: headers, description, waiting, output.
 struct UploadOptions: ParsableArguments {
@@ -42,13 +45,13 @@ struct UploadOptions: ParsableArguments {
     }
 
     func busOptions(method: String) -> [String: DBusValue] {
-        var o: [String: DBusValue] = ["method": .string(method)]
+        var o: [String: DBusValue] = [UploadKey.method.name: .string(method)]
         let (others, headerType) = splitHeaders
-        if !others.isEmpty { o["headers"] = .stringDict(others) }
-        if let type = contentType ?? headerType { o["content-type"] = .string(type) }
-        if let description { o["description"] = .string(description) }
-        if let responseOutput { o["response-destination"] = .string(absolutePath(responseOutput)) }
-        if paused { o["start"] = .boolean(false) }
+        if !others.isEmpty { o[UploadKey.headers.name] = .stringDict(others) }
+        if let type = contentType ?? headerType { o[UploadKey.contentType.name] = .string(type) }
+        if let description { o[UploadKey.description.name] = .string(description) }
+        if let responseOutput { o[UploadKey.responseDestination.name] = .string(absolutePath(responseOutput)) }
+        if paused { o[UploadKey.start.name] = .boolean(false) }
         return o
     }
 }
@@ -171,8 +174,8 @@ struct Post: AsyncParsableCommand {
     func run() async throws {
         let form = try parsedForm()
         var o = opts.busOptions(method: "POST")
-        o["form-field"] = .string(form.field)
-        if !form.values.isEmpty { o["form-values"] = .stringDict(form.values) }
+        o[UploadKey.formField.name] = .string(form.field)
+        if !form.values.isEmpty { o[UploadKey.formValues.name] = .stringDict(form.values) }
         try await upload(global, opts, url: url, file: form.file, busOptions: o)
     }
 }

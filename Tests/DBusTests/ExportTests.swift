@@ -131,9 +131,10 @@ final class ExportTests: BusTestCase {
         let answer = try await callSample("Later", [.uint32(50)])
         XCTAssertEqual(answer, [.string("later 50")])
         // Several at once, answered out of order.
-        async let a = callSample("Later", [.uint32(300)])
-        async let b = callSample("Later", [.uint32(10)])
-        async let c = callSample("Later", [.uint32(100)])
+        let client = self.client!
+        async let a = BusTestCase.callSample(on: client, "Later", [.uint32(300)])
+        async let b = BusTestCase.callSample(on: client, "Later", [.uint32(10)])
+        async let c = BusTestCase.callSample(on: client, "Later", [.uint32(100)])
         let (ra, rb, rc) = try await (a, b, c)
         XCTAssertEqual([ra, rb, rc], [[.string("later 300")], [.string("later 10")], [.string("later 100")]])
     }
@@ -165,7 +166,7 @@ final class ExportTests: BusTestCase {
         // 150 calls that would time out in a minute, all awaiting replies at once.
         let long = Task {
             try await withThrowingTaskGroup(of: [DBusValue].self) { group in
-                for _ in 0..<150 { group.addTask { try await self.callSample("Never", timeout: 60) } }
+                for _ in 0..<150 { group.addTask { try await BusTestCase.callSample(on: client, "Never", timeout: 60) } }
                 var n = 0
                 for try await _ in group { n += 1 }
                 return n
@@ -182,8 +183,8 @@ final class ExportTests: BusTestCase {
 
         // Two short ones in the other order: the later deadline first, then an earlier one.
         started = Date()
-        async let slower: Void = assertBusError(StandardErrors.noReply) { try await self.callSample("Never", timeout: 0.8) }
-        async let faster: Void = assertBusError(StandardErrors.noReply) { try await self.callSample("Never", timeout: 0.2) }
+        async let slower: Void = assertBusError(StandardErrors.noReply) { try await BusTestCase.callSample(on: client, "Never", timeout: 0.8) }
+        async let faster: Void = assertBusError(StandardErrors.noReply) { try await BusTestCase.callSample(on: client, "Never", timeout: 0.2) }
         _ = await (slower, faster)
         XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.7)
         XCTAssertLessThan(Date().timeIntervalSince(started), 5)
@@ -208,17 +209,18 @@ final class ExportTests: BusTestCase {
     /// each to its own call.
     func testLargeRepliesArriveWholeBetweenSmallOnes() async throws {
         try await startSample()
+        let client = self.client!
         let sizes = [3 << 20, 17, 5 << 20, 1, 70_000]
         try await withThrowingTaskGroup(of: (Int, [DBusValue], [DBusValue]).self) { group in
             for (i, size) in sizes.enumerated() {
                 let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i) }
                 group.addTask {
                     let sent: [DBusValue] = [.variant(.bytes(bytes))]
-                    return (i, sent, try await self.callSample("Echo", sent, timeout: 30))
+                    return (i, sent, try await BusTestCase.callSample(on: client, "Echo", sent, timeout: 30))
                 }
                 group.addTask {
                     let sent: [DBusValue] = [.variant(.string("small \(i)"))]
-                    return (i, sent, try await self.callSample("Echo", sent))
+                    return (i, sent, try await BusTestCase.callSample(on: client, "Echo", sent))
                 }
             }
             var answered = 0

@@ -72,6 +72,14 @@ class BusTestCase: XCTestCase {
     @discardableResult
     func callSample(_ method: String, _ arguments: [DBusValue] = [], path: String = Sample.objectPath,
                     interface: String = Sample.interfaceName, timeout: Double = 10) async throws -> [DBusValue] {
+        try await Self.callSample(on: client, method, arguments, path: path, interface: interface, timeout: timeout)
+    }
+
+    /// The same from concurrent child tasks, which must not capture the test case.
+    @discardableResult
+    static func callSample(on client: BusConnection, _ method: String, _ arguments: [DBusValue] = [],
+                           path: String = Sample.objectPath, interface: String = Sample.interfaceName,
+                           timeout: Double = 10) async throws -> [DBusValue] {
         try await client.call(destination: Sample.busName, path: path, interface: interface, method: method,
                               arguments: arguments, timeout: timeout)
     }

@@ -109,11 +109,7 @@ final class MockService: @unchecked Sendable {
     }
 
     func stop() {
-        process.terminate()
-        if process.waitForExit(timeout: 5) == nil {
-            process.kill(SIGKILL)
-            _ = process.waitForExit(timeout: 5)
-        }
+        process.stop(grace: 5)
     }
 }
 
@@ -143,35 +139,20 @@ struct NotifyCall {
     var actionKeys: Set<String> { Set(actions.map(\.key)) }
 }
 
-/// The base of the desktop tests: a private bus, an HTTP server, a temporary HOME.
-/// ferryd is started by each test (`startFerryd`) or by bus activation.
-class DesktopTestCase: XCTestCase {
+/// The base of the desktop tests: an HTTP server, a temporary HOME (`FerrydTestCase`);
+/// the private bus once a test starts it (`startBus`). ferryd is started by each test
+/// (`startFerryd`) or by bus activation.
+class DesktopTestCase: FerrydTestCase {
     var bus: PrivateBus!
-    var server: TestHTTPServer!
-    var temporaryHome: TemporaryHome!
-    var home: String!
     var downloads: String!
-    var ferryd: ChildProcess?
-    var client: BusClient!
-    /// Signals from ferryd's manager and transfers.
-    var signals: SignalRecorder!
     var mocks: [MockService] = []
-    var extraLogs: [() -> String] = []
-
-    var ferrydPath: String!
 
     override func setUp() async throws {
         try await super.setUp()
-        guard let d = Built.ferryd else {
-            XCTFail("the built ferryd was not found: set FERRYD_PATH, or build it (swift build)")
-            throw DesktopTestError("ferryd missing")
+        try setUpFerrydWorld(ferryd: Built.ferryd, missing: "the built ferryd was not found: set FERRYD_PATH, or build it (swift build)") {
+            try TemporaryHome(prefix: "ferry-desk", downloadDirectory: "Dl")
         }
-        ferrydPath = d
-        temporaryHome = try TemporaryHome(prefix: "ferry-desk", downloadDirectory: "Dl")
-        home = temporaryHome.path
         downloads = home + "/Dl"
-        server = TestHTTPServer()
-        try server.start()
     }
 
     /// Starts the private bus (optionally with a directory of activatable services)
@@ -207,20 +188,13 @@ class DesktopTestCase: XCTestCase {
     }
 
     override func tearDown() async throws {
-        if (testRun?.totalFailureCount ?? 0) > 0 {
-            print("\n===== ferryd log for \(name) =====\n\(ferryd?.log ?? "(not started by the test)")")
-            for l in extraLogs { print(l()) }
-            print("===== signals =====\n" + (signals?.all.suffix(60).map(\.description).joined(separator: "\n") ?? ""))
-        }
+        if hasFailed { print(failureReport(signalCount: 60)) }
         client?.close()
-        if let p = ferryd, p.isRunning {
-            p.terminate()
-            if p.waitForExit(timeout: 10) == nil { p.kill(SIGKILL); _ = p.waitForExit(timeout: 5) }
-        }
+        ferryd?.stop()
         for m in mocks { m.stop() }
         server?.stop()
         bus?.stop()
-        if (testRun?.totalFailureCount ?? 0) == 0 { temporaryHome?.remove() }
+        if !hasFailed { temporaryHome?.remove() }
         try await super.tearDown()
     }
 
@@ -251,5 +225,14 @@ class DesktopTestCase: XCTestCase {
             return calls.count >= count
         }
         return calls
+    }
+}
+
+/// The desktop tests that need no bus activation: the private bus and the client are
+/// up before each test starts (ferryd is not).
+class DesktopBusTestCase: DesktopTestCase {
+    override func setUp() async throws {
+        try await super.setUp()
+        try await startBus()
     }
 }

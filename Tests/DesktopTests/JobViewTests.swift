@@ -6,13 +6,8 @@ import XCTest
 
 /// The running batch as one job in the desktop shell: a python-dbusmock stand-in for
 /// Plasma's `org.kde.JobViewServer` records what ferryd tells it.
-final class JobViewTests: DesktopTestCase {
+final class JobViewTests: DesktopBusTestCase {
     static let viewPath = "/JobViewServer/JobView_1"
-
-    override func setUp() async throws {
-        try await super.setUp()
-        try await startBus()
-    }
 
     /// The job view server, and its one view object (the path `requestView` hands out).
     private func startJobViewServer() async throws -> (server: MockService, view: MockService) {

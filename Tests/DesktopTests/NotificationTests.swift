@@ -6,12 +6,7 @@ import XCTest
 
 /// The batch notification, seen by a real notification server on the bus
 /// (python-dbusmock's notification_daemon template).
-final class NotificationTests: DesktopTestCase {
-    override func setUp() async throws {
-        try await super.setUp()
-        try await startBus()
-    }
-
+final class NotificationTests: DesktopBusTestCase {
     func testOneNotificationSumsUpABatchAndTheNextReplacesIt() async throws {
         let notifications = try await startNotificationServer()
         try await startFerryd()
@@ -181,12 +176,7 @@ final class NotificationTests: DesktopTestCase {
 
 /// A group of 1,000 downloads (`Session.DownloadGroup`, v1.2) is one batch: one
 /// notification sums it up.
-final class GroupNotificationTests: DesktopTestCase {
-    override func setUp() async throws {
-        try await super.setUp()
-        try await startBus()
-    }
-
+final class GroupNotificationTests: DesktopBusTestCase {
     func testAThousandDownloadsInOneGroupMakeOneNotification() async throws {
         let notifications = try await startNotificationServer()
         try await startFerryd()

@@ -7,10 +7,9 @@ import XCTest
 
 /// Where things go: downloads in the XDG download directory, state in
 /// XDG_STATE_HOME, and the origin URL on the finished file.
-final class XDGTests: DesktopTestCase {
+final class XDGTests: DesktopBusTestCase {
     override func setUp() async throws {
         try await super.setUp()
-        try await startBus()
         try await startFerryd()
     }
 

@@ -234,14 +234,35 @@ final class DedupeTests: XCTestCase {
         XCTAssertTrue(copier.waitUntilHeld(), "the followers' copies reached the copier")
     }
 
+    /// A leader `a.bin` and followers of it (`names`) in one session, the leader
+    /// completed with `body` while the copier holds the followers' copies.
+    func leaderCompletedWhileCopiesAreHeld(_ body: [UInt8], followers names: [String] = ["b.bin"]) throws
+        -> (h: CoreHarness, copier: HeldCopier, s: SessionID, a: TransferID, followers: [TransferID]) {
+        let copier = HeldCopier()
+        let h = CoreHarness(copier: copier)
+        let s = try h.openSession()
+        let a = try dedupe(h, s, "a.bin")
+        let followers = try names.map { try dedupe(h, s, $0) }
+        completeLeaderWhileCopiesAreHeld(h, copier, a, body)
+        return (h, copier, s, a, followers)
+    }
+
+    /// Lets the copier make the held copies and waits until the core has taken them.
+    func releaseTheCopies(_ h: CoreHarness, _ copier: HeldCopier) {
+        copier.release()
+        copier.waitForAll()
+        h.queue.sync {}
+    }
+
     /// Runs `body` on the core's queue and gives it 10 s to be answered. Not answered
     /// (the core is stuck in a copy): false, after releasing the copier so that the
     /// core can go on and the call be answered late.
     func answered(_ h: CoreHarness, _ copier: HeldCopier, _ body: @escaping (TransferCoordinator) throws -> Void) -> Result<Void, Error>? {
         let done = DispatchSemaphore(value: 0)
         let reply = Reply<Result<Void, Error>>()
+        nonisolated(unsafe) let call = { try body(h.core) } // runs once, on the core's queue
         h.queue.async {
-            reply.value = Result { try body(h.core) }
+            reply.value = Result { try call() }
             done.signal()
         }
         guard done.wait(timeout: .now() + 10) == .success else {
@@ -253,13 +274,9 @@ final class DedupeTests: XCTestCase {
     }
 
     func testTheCoreAnswersWhileAFollowersCopyIsMade() throws {
-        let copier = HeldCopier()
-        let h = CoreHarness(copier: copier)
-        let s = try h.openSession()
-        let a = try dedupe(h, s, "a.bin")
-        let b = try dedupe(h, s, "b.bin")
         let bytes = body(3 << 20 | 5)
-        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+        let (h, copier, s, a, followers) = try leaderCompletedWhileCopiesAreHeld(bytes)
+        let b = followers[0]
 
         let other = Reply<TransferID>()
         let reply = answered(h, copier) { core in
@@ -276,9 +293,7 @@ final class DedupeTests: XCTestCase {
         XCTAssertEqual(h.snapshot(b)?.bytesTransferred, Int64(bytes.count))
         XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "nothing at its name before the copy is whole")
 
-        copier.release()
-        copier.waitForAll()
-        h.queue.sync {}
+        releaseTheCopies(h, copier)
         let snap = try XCTUnwrap(h.snapshot(b))
         XCTAssertEqual(snap.state, .completed, snap.errorMessage)
         XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data(bytes))
@@ -288,14 +303,9 @@ final class DedupeTests: XCTestCase {
     }
 
     func testAFollowerCancelledDuringItsCopyEndsCancelledWithNoFile() throws {
-        let copier = HeldCopier()
-        let h = CoreHarness(copier: copier)
-        let s = try h.openSession()
-        let a = try dedupe(h, s, "a.bin")
-        let b = try dedupe(h, s, "b.bin")
-        let c = try dedupe(h, s, "c.bin")
         let bytes = body(1 << 20)
-        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+        let (h, copier, _, _, followers) = try leaderCompletedWhileCopiesAreHeld(bytes, followers: ["b.bin", "c.bin"])
+        let (b, c) = (followers[0], followers[1])
 
         let reply = answered(h, copier) { try $0.cancel(b) }
         XCTAssertNotNil(reply, "Cancel is answered while the copy is made")
@@ -304,9 +314,7 @@ final class DedupeTests: XCTestCase {
 
         // The copier finishes b's copy all the same (as one that was done when the
         // cancel came): the core must not put it in place.
-        copier.release()
-        copier.waitForAll()
-        h.queue.sync {}
+        releaseTheCopies(h, copier)
         XCTAssertEqual(h.state(b), .cancelled)
         XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "a cancelled follower's copy never takes its name")
         XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"), "and its .part is removed")
@@ -316,12 +324,8 @@ final class DedupeTests: XCTestCase {
     }
 
     func testAFollowerPausedDuringItsCopyFetchesOnItsOwnOnlyOnceTheCopyIsBack() throws {
-        let copier = HeldCopier()
-        let h = CoreHarness(copier: copier)
-        let s = try h.openSession()
-        let a = try dedupe(h, s, "a.bin")
-        let b = try dedupe(h, s, "b.bin")
-        completeLeaderWhileCopiesAreHeld(h, copier, a, body(4096))
+        let (h, copier, _, a, followers) = try leaderCompletedWhileCopiesAreHeld(body(4096))
+        let b = followers[0]
 
         XCTAssertNotNil(answered(h, copier) { core in
             _ = try core.pause(b)
@@ -330,9 +334,7 @@ final class DedupeTests: XCTestCase {
         XCTAssertEqual(h.state(b), .queued)
         XCTAssertEqual(h.engine.startedIDs, [a], "not started while its old copy may still write its .part")
 
-        copier.release()
-        copier.waitForAll()
-        h.queue.sync {}
+        releaseTheCopies(h, copier)
         XCTAssertEqual(h.engine.startedIDs, [a, b], "then it fetches on its own")
         XCTAssertFalse(h.exists(h.downloads + "/b.bin"), "the copy never took its name")
         h.succeed(b, body: Array("b's own".utf8))
@@ -350,37 +352,25 @@ final class DedupeTests: XCTestCase {
 
         XCTAssertNotNil(answered(h, copier) { try $0.closeSession(followers, cancelTransfers: true) })
         XCTAssertNil(h.snapshot(b), "the follower left with its session")
-        copier.release()
-        copier.waitForAll()
-        h.queue.sync {}
+        releaseTheCopies(h, copier)
         XCTAssertFalse(h.exists(h.downloads + "/b.bin"))
         XCTAssertFalse(h.exists(h.downloads + "/b.bin.part"), "what the copy wrote is removed when it ends")
     }
 
     func testACopyNeedsNoNetwork() throws {
-        let copier = HeldCopier()
-        let h = CoreHarness(copier: copier)
-        let s = try h.openSession()
-        let a = try dedupe(h, s, "a.bin")
-        let b = try dedupe(h, s, "b.bin")
         let bytes = body(4096)
-        completeLeaderWhileCopiesAreHeld(h, copier, a, bytes)
+        let (h, copier, _, _, followers) = try leaderCompletedWhileCopiesAreHeld(bytes)
+        let b = followers[0]
         XCTAssertNotNil(answered(h, copier) { $0.setNetworkState(metered: false, online: false) })
         XCTAssertEqual(h.state(b), .running, "going offline does not stop a copy")
-        copier.release()
-        copier.waitForAll()
-        h.queue.sync {}
+        releaseTheCopies(h, copier)
         XCTAssertEqual(h.state(b), .completed)
         XCTAssertEqual(FileManager.default.contents(atPath: h.downloads + "/b.bin"), Data(bytes))
     }
 
     func testFerrydStoppingDuringTheCopiesLeavesNothingAtTheNameAndTheFollowerFetchesAfterwards() throws {
-        let copier = HeldCopier()
-        let h = CoreHarness(copier: copier)
-        let s = try h.openSession()
-        let a = try dedupe(h, s, "a.bin")
-        let b = try dedupe(h, s, "b.bin")
-        completeLeaderWhileCopiesAreHeld(h, copier, a, body(1 << 20))
+        let (h, _, _, a, followers) = try leaderCompletedWhileCopiesAreHeld(body(1 << 20))
+        let b = followers[0]
         // The copier is told to stop and waited for; what it hands back then is not taken.
         let after = h.restarted()
         XCTAssertEqual(after.state(a), .completed)

@@ -48,16 +48,21 @@ final class DestinationTests: XCTestCase {
         XCTAssertEqual(h.destination(c), h.root + "/name.txt")
     }
 
+    /// The engine creates `t`'s part file (3 bytes), then the server's answer comes, from
+    /// `url`, with `contentDisposition`.
+    private func answerAfterThePartFile(_ h: CoreHarness, _ t: TransferID, contentDisposition: String, from url: String) {
+        h.writePart(t, [1, 2, 3])
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 3, contentDisposition: contentDisposition, effectiveURL: url)))
+    }
+
     func testContentDispositionRenamesOnlyForDirectoryDestinations() throws {
         let h = CoreHarness()
         let s = try h.openSession()
         let t = try h.download(s, "https://example.com/download?id=7")
         XCTAssertEqual(h.destination(t), h.downloads + "/download")
-        h.writePart(t, [1, 2, 3])  // the engine created the part file already
         _ = FileManager.default.createFile(atPath: h.downloads + "/passwd", contents: Data())
-        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 3,
-                                           contentDisposition: "attachment; filename=\"../../etc/passwd\"",
-                                           effectiveURL: "https://example.com/download?id=7")))
+        answerAfterThePartFile(h, t, contentDisposition: "attachment; filename=\"../../etc/passwd\"",
+                               from: "https://example.com/download?id=7")
         XCTAssertEqual(h.destination(t), h.downloads + "/passwd (1)")
         XCTAssertTrue(h.exists(h.downloads + "/passwd (1).part"))
         XCTAssertFalse(h.exists(h.downloads + "/download.part"))
@@ -78,9 +83,7 @@ final class DestinationTests: XCTestCase {
         let s = try h.openSession()
         let t = try h.download(s, "https://example.com/cd/report.pdf")
         XCTAssertEqual(h.destination(t), h.downloads + "/report.pdf")
-        h.writePart(t, [1, 2, 3])  // the engine created the part file already
-        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 3, contentDisposition: "attachment; filename=\"report.pdf\"",
-                                           effectiveURL: "https://example.com/cd/report.pdf")))
+        answerAfterThePartFile(h, t, contentDisposition: "attachment; filename=\"report.pdf\"", from: "https://example.com/cd/report.pdf")
         XCTAssertEqual(h.destination(t), h.downloads + "/report.pdf")
         h.send(.completed(t, .succeeded(bytesOnDisk: 3, sha256: nil)))
         XCTAssertEqual(h.state(t), .completed)

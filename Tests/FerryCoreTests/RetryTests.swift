@@ -36,6 +36,31 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(t), .failed, "the fourth loss counts: no retries are allowed")
     }
 
+    /// A request sent as a stream to an origin known to answer over HTTP/2 whose
+    /// connection goes before its answer (still queued at the server) is tried again at
+    /// once too, its retries untouched; where the origin answers over HTTP/1.1 the same
+    /// failure counts.
+    func testAStreamLostBeforeItsAnswerIsTriedAgainAtOnceOnAMultiplexingOrigin() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let first = try h.download(s)
+        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        multiplexed.multiplexed = true
+        h.send(.response(first, multiplexed))
+        let unanswered = try h.download(s)
+        XCTAssertEqual(h.state(unanswered), .running)
+        h.fail(unanswered, .network("The connection to example.com:443 closed after 0 bytes"))
+        XCTAssertEqual(h.state(unanswered), .running, "started again at once, no wait, no retry used")
+        XCTAssertEqual(h.engine.started.filter { $0.id == unanswered }.count, 2)
+
+        // The origin now answers over HTTP/1.1: an unanswered request's loss is its own.
+        let plain = try h.download(s)
+        h.send(.response(plain, EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)))
+        let later = try h.download(s)
+        h.fail(later, .network("The connection to example.com:443 closed after 0 bytes"))
+        XCTAssertEqual(h.state(later), .failed, "no retries are allowed")
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
@@ -62,7 +87,7 @@ final class RetryTests: XCTestCase {
     }
 
     func testBackoffDoublesWithJitterUpToCap() {
-        var r = 0.0
+        nonisolated(unsafe) var r = 0.0 // set and read on this test's thread only
         let p = RetryPolicy.exponentialBackoff(base: 2, cap: 30, jitter: 0.5, random: { r })
         r = 0.5 // the middle: no spread
         XCTAssertEqual(p.decide(.network("x"), 1, 9), .retry(afterSeconds: 2))

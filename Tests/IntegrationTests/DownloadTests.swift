@@ -168,13 +168,7 @@ final class DownloadTests: FerryTestCase {
         let size = 1 << 20
         let body = serve("/slow.bin", size: size)
         server.set(.slow(bytesPerSecond: 512 * 1024), on: "/slow.bin")
-        let s = try await session()
-        let start = Date()
-        let t = try await s.download(server.url("/slow.bin"), options: ["destination": .string(work + "/slow.bin")])
-        let info = try await finish(t, timeout: 30)
-        let duration = Date().timeIntervalSince(start)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/slow.bin", equals: body)
+        let (t, _, duration) = try await timedDownload("/slow.bin", in: session(), equals: body)
 
         let progress = signals.signals(path: t.path, member: "Progress")
         let limit = Int(duration / 0.25) + 2

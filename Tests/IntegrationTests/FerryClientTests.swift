@@ -375,14 +375,9 @@ final class FerryClientTests: FerryTestCase {
     /// pending until the app takes its task; once taken, it and the app's later ones
     /// are acknowledged (before, one event not yet taken stopped every acknowledgement).
     func testACompletionTakenLaterIsAcknowledged() async throws {
-        serve("/c/take1.bin", size: 2_000)
-        serve("/c/take2.bin", size: 2_000)
         let id = "org.example.Take"
-        let t1 = try await downloadCompletedWhileAway(id, "take1.bin")
-
-        let again = FerrySession(configuration: configuration(id))
+        let (t1, again) = try await attachAfterACompletionWhileAway(id, "take1.bin", then: "take2.bin")
         defer { again.detach() }
-        try await again.attach()
         let before = try await pendingCount(id)
         XCTAssertEqual(before, 1, "replayed to no one: kept for whoever takes it")
         let tasks = try await again.allTasks()
@@ -397,13 +392,8 @@ final class FerryClientTests: FerryTestCase {
     /// An event no one took is not dropped by acknowledging a later one, also after
     /// the session attached again (ferryd restarted): a later run's delegate hears it.
     func testAnEventNoOneTookSurvivesAReattach() async throws {
-        serve("/c/keep1.bin", size: 2_000)
-        serve("/c/keep2.bin", size: 2_000)
         let id = "org.example.Keep"
-        let t1 = try await downloadCompletedWhileAway(id, "keep1.bin")
-
-        let again = FerrySession(configuration: configuration(id))
-        try await again.attach()
+        let (t1, again) = try await attachAfterACompletionWhileAway(id, "keep1.bin", then: "keep2.bin")
         XCTAssertEqual(again.attachCount, 1)
         try await stopFerryd()
         try await startFerryd()
@@ -482,6 +472,19 @@ final class FerryClientTests: FerryTestCase {
         try await client.transfer(id: t.id).resume()
         try await signals.completedWithItsBatch("/org/ferry/Ferry1/transfer/\(t.id)")
         return t
+    }
+
+    /// Serves `/c/` + `first` and `/c/` + `second` (2,000 bytes each); the first completes
+    /// while no app of `id` is attached (`downloadCompletedWhileAway`); then a new session
+    /// of `id`, without a delegate, attaches.
+    private func attachAfterACompletionWhileAway(_ id: String, _ first: String, then second: String) async throws
+        -> (FerryTask, FerrySession) {
+        serve("/c/" + first, size: 2_000)
+        serve("/c/" + second, size: 2_000)
+        let t = try await downloadCompletedWhileAway(id, first)
+        let again = FerrySession(configuration: configuration(id))
+        try await again.attach()
+        return (t, again)
     }
 
     /// The values of a session's tasks in a run after their events were acknowledged:
@@ -678,8 +681,9 @@ final class FerryClientTests: FerryTestCase {
         serve("/c/wake.bin", size: 64 * 1024)
         server.set(.slow(bytesPerSecond: 256 * 1024), on: "/c/wake.bin")
         let recorder = Recorder()
+        let address = bus.address
         let wake = FerryWakeUp(applicationID: "org.example.Wakeful", busAddress: bus.address, delegate: recorder) { c in
-            c.busAddress = self.bus.address
+            c.busAddress = address
         }
         try await wake.start()
         defer { wake.stop() }

@@ -185,14 +185,9 @@ final class FerryClientURLSessionTests: FerryTestCase {
     /// delivered, after it, and never for live events; `ferrySessionDidBecomeIdle`
     /// (and `.becameIdle`) when nothing runs any more.
     func testKeptEventsAndIdleAreToldApart() async throws {
-        serve("/u/away.bin", size: 40_000)
-        server.set(.slow(bytesPerSecond: 64 * 1024), on: "/u/away.bin") // ends after the app left
         serve("/u/live.bin", size: 20_000, seed: 2)
         let identifier = "org.example.Names"
-        let first = FerrySession(configuration: configuration(identifier))
-        let away = try await first.download(from: URL(string: server.url("/u/away.bin"))!, to: URL(fileURLWithPath: work + "/away.bin"))
-        first.detach()
-        try await signals.completedWithItsBatch("/org/ferry/Ferry1/transfer/\(away.id)")
+        let away = try await completedAfterTheAppLeft(FerrySession(configuration: configuration(identifier)), "away.bin", seed: 1)
 
         let recorder = Recorder()
         let again = FerrySession(configuration: configuration(identifier), delegate: recorder)
@@ -214,11 +209,7 @@ final class FerryClientURLSessionTests: FerryTestCase {
         XCTAssertEqual(recorder.recorded.last, "idle")
 
         // The same told apart to a reader of FerrySessionEvents.
-        serve("/u/away2.bin", size: 40_000, seed: 5)
-        server.set(.slow(bytesPerSecond: 64 * 1024), on: "/u/away2.bin")
-        let second = try await again.download(from: URL(string: server.url("/u/away2.bin"))!, to: URL(fileURLWithPath: work + "/away2.bin"))
-        again.detach()
-        try await signals.completedWithItsBatch("/org/ferry/Ferry1/transfer/\(second.id)")
+        let second = try await completedAfterTheAppLeft(again, "away2.bin", seed: 5)
         let events = FerrySessionEvents()
         let third = FerrySession(configuration: configuration(identifier), delegate: events)
         defer { third.detach() }
@@ -235,5 +226,17 @@ final class FerryClientURLSessionTests: FerryTestCase {
             return seen
         }
         XCTAssertEqual(seen, ["completed \(second.id)", "kept", "idle"])
+    }
+
+    /// Serves `/u/` + `name` (40,000 bytes, slow enough to end after the app left),
+    /// downloads it in `session` to `work` and detaches; returns once it has completed
+    /// and its batch has ended.
+    private func completedAfterTheAppLeft(_ session: FerrySession, _ name: String, seed: UInt64) async throws -> FerryTask {
+        serve("/u/" + name, size: 40_000, seed: seed)
+        server.set(.slow(bytesPerSecond: 64 * 1024), on: "/u/" + name)
+        let task = try await session.download(from: URL(string: server.url("/u/" + name))!, to: URL(fileURLWithPath: work + "/" + name))
+        session.detach()
+        try await signals.completedWithItsBatch("/org/ferry/Ferry1/transfer/\(task.id)")
+        return task
     }
 }

@@ -33,8 +33,10 @@ final class HTTP2Tests: FerryTestCase {
 
     /// nginx serving `root` over TLS with HTTP/2 on a free port: `/NAME` as is, `/slow/NAME`
     /// at 16 KiB/s a request. Its access log has a line per request: the connection's
-    /// serial number, the protocol and the status.
-    private func startNginx(root: String, certificates: TestCertificates, serverDirectives: String = "") throws
+    /// serial number, the protocol, the status, the path and whether the TLS session was
+    /// resumed (`r`) or new (`.`).
+    private func startNginx(root: String, certificates: TestCertificates, httpDirectives: String = "",
+                            serverDirectives: String = "", http2: Bool = true) throws
         -> (base: String, accessLog: String) {
         let dir = work + "/nginx"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -46,7 +48,7 @@ final class HTTP2Tests: FerryTestCase {
         error_log \(dir)/error.log warn;
         events { worker_connections 1024; }
         http {
-            log_format ferry '$connection $server_protocol $status $uri';
+            log_format ferry '$connection $server_protocol $status $uri $ssl_session_reused';
             access_log \(dir)/access.log ferry;
             client_body_temp_path \(dir)/body;
             proxy_temp_path \(dir)/proxy;
@@ -54,8 +56,9 @@ final class HTTP2Tests: FerryTestCase {
             uwsgi_temp_path \(dir)/uwsgi;
             scgi_temp_path \(dir)/scgi;
             default_type application/octet-stream;
+            \(httpDirectives)
             server {
-                listen 127.0.0.1:\(port) ssl http2;
+                listen 127.0.0.1:\(port) ssl\(http2 ? " http2" : "");
                 ssl_certificate \(certificates.certificate);
                 ssl_certificate_key \(certificates.key);
                 root \(root);
@@ -99,6 +102,16 @@ final class HTTP2Tests: FerryTestCase {
         return most
     }
 
+    /// How many transfers among `paths` are running by the State signals in `sigs`.
+    private func runningNow(_ sigs: [RecordedSignal], _ paths: Set<String>) -> Int {
+        var running: Set<String> = []
+        for s in sigs where s.member == "PropertiesChanged" && paths.contains(s.path) {
+            guard let state = s.changed["State"]?.string else { continue }
+            if state == "running" { running.insert(s.path) } else { running.remove(s.path) }
+        }
+        return running.count
+    }
+
     /// `count` files of 24 KiB under a new site folder, and their bodies.
     private func makeSite(count: Int) throws -> (root: String, bodies: [[UInt8]]) {
         let root = work + "/site"
@@ -135,7 +148,7 @@ final class HTTP2Tests: FerryTestCase {
         return ended
     }
 
-    /// nginx's access log, a line per request: connection serial, protocol, status, path.
+    /// nginx's access log, a line per request: connection serial, protocol, status, path, TLS session reused.
     private func accessLogLines(_ path: String) throws -> [[Substring]] {
         try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
     }
@@ -259,5 +272,173 @@ final class HTTP2Tests: FerryTestCase {
         for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
         XCTAssertGreaterThan(cutShort, count / 2, "the loss cut most attempts short")
         XCTAssertFalse(try accessLogLines(accessLog).isEmpty, "the new worker served the tries again")
+    }
+
+    /// An HTTP/1.1 server that closes every connection after one request, so each
+    /// download needs a new one: from the second on, the TLS handshake resumes the
+    /// session an earlier download's connection made (ferryd's attempts share TLS
+    /// sessions; libcurl keeps them per handle otherwise, and each attempt's is new).
+    func testNewConnectionsResumeTheTLSSessionOfEarlierOnes() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: 4)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates,
+                                               serverDirectives: "keepalive_timeout 0; ssl_session_cache shared:TLS:1m;", http2: false)
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.Resumed")
+        for i in bodies.indices {
+            let t = try await s.download(base + "/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")])
+            let info = try await finish(t, timeout: 30)
+            XCTAssertEqual(info.state, "completed", "\(info.errorName) \(info.errorMessage)")
+            assertFile(work + "/f\(i).bin", equals: bodies[i])
+        }
+        let lines = try accessLogLines(accessLog)
+        XCTAssertEqual(lines.count, 4)
+        XCTAssertEqual(Set(lines.map { $0[0] }).count, 4, "a connection per download: \(lines)")
+        XCTAssertEqual(lines.dropFirst().map { String($0[4]) }, ["r", "r", "r"],
+                       "every connection after the first resumed a TLS session: \(lines)")
+    }
+
+    /// The HTTP/2 connection is closed under its streams, no GOAWAY first (as when the
+    /// server goes away): see `cutUnderSixtyStreams`.
+    func testAConnectionClosedWithSixtyStreamsInFlightFailsNoTransfer() async throws {
+        try await cutUnderSixtyStreams(reset: false)
+    }
+
+    /// The HTTP/2 connection is reset under its streams (as by a middlebox that drops
+    /// it): see `cutUnderSixtyStreams`.
+    func testAConnectionResetWithSixtyStreamsInFlightFailsNoTransfer() async throws {
+        try await cutUnderSixtyStreams(reset: true)
+    }
+
+    /// A network path that drops under a busy HTTP/2 connection: a relay between ferryd
+    /// and nginx cuts the connection while 55 or more of 60 transfers are streams on it —
+    /// ten or more answered and part-way through their bodies, twenty or more still queued
+    /// at the server (its `limit_req`) with no answer yet. Every transfer is tried again at once
+    /// on a new connection and completes byte-exact, though its session allows no retry:
+    /// none counts the loss as a failed attempt (none waits to retry, none keeps an error).
+    private func cutUnderSixtyStreams(reset: Bool) async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        // 20 requests a second are answered (3 s for all), each body at 8 KiB/s (3 s a file).
+        let (base, accessLog) = try startNginx(
+            root: root, certificates: certificates,
+            httpDirectives: "limit_req_zone $binary_remote_addr zone=queue:1m rate=20r/s;",
+            serverDirectives: "location /queued/ { alias \(root)/; limit_rate 8k; limit_req zone=queue burst=500; }")
+        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
+        let proxy = try CuttingProxy(to: nginxPort)
+        cleanups.append { proxy.stop() }
+        try await restartTrusting(certificates)
+
+        let s = try await session("com.example.Cut", ["retries": .uint32(0)])
+        var transfers: [FerryTransfer] = []
+        for i in bodies.indices {
+            transfers.append(try await s.download("https://127.0.0.1:\(proxy.port)/queued/f\(i).bin",
+                                                  options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        let paths = Set(transfers.map(\.path))
+        func answered(_ sigs: [RecordedSignal]) -> Int {
+            Set(sigs.filter { $0.member == "PropertiesChanged" && paths.contains($0.path) && $0.changed["HttpStatus"] != nil }
+                .map(\.path)).count
+        }
+        try await signals.wait("55 of the \(count) running, 10 of them answered", timeout: 20) { sigs in
+            self.runningNow(sigs, paths) >= 55 && answered(sigs) >= 10
+        }
+        let connectionsBefore = proxy.connectionsAccepted
+        XCTAssertGreaterThanOrEqual(proxy.cutAll(reset: reset), 1, "a connection was cut")
+        let unanswered = count - answered(signals.all)
+
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorName) \(info.errorMessage)")
+            XCTAssertEqual(info.errorName, "", "\(t.path) keeps no error")
+        }
+        for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        let waitedToRetry = signals.all.filter {
+            $0.member == "PropertiesChanged" && paths.contains($0.path) && $0.changed["WaitingReason"]?.string == "retry"
+        }
+        XCTAssertEqual(waitedToRetry.count, 0, "no transfer waited to retry: the loss was no failed attempt")
+        XCTAssertGreaterThanOrEqual(unanswered, 20, "many streams were still unanswered when the connection went")
+        XCTAssertLessThanOrEqual(connectionsBefore, 2, "the streams shared a connection before the cut")
+        XCTAssertGreaterThan(proxy.connectionsAccepted, connectionsBefore, "the tries again went over a new connection")
+        XCTAssertTrue(try accessLogLines(accessLog).allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
+    }
+
+    /// A download with `connections=4` from an HTTP/2 server: its ranges do not multiplex
+    /// on one connection (a server's per-connection limits would hold them all) — each
+    /// asks for HTTP/1.1 on a connection of its own — and the file arrives byte-exact.
+    func testASegmentedDownloadFromAnHTTP2ServerTakesConnectionsOfItsOwn() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 0)
+        let body = TestData.bytes(count: 6 * 1024 * 1024 + 12_345, seed: 4242)
+        FileManager.default.createFile(atPath: root + "/big.bin", contents: Data(body))
+        // 2 MiB/s a request: one connection alone would take 3 s.
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates,
+                                               serverDirectives: "location /paced/ { alias \(root)/; limit_rate 2m; }")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.H2Ranges", ["retries": .uint32(0)])
+        let t = try await s.download(base + "/paced/big.bin", options: ["destination": .string(work + "/big.bin"),
+                                                                        "connections": .uint32(4)])
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "completed", "\(info.errorName) \(info.errorMessage)")
+        assertFile(work + "/big.bin", equals: body)
+
+        let lines = try accessLogLines(accessLog)
+        let ranges = lines.filter { $0.count >= 3 && $0[2] == "206" }
+        XCTAssertGreaterThanOrEqual(ranges.count, 2, "the file came in ranges: \(lines)")
+        XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/1.1" }, "every request over HTTP/1.1: \(lines)")
+        XCTAssertGreaterThanOrEqual(Set(ranges.map { $0[0] }).count, 2, "the ranges came over connections of their own: \(ranges)")
+    }
+
+    /// Uploads too: twelve PUT bodies under way as streams of one HTTP/2 connection (the
+    /// origin known to multiplex from a download before them) when a relay resets it.
+    /// Each is sent again at once, in a session allowing no retry, and nginx stores every
+    /// body byte-exact, answered 201; none waits to retry.
+    func testUploadsUnderWayWhenTheirConnectionIsResetAreSentAgainWithoutARetry() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: 1)
+        try FileManager.default.createDirectory(atPath: root + "/up", withIntermediateDirectories: true)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: """
+            location /up/ { dav_methods PUT; client_max_body_size 0; }
+            """)
+        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
+        let proxy = try CuttingProxy(to: nginxPort)
+        cleanups.append { proxy.stop() }
+        try await restartTrusting(certificates)
+        let origin = "https://127.0.0.1:\(proxy.port)"
+        // 12 bodies of 300 KB share 1 MiB/s: about 3.5 s for all.
+        let s = try await session("com.example.H2UpCut", ["retries": .uint32(0), "speed-limit": .uint64(1024 * 1024)])
+        let probe = try await s.download(origin + "/f0.bin", options: ["destination": .string(work + "/f0.bin")])
+        let probed = try await finish(probe, timeout: 30)
+        XCTAssertEqual(probed.state, "completed")
+        assertFile(work + "/f0.bin", equals: bodies[0])
+
+        var uploads: [(FerryTransfer, [UInt8])] = []
+        for i in 0..<12 {
+            let body = TestData.bytes(count: 300_000 + i * 1_001, seed: UInt64(900 + i))
+            let file = work + "/u\(i).bin"
+            FileManager.default.createFile(atPath: file, contents: Data(body))
+            uploads.append((try await s.upload(origin + "/up/u\(i).bin", file: file), body))
+        }
+        let paths = Set(uploads.map(\.0.path))
+        try await signals.wait("12 uploads running, 6 of them sending", timeout: 20) { sigs in
+            self.runningNow(sigs, paths) == paths.count
+                && Set(sigs.filter { $0.member == "Progress" && paths.contains($0.path) }.map(\.path)).count >= 6
+        }
+        XCTAssertGreaterThanOrEqual(proxy.cutAll(reset: true), 1, "a connection was cut")
+
+        for (i, (t, body)) in uploads.enumerated() {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorName) \(info.errorMessage)")
+            XCTAssertEqual(info.httpStatus, 201)
+            assertFile(root + "/up/u\(i).bin", equals: body)
+        }
+        let waitedToRetry = signals.all.filter {
+            $0.member == "PropertiesChanged" && paths.contains($0.path) && $0.changed["WaitingReason"]?.string == "retry"
+        }
+        XCTAssertEqual(waitedToRetry.count, 0, "no upload waited to retry")
+        let puts = try accessLogLines(accessLog).filter { $0.count >= 4 && $0[3].hasPrefix("/up/") && $0[2] == "201" }
+        XCTAssertEqual(puts.count, 12, "each body stored once, after the cut")
+        XCTAssertTrue(puts.allSatisfy { $0[1] == "HTTP/2.0" }, "every PUT over HTTP/2: \(puts)")
     }
 }

@@ -52,50 +52,37 @@ extension SignalRecorder {
     }
 }
 
-/// The base of every integration test: starts the world in `setUp`, stops it in
-/// `tearDown`, and prints ferryd's log when the test failed.
-class FerryTestCase: XCTestCase {
+/// The base of every integration test: starts the world in `setUp` (a private bus
+/// and ferryd on it besides what `FerrydTestCase` sets up), stops it in `tearDown`, and
+/// prints ferryd's log when the test failed.
+class FerryTestCase: FerrydTestCase {
     var bus: PrivateBus!
-    var server: TestHTTPServer!
-    var temporaryHome: TemporaryHome!
-    /// The temporary HOME; everything the test makes lives below it.
-    var home: String!
-    /// The XDG download directory of that HOME (from `user-dirs.dirs`).
+    /// The XDG download directory of the HOME (from `user-dirs.dirs`).
     var downloads: String!
     /// A scratch directory for explicit destinations.
     var work: String!
-    var ferryd: ChildProcess?
-    var client: BusClient!
-    var signals: SignalRecorder!
     /// Whether `client` asks ferryd for the private signals of every session
     /// (`Manager.Watch`), again after each start: tests that follow sandboxed apps'
     /// transfers through `signals` set it (`watchPrivateSignals`).
     var watchesPrivateSignals = false
-    /// Extra logs to print on failure (other processes a test started).
-    var extraLogs: [() -> String] = []
     var cleanups: [() -> Void] = []
-
-    var ferrydPath: String!
     var ferryPath: String!
 
     override func setUp() async throws {
         try await super.setUp()
-        guard let d = Binaries.ferryd, let f = Binaries.ferry else {
-            XCTFail("the built ferryd/ferry were not found: set FERRYD_PATH and FERRY_CLI_PATH, or build them beside the test bundle (swift build). Looked beside \(Bundle.main.bundlePath)")
+        let missing = "the built ferryd/ferry were not found: set FERRYD_PATH and FERRY_CLI_PATH, or build them beside the test bundle (swift build). Looked beside \(Bundle.main.bundlePath)"
+        guard let f = Binaries.ferry else {
+            XCTFail(missing)
             throw TimedOut(description: "binaries missing")
         }
-        ferrydPath = d
         ferryPath = f
         // user-dirs.dirs names $HOME/Dl; ferryd reads it (and creates the directory).
-        let temporaryHome = try TemporaryHome(prefix: "ferry-it", downloadDirectory: "Dl", subdirectories: ["work"])
-        self.temporaryHome = temporaryHome
-        home = temporaryHome.path
+        try setUpFerrydWorld(ferryd: Binaries.ferryd, missing: missing) {
+            try TemporaryHome(prefix: "ferry-it", downloadDirectory: "Dl", subdirectories: ["work"])
+        }
         downloads = home + "/Dl"
         work = home + "/work"
-
         bus = try PrivateBus()
-        server = TestHTTPServer()
-        try server.start()
         try await startFerryd()
     }
 
@@ -178,13 +165,9 @@ class FerryTestCase: XCTestCase {
     }
 
     override func tearDown() async throws {
-        let failed = (testRun?.totalFailureCount ?? 0) > 0
+        let failed = hasFailed
         if failed {
-            var text = "\n===== ferryd log for \(name) =====\n"
-            text += ferryd?.log ?? "(ferryd not started)"
-            for l in extraLogs { text += "\n" + l() }
-            text += "\n===== recorded signals =====\n"
-            text += (signals?.all.suffix(80).map(\.description).joined(separator: "\n") ?? "")
+            var text = failureReport(signalCount: 80)
             text += ProcessInfo.processInfo.environment["FERRY_IT_KEEP"] != nil
                 ? "\n===== files kept in \(home ?? "?") =====\n" : "\n===== end (FERRY_IT_KEEP=1 keeps the files) =====\n"
             print(text)
@@ -192,14 +175,7 @@ class FerryTestCase: XCTestCase {
         signals?.stop()
         for c in cleanups.reversed() { c() }
         client?.close()
-        if let p = ferryd, p.isRunning {
-            p.terminate()
-            if p.waitForExit(timeout: 10) == nil {
-                print("ferryd did not exit within 10 s of SIGTERM; killing it")
-                p.kill(SIGKILL)
-                _ = p.waitForExit(timeout: 5)
-            }
-        }
+        if let p = ferryd, !p.stop() { print("ferryd did not exit within 10 s of SIGTERM; killed it") }
         server?.stop()
         bus?.stop()
         // FERRY_IT_KEEP=1 keeps a failed test's files (HOME, downloads, state) for a look.
@@ -228,6 +204,47 @@ class FerryTestCase: XCTestCase {
     func finish(_ t: FerryTransfer, timeout: TimeInterval = 20) async throws -> TransferInfo {
         try await signals.completed(t.path, timeout: timeout)
         return try await t.info()
+    }
+
+    /// Waits for the transfer's Completed signal and asserts that it completed with the
+    /// file at `path` holding exactly `body`; returns its final properties.
+    @discardableResult
+    func finishCompleted(_ t: FerryTransfer, at path: String, equals body: [UInt8], timeout: TimeInterval = 20,
+                         file: StaticString = #filePath, line: UInt = #line) async throws -> TransferInfo {
+        let info = try await finish(t, timeout: timeout)
+        XCTAssertEqual(info.state, "completed", info.errorMessage, file: file, line: line)
+        assertFile(path, equals: body, file: file, line: line)
+        return info
+    }
+
+    /// Downloads `path` in `s` to `work + path` (with `options` besides), waits for its
+    /// Completed and asserts that it completed with `body`.
+    /// - Returns: the transfer, its final properties and the seconds from the call to its end.
+    func timedDownload(_ path: String, in s: BusSession, equals body: [UInt8], options: [String: DBusValue] = [:],
+                       timeout: TimeInterval = 30, file: StaticString = #filePath, line: UInt = #line) async throws
+        -> (FerryTransfer, TransferInfo, seconds: TimeInterval) {
+        let start = Date()
+        let t = try await s.download(server.url(path), options: options.merging(["destination": .string(work + path)]) { $1 })
+        let info = try await finishCompleted(t, at: work + path, equals: body, timeout: timeout, file: file, line: line)
+        return (t, info, Date().timeIntervalSince(start))
+    }
+
+    /// The bytes a restarted ferryd says it kept of a download on several connections
+    /// (its log line "continuing N ranges (BYTES of …"); 0 when it logged none. Its
+    /// ResumedAtOffset may go out before it owns the bus name, so the log is the witness.
+    func bytesKeptByTheRestart() -> Int64 {
+        let log = ferryd?.log ?? ""
+        return log.range(of: #"continuing \d+ ranges \((\d+) of"#, options: .regularExpression).flatMap { match in
+            Int64(log[match].split(separator: "(")[1].split(separator: " ")[0])
+        } ?? 0
+    }
+
+    /// Waits (20 s at most, then goes on) until the transfer's BytesTransferred reaches `bytes`.
+    func waitForBytesTransferred(_ t: FerryTransfer, atLeast bytes: Int64) async throws {
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline, try await t.info().bytesTransferred < bytes {
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
     }
 
     /// Resumes a transfer that ended (failed), waits for the Completed of its new run and
@@ -350,6 +367,29 @@ class FerryTestCase: XCTestCase {
         }
     }
 
+    /// Adds transfers that each hold a file descriptor (`add(i)` for i = 0, 1, …, 70 at
+    /// the most) until ferryd refuses one, and asserts the budget ferryd started under
+    /// `prlimit --nofile=100:320` keeps: 320 less 256 for everything else are taken, and
+    /// the next is refused with `LimitExceeded`, its message naming `reason`.
+    /// - Returns: the transfers taken.
+    func fillTheDescriptorBudget(refusalNaming reason: String, file: StaticString = #filePath, line: UInt = #line,
+                                 _ add: (Int) async throws -> FerryTransfer) async throws -> [FerryTransfer] {
+        var taken: [FerryTransfer] = []
+        var refusal: BusError?
+        for i in 0..<70 {
+            do {
+                taken.append(try await add(i))
+            } catch let e as BusError {
+                refusal = e
+                break
+            }
+        }
+        XCTAssertEqual(taken.count, 320 - 256, "the budget: the limit less 256 for everything else", file: file, line: line)
+        XCTAssertEqual(refusal?.name, "org.ferry.Ferry1.Error.LimitExceeded", refusal?.message ?? "no refusal", file: file, line: line)
+        XCTAssertTrue(refusal?.message.contains(reason) ?? false, refusal?.message ?? "", file: file, line: line)
+        return taken
+    }
+
     /// Runs a program to completion (bounded).
     func runTool(_ path: String, _ args: [String], environment env: [String: String], timeout: TimeInterval = 30) throws
         -> (status: Int32, stdout: String, stderr: String) {
@@ -365,12 +405,18 @@ class FerryTestCase: XCTestCase {
     func startStalledDownload(_ path: String, dest: String, ranges: Bool = true, etag: String? = "\"v1\"",
                               session name: String = "com.example.Test") async throws -> (FerryTransfer, [UInt8]) {
         let body = serve(path, size: stalledSize, etag: etag, ranges: ranges)
+        return (try await downloadStalled(path, dest: dest, session: name), body)
+    }
+
+    /// Starts a download of `path` (served already, `stalledSize` bytes or more) that the
+    /// server stalls after `stalledCut` bytes, and waits until all of them are on disk.
+    func downloadStalled(_ path: String, dest: String, session name: String = "com.example.Test") async throws -> FerryTransfer {
         server.set(.stallAfter(bytes: stalledCut, times: 1), on: path)
         let s = try await session(name)
         let t = try await s.download(server.url(path), options: ["destination": .string(dest)])
         try await waitForState(t, "running")
         try await waitForFileSize(dest + ".part", atLeast: stalledCut)
-        return (t, body)
+        return t
     }
 
     /// The file's `user.xdg.origin.url`, read as any other program would (Python's

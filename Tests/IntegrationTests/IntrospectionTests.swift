@@ -99,6 +99,22 @@ final class IntrospectionTests: FerryTestCase {
             .appendingPathComponent("dbus/org.ferry.Ferry1.xml").path
     }
 
+    /// The interfaces of the contract XML (dbus/), by name.
+    static func contractInterfaces() throws -> [String: InterfaceShape] {
+        try IntrospectionParser.parse(try String(contentsOfFile: contractXMLPath, encoding: .utf8)).interfaces
+    }
+
+    /// A session, a paused download in it and a group (of one paused download): one
+    /// object of each kind ferryd exports besides the manager.
+    func oneOfEachObject() async throws -> (session: BusSession, transfer: FerryTransfer, group: String) {
+        serve("/a.bin", size: 10)
+        let s = try await session()
+        let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
+        let group = try await s.downloadGroup([(server.url("/a.bin"), ["start": .boolean(false), "destination": .string(work + "/g.bin")])],
+                                              options: ["description": .string("one")])
+        return (s, t, group.path)
+    }
+
     func introspect(_ path: String) async throws -> IntrospectionParser {
         let r = try await call(path, StandardNames.introspectable, "Introspect")
         return try IntrospectionParser.parse(r.first?.string ?? "")
@@ -107,20 +123,11 @@ final class IntrospectionTests: FerryTestCase {
     /// The running daemon describes each of its three interfaces exactly as the
     /// contract XML does, on the objects that carry them, with the standard ones.
     func testIntrospectionMatchesContractXML() async throws {
-        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
-        let contract = try IntrospectionParser.parse(text).interfaces
+        let contract = try Self.contractInterfaces()
         XCTAssertEqual(Set(contract.keys), [BusClient.managerInterface, BusClient.sessionInterface, BusClient.transferInterface,
                                             FerryInterface.groupInterface])
 
-        serve("/a.bin", size: 10)
-        let s = try await session()
-        let t = try await s.download(server.url("/a.bin"), options: ["start": .boolean(false), "destination": .string(work + "/a.bin")])
-
-        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
-            .array(element: "(sa{sv})", [.structure([.string(server.url("/a.bin")),
-                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/g.bin")])])]),
-            .vardict([:]),
-        ]).first?.string ?? ""
+        let (s, t, group) = try await oneOfEachObject()
 
         let std = [StandardNames.introspectable, StandardNames.properties, StandardNames.peer]
         for (path, iface, extra) in [(BusClient.managerPath, BusClient.managerInterface, [StandardNames.objectManager]),
@@ -155,8 +162,7 @@ final class IntrospectionTests: FerryTestCase {
     /// interfaces from them, the clients read by them) are the contract XML's: names,
     /// types, access, change signals.
     func testDeclaredPropertiesAreTheContractsProperties() throws {
-        let text = try String(contentsOfFile: Self.contractXMLPath, encoding: .utf8)
-        let contract = try IntrospectionParser.parse(text).interfaces
+        let contract = try Self.contractInterfaces()
         for (iface, declared) in [(BusClient.managerInterface, FerryInterface.ManagerProperty.all),
                                   (BusClient.sessionInterface, FerryInterface.SessionProperty.all),
                                   (BusClient.transferInterface, FerryInterface.TransferProperty.all),
@@ -175,17 +181,32 @@ final class IntrospectionTests: FerryTestCase {
         }
     }
 
+    /// The methods and signals declared once in `FerryInterface` (the service exports and
+    /// dispatches its methods from them, the clients call and match by them) are the
+    /// contract XML's: names, argument names, types and directions, in order.
+    func testDeclaredMethodsAndSignalsAreTheContracts() throws {
+        let contract = try Self.contractInterfaces()
+        XCTAssertEqual(Set(FerryInterface.methods.keys), Set(contract.keys))
+        XCTAssertEqual(Set(FerryInterface.signals.keys), Set(contract.keys))
+        func shape(_ arguments: [BusArgument], _ direction: String) -> [InterfaceShape.Arg] {
+            arguments.map { .init(name: $0.name, type: $0.signature, direction: direction) }
+        }
+        for (iface, want) in contract {
+            let methods = FerryInterface.methods[iface] ?? [], signals = FerryInterface.signals[iface] ?? []
+            XCTAssertEqual(Set(methods.map(\.interface) + signals.map(\.interface)), [iface], "\(iface): its own members")
+            XCTAssertEqual(Set(methods.map(\.name)).count, methods.count, "\(iface): each method declared once")
+            XCTAssertEqual(Set(signals.map(\.name)).count, signals.count, "\(iface): each signal declared once")
+            let declared = Dictionary(methods.map { ($0.name, shape($0.inputs, "in") + shape($0.outputs, "out")) }) { a, _ in a }
+            XCTAssertEqual(declared, want.methods, "\(iface) methods: declared vs contract")
+            let declaredSignals = Dictionary(signals.map { ($0.name, shape($0.arguments, "out")) }) { a, _ in a }
+            XCTAssertEqual(declaredSignals, want.signals, "\(iface) signals: declared vs contract")
+        }
+    }
+
     /// What the daemon serves: `GetAll` of the manager, a session and a transfer holds
     /// each declared property, with its declared type, and nothing else.
     func testServedPropertiesAreTheDeclaredOnes() async throws {
-        serve("/p.bin", size: 10)
-        let s = try await session()
-        let t = try await s.download(server.url("/p.bin"), options: ["start": .boolean(false), "destination": .string(work + "/p.bin")])
-        let group = try await call(s.path, BusClient.sessionInterface, "DownloadGroup", [
-            .array(element: "(sa{sv})", [.structure([.string(server.url("/p.bin")),
-                                                     .vardict(["start": .boolean(false), "destination": .string(work + "/pg.bin")])])]),
-            .vardict(["description": .string("one")]),
-        ]).first?.string ?? ""
+        let (s, t, group) = try await oneOfEachObject()
         for (path, iface, declared) in [(BusClient.managerPath, BusClient.managerInterface, FerryInterface.ManagerProperty.all),
                                         (s.path, BusClient.sessionInterface, FerryInterface.SessionProperty.all),
                                         (t.path, BusClient.transferInterface, FerryInterface.TransferProperty.all),

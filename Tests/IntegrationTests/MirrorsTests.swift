@@ -97,16 +97,11 @@ final class MirrorsTests: FerryTestCase {
         try await waitUntilAsync("the server to see the killed connections close") { server.openConnections == 0 }
         let servedBeforeKill = bytesServed(paths)
         try await startFerryd()
-        let info = try await finish(t, timeout: 90)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/k.bin", equals: body)
-        let log = ferryd?.log ?? ""
-        let kept = log.range(of: #"continuing \d+ ranges \((\d+) of"#, options: .regularExpression).flatMap { match in
-            Int(log[match].split(separator: "(")[1].split(separator: " ")[0])
-        } ?? 0
+        try await finishCompleted(t, at: work + "/k.bin", equals: body, timeout: 90)
+        let kept = Int(bytesKeptByTheRestart())
         XCTAssertGreaterThan(kept, 0, "verified pieces were kept across the kill")
         XCTAssertEqual(kept % Self.pieceLength, 0, "whole pieces only")
-        XCTAssertTrue(log.contains("pieces kept on disk"), "the kept pieces are checked again from the disk")
+        XCTAssertTrue(ferryd?.log.contains("pieces kept on disk") ?? false, "the kept pieces are checked again from the disk")
         // Fetched twice: at most what was sent before the kill but not kept as verified.
         let refetched = bytesServed(paths) - body.count
         XCTAssertLessThanOrEqual(refetched, servedBeforeKill - kept,

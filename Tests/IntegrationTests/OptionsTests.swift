@@ -93,16 +93,9 @@ final class OptionsTests: FerryTestCase {
     /// The speed-limit option holds a download to about that rate.
     func testSpeedLimitOptionSlowsTheDownload() async throws {
         let body = serve("/limited.bin", size: 192 * 1024)
-        let s = try await session()
-        let start = Date()
-        let t = try await s.download(server.url("/limited.bin"), options: [
-            "destination": .string(work + "/limited.bin"), "speed-limit": .uint64(128 * 1024),
-        ])
-        let info = try await finish(t, timeout: 20)
-        let elapsed = Date().timeIntervalSince(start)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        let (_, info, elapsed) = try await timedDownload("/limited.bin", in: session(), equals: body,
+                                                         options: ["speed-limit": .uint64(128 * 1024)], timeout: 20)
         XCTAssertEqual(info.speedLimit, 128 * 1024)
-        assertFile(work + "/limited.bin", equals: body)
         XCTAssertGreaterThanOrEqual(elapsed, 1.0, "192 KiB at 128 KiB/s take about 1.5 s, not \(elapsed) s")
     }
 

@@ -163,12 +163,7 @@ final class PauseResumeTests: FerryTestCase {
         let (t, body) = try await startStalledDownload("/takeover.bin", dest: dest)
         let data = try await t.pause()
         XCTAssertFalse(data.isEmpty)
-        server.add(path: "/gone.bin", body: [1])
-        server.set(.status(404), on: "/gone.bin")
-        try await t.setURL(server.url("/gone.bin"))
-        let mark = signals.mark
-        try await t.resume()
-        try await waitForState(t, ["failed"], since: mark)
+        try await resumeIntoA404(t, at: "/gone.bin")
 
         let t2 = try await session().resumeDownload(data)
         let info = try await finish(t2)
@@ -185,12 +180,7 @@ final class PauseResumeTests: FerryTestCase {
         let dest = work + "/dead.bin"
         let (t, _) = try await startStalledDownload("/dead.bin", dest: dest)
         _ = try await t.pause()
-        server.add(path: "/dead-link.bin", body: [1])
-        server.set(.status(404), on: "/dead-link.bin")
-        try await t.setURL(server.url("/dead-link.bin"))
-        let mark = signals.mark
-        try await t.resume()
-        try await waitForState(t, ["failed"], since: mark)
+        try await resumeIntoA404(t, at: "/dead-link.bin")
         XCTAssertTrue(exists(dest + ".part"), "a failed transfer keeps its partial file")
         try await t.cancel()
         try await waitForState(t, "cancelled")
@@ -278,5 +268,16 @@ final class PauseResumeTests: FerryTestCase {
         XCTAssertEqual(info.state, "completed", info.errorMessage)
         assertFile(dest, equals: body)
         XCTAssertEqual(server.requests(for: "/new.bin").first?.header("Range"), "bytes=\(cut)-")
+    }
+
+    /// Points the paused `t` at `path`, which answers 404, resumes it and waits until
+    /// it has failed.
+    private func resumeIntoA404(_ t: FerryTransfer, at path: String) async throws {
+        server.add(path: path, body: [1])
+        server.set(.status(404), on: path)
+        try await t.setURL(server.url(path))
+        let mark = signals.mark
+        try await t.resume()
+        try await waitForState(t, ["failed"], since: mark)
     }
 }

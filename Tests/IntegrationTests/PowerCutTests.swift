@@ -191,6 +191,7 @@ final class PowerCutTests: FerryTestCase {
         }
     }
 
+    /// `@unchecked Sendable`: every field is guarded by `lock`.
     final class Acked: @unchecked Sendable {
         private let lock = NSLock()
         private var items: [(FerryTransfer, String)] = []
@@ -291,8 +292,9 @@ final class PowerCutTests: FerryTestCase {
 
             let round = Acked()
             let session = s
+            let toQueue = items
             let queueing = Task {
-                for item in items {
+                for item in toQueue {
                     if round.isStopped { break }
                     do {
                         let t = try await session.download(item.url, options: item.options)

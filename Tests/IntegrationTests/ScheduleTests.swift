@@ -117,12 +117,7 @@ final class ScheduleTests: FerryTestCase {
         try await setSchedule([window("*", "00:00", "24:00", 64 * 1024)])
         let s = try await client.openSession("com.example.Limited")
         let body = serve("/limited.bin", size: 192 * 1024)
-        let started = Date()
-        let t = try await s.download(server.url("/limited.bin"), options: ["destination": .string(work + "/limited.bin")])
-        let info = try await finish(t, timeout: 30)
-        let took = Date().timeIntervalSince(started)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/limited.bin", equals: body)
+        let (_, _, took) = try await timedDownload("/limited.bin", in: s, equals: body)
         // 192 KiB at 64 KiB/s: about 3 s (unlimited, it takes milliseconds).
         XCTAssertGreaterThan(took, 1.8, "the window's speed limit held it back")
         let manual = try await managerProperty("SpeedLimit")?.uint64

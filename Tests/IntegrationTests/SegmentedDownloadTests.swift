@@ -18,16 +18,21 @@ final class SegmentedDownloadTests: FerryTestCase {
         server.requests(for: path).filter { $0.header("Range") != nil }.count
     }
 
+    /// Starts a download of `path` to `work + path` on four connections, in `s` (else
+    /// the default session).
+    func downloadOnFourConnections(_ path: String, in s: BusSession? = nil) async throws -> FerryTransfer {
+        let opened: BusSession
+        if let s { opened = s } else { opened = try await session() }
+        return try await opened.download(server.url(path), options: ["destination": .string(work + path), "connections": .uint32(4)])
+    }
+
     func testRangesInParallelMakeTheRightFile() async throws {
         let body = serve("/par.bin", size: Self.size)
         // Slices of 200 KiB every 100 ms: a connection cut when its range is split
         // may have had one slice in flight, far less than a range (1 MiB at least).
         server.set(.slow(bytesPerSecond: 2 * 1024 * 1024), on: "/par.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/par.bin"), options: ["destination": .string(work + "/par.bin"), "connections": .uint32(4)])
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/par.bin", equals: body)
+        let t = try await downloadOnFourConnections("/par.bin")
+        try await finishCompleted(t, at: work + "/par.bin", equals: body, timeout: 30)
         XCTAssertGreaterThanOrEqual(rangeRequests("/par.bin"), 2, "several ranges were asked for")
         XCTAssertTrue(server.requests(for: "/par.bin").filter { $0.header("Range") != nil }.allSatisfy { $0.header("If-Range") == "\"v1\"" },
                       "every range request carries If-Range")
@@ -40,35 +45,25 @@ final class SegmentedDownloadTests: FerryTestCase {
         let newBody = TestData.bytes(count: Self.size, seed: 2)
         server.set(.slow(bytesPerSecond: 2 * 1024 * 1024), on: "/chg.bin")
         server.set(.replaceAfter(requests: 2, body: newBody, etag: "\"v2\""), on: "/chg.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/chg.bin"), options: ["destination": .string(work + "/chg.bin"), "connections": .uint32(4)])
-        let info = try await finish(t, timeout: 60)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/chg.bin", equals: newBody)
+        let t = try await downloadOnFourConnections("/chg.bin")
+        try await finishCompleted(t, at: work + "/chg.bin", equals: newBody, timeout: 60)
         XCTAssertTrue(ferryd?.log.contains("one connection instead of 4") ?? false, "the log says why")
     }
 
     func testServerIgnoringRangesFallsBackToOneConnection() async throws {
         let body = serve("/ign.bin", size: 3 * 1024 * 1024)
         server.set(.ignoreRanges, on: "/ign.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/ign.bin"), options: ["destination": .string(work + "/ign.bin"), "connections": .uint32(4)])
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/ign.bin", equals: body)
+        let t = try await downloadOnFourConnections("/ign.bin")
+        try await finishCompleted(t, at: work + "/ign.bin", equals: body, timeout: 30)
         XCTAssertTrue(ferryd?.log.contains("one connection instead of 4") ?? false, "the log says why")
     }
 
     func testSIGKILLDuringSegmentedDownloadResumesEveryRange() async throws {
         let body = serve("/kill.bin", size: Self.size)
         server.set(.slow(bytesPerSecond: 512 * 1024), on: "/kill.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/kill.bin"), options: ["destination": .string(work + "/kill.bin"), "connections": .uint32(4)])
+        let t = try await downloadOnFourConnections("/kill.bin")
         // Past a stored range map (stored at most once a second) and well before the end.
-        let deadline = Date().addingTimeInterval(20)
-        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 2) {
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
+        try await waitForBytesTransferred(t, atLeast: Int64(Self.size / 2))
         XCTAssertGreaterThanOrEqual(rangeRequests("/kill.bin"), 2)
         try await killFerryd()
         // Counted once the server has seen the killed connections close: a slice it sends
@@ -77,15 +72,8 @@ final class SegmentedDownloadTests: FerryTestCase {
         let servedBeforeKill = bytesServed("/kill.bin")
         let requestsBeforeKill = server.requests(for: "/kill.bin").count
         try await startFerryd()
-        let info = try await finish(t, timeout: 60)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/kill.bin", equals: body)
-        // The restarted ferryd logs the ranges it continues (its ResumedAtOffset may go
-        // out before it owns the bus name, so the log is the reliable witness).
-        let log = ferryd?.log ?? ""
-        let kept = log.range(of: #"continuing \d+ ranges \((\d+) of"#, options: .regularExpression).flatMap { match in
-            Int64(log[match].split(separator: "(")[1].split(separator: " ")[0])
-        } ?? 0
+        try await finishCompleted(t, at: work + "/kill.bin", equals: body, timeout: 60)
+        let kept = bytesKeptByTheRestart()
         XCTAssertGreaterThan(kept, 0, "the ranges on disk were kept across the kill")
         let after = server.requests(for: "/kill.bin").dropFirst(requestsBeforeKill)
         XCTAssertTrue(after.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"v1\"" },
@@ -102,11 +90,8 @@ final class SegmentedDownloadTests: FerryTestCase {
         let body = serve("/pr.bin", size: Self.size)
         server.set(.slow(bytesPerSecond: 512 * 1024), on: "/pr.bin")
         let s = try await session()
-        let t = try await s.download(server.url("/pr.bin"), options: ["destination": .string(work + "/pr.bin"), "connections": .uint32(4)])
-        let deadline = Date().addingTimeInterval(20)
-        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 3) {
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
+        let t = try await downloadOnFourConnections("/pr.bin", in: s)
+        try await waitForBytesTransferred(t, atLeast: Int64(Self.size / 3))
         let data = try await t.pause()
         XCTAssertFalse(data.isEmpty, "a segmented download can be resumed")
         try await waitForState(t, "paused")
@@ -119,9 +104,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         let next = try await s.resumeDownload(data, options: ["start": .boolean(false)])
         let shown = try await next.info().bytesTransferred
         try await next.resume()
-        let info = try await finish(next, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/pr.bin", equals: body)
+        try await finishCompleted(next, at: work + "/pr.bin", equals: body, timeout: 30)
         let after = server.requests(for: "/pr.bin").dropFirst(requestsBefore)
         XCTAssertFalse(after.isEmpty)
         XCTAssertTrue(after.allSatisfy { $0.header("Range") != nil && $0.header("If-Range") == "\"v1\"" },
@@ -137,12 +120,8 @@ final class SegmentedDownloadTests: FerryTestCase {
     func testAPausedSegmentedDownloadCountsEveryRangeItKeeps() async throws {
         let body = serve("/counted.bin", size: Self.size)
         server.set(.slow(bytesPerSecond: 512 * 1024), on: "/counted.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/counted.bin"), options: ["destination": .string(work + "/counted.bin"), "connections": .uint32(4)])
-        let deadline = Date().addingTimeInterval(20)
-        while Date() < deadline, try await t.info().bytesTransferred < Int64(Self.size / 4) {
-            try await Task.sleep(nanoseconds: 20_000_000)
-        }
+        let t = try await downloadOnFourConnections("/counted.bin")
+        try await waitForBytesTransferred(t, atLeast: Int64(Self.size / 4))
         XCTAssertGreaterThanOrEqual(rangeRequests("/counted.bin"), 2, "several ranges under way")
         _ = try await t.pause()
         let kept = try await waitUntilPauseSettled(t)
@@ -155,9 +134,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         let seen = server.requests(for: "/counted.bin").count
         server.clearBehaviours(on: "/counted.bin")
         try await t.resume()
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/counted.bin", equals: body)
+        try await finishCompleted(t, at: work + "/counted.bin", equals: body, timeout: 30)
         let after = server.requests(for: "/counted.bin").dropFirst(seen)
         XCTAssertEqual(after.reduce(0) { $0 + $1.bodyBytesSent }, body.count - Int(kept), "only what was not kept was fetched again")
     }
@@ -206,9 +183,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         let seen = server.requests(for: path).count
         server.clearBehaviours(on: path)
         try await t.resume()
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + path, equals: body)
+        try await finishCompleted(t, at: work + path, equals: body, timeout: 30)
         XCTAssertEqual(server.requests(for: path).dropFirst(seen).map { $0.header("Range") }, ["bytes=\(kept)-"], what)
     }
 
@@ -221,7 +196,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         // late the attempt stops on a busy machine.
         server.set(.stallAfter(bytes: Self.size / 4, times: 1), on: path)
         let s = try await session("com.example.OnePerHost", ["max-connections-per-host": .uint32(1)])
-        let t = try await s.download(server.url(path), options: ["destination": .string(work + path), "connections": .uint32(4)])
+        let t = try await downloadOnFourConnections(path, in: s)
         try await waitForFileSize(work + path + ".part", atLeast: Self.size / 4)
         let data = try await t.pause()
         try await waitForState(t, "paused")
@@ -235,9 +210,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         let body = serve("/refuses.bin", size: Self.size)
         server.set(.slow(bytesPerSecond: 1024 * 1024), on: "/refuses.bin")
         server.set(.failRangeRequests(Int.max, status: 403), on: "/refuses.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/refuses.bin"), options: ["destination": .string(work + "/refuses.bin"),
-                                                                           "connections": .uint32(4)])
+        let t = try await downloadOnFourConnections("/refuses.bin")
         // Answered (a status), then refused: Resumable, true with the first answer, is false.
         let deadline = Date().addingTimeInterval(20)
         while true {
@@ -252,9 +225,7 @@ final class SegmentedDownloadTests: FerryTestCase {
         server.clearBehaviours(on: "/refuses.bin")
         server.set(.failRangeRequests(Int.max, status: 403), on: "/refuses.bin")
         try await t.resume()
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        assertFile(work + "/refuses.bin", equals: body)
+        try await finishCompleted(t, at: work + "/refuses.bin", equals: body, timeout: 30)
     }
 
     /// A server that sends the file to a plain request but refuses every range request
@@ -264,13 +235,9 @@ final class SegmentedDownloadTests: FerryTestCase {
         let body = serve("/norange.bin", size: Self.size)
         server.set(.slow(bytesPerSecond: 4 * 1024 * 1024), on: "/norange.bin")
         server.set(.failRangeRequests(Int.max, status: 403), on: "/norange.bin")
-        let s = try await session()
-        let t = try await s.download(server.url("/norange.bin"), options: ["destination": .string(work + "/norange.bin"),
-                                                                           "connections": .uint32(4)])
-        let info = try await finish(t, timeout: 30)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        let t = try await downloadOnFourConnections("/norange.bin")
+        let info = try await finishCompleted(t, at: work + "/norange.bin", equals: body, timeout: 30)
         XCTAssertEqual(info.attempts, 1)
-        assertFile(work + "/norange.bin", equals: body)
         XCTAssertGreaterThanOrEqual(rangeRequests("/norange.bin"), 1, "ranges were tried")
     }
 }

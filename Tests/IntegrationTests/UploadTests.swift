@@ -15,6 +15,17 @@ final class UploadTests: FerryTestCase {
         return (path, body)
     }
 
+    /// Starts an upload of a 1 MiB file to `path`, paced by its session's speed limit
+    /// (slow enough to act on while it runs), and waits until it has sent some.
+    func startPacedUpload(_ name: String, to path: String) async throws -> (BusSession, FerryTransfer, body: [UInt8]) {
+        let (file, body) = try makeFile(name, size: 1024 * 1024)
+        server.set(.acceptUploads(), on: path)
+        let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
+        let t = try await s.upload(server.url(path), file: file)
+        try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
+        return (s, t, body)
+    }
+
     func response(_ t: FerryTransfer) async throws -> [UInt8] {
         let r = try await call(t.path, StandardNames.properties, "Get", [.string(BusClient.transferInterface), .string("Response")])
         return r.first?.bytes ?? []
@@ -157,20 +168,10 @@ final class UploadTests: FerryTestCase {
 
         server.set(.acceptUploads(), on: "/many")
         let s = try await session()
-        var queued: [FerryTransfer] = []
-        var refusal: BusError?
-        for i in 0..<70 {
+        let queued = try await fillTheDescriptorBudget(refusalNaming: "open-file limit") { i in
             let (file, _) = try makeFile("photo\(i).jpg", size: 100)
-            do {
-                queued.append(try await s.upload(server.url("/many"), file: file, options: ["start": .boolean(false)]))
-            } catch let e as BusError {
-                refusal = e
-                break
-            }
+            return try await s.upload(server.url("/many"), file: file, options: ["start": .boolean(false)])
         }
-        XCTAssertEqual(queued.count, 320 - 256, "the budget: the limit less 256 for everything else")
-        XCTAssertEqual(refusal?.name, "org.ferry.Ferry1.Error.LimitExceeded", refusal?.message ?? "no refusal")
-        XCTAssertTrue(refusal?.message.contains("open-file limit") ?? false, refusal?.message ?? "")
 
         let body = serve("/while.bin", size: 100_000)
         let d = try await s.download(server.url("/while.bin"), options: ["destination": .string(work + "/while.bin")])
@@ -258,12 +259,7 @@ final class UploadTests: FerryTestCase {
     }
 
     func testPauseGivesNoResumeDataAndResumeSendsFromZero() async throws {
-        let (file, body) = try makeFile("pause.bin", size: 1024 * 1024)
-        server.set(.acceptUploads(), on: "/pause")
-        // Slow enough to act on while it runs: the session's speed limit paces the sending.
-        let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
-        let t = try await s.upload(server.url("/pause"), file: file)
-        try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
+        let (_, t, body) = try await startPacedUpload("pause.bin", to: "/pause")
         let resumeData = try await t.pause()
         XCTAssertEqual(resumeData, [], "an upload cannot continue in the middle")
         try await waitForState(t, "paused")
@@ -275,12 +271,7 @@ final class UploadTests: FerryTestCase {
     }
 
     func testSIGKILLDuringUploadRestartsItAndReportsOnce() async throws {
-        let (file, body) = try makeFile("kill.bin", size: 1024 * 1024)
-        server.set(.acceptUploads(), on: "/kill")
-        // Slow enough to act on while it runs: the session's speed limit paces the sending.
-        let s = try await session("com.example.Up", ["speed-limit": .uint64(256 * 1024)])
-        let t = try await s.upload(server.url("/kill"), file: file)
-        try await signals.wait("Progress on \(t.path)", timeout: 10) { $0.contains { $0.path == t.path && $0.member == "Progress" } }
+        let (s, t, body) = try await startPacedUpload("kill.bin", to: "/kill")
         try await killAndRestart()
         let info = try await finish(t, timeout: 30)
         XCTAssertEqual(info.state, "completed", info.errorMessage)

@@ -23,12 +23,8 @@ final class WeakDateValidatorTests: FerryTestCase {
         let old = TestData.bytes(count: stalledSize, seed: 1)
         let new = TestData.bytes(count: stalledSize, seed: 2)
         serveWithWeakDate("/weak.bin", old)
-        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/weak.bin")
-        let s = try await session()
         let dest = work + "/weak.bin"
-        let t = try await s.download(server.url("/weak.bin"), options: ["destination": .string(dest)])
-        try await waitForState(t, "running")
-        try await waitForFileSize(dest + ".part", atLeast: stalledCut)
+        let t = try await downloadStalled("/weak.bin", dest: dest)
         let data = try await t.pause()
         XCTAssertEqual(data, [], "no usable validator: no resume data")
         let resumable = try await t.info().resumable
@@ -64,12 +60,8 @@ final class WeakDateValidatorTests: FerryTestCase {
         let body = TestData.bytes(count: stalledSize, seed: 4)
         server.add(path: "/old.bin", body: body, etag: nil, lastModified: "Sat, 05 Dec 2026 08:59:00 GMT")
         server.set(.date(Self.date), on: "/old.bin")
-        server.set(.stallAfter(bytes: stalledCut, times: 1), on: "/old.bin")
-        let s = try await session()
         let dest = work + "/old.bin"
-        let t = try await s.download(server.url("/old.bin"), options: ["destination": .string(dest)])
-        try await waitForState(t, "running")
-        try await waitForFileSize(dest + ".part", atLeast: stalledCut)
+        let t = try await downloadStalled("/old.bin", dest: dest)
         let data = try await t.pause()
         XCTAssertFalse(data.isEmpty)
         let info = try await resumeAndFinish(t)

@@ -33,8 +33,9 @@ enum DBusMock {
     }
 }
 
-/// The base of the system tests.
-class SystemTestCase: XCTestCase {
+/// The base of the system tests: besides what `FerrydTestCase` sets up, a private
+/// session bus (ferryd's) and a private system bus for the mocks.
+class SystemTestCase: FerrydTestCase {
     static let nmInterface = "org.freedesktop.NetworkManager"
     static let nmPath = "/org/freedesktop/NetworkManager"
     static let mockInterface = "org.freedesktop.DBus.Mock"
@@ -47,55 +48,30 @@ class SystemTestCase: XCTestCase {
     var logind: ChildProcess?
     var upower: ChildProcess?
     var powerProfiles: ChildProcess?
-    var server: TestHTTPServer!
-    var temporaryHome: TemporaryHome!
-    var home: String!
     var work: String!
-    var ferryd: ChildProcess?
-    var client: BusClient!
-    var signals: SignalRecorder!
     var python: String!
-    var ferrydPath: String!
 
     override func setUp() async throws {
         try await super.setUp()
-        guard let d = FerrydBinary.path else {
-            XCTFail("the built ferryd was not found: set FERRYD_PATH, or build it beside the test bundle (swift build)")
-            throw TimedOut(description: "ferryd missing")
-        }
-        ferrydPath = d
         guard let p = DBusMock.python else {
             throw XCTSkip("python3 with the dbusmock module (Debian: python3-dbusmock) is not installed")
         }
         python = p
-        temporaryHome = try TemporaryHome(prefix: "ferry-sys", subdirectories: ["work"])
-        home = temporaryHome.path
+        try setUpFerrydWorld(ferryd: FerrydBinary.path,
+                             missing: "the built ferryd was not found: set FERRYD_PATH, or build it beside the test bundle (swift build)") {
+            try TemporaryHome(prefix: "ferry-sys", subdirectories: ["work"])
+        }
         work = home + "/work"
         sessionBus = try withUnblockedSignals { try PrivateBus() }
         systemBus = try withUnblockedSignals { try PrivateBus() }
         system = try BusConnection(address: systemBus.address, queue: DispatchQueue(label: "test.system"))
-        server = TestHTTPServer()
-        try server.start()
     }
 
     override func tearDown() async throws {
-        let failed = (testRun?.totalFailureCount ?? 0) > 0
-        if failed {
-            print("\n===== ferryd log for \(name) =====\n" + (ferryd?.log ?? "(not started)"))
-            if let nm = networkManager { print("===== NetworkManager mock =====\n" + nm.log) }
-            if let l = logind { print("===== logind mock =====\n" + l.log) }
-            if let u = upower { print("===== UPower mock =====\n" + u.log) }
-            if let p = powerProfiles { print("===== power-profiles-daemon mock =====\n" + p.log) }
-            print("===== ferryd's signals =====\n" + (signals?.all.suffix(60).map(\.description).joined(separator: "\n") ?? ""))
-        }
+        let failed = hasFailed
+        if failed { print(failureReport(signalCount: 60)) }
         client?.close()
-        for p in [ferryd, networkManager, logind, upower, powerProfiles].compactMap({ $0 }) where p.isRunning {
-            p.terminate()
-            if p.waitForExit(timeout: 10) == nil {
-                p.kill(SIGKILL)
-                _ = p.waitForExit(timeout: 5)
-            }
-        }
+        for p in [ferryd, networkManager, logind, upower, powerProfiles].compactMap({ $0 }) { p.stop() }
         system?.close()
         server?.stop()
         sessionBus?.stop()
@@ -116,6 +92,7 @@ class SystemTestCase: XCTestCase {
             try ChildProcess(executable: python, arguments: ["-m", "dbusmock", "--system", "--template", template]
                                 + (parameters.map { ["--parameters", $0] } ?? []), environment: env)
         }
+        extraLogs.append { "===== \(template) mock (\(name)) =====\n" + p.log }
         try await waitForBusName(name, on: system, process: p, timeout: 20)
         return p
     }

@@ -179,6 +179,9 @@ struct TransferIndex {
         connectionsInUse += connections(key, running: running)
     }
 
+    /// Whether the origin's last response came over a connection shared as streams.
+    func isMultiplexing(_ key: HostKey) -> Bool { multiplexing.contains(key) }
+
     func activeCount(session: SessionID) -> Int { activePerSession[session] ?? 0 }
     func unfinishedCount(session: SessionID) -> Int { unfinishedPerSession[session] ?? 0 }
     func failedCount(session: SessionID) -> Int { failedPerSession[session] ?? 0 }

@@ -27,7 +27,10 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
 
         // Our libdbus binding; knows nothing of Ferry.
-        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "DBus", dependencies: ["CDBus"]),
+
+        // Concurrency primitives every layer shares (the lock-and-batch inbox).
+        .target(name: "FerryConcurrency"),
 
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
         .target(name: "FerryInterface"),
@@ -35,17 +38,17 @@ let package = Package(
         .target(name: "FerryMetalink"),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
-            "FerryInterface", "FerryMetalink",
+            "FerryConcurrency", "FerryInterface", "FerryMetalink",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "HeapModule", package: "swift-collections"),
         ]),
         // libcurl multi on one engine thread.
         .target(name: "FerryEngine", dependencies: [
-            "CCurl", "FerryCore", "FerryInterface",
+            "CCurl", "FerryConcurrency", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: [.swiftLanguageMode(.v5)]),
+        ]),
         // The durable store: SQLite (through GRDB) under $XDG_STATE_HOME/ferry.
         .target(name: "FerryStore", dependencies: [
             "FerryCore",
@@ -97,6 +100,7 @@ let package = Package(
         ]),
 
         .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
+        .testTarget(name: "FerryConcurrencyTests", dependencies: ["FerryConcurrency"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),

@@ -46,7 +46,13 @@ final class CallerGatekeeper {
 extension BusConnection {
     /// Identifies callers from now on (before objects are exported and the name taken).
     public func setCallerGate(_ gate: CallerGate) {
-        queue.async { [self] in gatekeeper = CallerGatekeeper(gate: gate) }
+        queue.async { [self] in
+            let keeper = CallerGatekeeper(gate: gate)
+            if let old = gatekeeper { // a gate set again: the calls waiting for the old one wait on
+                (keeper.waiting, keeper.waitingBytes, keeper.waitingBytesTotal) = (old.waiting, old.waitingBytes, old.waitingBytesTotal)
+            }
+            gatekeeper = keeper
+        }
     }
 
     /// Dispatches a method call once its sender is known (on the queue).
@@ -79,6 +85,8 @@ extension BusConnection {
         keeper.gate.lookUp(sender) { [weak self] caller in
             guard let self else { return }
             self.queue.async {
+                // The gatekeeper is the connection's (queue-confined): read there, not captured.
+                guard let keeper = self.gatekeeper else { return }
                 keeper.waitingBytesTotal -= keeper.waitingBytes.removeValue(forKey: sender) ?? 0
                 for call in keeper.waiting.removeValue(forKey: sender) ?? [] { self.dispatchMethodCall(call, caller: caller) }
             }

@@ -32,11 +32,11 @@ final class MainLoop: @unchecked Sendable {
     /// registration holds one retain of `self`, released by libdbus through
     /// `releaseLoop` when the registration is replaced or the connection is freed.
     func install() {
-        dbus_connection_set_watch_functions(raw, addWatch, removeWatch, toggleWatch, retained(), releaseLoop)
-        dbus_connection_set_timeout_functions(raw, addTimeout, removeTimeout, toggleTimeout, retained(), releaseLoop)
-        dbus_connection_set_dispatch_status_function(raw, dispatchStatusChanged, retained(), releaseLoop)
-        dbus_connection_set_wakeup_main_function(raw, wakeUp, retained(), releaseLoop)
-        dbus_connection_add_filter(raw, filterMessage, retained(), releaseLoop)
+        dbus_connection_set_watch_functions(raw, MainLoopHooks.addWatch, MainLoopHooks.removeWatch, MainLoopHooks.toggleWatch, retained(), MainLoopHooks.releaseLoop)
+        dbus_connection_set_timeout_functions(raw, MainLoopHooks.addTimeout, MainLoopHooks.removeTimeout, MainLoopHooks.toggleTimeout, retained(), MainLoopHooks.releaseLoop)
+        dbus_connection_set_dispatch_status_function(raw, MainLoopHooks.dispatchStatusChanged, retained(), MainLoopHooks.releaseLoop)
+        dbus_connection_set_wakeup_main_function(raw, MainLoopHooks.wakeUp, retained(), MainLoopHooks.releaseLoop)
+        dbus_connection_add_filter(raw, MainLoopHooks.filterMessage, retained(), MainLoopHooks.releaseLoop)
         scheduleDrain()
     }
 
@@ -60,7 +60,7 @@ final class MainLoop: @unchecked Sendable {
         cancelTimer()
         dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
         dbus_connection_set_wakeup_main_function(raw, nil, nil, nil)
-        dbus_connection_remove_filter(raw, filterMessage, Unmanaged.passUnretained(self).toOpaque())
+        dbus_connection_remove_filter(raw, MainLoopHooks.filterMessage, Unmanaged.passUnretained(self).toOpaque())
     }
 
     private func retained() -> UnsafeMutableRawPointer { Unmanaged.passRetained(self).toOpaque() }
@@ -193,10 +193,12 @@ final class MainLoop: @unchecked Sendable {
         w.restCount &+= 1
         let thisRest = w.restCount
         restingWatches.append(w)
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self, weak w] in
+        let watch = ObjectIdentifier(w) // the watch is queue-confined: found again there, not captured
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(readRest))) { [weak self] in
             // Only the rest it was set for: one ended early (`setReadRest(0)`) must not
-            // cut short a later one.
-            guard let self, let w, w.resting, w.restCount == thisRest else { return }
+            // cut short a later one (nor one no longer in `restingWatches`).
+            guard let self, let w = self.restingWatches.first(where: { ObjectIdentifier($0) == watch }),
+                  w.resting, w.restCount == thisRest else { return }
             self.restingWatches.removeAll { $0 === w }
             self.endRest(w)
         }
@@ -292,223 +294,4 @@ final class MainLoop: @unchecked Sendable {
         timer?.cancel()
         timer = nil
     }
-}
-
-/// The armed timeouts by deadline: a binary min-heap whose entries go stale when
-/// their handle is disarmed (its generation moves on) and are dropped when they
-/// reach the top, or all at once when most of the heap is stale.
-struct TimeoutHeap {
-    struct Entry {
-        let deadline: UInt64
-        let generation: UInt64
-        let handle: TimeoutHandle
-        var isCurrent: Bool { handle.deadline == deadline && handle.generation == generation }
-    }
-
-    private(set) var entries: [Entry] = []
-    /// Handles armed now (each has exactly one current entry).
-    var live = 0
-
-    mutating func push(_ e: Entry) {
-        entries.append(e)
-        siftUp(entries.count - 1)
-    }
-
-    /// The earliest current entry if it is due by `now`, taken off; stale entries on
-    /// the way are dropped.
-    mutating func popCurrent(dueBy now: UInt64) -> Entry? {
-        dropStaleTop()
-        guard let top = entries.first, top.deadline <= now else { return nil }
-        return popTop()
-    }
-
-    mutating func nextDeadline() -> UInt64? {
-        dropStaleTop()
-        return entries.first?.deadline
-    }
-
-    mutating func removeAll() { entries.removeAll(keepingCapacity: false) }
-
-    /// Rebuilds the heap from its current entries when stale ones are over two thirds.
-    mutating func compactIfMostlyStale() {
-        guard entries.count > 64, entries.count > 3 * live else { return }
-        let current = entries.filter(\.isCurrent)
-        entries = []
-        entries.reserveCapacity(current.count)
-        for e in current { push(e) }
-    }
-
-    private mutating func dropStaleTop() {
-        while let top = entries.first, !top.isCurrent { _ = popTop() }
-    }
-
-    private mutating func popTop() -> Entry {
-        let top = entries[0]
-        let last = entries.removeLast()
-        if !entries.isEmpty {
-            entries[0] = last
-            siftDown(0)
-        }
-        return top
-    }
-
-    private mutating func siftUp(_ start: Int) {
-        var i = start
-        while i > 0 {
-            let parent = (i - 1) / 2
-            guard entries[i].deadline < entries[parent].deadline else { return }
-            entries.swapAt(i, parent)
-            i = parent
-        }
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var i = start
-        while true {
-            let l = 2 * i + 1, r = l + 1
-            var smallest = i
-            if l < entries.count && entries[l].deadline < entries[smallest].deadline { smallest = l }
-            if r < entries.count && entries[r].deadline < entries[smallest].deadline { smallest = r }
-            if smallest == i { return }
-            entries.swapAt(i, smallest)
-            i = smallest
-        }
-    }
-}
-
-/// The descriptor a watch's dispatch sources are made on: a duplicate of libdbus's,
-/// closed when the last reference goes — the watch's (until libdbus lets go of it) or
-/// a source's cancel handler's (until it has run, that is, until libdispatch no
-/// longer uses the descriptor). See `MainLoop.arm`.
-final class SourceDescriptor {
-    let fd: Int32
-    private let owned: Bool
-
-    /// Out of descriptors, the sources use libdbus's own (as before: correct unless a
-    /// number is reused while a cancelled source still holds it).
-    init(duplicating fd: Int32) {
-        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        self.fd = copy >= 0 ? copy : fd
-        self.owned = copy >= 0
-    }
-
-    deinit { if owned { close(fd) } }
-}
-
-/// Our state for one `DBusWatch`, stored as the watch's data.
-final class WatchHandle {
-    let watch: OpaquePointer
-    /// libdbus let go of the watch (removed or freed): `watch` must not be read.
-    var released = false
-    /// What the sources watch; kept until libdbus lets go of the watch.
-    var descriptor: SourceDescriptor?
-    var readSource: DispatchSourceRead?
-    var writeSource: DispatchSourceWrite?
-    /// Reading rests (`MainLoop.readRest`): the read source is made again when it ends.
-    var resting = false
-    /// Rests so far: which one a rest's timer belongs to.
-    var restCount: UInt64 = 0
-    init(watch: OpaquePointer) { self.watch = watch }
-    func disarm() {
-        readSource?.cancel()
-        writeSource?.cancel()
-        readSource = nil
-        writeSource = nil
-    }
-}
-
-/// Our state for one `DBusTimeout`, stored as the timeout's data.
-final class TimeoutHandle {
-    let timeout: OpaquePointer
-    /// When it is due, while armed in its loop's `TimeoutHeap`.
-    var deadline: UInt64?
-    /// Moves on at each disarm, so the heap's older entries for it go stale.
-    var generation: UInt64 = 0
-    weak var loop: MainLoop?
-    /// libdbus let go of the timeout (removed or freed): `timeout` must not be read.
-    var released = false
-    init(timeout: OpaquePointer, loop: MainLoop) {
-        self.timeout = timeout
-        self.loop = loop
-    }
-    func disarm() { loop?.disarm(self) }
-}
-
-// MARK: - C callbacks (they capture nothing; context comes through `data`)
-
-private func loop(_ data: UnsafeMutableRawPointer?) -> MainLoop {
-    Unmanaged<MainLoop>.fromOpaque(data!).takeUnretainedValue()
-}
-
-private let releaseLoop: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
-    guard let data else { return }
-    Unmanaged<MainLoop>.fromOpaque(data).release()
-}
-
-private let releaseWatchHandle: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
-    guard let data else { return }
-    let h = Unmanaged<WatchHandle>.fromOpaque(data)
-    h.takeUnretainedValue().released = true
-    h.takeUnretainedValue().disarm()
-    // The cancelled sources keep the duplicate until their cancel handlers have run.
-    h.takeUnretainedValue().descriptor = nil
-    h.release()
-}
-
-private let releaseTimeoutHandle: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
-    guard let data else { return }
-    let h = Unmanaged<TimeoutHandle>.fromOpaque(data)
-    h.takeUnretainedValue().released = true
-    h.takeUnretainedValue().disarm()
-    h.release()
-}
-
-private let addWatch: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> dbus_bool_t = { watch, data in
-    guard let watch else { return 0 }
-    let handle = WatchHandle(watch: watch)
-    dbus_watch_set_data(watch, Unmanaged.passRetained(handle).toOpaque(), releaseWatchHandle)
-    loop(data).arm(handle)
-    return 1
-}
-
-private let removeWatch: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { watch, _ in
-    guard let watch else { return }
-    // Replacing the data runs releaseWatchHandle on the old one, which disarms it.
-    dbus_watch_set_data(watch, nil, nil)
-}
-
-private let toggleWatch: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { watch, data in
-    guard let watch, let p = dbus_watch_get_data(watch) else { return }
-    loop(data).arm(Unmanaged<WatchHandle>.fromOpaque(p).takeUnretainedValue())
-}
-
-private let addTimeout: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> dbus_bool_t = { timeout, data in
-    guard let timeout else { return 0 }
-    let handle = TimeoutHandle(timeout: timeout, loop: loop(data))
-    dbus_timeout_set_data(timeout, Unmanaged.passRetained(handle).toOpaque(), releaseTimeoutHandle)
-    loop(data).arm(handle)
-    return 1
-}
-
-private let removeTimeout: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { timeout, _ in
-    guard let timeout else { return }
-    dbus_timeout_set_data(timeout, nil, nil)
-}
-
-private let toggleTimeout: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { timeout, data in
-    guard let timeout, let p = dbus_timeout_get_data(timeout) else { return }
-    loop(data).arm(Unmanaged<TimeoutHandle>.fromOpaque(p).takeUnretainedValue())
-}
-
-private let dispatchStatusChanged: @convention(c) (OpaquePointer?, DBusDispatchStatus, UnsafeMutableRawPointer?) -> Void = { _, status, data in
-    if status == DBUS_DISPATCH_DATA_REMAINS { loop(data).scheduleDrain() }
-}
-
-private let wakeUp: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
-    loop(data).scheduleDrain()
-}
-
-private let filterMessage: @convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutableRawPointer?) -> DBusHandlerResult = { _, message, data in
-    guard let message, let connection = loop(data).connection else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
-    return connection.route(BusMessage(borrowing: message)) ? DBUS_HANDLER_RESULT_HANDLED : DBUS_HANDLER_RESULT_NOT_YET_HANDLED
 }

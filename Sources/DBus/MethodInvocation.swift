@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,9 +10,9 @@ import Glibc
 /// answered, every one the handler did not `keepUnixFD` is closed, so a refused
 /// call (or one that ignores a descriptor) leaks none.
 ///
-/// `@unchecked Sendable`: the immutable fields are set at creation; `answered` is
-/// only read and written on the connection's queue; `kept` under `lock`.
-public final class MethodInvocation: @unchecked Sendable {
+/// Sendable: the fields are immutable but for `answered` and `kept`, which a `Mutex`
+/// guards (`answered` is only used on the connection's queue, `kept` from any thread).
+public final class MethodInvocation: Sendable {
     public let arguments: [DBusValue]
     public let sender: String?
     public let path: String
@@ -21,9 +22,8 @@ public final class MethodInvocation: @unchecked Sendable {
     public let caller: (any Sendable)?
     let call: BusMessage
     let connection: BusConnection
-    private var answered = false
-    private let lock = NSLock()
-    private var kept: Set<Int32> = []
+    /// Answered yet, and the descriptors the handler kept (`keepUnixFD`).
+    private let state = Mutex((answered: false, kept: Set<Int32>()))
 
     init(call: BusMessage, arguments: [DBusValue], path: String, interface: String, member: String, connection: BusConnection,
          caller: (any Sendable)? = nil) {
@@ -77,23 +77,22 @@ public final class MethodInvocation: @unchecked Sendable {
     /// Takes over `fd` (one of the arguments' descriptors): the handler now owns it
     /// and closes it. Call before answering.
     public func keepUnixFD(_ fd: Int32) {
-        lock.lock()
-        kept.insert(fd)
-        lock.unlock()
+        state.withLock { _ = $0.kept.insert(fd) }
     }
 
     private func take() -> Bool {
-        if answered { return false }
-        answered = true
+        let first = state.withLock { state in
+            defer { state.answered = true }
+            return !state.answered
+        }
+        guard first else { return false }
         closeUnkeptFDs()
         return !call.noReplyExpected
     }
 
     /// Closes the received descriptors nobody kept. Once, when the call is answered.
     private func closeUnkeptFDs() {
-        lock.lock()
-        let keep = kept
-        lock.unlock()
+        let keep = state.withLock { $0.kept }
         for v in arguments {
             for fd in v.unixFDs where fd >= 0 && !keep.contains(fd) { Glibc.close(fd) }
         }

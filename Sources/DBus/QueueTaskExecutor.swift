@@ -8,7 +8,7 @@ import Dispatch
 /// concurrent queues use those workers. A daemon that should not wake up at all when it
 /// has nothing to do runs its `async` code here (`Task.onQueue { … }`), and uses serial
 /// queues for its other background work.
-public final class QueueTaskExecutor: TaskExecutor, @unchecked Sendable {
+public final class QueueTaskExecutor: TaskExecutor, Sendable {
     /// The executor for the daemon's own tasks (bus calls awaited at start, on idle exit…).
     public static let shared = QueueTaskExecutor(label: "org.ferry.tasks")
 

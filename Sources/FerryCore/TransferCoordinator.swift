@@ -1,4 +1,5 @@
 import Dispatch
+import FerryConcurrency
 import Foundation
 import Logging
 
@@ -106,17 +107,20 @@ public final class TransferCoordinator: @unchecked Sendable {
     }
 
     /// Takes engine events (they hop onto `queue` in order, those that arrived while the
-    /// queue was busy together: see `EngineEventInbox`), arms the timers of restored
+    /// queue was busy together, through a `BatchingInbox`), arms the timers of restored
     /// transfers and starts what is queued.
     public func start() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard lifecycle.start() else { return }
         let queue = self.queue
         let weakSelf = WeakCoordinator(self)
-        let inbox = EngineEventInbox()
+        // Only the first event into an empty inbox schedules a hop; the hop takes every
+        // event that has arrived by then. A busy coordinator so handles a burst of events
+        // (a batch of small downloads ending) as one change: one store transaction, one
+        // scheduling pass and one wake-up of its queue instead of one each.
+        let inbox = BatchingInbox<EngineEvent>()
         engine.setEventHandler { event in
-            guard inbox.post(event) else { return } // a hop is already on its way
-            queue.async { weakSelf.coordinator?.handle(inbox.takeAll()) }
+            inbox.append(event) { queue.async { weakSelf.coordinator?.handle(inbox.drain()) } }
         }
         mutate { resumeRestoredWork() }
     }
@@ -200,33 +204,6 @@ public final class TransferCoordinator: @unchecked Sendable {
         guard let session else { return transfers.keys.sorted().compactMap { transfers[$0] } }
         _ = try sessionRecord(session)
         return index.ids(session: session).compactMap { transfers[$0] }
-    }
-}
-
-/// Engine events on their way to the coordinator's queue, in the order the engine sent
-/// them. Only the first event into an empty inbox schedules a hop; the hop takes every
-/// event that has arrived by then. A busy coordinator so handles a burst of events (a
-/// batch of small downloads ending) as one change: one store transaction, one
-/// scheduling pass and one wake-up of its queue instead of one each.
-final class EngineEventInbox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var events: [EngineEvent] = []
-
-    /// Adds `event`; true when the inbox was empty, so the caller must schedule a hop.
-    func post(_ event: EngineEvent) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        events.append(event)
-        return events.count == 1
-    }
-
-    /// Everything posted so far, oldest first; the inbox is empty afterwards.
-    func takeAll() -> [EngineEvent] {
-        lock.lock()
-        defer { lock.unlock() }
-        let taken = events
-        events = []
-        return taken
     }
 }
 

@@ -2,6 +2,7 @@ import CCurl
 import FerryCore
 import Foundation
 import Logging
+import Synchronization
 
 /// The production `TransferEngine`: libcurl's multi interface driven by one engine
 /// thread for all transfers.
@@ -13,7 +14,7 @@ import Logging
 ///
 /// `shutdown()` stops every attempt without events (part files are kept and closed)
 /// and joins the thread; it also runs on `deinit`.
-public final class CurlEngine: TransferEngine, @unchecked Sendable {
+public final class CurlEngine: TransferEngine, Sendable {
     /// libcurl's own URL parser's refusal of `url` (which the daemon's checks passed):
     /// the two disagree on some broken URLs (`http://u:p@@host/`, a `%00` in the
     /// password, a non-ASCII host name with no IDNA form), which would otherwise fail
@@ -25,13 +26,13 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
         return String(cString: curl_url_strerror(rc))
     }
 
-    // @unchecked Sendable: the state shared with other threads is `inbox` (guarded by
-    // its own lock) and `joined` (guarded by `joinLock`); `thread` is written once in
-    // init. Curl handles and files are touched only by the engine thread (EngineLoop).
+    // Sendable: what other threads share is `inbox` (locked), `thread` (written once,
+    // in init) and `joined` (a Mutex, held while joining). Curl handles and files are
+    // touched only by the engine thread (EngineLoop).
     private let inbox: EngineInbox
     private let thread: pthread_t
-    private let joinLock = NSLock()
-    private var joined = false
+    /// The thread was joined or detached.
+    private let joined = Mutex(false)
 
     /// Connections kept open for reuse once idle, over all hosts.
     static let idleConnectionsKept = 32
@@ -72,9 +73,9 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
 
     deinit {
         shutdown()
-        joinLock.lock()
-        if !joined { pthread_detach(thread); joined = true }
-        joinLock.unlock()
+        joined.withLock { joined in
+            if !joined { pthread_detach(thread); joined = true }
+        }
     }
 
     /// Where events go; called on the engine thread. Set it before the first `start`.
@@ -109,11 +110,11 @@ public final class CurlEngine: TransferEngine, @unchecked Sendable {
     public func shutdown() {
         inbox.close()
         if pthread_equal(pthread_self(), thread) != 0 { return }
-        joinLock.lock()
-        defer { joinLock.unlock() }
-        if !joined {
-            pthread_join(thread, nil)
-            joined = true
+        joined.withLock { joined in
+            if !joined {
+                pthread_join(thread, nil)
+                joined = true
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ final class CurlTransfer {
     private let fd: Int32
     private unowned let loop: EngineLoop
     private var headerList: UnsafeMutablePointer<curl_slist>?
-    private let errorBuffer: UnsafeMutablePointer<CChar>
+    let errorBuffer: UnsafeMutablePointer<CChar>
 
     /// A `Range: bytes=OFFSET-` request was sent (resuming with a validator).
     let sentRange: Bool
@@ -66,7 +66,7 @@ final class CurlTransfer {
     }
     /// File size at which the next write-out request is due (never, without writeback).
     private var nextWritebackAt = Int64.max
-    private var nextProgressAt: UInt64 = 0
+    private var progressPace = ProgressPace()
     /// Present only when the request asked for SHA-256.
     var hasher: SHA256?
 
@@ -296,7 +296,7 @@ final class CurlTransfer {
             self.writeback = writeback
             nextWritebackAt = writeback.nextRequestAt
         }
-        nextProgressAt = monotonicNanoseconds() + Self.progressInterval
+        progressPace.start(at: monotonicNanoseconds())
         emitResponse(acceptsRanges: head.acceptsByteRanges || status == 206)
         return true
     }
@@ -353,8 +353,7 @@ final class CurlTransfer {
         unreportedBytes += Int64(count)
         lastDataAt = now
         if bytesOnDisk >= nextWritebackAt { startWriteback() }
-        if now >= nextProgressAt {
-            nextProgressAt = now + Self.progressInterval
+        if progressPace.isDue(at: now) {
             reportProgress()
             if failure != nil { return 0 }
         }
@@ -420,12 +419,9 @@ final class CurlTransfer {
     /// the interval is over. Returns when it will be due, while bytes wait.
     func reportProgressIfDue(now: UInt64) -> UInt64? {
         guard unreportedBytes > 0, responseReady else { return nil }
-        if now >= nextProgressAt {
-            nextProgressAt = now + Self.progressInterval
-            reportProgress()
-            return nil
-        }
-        return nextProgressAt
+        if let due = progressPace.wait(at: now) { return due }
+        reportProgress()
+        return nil
     }
 
     /// Emits the bytes written since the last progress event, if any, after writing
@@ -439,8 +435,8 @@ final class CurlTransfer {
         unreportedBytes = 0
         loop.emit(.progress(id, bytesWritten: written, totalOnDisk: bytesOnDisk, expected: expectedTotal))
         if let writeback {
-            let (loop, id, attempt, end, epoch) = (loop, id, attempt, bytesOnDisk, syncEpoch)
-            writeback.syncIfDue(now: monotonicNanoseconds()) { loop.post(.synced(.prefix(end), epoch: epoch), to: id, attempt: attempt) }
+            let (mailbox, id, attempt, end, epoch) = (loop.mailbox, id, attempt, bytesOnDisk, syncEpoch)
+            writeback.syncIfDue(now: monotonicNanoseconds()) { mailbox.post(.synced(.prefix(end), epoch: epoch), to: id, attempt: attempt) }
         }
     }
 
@@ -448,43 +444,6 @@ final class CurlTransfer {
     func finalDigest() -> String? {
         hasher.map { $0.finalize().map { String(format: "%02x", $0) }.joined() }
     }
-
-    // MARK: - What curl knows
-
-    var effectiveURL: String { EasyHandleSetup.effectiveURL(easy, fallback: request.url) }
-
-    /// "host:port" of the URL being fetched (no user info, path or query).
-    var hostDescription: String { EasyHandleSetup.hostDescription(effectiveURL) }
-
-    /// libcurl's own words for the last error (no header values in there).
-    var curlErrorDetail: String { String(cString: errorBuffer) }
-
-    /// Redirects curl followed on this handle.
-    var redirectCount: Int {
-        var value = 0
-        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &value) }
-        return value
-    }
-
-    var osErrno: Int {
-        var value = 0
-        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_OS_ERRNO, &value) }
-        return value
-    }
-
-    /// Whether the connection was up and the request sent (a timeout after that is a stall).
-    var requestWasSent: Bool {
-        var value: curl_off_t = 0
-        if let easy { _ = ferry_easy_getinfo_off(easy, CURLINFO_PRETRANSFER_TIME_T, &value) }
-        return value > 0
-    }
-}
-
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
 }
 
 // libcurl's C callbacks; the context pointer is the CurlTransfer (see its ownership note).

@@ -1,7 +1,9 @@
 import CCurl
 import Crypto
 import FerryCore
+import FerryConcurrency
 import Foundation
+import Synchronization
 
 /// What other threads (callers, background file jobs) ask of the engine thread.
 enum EngineCommand {
@@ -32,8 +34,9 @@ enum AttemptJob {
     case fileJob(Result<String?, PartFileError>)
     /// An upload's reader queue read a chunk of its file, or found it changed.
     case uploadChunk(UploadChunk)
-    /// A segmented download's prefix is hashed up to `upTo`.
-    case hashed(epoch: Int, upTo: Int64, Result<SHA256, PartFileError>)
+    /// A segmented download's prefix is hashed up to `upTo` (into its `PrefixDigest`), or
+    /// could not be.
+    case hashed(epoch: Int, upTo: Int64, PartFileError?)
     /// (Pieces) A piece of a segmented download was hashed: `matches` nil when it
     /// could not be read. `source` fetched it (-1: it was on disk from before).
     case pieceChecked(epoch: Int, index: Int, source: Int, matches: Bool?)
@@ -43,60 +46,48 @@ enum AttemptJob {
     case synced(DurablePart, epoch: Int)
 }
 
-/// The locked inbox between the engine's callers and its thread, and the event handler.
-final class EngineInbox: @unchecked Sendable {
-    // @unchecked Sendable: every mutable field is read and written under `lock`.
-    // `multi` is only used for curl_multi_wakeup (thread-safe in libcurl), and only
-    // while `closed` is false, so never after the engine thread has cleaned it up.
-    private let lock = NSLock()
-    private var commands: [EngineCommand] = []
-    private var handler: (@Sendable (EngineEvent) -> Void)?
-    private var closed = false
-    private let multi: UnsafeMutableRawPointer
+/// The inbox between the engine's callers and its thread (a `BatchingInbox` whose
+/// wake-up is `curl_multi_wakeup`), and the event handler.
+///
+/// Sendable: the commands and `closed` are the batching inbox's (under its lock), the
+/// handler is under a `Mutex`; the multi handle's address is only used for
+/// `curl_multi_wakeup` (thread-safe in libcurl), under the inbox's lock and only while
+/// it is open, so never after the engine thread has cleaned the handle up.
+final class EngineInbox: Sendable {
+    private let commands = BatchingInbox<EngineCommand>()
+    private let handler = Mutex<(@Sendable (EngineEvent) -> Void)?>(nil)
+    private let multiAddress: Int
 
     init(multi: UnsafeMutableRawPointer) {
-        self.multi = multi
+        self.multiAddress = Int(bitPattern: multi)
     }
 
     func setHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
-        lock.lock()
-        self.handler = handler
-        lock.unlock()
+        self.handler.withLock { $0 = handler }
     }
 
     /// The handler, or nil once the engine is shutting down (no more events).
     var currentHandler: (@Sendable (EngineEvent) -> Void)? {
-        lock.lock()
-        defer { lock.unlock() }
-        return closed ? nil : handler
+        commands.isClosed ? nil : handler.withLock { $0 }
     }
 
-    /// Queues a command and wakes the engine thread; dropped after `close()`.
-    func post(_ command: EngineCommand) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !closed else { return }
-        commands.append(command)
-        _ = curl_multi_wakeup(multi)
+    /// Queues a command, waking the engine thread for the first of a batch; dropped after
+    /// `close()`.
+    func post(_ command: sending EngineCommand) {
+        commands.append(command, wake: wakeEngine)
     }
 
     /// Refuses further commands and events and asks the loop to end.
     func close() {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !closed else { return }
-        closed = true
-        commands.append(.shutdown)
-        _ = curl_multi_wakeup(multi)
+        commands.close(with: .shutdown, wake: wakeEngine)
     }
 
     /// Everything posted since the last call, oldest first.
     func take() -> [EngineCommand] {
-        lock.lock()
-        defer { lock.unlock() }
-        if commands.isEmpty { return [] }
-        let taken = commands
-        commands.removeAll(keepingCapacity: true)
-        return taken
+        commands.drain()
+    }
+
+    private func wakeEngine() {
+        if let multi = UnsafeMutableRawPointer(bitPattern: multiAddress) { _ = curl_multi_wakeup(multi) }
     }
 }

@@ -256,7 +256,21 @@ extension EngineLoop {
 
     /// Hands a background job's result to attempt `attempt` of transfer `id` on the
     /// engine thread. Any thread: it only touches the (locked) inbox.
-    func post(_ job: AttemptJob, to id: TransferID, attempt: UInt64) {
+    func post(_ job: sending AttemptJob, to id: TransferID, attempt: UInt64) {
+        inbox.post(.jobDone(id, attempt: attempt, job))
+    }
+
+    /// What a background job (on another thread) posts its result with.
+    var mailbox: JobMailbox { JobMailbox(inbox: inbox) }
+}
+
+/// Hands background jobs' results to the engine thread (`EngineLoop.post`), from any
+/// thread: it holds only the engine's locked inbox, so the jobs capture it and never
+/// the loop.
+struct JobMailbox: Sendable {
+    fileprivate let inbox: EngineInbox
+
+    func post(_ job: sending AttemptJob, to id: TransferID, attempt: UInt64) {
         inbox.post(.jobDone(id, attempt: attempt, job))
     }
 }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// A few serial queues for slow file work (fdatasync, hashing), each job on the one
 /// with the fewest waiting.
@@ -8,28 +9,27 @@ import Foundation
 /// the first such worker starts a once-a-second monitor timer that never stops — an
 /// idle ferryd would wake every second for the rest of its life. Serial queues run on
 /// threads outside that pool.
-final class FileJobQueues: @unchecked Sendable {
+final class FileJobQueues: Sendable {
     private let queues: [DispatchQueue]
-    private var waiting: [Int]
-    private let lock = NSLock()
+    /// Jobs waiting or running on each queue.
+    private let waiting: Mutex<[Int]>
 
     init(label: String, width: Int = 4) {
         precondition(width >= 1, "FileJobQueues needs at least one queue")
         queues = (0..<width).map { DispatchQueue(label: "\(label).\($0)", qos: .utility) }
-        waiting = Array(repeating: 0, count: width)
+        waiting = Mutex(Array(repeating: 0, count: width))
     }
 
     func async(_ work: @escaping @Sendable () -> Void) {
-        lock.lock()
-        var pick = 0
-        for i in 1..<waiting.count where waiting[i] < waiting[pick] { pick = i }
-        waiting[pick] += 1
-        lock.unlock()
-        queues[pick].async { [self, pick] in
+        let pick = waiting.withLock { waiting in
+            var pick = 0
+            for i in 1..<waiting.count where waiting[i] < waiting[pick] { pick = i }
+            waiting[pick] += 1
+            return pick
+        }
+        queues[pick].async { [self] in
             work()
-            lock.lock()
-            waiting[pick] -= 1
-            lock.unlock()
+            waiting.withLock { $0[pick] -= 1 }
         }
     }
 }

@@ -26,14 +26,14 @@ final class OpeningDownload: EngineAttempt {
 
     /// Sends the file job.
     func begin() {
-        let (request, id, attempt, loop) = (request, id, attempt, loop)
+        let (request, id, attempt, mailbox) = (request, id, attempt, loop.mailbox)
         if segmented {
             loop.fileJobs.async {
-                loop.post(.segmentedPartOpened(SegmentedDownload.openPart(for: request)), to: id, attempt: attempt)
+                mailbox.post(.segmentedPartOpened(SegmentedDownload.openPart(for: request)), to: id, attempt: attempt)
             }
         } else {
             loop.fileJobs.async {
-                loop.post(.partOpened(OpenedPart.open(for: request)), to: id, attempt: attempt)
+                mailbox.post(.partOpened(OpenedPart.open(for: request)), to: id, attempt: attempt)
             }
         }
     }

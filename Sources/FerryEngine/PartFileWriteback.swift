@@ -60,7 +60,7 @@ final class PartFileWriteback {
     /// The caller reads what the file holds before calling: what it then says is on
     /// the disk was written before the sync. Returns whether a sync was queued.
     @discardableResult
-    func syncIfDue(now: UInt64, _ synced: @escaping () -> Void) -> Bool {
+    func syncIfDue(now: UInt64, _ synced: @escaping @Sendable () -> Void) -> Bool {
         guard now >= nextSyncAt, fd >= 0 else { return false }
         nextSyncAt = now &+ Self.syncInterval
         let fd = self.fd

@@ -67,10 +67,10 @@ final class SingleDownload: EngineAttempt {
             if request.computeSHA256 { transfer.hasher = SHA256() }
             return add(transfer)
         }
-        let (id, attempt, loop) = (id, attempt, loop)
+        let (id, attempt, mailbox) = (id, attempt, loop.mailbox)
         let (path, length, reader) = (request.partPath, request.offset, transfer.file.openForReading())
         loop.fileJobs.async {
-            loop.post(.prefixHashed(PartFile.hashPrefix(reader, path: path, length: length)), to: id, attempt: attempt)
+            mailbox.post(.prefixHashed(PartFile.hashPrefix(reader, path: path, length: length)), to: id, attempt: attempt)
         }
     }
 
@@ -111,12 +111,12 @@ final class SingleDownload: EngineAttempt {
         transfer.releaseHandle()
         phase = .flushing(transfer)
         loop.emit(.connectionsFreed(id)) // the next transfer need not wait for the sync
-        let (id, attempt, loop) = (id, attempt, loop)
+        let (id, attempt, mailbox) = (id, attempt, loop.mailbox)
         let (fd, path, isRegular) = (transfer.file.handOver(), transfer.file.path, transfer.file.isRegular)
         let writebackFD = transfer.handOverWriteback()
         loop.fileJobs.async {
             PartFileWriteback.close(afterQueuedWriteback: writebackFD)
-            loop.post(.flushed(PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular)), to: id, attempt: attempt)
+            mailbox.post(.flushed(PartFile.flushAndClose(fd: fd, path: path, isRegular: isRegular)), to: id, attempt: attempt)
         }
     }
 

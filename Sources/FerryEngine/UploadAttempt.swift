@@ -28,49 +28,47 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     let source: EngineUpload
     let attempt: UInt64
     var id: TransferID { request.id }
-    private unowned let loop: EngineLoop
+    unowned let loop: EngineLoop
 
-    private var easy: UnsafeMutableRawPointer?
+    var easy: UnsafeMutableRawPointer?
     private var mime: OpaquePointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer: UnsafeMutablePointer<CChar>
     /// Our own duplicate of the caller's descriptor, for this attempt.
-    private var fd: Int32 = -1
+    var fd: Int32 = -1
     /// Where the answer goes when saved to a file.
-    private var responseFD: Int32 = -1
-    /// `response-destination` was emptied for this answer (`claimResponseFile`).
-    private var responseFileClaimed = false
+    private var responseFile: UploadResponseFile?
 
     /// Next byte of the file to hand to libcurl (a rewind moves it back).
-    private var position: Int64 = 0
+    var position: Int64 = 0
     /// The file is on a FUSE or network file system: read on `sourceQueue`.
-    private let readsAhead: Bool
+    let readsAhead: Bool
     /// Where this attempt's reads and the closing of its descriptor run (`readsAhead`).
-    private lazy var sourceQueue = DispatchQueue(label: "org.ferry.engine.upload-source")
+    lazy var sourceQueue = DispatchQueue(label: "org.ferry.engine.upload-source")
     /// Chunks read ahead, in order, from the one holding `position` on.
-    private var chunks: [(start: Int64, bytes: [UInt8])] = []
+    var chunks: [(start: Int64, bytes: [UInt8])] = []
     /// A read is on `sourceQueue` (maybe one a rewind made stale).
-    private var readPending = false
+    var readPending = false
     /// Bumped by a rewind: chunks read before it are dropped.
-    private var readGeneration = 0
+    var readGeneration = 0
     /// libcurl is paused until the next chunk is there.
-    private var waitingForData = false
+    var waitingForData = false
     /// The handle is in the multi (after the first chunk).
-    private var connected = false
-    private var unreportedBytes: Int64 = 0
-    private var nextProgressAt: UInt64 = 0
-    private let pacer: Pacer
+    var connected = false
+    var unreportedBytes: Int64 = 0
+    var progressPace = ProgressPace()
+    let pacer: Pacer
     private var reader = ResponseHeadReader()
     private var finalHead: ResponseHead?
     private var keptBody: [UInt8] = []
-    private var failure: FerryError?
+    var failure: FerryError?
     private var completed = false
 
     var speedLimit: UInt64 { pacer.limit }
     var paceAllowsAt: UInt64 { pacer.allowsAt }
-    private var isThrottled = false
+    var isThrottled = false
     /// When bytes last moved (sent to libcurl, or of the answer); monotonic ns.
-    private var lastActivityAt: UInt64 = 0
+    var lastActivityAt: UInt64 = 0
 
     init(request: EngineRequest, source: EngineUpload, attempt: UInt64, loop: EngineLoop) {
         self.request = request
@@ -97,31 +95,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             return finish(.failed(.fileNotFound("The file to upload cannot be read (\(String(cString: strerror(errno))))"), bytesOnDisk: 0))
         }
         if let destination = source.responseDestination {
-            // O_NONBLOCK, then only a regular file is kept: a FIFO put there (read by
-            // nobody, or by someone who never reads) must not hold up the engine thread.
-            // Emptied only once a successful answer comes (`claimResponseFile`): an
-            // upload that fails before keeps what the file held.
-            // A sandboxed application's file is opened relative to its folder as opened
-            // and checked to be inside the app's directory: a folder on the way swapped
-            // for a link since the call sends the answer nowhere else.
-            guard let (folder, name) = SandboxArea.place(of: destination, within: request.confinedTo) else {
-                return finish(.failed(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(request.confinedTo?.root ?? "")/'; the answer was not written"), bytesOnDisk: 0))
-            }
-            responseFD = name.withCString {
-                openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
-            }
-            SandboxArea.release(folder)
-            guard responseFD >= 0 else {
-                let error = PartFileError(code: errno, action: "opening", path: destination)
-                return finish(.failed(.disk(error.message), bytesOnDisk: 0))
-            }
-            var st = stat()
-            guard fstat(responseFD, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-                return finish(.failed(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"), bytesOnDisk: 0))
-            }
-            guard DescriptorMode.setNonBlocking(responseFD, false) else {
-                let error = PartFileError(code: errno, action: "opening", path: destination)
-                return finish(.failed(.disk(error.message), bytesOnDisk: 0))
+            switch UploadResponseFile.open(destination, within: request.confinedTo) {
+            case .success(let file): responseFile = file
+            case .failure(let error): return finish(.failed(error, bytesOnDisk: 0))
             }
         }
         guard let easy = curl_easy_init() else {
@@ -143,11 +119,11 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     /// The first chunk is read and the file unchanged: the request goes.
-    private func connect() {
+    func connect() {
         guard let easy, !connected else { return }
         connected = true
         lastActivityAt = monotonicNanoseconds()
-        nextProgressAt = lastActivityAt + CurlTransfer.progressInterval
+        progressPace.start(at: lastActivityAt)
         let rc = loop.add(easy, owner: self)
         guard rc == CURLM_OK else {
             let why = String(cString: curl_multi_strerror(rc))
@@ -218,21 +194,10 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             error = readsAhead ? nil : Self.sourceChange(fd, source)
         }
         if let error { return finish(.failed(error, bytesOnDisk: position)) }
-        if responseFD >= 0 {
-            if let failure = claimResponseFile() { return finish(.failed(failure, bytesOnDisk: position)) } // an empty answer
+        if var file = responseFile {
+            responseFile = nil
             // On the disk, under its name, before the upload is reported complete.
-            if let path = source.responseDestination {
-                let code = DurableFiles.syncFile(fd: responseFD, path: path)
-                if code != 0 {
-                    return finish(.failed(.disk(PartFileError(code: code, action: "flushing", path: path).message), bytesOnDisk: position))
-                }
-                DurableFiles.syncFolder(containing: path)
-            }
-            let rc = Glibc.close(responseFD)
-            responseFD = -1
-            if rc != 0 && errno != EINTR, let path = source.responseDestination {
-                return finish(.failed(.disk(PartFileError(code: errno, action: "closing", path: path).message), bytesOnDisk: position))
-            }
+            if let failure = file.commit() { return finish(.failed(failure, bytesOnDisk: position)) }
         }
         emitResponse(final: true)
         finish(.succeeded(bytesOnDisk: position, sha256: nil))
@@ -277,7 +242,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
     }
 
-    private func finish(_ outcome: EngineOutcome) {
+    func finish(_ outcome: EngineOutcome) {
         guard !completed else { return }
         completed = true
         releaseHandle()
@@ -305,207 +270,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             // file on FUSE asks its server too).
             if readsAhead { sourceQueue.async { _ = Glibc.close(fd) } } else { Glibc.close(fd) }
         }
-        if responseFD >= 0 { Glibc.close(responseFD); responseFD = -1 }
-    }
-
-    // MARK: - The file
-
-    /// Why the file behind `fd` is no longer the one the upload was asked for, or nil.
-    /// On `sourceQueue`.
-    private static func sourceChange(_ fd: Int32, _ source: EngineUpload) -> FerryError? {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            return .fileNotFound("The file to upload cannot be read any more (\(String(cString: strerror(errno))))")
-        }
-        let size = Int64(st.st_size)
-        if size != source.size {
-            return .fileNotFound("\(source.fileName) changed while waiting to be uploaded: it is now \(size) bytes, not \(source.size); nothing more was sent")
-        }
-        if EngineUpload.nanoseconds(st.st_mtim) != source.modificationTime {
-            return .fileNotFound("\(source.fileName) was modified after the upload was queued; nothing more was sent")
-        }
-        return nil
-    }
-
-    /// Reads `length` bytes at `start`, then checks the file: bytes read from a file
-    /// that changed are never handed on. On `sourceQueue`; may block for as long as
-    /// the file system takes.
-    private static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], FerryError> {
-        var readError: Int32 = 0
-        let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
-            count = 0
-            while count < length {
-                let n = pread(fd, buffer.baseAddress! + count, length - count, off_t(start + Int64(count)))
-                if n > 0 { count += n; continue }
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 { readError = errno }
-                break
-            }
-        }
-        if readError != 0 {
-            return .failure(.fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(readError)))"))
-        }
-        if let change = sourceChange(fd, source) { return .failure(change) }
-        guard bytes.count == length else {
-            return .failure(.fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent"))
-        }
-        return .success(bytes)
-    }
-
-    /// Puts a read of the chunk at `start` on `sourceQueue` (one at a time).
-    private func requestRead(at start: Int64) {
-        guard !readPending, failure == nil, fd >= 0 else { return }
-        readPending = true
-        let length = Int(min(Int64(Self.uploadBufferSize), max(0, source.size - start)))
-        let (fd, source, id, attempt, generation, loop) = (self.fd, self.source, self.id, self.attempt, readGeneration, self.loop)
-        sourceQueue.async {
-            let result = Self.readChunk(fd, at: start, length: length, of: source)
-            loop.post(.uploadChunk(UploadChunk(generation: generation, start: start, result: result)), to: id, attempt: attempt)
-        }
-    }
-
-    /// The end of what is read ahead (`position` when nothing is).
-    private var readAheadEnd: Int64 { chunks.last.map { $0.start + Int64($0.bytes.count) } ?? position }
-
-    /// Chunks read ahead of what libcurl has taken: one is being read while libcurl
-    /// sends the other, so the sending seldom waits for the file.
-    static let chunksAhead = 2
-
-    /// Keeps `chunksAhead` chunks ahead of what libcurl has taken.
-    private func readAhead() {
-        let end = readAheadEnd
-        guard end < source.size, end - position < Int64(Self.chunksAhead * Self.uploadBufferSize) else { return }
-        requestRead(at: end)
-    }
-
-    /// A read came back (engine thread).
-    private func chunkArrived(_ chunk: UploadChunk) {
-        readPending = false
-        if chunk.generation == readGeneration {
-            switch chunk.result {
-            case .success(let bytes):
-                if chunk.start == readAheadEnd && !bytes.isEmpty { chunks.append((chunk.start, bytes)) }
-            case .failure(let error):
-                failure = error
-            }
-        }
-        readAhead()
-        guard connected else {
-            if let failure { return finish(.failed(failure, bytesOnDisk: 0)) }
-            return connect()
-        }
-        if waitingForData, let easy {
-            waitingForData = false
-            lastActivityAt = monotonicNanoseconds() // the wait was ours
-            _ = curl_easy_pause(easy, 0 /* CURLPAUSE_CONT */)
-        }
-    }
-
-    /// Fills libcurl's buffer from the file. Returns the byte count, 0 at the end, or
-    /// CURL_READFUNC_PAUSE (no chunk read ahead yet, or the speed limit) /
-    /// CURL_READFUNC_ABORT (the file changed or could not be read). Called only once
-    /// the handle is in the multi, after the file was found unchanged.
-    func readBody(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
-        guard failure == nil else { return Int(CURL_READFUNC_ABORT) }
-        guard position < source.size else { return 0 }
-        guard readsAhead else { return readInPlace(into: buffer, max: max) }
-        while let first = chunks.first, first.start + Int64(first.bytes.count) <= position { chunks.removeFirst() }
-        guard let first = chunks.first, first.start <= position, max > 0 else {
-            requestRead(at: position)
-            waitingForData = true
-            return Int(CURL_READFUNC_PAUSE)
-        }
-        let offset = Int(position - first.start)
-        let n = min(max, first.bytes.count - offset, pacedChunk)
-        let now = monotonicNanoseconds()
-        guard admit(n, now: now) else { return Int(CURL_READFUNC_PAUSE) }
-        _ = first.bytes.withUnsafeBytes { memcpy(buffer, $0.baseAddress! + offset, n) }
-        handedOn(n, now: now)
-        readAhead()
-        return n
-    }
-
-    /// `readBody` for a file on a local disk: read here, then checked (bytes read from a
-    /// file that changed are never handed on).
-    private func readInPlace(into buffer: UnsafeMutableRawPointer, max: Int) -> Int {
-        let want = Int(min(Int64(max), source.size - position, Int64(pacedChunk)))
-        let now = monotonicNanoseconds()
-        guard admit(want, now: now) else { return Int(CURL_READFUNC_PAUSE) }
-        var n: Int
-        repeat { n = pread(fd, buffer, want, off_t(position)) } while n < 0 && errno == EINTR
-        if n < 0 {
-            failure = .fileNotFound("Reading \(source.fileName) failed: \(String(cString: strerror(errno)))")
-            return Int(CURL_READFUNC_ABORT)
-        }
-        if let change = Self.sourceChange(fd, source) {
-            failure = change
-            return Int(CURL_READFUNC_ABORT)
-        }
-        if n == 0 {
-            failure = .fileNotFound("\(source.fileName) became shorter while it was uploaded; nothing more was sent")
-            return Int(CURL_READFUNC_ABORT)
-        }
-        handedOn(n, now: now)
-        return n
-    }
-
-    /// The most one read hands libcurl: under a speed limit a quarter second's worth
-    /// (at least 1 KiB), so the limit holds from the first bytes on, as downloads' does;
-    /// else all libcurl asks for. (One whole 512 KiB buffer at once would let a small
-    /// upload through unlimited.)
-    private var pacedChunk: Int {
-        let limit = pacer.limit
-        return limit == 0 ? Int.max : Int(clamping: Swift.max(1024, limit / 4))
-    }
-
-    /// Books `count` bytes against the speed limit; false (libcurl is paused until the
-    /// loop lets it go on) when they must wait.
-    private func admit(_ count: Int, now: UInt64) -> Bool {
-        guard pacer.admit(count, now: now) else {
-            isThrottled = true
-            loop.throttled(self)
-            return false
-        }
-        return true
-    }
-
-    /// `count` bytes of the file went to libcurl.
-    private func handedOn(_ count: Int, now: UInt64) {
-        lastActivityAt = now
-        position += Int64(count)
-        unreportedBytes += Int64(count)
-        // The last bytes are reported at once: the server's answer, which can come only
-        // after them, must not overtake their progress.
-        if now >= nextProgressAt || position == source.size {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-        }
-    }
-
-    /// libcurl rewinds to resend the body (after a redirect or an auth challenge).
-    func seek(to offset: Int64) -> Int32 {
-        guard offset >= 0, offset <= source.size else { return 1 /* CURL_SEEKFUNC_FAIL */ }
-        position = offset
-        chunks.removeAll()
-        readGeneration += 1
-        return 0 // CURL_SEEKFUNC_OK
-    }
-
-    func reportProgressIfDue(now: UInt64) -> UInt64? {
-        guard unreportedBytes > 0 else { return nil }
-        if now >= nextProgressAt {
-            nextProgressAt = now + CurlTransfer.progressInterval
-            reportProgress()
-            return nil
-        }
-        return nextProgressAt
-    }
-
-    private func reportProgress() {
-        guard unreportedBytes > 0 else { return }
-        let sent = unreportedBytes
-        unreportedBytes = 0
-        loop.emit(.progress(id, bytesWritten: sent, totalOnDisk: position, expected: source.size))
+        responseFile?.close()
+        responseFile = nil
     }
 
     // MARK: - The answer
@@ -552,19 +318,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     func receiveResponseBody(_ data: UnsafeRawPointer, _ count: Int) -> Int {
         lastActivityAt = monotonicNanoseconds()
         guard finalHead != nil, failure == nil else { return 0 }
-        if responseFD >= 0 {
-            if let error = claimResponseFile() {
+        if responseFile != nil {
+            if let error = responseFile?.write(data, count) {
                 failure = error
-                return 0
-            }
-            var p = data
-            var left = count
-            while left > 0 {
-                let n = Glibc.write(responseFD, p, left)
-                if n > 0 { p += n; left -= n; continue }
-                if n < 0 && errno == EINTR { continue }
-                let path = source.responseDestination ?? ""
-                failure = .disk(PartFileError(code: n < 0 ? errno : ENOSPC, action: "writing", path: path).message)
                 return 0
             }
         } else if keptBody.count < Self.keptResponseBytes {
@@ -572,17 +328,6 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             keptBody.append(contentsOf: UnsafeRawBufferPointer(start: data, count: take))
         }
         return count
-    }
-
-    /// Empties `response-destination` once, when the successful answer's body begins
-    /// (or the answer ends without one): the old contents go only for the new answer.
-    private func claimResponseFile() -> FerryError? {
-        guard !responseFileClaimed else { return nil }
-        responseFileClaimed = true
-        guard ftruncate(responseFD, 0) == 0 else {
-            return .disk(PartFileError(code: errno, action: "writing", path: source.responseDestination ?? "").message)
-        }
-        return nil
     }
 
     private func emitResponse(final: Bool) {

@@ -1,6 +1,7 @@
 import DBus
 import Dispatch
 import Foundation
+import Synchronization
 import Logging
 
 /// Follows properties of services on the system bus, for the monitors built on it
@@ -228,9 +229,10 @@ final class SystemBusFollower: @unchecked Sendable {
 }
 
 /// What a monitor last reported to its `onChange`, and a wait for the first report.
-/// Used on the follower's queue only (`waitUntilKnown` excepted, which only waits).
-final class ConditionsReport<Value: Equatable & Sendable>: @unchecked Sendable {
-    private(set) var last: Value?
+/// Reported on the follower's queue; `last` is under a `Mutex`, so it may be read anywhere.
+final class ConditionsReport<Value: Equatable & Sendable>: Sendable {
+    private let lastReported = Mutex<Value?>(nil)
+    var last: Value? { lastReported.withLock { $0 } }
     private let known = DispatchSemaphore(value: 0)
     private let onChange: @Sendable (Value) -> Void
     private let logger: Logger
@@ -246,9 +248,12 @@ final class ConditionsReport<Value: Equatable & Sendable>: @unchecked Sendable {
     /// the first report (callers log "known" after it).
     @discardableResult
     func report(_ value: Value) -> Bool {
-        guard value != last else { return false }
-        let first = last == nil
-        last = value
+        let previous = lastReported.withLock { last in
+            defer { last = value }
+            return last
+        }
+        guard value != previous else { return false }
+        let first = previous == nil
         logger.debug("\(label): \(value)")
         onChange(value)
         if first { known.signal() }

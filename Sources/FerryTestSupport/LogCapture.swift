@@ -1,11 +1,11 @@
 import Foundation
+import Synchronization
 import Logging
 
 /// Collects log messages so tests can check what a person would read.
-public final class LogCapture: @unchecked Sendable {
-    // Appended from whichever thread logs; read by the test after the call returns.
-    private let lock = NSLock()
-    private var lines: [(Logger.Level, String)] = []
+public final class LogCapture: Sendable {
+    /// Appended from whichever thread logs; read by the test after the call returns.
+    private let lines = Mutex<[(Logger.Level, String)]>([])
 
     public init() {}
 
@@ -14,13 +14,11 @@ public final class LogCapture: @unchecked Sendable {
     }
 
     public func append(_ level: Logger.Level, _ message: String) {
-        lock.lock(); defer { lock.unlock() }
-        lines.append((level, message))
+        lines.withLock { $0.append((level, message)) }
     }
 
     public var messages: [(level: Logger.Level, text: String)] {
-        lock.lock(); defer { lock.unlock() }
-        return lines.map { (level: $0.0, text: $0.1) }
+        lines.withLock { $0.map { (level: $0.0, text: $0.1) } }
     }
 
     struct CapturingHandler: LogHandler {

@@ -1,61 +1,52 @@
 import Dispatch
 import Foundation
+import Synchronization
 
 /// A thread-safe FIFO: bus handlers put values in (on their queue), tests take
 /// them out with a bounded wait.
-public final class Mailbox<T: Sendable>: @unchecked Sendable {
+public final class Mailbox<T: Sendable>: Sendable {
     public init() {}
 
-    // `@unchecked Sendable`: `items`, `waiters` and `nextID` are only touched under `lock`.
-    private let lock = NSLock()
-    private var items: [T] = []
-    private var waiters: [(id: Int, continuation: CheckedContinuation<T, Error>)] = []
-    private var nextID = 0
+    private struct State {
+        var items: [T] = []
+        var waiters: [(id: Int, continuation: CheckedContinuation<T, Error>)] = []
+        var nextID = 0
+    }
+    private let state = Mutex(State())
 
     public func put(_ value: T) {
-        lock.lock()
-        if !waiters.isEmpty {
-            let w = waiters.removeFirst()
-            lock.unlock()
-            w.continuation.resume(returning: value)
-            return
+        let waiter = state.withLock { state -> CheckedContinuation<T, Error>? in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst().continuation }
+            state.items.append(value)
+            return nil
         }
-        items.append(value)
-        lock.unlock()
+        waiter?.resume(returning: value)
     }
 
     /// The next value, waiting at most `timeout` seconds for it.
     public func next(timeout: TimeInterval = 5, _ what: String = "a value") async throws -> T {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<T, Error>) in
-            lock.lock()
-            if !items.isEmpty {
-                let value = items.removeFirst()
-                lock.unlock()
-                c.resume(returning: value)
-                return
+            let (value, id) = state.withLock { state -> (T?, Int) in
+                if !state.items.isEmpty { return (state.items.removeFirst(), 0) }
+                let id = state.nextID
+                state.nextID += 1
+                state.waiters.append((id, c))
+                return (nil, id)
             }
-            let id = nextID
-            nextID += 1
-            waiters.append((id, c))
-            lock.unlock()
+            if let value { return c.resume(returning: value) }
             DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-                lock.lock()
-                guard let i = waiters.firstIndex(where: { $0.id == id }) else {
-                    lock.unlock()
-                    return
+                let waiter = state.withLock { state -> CheckedContinuation<T, Error>? in
+                    guard let i = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                    return state.waiters.remove(at: i).continuation
                 }
-                let w = waiters.remove(at: i)
-                lock.unlock()
-                w.continuation.resume(throwing: TimedOut(description: "no \(what) within \(timeout) s"))
+                waiter?.resume(throwing: TimedOut(description: "no \(what) within \(timeout) s"))
             }
         }
     }
 
     /// What has arrived and not been taken yet.
     public var queued: [T] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
+        state.withLock { $0.items }
     }
 }
 

@@ -21,7 +21,7 @@ import Foundation
 /// blocks instead). fusepy (libfuse 2) implements no `fallocate`, `O_TMPFILE` nor
 /// `renameat2` flags: the kernel refuses them and ferryd takes its fallbacks.
 /// Throws `Unavailable` where FUSE cannot be mounted (the test then skips).
-public final class PowerCutMount: @unchecked Sendable {
+public final class PowerCutMount {
     public struct Unavailable: Error {
         public let reason: String
     }

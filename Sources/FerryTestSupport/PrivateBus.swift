@@ -167,6 +167,7 @@ public final class ChildProcess: @unchecked Sendable {
 
 /// A child's exit status, set once from `Process`'s termination handler.
 private final class ExitState: @unchecked Sendable {
+    // @unchecked Sendable: `value` is only read and written under `lock` (a condition, to wait for it).
     private let lock = NSCondition()
     private var value: Int32?
 

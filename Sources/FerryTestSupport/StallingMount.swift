@@ -6,7 +6,7 @@ import Foundation
 /// can be made there (their sizes are kept, not their bytes), except those whose
 /// name holds `refused`. Throws `Unavailable` where FUSE cannot be mounted (the test
 /// then skips).
-public final class StallingMount: @unchecked Sendable {
+public final class StallingMount: Sendable {
     public struct Unavailable: Error {
         public let reason: String
     }

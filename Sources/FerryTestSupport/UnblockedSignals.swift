@@ -10,25 +10,32 @@ import Glibc
 /// test runner's threads (Dispatch, Swift concurrency) block nearly all signals: a
 /// child spawned from one of them ignores SIGTERM, and so do the services a bus
 /// started that way activates. Start children inside this.
+///
+/// A pthread of its own, joined: the join orders the thread's write of the result
+/// before the read here, so nothing is shared between threads without it.
 public func withUnblockedSignals<T>(_ body: @escaping () throws -> T) throws -> T {
-    let box = ThreadResult<T>()
-    let done = DispatchSemaphore(value: 0)
-    // Runs on the new thread only while the caller waits for it: never at the same time.
-    nonisolated(unsafe) let body = body
-    let thread = Thread {
+    var result: Result<T, Error>?
+    let job = ThreadJob { result = Result { try body() } }
+    var thread = pthread_t()
+    let context = Unmanaged.passRetained(job).toOpaque()
+    let rc = pthread_create(&thread, nil, { context in
+        let job = Unmanaged<ThreadJob>.fromOpaque(context!).takeRetainedValue()
         var none = sigset_t()
         sigemptyset(&none)
         pthread_sigmask(SIG_SETMASK, &none, nil)
-        box.result = Result { try body() }
-        done.signal()
+        job.run()
+        return nil
+    }, context)
+    guard rc == 0 else {
+        Unmanaged<ThreadJob>.fromOpaque(context).release()
+        throw POSIXError(POSIXErrorCode(rawValue: rc) ?? .EAGAIN)
     }
-    thread.start()
-    done.wait()
-    return try box.result!.get()
+    pthread_join(thread, nil)
+    return try result!.get()
 }
 
-/// `@unchecked Sendable`: written by the thread before it signals the semaphore
-/// the reader waits on.
-private final class ThreadResult<T>: @unchecked Sendable {
-    var result: Result<T, Error>?
+/// The work a signal-unblocked thread runs, handed to it as its start argument.
+private final class ThreadJob {
+    let run: () -> Void
+    init(_ run: @escaping () -> Void) { self.run = run }
 }

@@ -3,42 +3,8 @@ import XCTest
 @testable import FerryCore
 
 /// Engine events reach the coordinator in order; those that arrive while it is busy
-/// are handled together, as one change.
+/// are handled together, as one change (the inbox itself: FerryConcurrencyTests).
 final class EngineEventInboxTests: XCTestCase {
-    private static func ids(_ events: [EngineEvent]) -> [TransferID] {
-        events.map { if case .completed(let id, _) = $0 { return id } else { return 0 } }
-    }
-
-    func testOnlyTheFirstEventIntoAnEmptyInboxAsksForAHop() {
-        let inbox = EngineEventInbox()
-        XCTAssertTrue(inbox.post(.completed(1, .stopped(bytesOnDisk: 0))))
-        XCTAssertFalse(inbox.post(.completed(2, .stopped(bytesOnDisk: 0))), "a hop is already on its way")
-        XCTAssertFalse(inbox.post(.completed(3, .stopped(bytesOnDisk: 0))))
-        XCTAssertEqual(Self.ids(inbox.takeAll()), [1, 2, 3], "oldest first")
-        XCTAssertTrue(inbox.takeAll().isEmpty)
-        XCTAssertTrue(inbox.post(.completed(4, .stopped(bytesOnDisk: 0))), "empty again: the next event asks anew")
-    }
-
-    func testEventsFromManyThreadsAreAllTakenOnceInOrder() {
-        // As the coordinator uses it: producers post, and each hop (on one serial
-        // queue) takes what is there.
-        let inbox = EngineEventInbox()
-        let consumer = DispatchQueue(label: "test.consumer")
-        nonisolated(unsafe) var taken: [TransferID] = [] // only touched on `consumer`, then after it drained
-        DispatchQueue.concurrentPerform(iterations: 4) { thread in
-            for i in 0..<500 where inbox.post(.completed(TransferID(thread * 1000 + i), .stopped(bytesOnDisk: 0))) {
-                consumer.async { taken += Self.ids(inbox.takeAll()) }
-            }
-        }
-        consumer.sync {}
-        XCTAssertEqual(taken.count, 2000, "no event is left without a hop to take it")
-        XCTAssertEqual(Set(taken).count, 2000, "none twice")
-        for thread in 0..<4 {
-            let mine = taken.filter { $0 / 1000 == TransferID(thread) }
-            XCTAssertEqual(mine, mine.sorted(), "each sender's events in the order it sent them")
-        }
-    }
-
     func testDownloadsEndingWhileTheCoreIsBusyAreOneChange() throws {
         let h = CoreHarness()
         let s = try h.openSession()

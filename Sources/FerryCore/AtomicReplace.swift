@@ -10,7 +10,7 @@ enum AtomicReplace {
     static func replace(_ target: String, with source: String) throws {
         guard rename(source, target) != 0 else { return }
         let code = errno
-        throw FerryError.disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
+        throw CoreError.disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
     }
 
     enum NoReplaceOutcome { case moved, targetExists, unsupported }
@@ -77,7 +77,7 @@ enum AtomicReplace {
     /// A name relative to an open folder.
     typealias Place = (folder: Int32, name: String)
 
-    private static func failure(_ source: String, _ target: String, _ code: Int32) -> FerryError {
+    private static func failure(_ source: String, _ target: String, _ code: Int32) -> CoreError {
         .disk("could not move '\(source)' to '\(target)': \(String(cString: strerror(code)))")
     }
 

@@ -44,7 +44,7 @@ public final class DestinationDescriptor: @unchecked Sendable {
 
     /// nil when `fd` can receive a download (an open, writable regular file not in
     /// append mode, a pipe, or a connected stream socket), else why not.
-    public static func refusal(_ fd: Int32) -> FerryError? {
+    public static func refusal(_ fd: Int32) -> CoreError? {
         var st = stat()
         guard fd >= 0, fstat(fd, &st) == 0 else { return .invalidDestination("destination-fd is not an open file descriptor") }
         let type = st.st_mode & S_IFMT
@@ -90,7 +90,7 @@ public final class DestinationDescriptor: @unchecked Sendable {
         do {
             try StateDirectories.make(directory)
         } catch {
-            throw FerryError.invalidDestination("cannot make ferryd's folder for descriptor downloads '\(directory)': \(error.localizedDescription)")
+            throw CoreError.invalidDestination("cannot make ferryd's folder for descriptor downloads '\(directory)': \(error.localizedDescription)")
         }
         return directory
     }
@@ -126,7 +126,7 @@ public final class DestinationDescriptor: @unchecked Sendable {
             guard lseek(fd, 0, SEEK_SET) == 0, ftruncate(fd, 0) == 0 else { throw Self.failure("preparing the destination-fd", errno) }
         } else {
             guard !streamBegun else {
-                throw FerryError.invalidState("the destination-fd is a pipe that already had part of the file before the copy was cut short; start the download again with a new descriptor")
+                throw CoreError.invalidState("the destination-fd is a pipe that already had part of the file before the copy was cut short; start the download again with a new descriptor")
             }
             guard DescriptorMode.setNonBlocking(fd, true) else {
                 throw Self.failure("preparing the destination-fd", errno)
@@ -148,7 +148,7 @@ public final class DestinationDescriptor: @unchecked Sendable {
             if code == EINTR { continue }
             guard code == EAGAIN, !isFile else { throw Self.failure("writing into the destination-fd", code) }
             guard DispatchTime.now().uptimeNanoseconds - lastProgress < stallNanoseconds else {
-                throw FerryError.disk("the reader of the destination-fd took nothing for \(stallLimit.rounded() == stallLimit ? "\(Int(stallLimit))" : "\(stallLimit)") s")
+                throw CoreError.disk("the reader of the destination-fd took nothing for \(stallLimit.rounded() == stallLimit ? "\(Int(stallLimit))" : "\(stallLimit)") s")
             }
             var ready = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             _ = poll(&ready, 1, 250)
@@ -183,14 +183,14 @@ extension TransferCoordinator {
                          into descriptor: DestinationDescriptor) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
         guard options.destination == nil else {
-            throw FerryError.invalidArgument("give either 'destination' or 'destination-fd', not both")
+            throw CoreError.invalidArgument("give either 'destination' or 'destination-fd', not both")
         }
         if let refusal = DestinationDescriptor.refusal(descriptor.fd) { throw refusal }
         // Each descriptor held is one of ferryd's open files: capped per caller, with
         // the upload sources (no app can exhaust ferryd's descriptors).
         let owner = sessions[session]?.owner
         if let full = uploadSourceRoomMissing(for: owner) {
-            throw FerryError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
+            throw CoreError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
         }
         var private_ = options
         private_.destination = try DestinationDescriptor.workDirectory() + "/" + UUID().uuidString

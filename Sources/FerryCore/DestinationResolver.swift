@@ -31,10 +31,10 @@ struct DestinationResolver {
                             directory: directory, serverMayName: true)
         }
         guard requested.hasPrefix("/") else {
-            throw FerryError.invalidDestination("destination '\(requested)' is a relative path; give an absolute path")
+            throw CoreError.invalidDestination("destination '\(requested)' is a relative path; give an absolute path")
         }
         guard !requested.contains("\0") else {
-            throw FerryError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
+            throw CoreError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
         }
         let path = FileSystemChecks.normalize(requested)
         if FileSystemChecks.isDirectory(path) {
@@ -43,7 +43,7 @@ struct DestinationResolver {
                             directory: path, serverMayName: true)
         }
         if requested.hasSuffix("/") || path == "/" {
-            throw FerryError.invalidDestination("destination directory '\(requested)' does not exist")
+            throw CoreError.invalidDestination("destination directory '\(requested)' does not exist")
         }
         let directory = FileSystemChecks.directoryName(path)
         try FileSystemChecks.requireWritableDirectory(directory, role: "directory")

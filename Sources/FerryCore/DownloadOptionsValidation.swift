@@ -11,7 +11,7 @@ enum DownloadOptionsValidation {
         if let sha = options.sha256 { try validateSHA256(sha) }
         try validatePriority(options.priority)
         guard connections.contains(options.connections) else {
-            throw FerryError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
+            throw CoreError.invalidArgument("connections is \(options.connections); it must be between 1 and 16")
         }
         try HeaderFields.validate(options.headers)
         if let metalink = options.metalink { try validateMetalinkURL(metalink) }
@@ -23,9 +23,9 @@ enum DownloadOptionsValidation {
     static func validateMetalinkURL(_ url: String) throws {
         do {
             _ = try RequestURL.validate(url)
-        } catch let error as FerryError {
+        } catch let error as CoreError {
             if case .limitExceeded = error { throw error }
-            throw FerryError.invalidArgument("metalink: \(error.message)")
+            throw CoreError.invalidArgument("metalink: \(error.message)")
         }
     }
 
@@ -33,13 +33,13 @@ enum DownloadOptionsValidation {
     /// an `InvalidArgument` that names its index.
     static func validateMirrors(_ mirrors: [String]) throws {
         guard mirrors.count <= Limits.mirrors else {
-            throw FerryError.invalidArgument("mirrors lists \(mirrors.count) URLs; at most \(Limits.mirrors) are allowed")
+            throw CoreError.invalidArgument("mirrors lists \(mirrors.count) URLs; at most \(Limits.mirrors) are allowed")
         }
         for (i, mirror) in mirrors.enumerated() {
             do {
                 _ = try RequestURL.validate(mirror)
-            } catch let error as FerryError {
-                throw FerryError.invalidArgument("mirror \(i): \(error.message)")
+            } catch let error as CoreError {
+                throw CoreError.invalidArgument("mirror \(i): \(error.message)")
             }
         }
     }
@@ -53,19 +53,19 @@ enum DownloadOptionsValidation {
         guard last > room else { return }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: destination, isDirectory: &isDirectory), isDirectory.boolValue { return }
-        throw FerryError.limitExceeded("the destination's file name is \(last) bytes long; at most \(room) are allowed (its partial file adds '.part')")
+        throw CoreError.limitExceeded("the destination's file name is \(last) bytes long; at most \(room) are allowed (its partial file adds '.part')")
     }
 
     static func validateSHA256(_ sha: String) throws {
         guard Hex.sha256Digest(sha) != nil else {
             let shown = sha.count > 80 ? String(sha.prefix(80)) + "…" : sha
-            throw FerryError.invalidArgument("sha256 '\(shown)' is not a SHA-256 digest; give 64 hexadecimal digits")
+            throw CoreError.invalidArgument("sha256 '\(shown)' is not a SHA-256 digest; give 64 hexadecimal digits")
         }
     }
 
     static func validatePriority(_ p: Int32) throws {
         guard priorities.contains(p) else {
-            throw FerryError.invalidArgument("priority is \(p); use -1 (low), 0 (normal) or 1 (high)")
+            throw CoreError.invalidArgument("priority is \(p); use -1 (low), 0 (normal) or 1 (high)")
         }
     }
 }

@@ -10,7 +10,7 @@ import Foundation
 /// The engine checks `size` and `modificationTime` after reading each chunk, before
 /// handing it to libcurl (a file on a FUSE or network file system is read a chunk ahead
 /// on a queue of the attempt's own, never on the engine's network thread): a file that
-/// changed fails the attempt with `FerryError.fileNotFound` and a message saying so,
+/// changed fails the attempt with `CoreError.fileNotFound` and a message saying so,
 /// rather than sending a mix.
 public struct EngineUpload: Sendable, Equatable {
     /// How the file travels.
@@ -59,7 +59,7 @@ public struct EngineUpload: Sendable, Equatable {
 
     /// Opens `path` for an upload (read-only, close-on-exec) and records its size and
     /// modification time. The caller owns the returned `fd` (see `closeSource()`).
-    /// Throws `FerryError.fileNotFound` for a missing, unreadable or non-regular file.
+    /// Throws `CoreError.fileNotFound` for a missing, unreadable or non-regular file.
     public static func open(path: String, method: String = "PUT", body: Body = .raw, contentType: String? = nil,
                             responseDestination: String? = nil) throws -> EngineUpload {
         // O_NONBLOCK: a FIFO at the path (no writer, or one that never writes) must not
@@ -68,12 +68,12 @@ public struct EngineUpload: Sendable, Equatable {
         guard fd >= 0 else {
             let why = errno == ENOENT ? "there is no file at \(path) to upload"
                 : "\(path) cannot be read (\(String(cString: strerror(errno))))"
-            throw FerryError.fileNotFound(why)
+            throw CoreError.fileNotFound(why)
         }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
             Glibc.close(fd)
-            throw FerryError.fileNotFound("\(path) is not a regular file")
+            throw CoreError.fileNotFound("\(path) is not a regular file")
         }
         DescriptorMode.setNonBlocking(fd, false)
         let name = (path as NSString).lastPathComponent

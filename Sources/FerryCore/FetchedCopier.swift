@@ -29,10 +29,10 @@ public final class FetchedSource: @unchecked Sendable {
 
     /// Opens the regular file at `path` (never through a link; a sandboxed application's
     /// relative to its folder as opened and checked, `area`).
-    /// - Throws: `FerryError.disk`.
+    /// - Throws: `CoreError.disk`.
     public init(path: String, within area: SandboxArea?, bytes: Int64) throws {
         guard let (folder, name) = SandboxArea.place(of: path, within: area) else {
-            throw FerryError.disk("the folder of '\(path)' is no longer where it was")
+            throw CoreError.disk("the folder of '\(path)' is no longer where it was")
         }
         defer { SandboxArea.release(folder) }
         // O_NONBLOCK: a FIFO put at the name does not hang the core.
@@ -41,7 +41,7 @@ public final class FetchedSource: @unchecked Sendable {
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
             close(fd)
-            throw FerryError.disk("'\(path)' is no longer a plain file")
+            throw CoreError.disk("'\(path)' is no longer a plain file")
         }
         self.fd = fd
         self.path = path
@@ -73,7 +73,7 @@ public enum FetchedCopyOutcome: Sendable, Equatable {
     /// The target holds the whole file, flushed (`fdatasync`).
     case copied(bytes: Int64)
     /// The copy failed; the target may hold part of it.
-    case failed(FerryError)
+    case failed(CoreError)
     /// Cancelled before it was done; the target may hold part of it, not flushed.
     case cancelled
 }
@@ -141,7 +141,7 @@ public enum FetchedCopy {
                 open.append((i, try copyUnsynced(job.source, to: job.target, within: job.targetArea) { stop(job) }))
             } catch is CancellationError {
                 outcomes[i] = .cancelled
-            } catch let error as FerryError {
+            } catch let error as CoreError {
                 outcomes[i] = .failed(error)
             } catch {
                 outcomes[i] = .failed(.disk("\(error)"))
@@ -172,7 +172,7 @@ public enum FetchedCopy {
         let file = try FetchedSource(path: source, within: sourceArea, bytes: -1)
         let fd = try copyUnsynced(file, to: target, within: targetArea) { false }
         defer { close(fd) }
-        if let failure = syncAll([(fd, target)])[0] { throw FerryError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
+        if let failure = syncAll([(fd, target)])[0] { throw CoreError.disk("cannot flush '\(target)': \(String(cString: strerror(failure)))") }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw error("cannot read the size of '\(target)'") }
         return Int64(st.st_size)
@@ -184,11 +184,11 @@ public enum FetchedCopy {
     /// sandboxed application's transfer (`area`) are opened relative to their folders as
     /// opened and checked.
     /// - Returns: the target, open for writing: the caller flushes (`syncAll`) and closes it.
-    /// - Throws: `FerryError.disk`, or `CancellationError` when stopped.
+    /// - Throws: `CoreError.disk`, or `CancellationError` when stopped.
     static func copyUnsynced(_ source: FetchedSource, to target: String, within targetArea: SandboxArea?,
                              stopped: () -> Bool) throws -> Int32 {
         guard let (targetFolder, targetName) = SandboxArea.place(of: target, within: targetArea) else {
-            throw FerryError.disk("the folder of '\(target)' is no longer inside the application's directory")
+            throw CoreError.disk("the folder of '\(target)' is no longer inside the application's directory")
         }
         defer { SandboxArea.release(targetFolder) }
         let output = openat(targetFolder, targetName, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
@@ -245,7 +245,7 @@ public enum FetchedCopy {
         }
     }
 
-    static func error(_ what: String) -> FerryError {
+    static func error(_ what: String) -> CoreError {
         .disk("\(what): \(String(cString: strerror(errno)))")
     }
 }

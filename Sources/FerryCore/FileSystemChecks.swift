@@ -18,17 +18,17 @@ enum FileSystemChecks {
     /// of the three is wrong.
     static func requireWritableDirectory(_ path: String, role: String) throws {
         guard path.hasPrefix("/") else {
-            throw FerryError.invalidDestination("\(role) '\(path)' is a relative path; give an absolute path")
+            throw CoreError.invalidDestination("\(role) '\(path)' is a relative path; give an absolute path")
         }
         var info = stat()
         guard stat(path, &info) == 0 else {
-            throw FerryError.invalidDestination("\(role) '\(path)' does not exist")
+            throw CoreError.invalidDestination("\(role) '\(path)' does not exist")
         }
         guard (info.st_mode & S_IFMT) == S_IFDIR else {
-            throw FerryError.invalidDestination("\(role) '\(path)' is not a directory")
+            throw CoreError.invalidDestination("\(role) '\(path)' is not a directory")
         }
         guard access(path, W_OK) == 0 else {
-            throw FerryError.invalidDestination("\(role) '\(path)' is not writable")
+            throw CoreError.invalidDestination("\(role) '\(path)' is not writable")
         }
     }
 

@@ -20,13 +20,13 @@ enum HeaderFields {
     /// case. Messages name the header, never its value (it may be a secret).
     static func validate(_ headers: [String: String]) throws {
         guard headers.count <= Limits.headerCount else {
-            throw FerryError.limitExceeded("\(headers.count) headers were given; at most \(Limits.headerCount) are allowed")
+            throw CoreError.limitExceeded("\(headers.count) headers were given; at most \(Limits.headerCount) are allowed")
         }
         var seen: [String: String] = [:]
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
-            guard !name.isEmpty else { throw FerryError.invalidArgument("a header has an empty name") }
+            guard !name.isEmpty else { throw CoreError.invalidArgument("a header has an empty name") }
             guard name.utf8.count <= Limits.headerNameBytes else {
-                throw FerryError.limitExceeded("a header name is \(name.utf8.count) bytes long; at most \(Limits.headerNameBytes) are allowed")
+                throw CoreError.limitExceeded("a header name is \(name.utf8.count) bytes long; at most \(Limits.headerNameBytes) are allowed")
             }
             guard name.unicodeScalars.allSatisfy(isTokenCharacter) else {
                 // Only the name's valid start is quoted: a whole header line given as a
@@ -35,24 +35,24 @@ enum HeaderFields {
                 let valid = name.unicodeScalars.prefix(while: isTokenCharacter)
                 let start = String(String.UnicodeScalarView(valid.prefix(32)))
                 let bad = name.unicodeScalars.dropFirst(valid.count).first.map { String(format: "U+%04X", $0.value) } ?? "?"
-                throw FerryError.invalidArgument("header name \(start.debugDescription)… is not valid: it holds \(bad) after \(valid.count) valid characters; use letters, digits and !#$%&'*+-.^_`|~ only, and give the value apart from the name")
+                throw CoreError.invalidArgument("header name \(start.debugDescription)… is not valid: it holds \(bad) after \(valid.count) valid characters; use letters, digits and !#$%&'*+-.^_`|~ only, and give the value apart from the name")
             }
             guard value.utf8.count <= Limits.headerValueBytes else {
-                throw FerryError.limitExceeded("the value of header '\(name)' is \(value.utf8.count) bytes long; at most \(Limits.headerValueBytes) are allowed")
+                throw CoreError.limitExceeded("the value of header '\(name)' is \(value.utf8.count) bytes long; at most \(Limits.headerValueBytes) are allowed")
             }
             let lower = name.lowercased()
             if reserved.contains(lower) {
-                throw FerryError.invalidArgument("header '\(name)' is set by Ferry itself (for resuming); leave it out")
+                throw CoreError.invalidArgument("header '\(name)' is set by Ferry itself (for resuming); leave it out")
             }
             if framing.contains(lower) {
-                throw FerryError.invalidArgument("header '\(name)' frames the request or its connection and is set by Ferry itself; leave it out")
+                throw CoreError.invalidArgument("header '\(name)' frames the request or its connection and is set by Ferry itself; leave it out")
             }
             if let other = seen[lower] {
-                throw FerryError.invalidArgument("headers '\(other)' and '\(name)' differ only in case; give one of them")
+                throw CoreError.invalidArgument("headers '\(other)' and '\(name)' differ only in case; give one of them")
             }
             seen[lower] = name
             if value.unicodeScalars.contains(where: { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7F }) {
-                throw FerryError.invalidArgument("the value of header '\(name)' contains a line break, NUL or another control character")
+                throw CoreError.invalidArgument("the value of header '\(name)' contains a line break, NUL or another control character")
             }
         }
     }

@@ -52,7 +52,7 @@ public enum Limits {
     public static func check(_ value: String, max limit: Int, what: String) throws {
         let n = value.utf8.count
         guard n <= limit else {
-            throw FerryError.limitExceeded("\(what) is \(n) bytes long; at most \(limit) are allowed")
+            throw CoreError.limitExceeded("\(what) is \(n) bytes long; at most \(limit) are allowed")
         }
     }
 
@@ -60,7 +60,7 @@ public enum Limits {
     public static func checkPath(_ path: String, what: String) throws {
         try check(path, max: pathBytes, what: what)
         for name in path.utf8.split(separator: UInt8(ascii: "/")) where name.count > nameBytes {
-            throw FerryError.limitExceeded("\(what) has a name of \(name.count) bytes; file names hold at most \(nameBytes)")
+            throw CoreError.limitExceeded("\(what) has a name of \(name.count) bytes; file names hold at most \(nameBytes)")
         }
     }
 

@@ -12,11 +12,11 @@ struct ManagerSettings {
     /// Whether AllFinished posts a desktop notification.
     var notificationsEnabled = true
 
-    /// - Throws: `FerryError.invalidArgument` outside `Limits.concurrentTransfers`; then
+    /// - Throws: `CoreError.invalidArgument` outside `Limits.concurrentTransfers`; then
     ///   nothing changes.
     mutating func setMaxConcurrentTransfers(_ n: UInt32) throws {
         guard Limits.concurrentTransfers.contains(n) else {
-            throw FerryError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between \(Limits.concurrentTransfers.lowerBound) and \(Limits.concurrentTransfers.upperBound)")
+            throw CoreError.invalidArgument("MaxConcurrentTransfers is \(n); it must be between \(Limits.concurrentTransfers.lowerBound) and \(Limits.concurrentTransfers.upperBound)")
         }
         maxConcurrentTransfers = n
     }

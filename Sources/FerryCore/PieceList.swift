@@ -22,18 +22,18 @@ public struct PieceList: Sendable, Hashable {
     /// digits each. Throws `InvalidArgument` naming what is wrong.
     public init(length: UInt64, hex: [String]) throws {
         guard length >= UInt64(Self.lengths.lowerBound), length <= UInt64(Self.lengths.upperBound) else {
-            throw FerryError.invalidArgument("the piece length is \(length) bytes; it must be between \(Self.lengths.lowerBound) (16 KiB) and \(Self.lengths.upperBound) (1 GiB)")
+            throw CoreError.invalidArgument("the piece length is \(length) bytes; it must be between \(Self.lengths.lowerBound) (16 KiB) and \(Self.lengths.upperBound) (1 GiB)")
         }
-        guard !hex.isEmpty else { throw FerryError.invalidArgument("pieces lists no SHA-256; give one per piece, in order") }
+        guard !hex.isEmpty else { throw CoreError.invalidArgument("pieces lists no SHA-256; give one per piece, in order") }
         guard hex.count <= Self.maximumCount else {
-            throw FerryError.invalidArgument("pieces lists \(hex.count) SHA-256s; at most \(Self.maximumCount) are allowed (use a longer piece length)")
+            throw CoreError.invalidArgument("pieces lists \(hex.count) SHA-256s; at most \(Self.maximumCount) are allowed (use a longer piece length)")
         }
         var digests: [[UInt8]] = []
         digests.reserveCapacity(hex.count)
         for (i, text) in hex.enumerated() {
             guard let digest = Hex.sha256Digest(text) else {
                 let shown = text.count > 80 ? String(text.prefix(80)) + "…" : text
-                throw FerryError.invalidArgument("piece \(i)'s SHA-256 '\(shown)' is not 64 hexadecimal digits")
+                throw CoreError.invalidArgument("piece \(i)'s SHA-256 '\(shown)' is not 64 hexadecimal digits")
             }
             digests.append(digest)
         }

@@ -7,7 +7,7 @@ extension TransferCoordinator {
     /// application's session — the final path no longer lies inside the application's
     /// own directory (a folder on the way was swapped for a link since the download
     /// was queued).
-    func finishingRefusal(_ t: TransferRecord) -> FerryError? {
+    func finishingRefusal(_ t: TransferRecord) -> CoreError? {
         if let problem = PlainFileCheck.problem(t.partPath) { return .disk(problem) }
         if let owner = sessions[t.session]?.owner, !isDescriptorDownload(t) {
             let area = SandboxArea(appID: owner)

@@ -13,27 +13,27 @@ struct RequestURL: Equatable {
 
     /// Checks a client's URL. Errors name the bad value without any password in it.
     static func validate(_ string: String) throws -> RequestURL {
-        guard !string.isEmpty else { throw FerryError.invalidUrl("the URL is empty") }
+        guard !string.isEmpty else { throw CoreError.invalidUrl("the URL is empty") }
         try Limits.check(string, max: Limits.urlBytes, what: "the URL")
         // Only an error message shows the URL: worked out then, not for every good URL.
         var shown: String { redacted(string) }
         if string.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }) {
-            throw FerryError.invalidUrl("'\(shown)' is not a valid URL: it contains spaces or control characters (percent-encode them)")
+            throw CoreError.invalidUrl("'\(shown)' is not a valid URL: it contains spaces or control characters (percent-encode them)")
         }
         guard let components = URLComponents(string: string) else {
-            throw FerryError.invalidUrl("'\(shown)' is not a valid URL")
+            throw CoreError.invalidUrl("'\(shown)' is not a valid URL")
         }
         guard let scheme = components.scheme?.lowercased(), !scheme.isEmpty else {
-            throw FerryError.invalidUrl("'\(shown)' has no scheme; give a full http:// or https:// URL")
+            throw CoreError.invalidUrl("'\(shown)' has no scheme; give a full http:// or https:// URL")
         }
         guard scheme == "http" || scheme == "https" else {
-            throw FerryError.unsupportedScheme("'\(scheme)' URLs are not supported; only http and https are")
+            throw CoreError.unsupportedScheme("'\(scheme)' URLs are not supported; only http and https are")
         }
         guard let host = components.host, !host.isEmpty else {
-            throw FerryError.invalidUrl("'\(shown)' has no host name")
+            throw CoreError.invalidUrl("'\(shown)' has no host name")
         }
         if let port = components.port, !(1...65535).contains(port) {
-            throw FerryError.invalidUrl("'\(shown)' has port \(port); ports go from 1 to 65535")
+            throw CoreError.invalidUrl("'\(shown)' has port \(port); ports go from 1 to 65535")
         }
         let lastComponent = components.percentEncodedPath.split(separator: "/").last.map(String.init) ?? ""
         let decoded = lastComponent.removingPercentEncoding ?? lastComponent

@@ -50,44 +50,44 @@ public struct ResumeData: Codable, Equatable, Sendable {
     /// paths, `partPath == destination + ".part"`, offset, URL. Does not look at the disk.
     public static func decode(_ bytes: [UInt8], seal: ResumeDataSeal) throws -> ResumeData {
         guard bytes.count <= Limits.resumeDataBytes else {
-            throw FerryError.limitExceeded("the resume data is \(bytes.count) bytes long; at most \(Limits.resumeDataBytes) are accepted")
+            throw CoreError.limitExceeded("the resume data is \(bytes.count) bytes long; at most \(Limits.resumeDataBytes) are accepted")
         }
         let json: [UInt8]
         if bytes.starts(with: ResumeDataSeal.magic) {
             json = try seal.opening(bytes)
         } else {
             guard bytes.count > magic.count + digestLength else {
-                throw FerryError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
+                throw CoreError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
             }
             guard Array(bytes.prefix(magic.count)) == magic else {
-                throw FerryError.invalidResumeData("the resume data does not come from Ferry's Pause (unknown format)")
+                throw CoreError.invalidResumeData("the resume data does not come from Ferry's Pause (unknown format)")
             }
             json = Array(bytes[magic.count ..< bytes.count - digestLength])
             let digest = Array(bytes.suffix(digestLength))
             guard Array(SHA256.hash(data: json)) == digest else {
-                throw FerryError.invalidResumeData("the resume data is damaged (its checksum does not match)")
+                throw CoreError.invalidResumeData("the resume data is damaged (its checksum does not match)")
             }
         }
         let data: ResumeData
         do {
             data = try JSONDecoder().decode(ResumeData.self, from: Data(json))
         } catch {
-            throw FerryError.invalidResumeData("the resume data cannot be read (its contents are not in the expected form)")
+            throw CoreError.invalidResumeData("the resume data cannot be read (its contents are not in the expected form)")
         }
         guard data.destination.hasPrefix("/"), data.partPath.hasPrefix("/"),
               FileSystemChecks.normalize(data.destination) == data.destination else {
-            throw FerryError.invalidResumeData("the resume data names a relative or unusual path ('\(data.destination)')")
+            throw CoreError.invalidResumeData("the resume data names a relative or unusual path ('\(data.destination)')")
         }
         guard data.partPath == data.destination + ".part" else {
-            throw FerryError.invalidResumeData("the resume data's partial file '\(data.partPath)' does not belong to '\(data.destination)'")
+            throw CoreError.invalidResumeData("the resume data's partial file '\(data.partPath)' does not belong to '\(data.destination)'")
         }
         guard data.offset >= 0 else {
-            throw FerryError.invalidResumeData("the resume data has a negative offset (\(data.offset))")
+            throw CoreError.invalidResumeData("the resume data has a negative offset (\(data.offset))")
         }
         do {
             _ = try RequestURL.validate(data.url)
-        } catch let error as FerryError {
-            throw FerryError.invalidResumeData("the resume data holds an unusable URL: \(error.message)")
+        } catch let error as CoreError {
+            throw CoreError.invalidResumeData("the resume data holds an unusable URL: \(error.message)")
         }
         return data
     }

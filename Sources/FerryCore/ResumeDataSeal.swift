@@ -92,10 +92,10 @@ public struct ResumeDataSeal: @unchecked Sendable { // the key never changes aft
     func opening(_ bytes: [UInt8]) throws -> [UInt8] {
         guard bytes.count > Self.overhead,
               let box = try? AES.GCM.SealedBox(combined: bytes.dropFirst(Self.magic.count)) else {
-            throw FerryError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
+            throw CoreError.invalidResumeData("the resume data is too short (\(bytes.count) bytes); pass the bytes Pause returned, unchanged")
         }
         guard let json = try? AES.GCM.open(box, using: key, authenticating: Self.magic) else {
-            throw FerryError.invalidResumeData("the resume data is damaged, or was made by another Ferry installation (it cannot be opened); start the download again")
+            throw CoreError.invalidResumeData("the resume data is damaged, or was made by another Ferry installation (it cannot be opened); start the download again")
         }
         return Array(json)
     }

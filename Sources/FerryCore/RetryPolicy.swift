@@ -13,9 +13,9 @@ public enum RetryDecision: Equatable, Sendable {
 public struct RetryPolicy: Sendable {
     /// - Parameters: the failure; the attempts made in this run so far, the failed one
     ///   included (1 after the first failure); the session's `retries` setting.
-    public var decide: @Sendable (FerryError, _ attempts: UInt32, _ maxRetries: UInt32) -> RetryDecision
+    public var decide: @Sendable (CoreError, _ attempts: UInt32, _ maxRetries: UInt32) -> RetryDecision
 
-    public init(decide: @escaping @Sendable (FerryError, UInt32, UInt32) -> RetryDecision) {
+    public init(decide: @escaping @Sendable (CoreError, UInt32, UInt32) -> RetryDecision) {
         self.decide = decide
     }
 
@@ -50,7 +50,7 @@ public struct RetryPolicy: Sendable {
     /// dropped mid-body), timeouts (including a stalled transfer) and HTTP 408, 429
     /// and 5xx. Everything else (other 4xx, TLS, too many redirects, checksum, disk)
     /// is permanent.
-    public static func isTransient(_ error: FerryError) -> Bool {
+    public static func isTransient(_ error: CoreError) -> Bool {
         switch error {
         case .network, .timeout: return true
         case .http(let status, _): return isTransient(status: status)

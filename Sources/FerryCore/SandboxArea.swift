@@ -23,7 +23,7 @@ public struct SandboxArea: Sendable, Equatable {
     public static var home: String { ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory() }
 
     /// nil when `path` is inside the area, else the refusal (`role` names it: "destination").
-    public func refusal(_ path: String, role: String) -> FerryError? {
+    public func refusal(_ path: String, role: String) -> CoreError? {
         guard contains(path) else {
             return .invalidDestination("a sandboxed application may name only files inside its own directory '\(root)/' "
                 + "(the \(role) '\(path)' is not; pass a file descriptor instead)")

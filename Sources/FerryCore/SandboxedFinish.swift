@@ -22,12 +22,12 @@ extension TransferCoordinator {
             return target
         }
         guard area.holds(folder) else {
-            throw FerryError.disk("'\(directory)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")
+            throw CoreError.disk("'\(directory)' is no longer inside the application's directory '\(area.root)/'; the download was not moved there")
         }
         let part = FileSystemChecks.baseName(t.partPath)
         var st = stat()
         guard fstatat(folder, part, &st, AT_SYMLINK_NOFOLLOW) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            throw FerryError.disk("the partial file '\(t.partPath)' is no longer a plain file in '\(directory)'")
+            throw CoreError.disk("the partial file '\(t.partPath)' is no longer a plain file in '\(directory)'")
         }
         OriginURLAttribute.set(folder: folder, name: part, url: t.snapshot.url)
         PartFileMark.remove(folder: folder, file: part)
@@ -57,7 +57,7 @@ extension TransferCoordinator {
             guard renameat(folder, part, folder, name) == 0 else { throw Self.finishFailure("moving it to '\(target)'", errno) }
             return synced(target)
         }
-        throw FerryError.disk("no free file name in '\(directory)'")
+        throw CoreError.disk("no free file name in '\(directory)'")
     }
 
     private static func finishFailure(_ action: String, _ code: Int32) -> NSError {

@@ -60,23 +60,23 @@ public struct ScheduleWindows: Sendable, Equatable {
     ///   wrong with it; too many windows.
     public init(_ windows: [ScheduleWindow]) throws {
         guard windows.count <= Self.maxWindows else {
-            throw FerryError.invalidArgument("the schedule has \(windows.count) windows; at most \(Self.maxWindows) are allowed")
+            throw CoreError.invalidArgument("the schedule has \(windows.count) windows; at most \(Self.maxWindows) are allowed")
         }
         for (i, w) in windows.enumerated() {
             do {
                 let days = try Self.parseDays(w.days)
                 guard let start = Self.parseTime(w.start, allowEndOfDay: false) else {
-                    throw FerryError.invalidArgument("start '\(Self.shown(w.start))' is not a time HH:MM from 00:00 to 23:59")
+                    throw CoreError.invalidArgument("start '\(Self.shown(w.start))' is not a time HH:MM from 00:00 to 23:59")
                 }
                 guard let end = Self.parseTime(w.end, allowEndOfDay: true) else {
-                    throw FerryError.invalidArgument("end '\(Self.shown(w.end))' is not a time HH:MM from 00:01 to 24:00")
+                    throw CoreError.invalidArgument("end '\(Self.shown(w.end))' is not a time HH:MM from 00:01 to 24:00")
                 }
                 guard end != start else {
-                    throw FerryError.invalidArgument("start and end are both \(w.start); for a whole day use 00:00-24:00")
+                    throw CoreError.invalidArgument("start and end are both \(w.start); for a whole day use 00:00-24:00")
                 }
                 parsed.append(Parsed(days: days, start: start, end: end == 0 ? 1440 : end))
-            } catch FerryError.invalidArgument(let why) {
-                throw FerryError.invalidArgument("schedule window \(i): \(why)")
+            } catch CoreError.invalidArgument(let why) {
+                throw CoreError.invalidArgument("schedule window \(i): \(why)")
             }
         }
         self.windows = windows
@@ -146,14 +146,14 @@ public struct ScheduleWindows: Sendable, Equatable {
     /// wraps over the weekend); names in any case.
     static func parseDays(_ text: String) throws -> UInt8 {
         guard text.utf8.count <= maxDaysBytes else {
-            throw FerryError.invalidArgument("days is longer than \(maxDaysBytes) bytes")
+            throw CoreError.invalidArgument("days is longer than \(maxDaysBytes) bytes")
         }
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if trimmed == "*" { return 0x7F }
         var mask: UInt8 = 0
         func day(_ name: Substring) throws -> Int {
             guard let i = dayNames.firstIndex(of: name.trimmingCharacters(in: .whitespaces).lowercased()) else {
-                throw FerryError.invalidArgument("days '\(shown(text))' is not '*' or day names Mon…Sun and ranges such as Mon-Fri, separated by commas")
+                throw CoreError.invalidArgument("days '\(shown(text))' is not '*' or day names Mon…Sun and ranges such as Mon-Fri, separated by commas")
             }
             return i
         }

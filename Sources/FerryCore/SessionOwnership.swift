@@ -15,11 +15,11 @@ enum SessionOwnership {
     static func checkIdentifier(_ identifier: String, by owner: String?) throws {
         guard let owner else { return }
         if identifier == reservedPrefix.dropLast() || identifier.hasPrefix(reservedPrefix) {
-            throw FerryError.accessDenied("session identifiers starting with '\(reservedPrefix)' are Ferry's own clients'; "
+            throw CoreError.accessDenied("session identifiers starting with '\(reservedPrefix)' are Ferry's own clients'; "
                 + "a sandboxed application cannot open '\(identifier)'")
         }
         guard identifier != owner, !identifier.hasPrefix(owner + ".") else { return }
-        throw FerryError.accessDenied("a sandboxed application's session identifiers start with its app id: "
+        throw CoreError.accessDenied("a sandboxed application's session identifiers start with its app id: "
             + "use '\(owner)' or '\(owner).NAME', not '\(identifier)'")
     }
 
@@ -31,7 +31,7 @@ enum SessionOwnership {
     /// invite it to open it, and opening a new one under the same name is impossible).
     static func checkReopen(_ existing: SessionRecord, by owner: String?) throws {
         guard let owner, existing.owner != owner else { return }
-        throw FerryError.accessDenied("the session identifier '\(existing.identifier)' is in use by another application; "
+        throw CoreError.accessDenied("the session identifier '\(existing.identifier)' is in use by another application; "
             + "a sandboxed application can open only its own sessions (use an identifier of your own, e.g. starting with '\(owner).')")
     }
 }

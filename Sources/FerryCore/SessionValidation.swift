@@ -8,10 +8,10 @@ enum SessionValidation {
     /// 1-255 characters of `[A-Za-z0-9._-]`.
     static func validateIdentifier(_ identifier: String) throws {
         guard !identifier.isEmpty else {
-            throw FerryError.invalidArgument("the session identifier is empty; use a reverse-DNS name such as com.example.App")
+            throw CoreError.invalidArgument("the session identifier is empty; use a reverse-DNS name such as com.example.App")
         }
         guard identifier.utf8.count <= 255 else {
-            throw FerryError.invalidArgument("the session identifier is \(identifier.utf8.count) characters long; at most 255 are allowed")
+            throw CoreError.invalidArgument("the session identifier is \(identifier.utf8.count) characters long; at most 255 are allowed")
         }
         let allowed = identifier.unicodeScalars.allSatisfy { c in
             switch c {
@@ -20,7 +20,7 @@ enum SessionValidation {
             }
         }
         guard allowed else {
-            throw FerryError.invalidArgument("session identifier \(identifier.debugDescription) may only hold letters, digits, '.', '_' and '-'")
+            throw CoreError.invalidArgument("session identifier \(identifier.debugDescription) may only hold letters, digits, '.', '_' and '-'")
         }
     }
 
@@ -35,7 +35,7 @@ enum SessionValidation {
         }
         if let headers = update.headers { try HeaderFields.validate(headers) }
         if let n = update.maxConnectionsPerHost, !maxConnectionsPerHost.contains(n) {
-            throw FerryError.invalidArgument("max-connections-per-host is \(n); it must be between \(maxConnectionsPerHost.lowerBound) and \(maxConnectionsPerHost.upperBound)")
+            throw CoreError.invalidArgument("max-connections-per-host is \(n); it must be between \(maxConnectionsPerHost.lowerBound) and \(maxConnectionsPerHost.upperBound)")
         }
         if let t = update.requestTimeout { try validateTimeout(t, key: "request-timeout") }
         if let t = update.resourceTimeout { try validateTimeout(t, key: "resource-timeout") }
@@ -50,7 +50,7 @@ enum SessionValidation {
         guard let headers, headers.values.contains(Redaction.hiddenValue) else { return }
         let heldNames = Set(held.keys.map { $0.lowercased() })
         if let name = headers.keys.sorted().first(where: { headers[$0] == Redaction.hiddenValue && !heldNames.contains($0.lowercased()) }) {
-            throw FerryError.invalidArgument("header '\(name)' is sent as \"\(Redaction.hiddenValue)\" (how Configuration shows a value), but session '\(identifier)' holds no value for it to keep; give its value")
+            throw CoreError.invalidArgument("header '\(name)' is sent as \"\(Redaction.hiddenValue)\" (how Configuration shows a value), but session '\(identifier)' holds no value for it to keep; give its value")
         }
     }
 
@@ -70,13 +70,13 @@ enum SessionValidation {
         }
         guard valid else {
             let shown = id.count > 80 ? String(id.prefix(80)) + "…" : id
-            throw FerryError.invalidArgument("application-id \(shown.debugDescription) is not a desktop application id; give its D-Bus name, such as org.example.App")
+            throw CoreError.invalidArgument("application-id \(shown.debugDescription) is not a desktop application id; give its D-Bus name, such as org.example.App")
         }
     }
 
     static func validateTimeout(_ value: Double, key: String) throws {
         guard value.isFinite, value > 0 else {
-            throw FerryError.invalidArgument("\(key) is \(value); it must be a positive number of seconds")
+            throw CoreError.invalidArgument("\(key) is \(value); it must be a positive number of seconds")
         }
     }
 
@@ -84,13 +84,13 @@ enum SessionValidation {
         let shown = RequestURL.redacted(proxy)
         guard !proxy.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 }),
               let components = URLComponents(string: proxy), let scheme = components.scheme?.lowercased() else {
-            throw FerryError.invalidArgument("proxy '\(shown)' is not a URL; give one such as http://proxy.example:3128 or socks5h://localhost:1080")
+            throw CoreError.invalidArgument("proxy '\(shown)' is not a URL; give one such as http://proxy.example:3128 or socks5h://localhost:1080")
         }
         guard proxySchemes.contains(scheme) else {
-            throw FerryError.invalidArgument("proxy scheme '\(scheme)' is not supported; use http, https, socks5 or socks5h")
+            throw CoreError.invalidArgument("proxy scheme '\(scheme)' is not supported; use http, https, socks5 or socks5h")
         }
         guard let host = components.host, !host.isEmpty else {
-            throw FerryError.invalidArgument("proxy '\(shown)' has no host name")
+            throw CoreError.invalidArgument("proxy '\(shown)' has no host name")
         }
     }
 }

@@ -153,7 +153,7 @@ extension TransferCoordinator {
             target = resolver.uniquePath(directory: FileSystemChecks.directoryName(target),
                                          name: FileSystemChecks.baseName(t.destination), overwrite: false)
         }
-        throw FerryError.disk("no free file name")
+        throw CoreError.disk("no free file name")
     }
 
     /// Stores where the verified file is about to go (persistent sessions only).
@@ -170,7 +170,7 @@ extension TransferCoordinator {
     }
 
     /// The transfer fails for good (until resumed).
-    func failTransfer(_ t: TransferRecord, _ error: FerryError) {
+    func failTransfer(_ t: TransferRecord, _ error: CoreError) {
         var status: UInt32?
         if case .http(let code, _) = error {
             status = UInt32(clamping: code)
@@ -222,7 +222,7 @@ extension TransferCoordinator {
     }
 
     func describe(_ error: Error) -> String {
-        if let ferry = error as? FerryError { return ferry.message }
+        if let ferry = error as? CoreError { return ferry.message }
         if let cocoa = error as? CocoaError, let underlying = cocoa.userInfo[NSUnderlyingErrorKey] as? NSError {
             return underlying.localizedDescription
         }

@@ -116,7 +116,7 @@ extension TransferCoordinator {
     }
 
     /// The leader failed for good (`failTransfer`): see the type's comment.
-    func leaderFailed(_ t: TransferRecord, _ error: FerryError) {
+    func leaderFailed(_ t: TransferRecord, _ error: CoreError) {
         guard let entry = dedupe.dissolve(t.id), !entry.followers.isEmpty else { return }
         switch error {
         case .disk, .cancelled, .invalidDestination, .accessDenied:
@@ -235,7 +235,7 @@ extension TransferCoordinator {
                 copyFailed(f, from: fetched.leader, error)
             case .cancelled:
                 // Only ferryd stopping cancels a copy still wanted, and then nothing comes back.
-                copyFailed(f, from: fetched.leader, FerryError.disk("the copy was stopped"))
+                copyFailed(f, from: fetched.leader, CoreError.disk("the copy was stopped"))
             }
         }
     }

@@ -11,7 +11,7 @@ import Foundation
 extension TransferCoordinator {
     /// The reason `t` may not start now, if any: its resource-timeout ran out, or its
     /// remaining bytes do not fit on the disk.
-    func startBlocker(_ t: TransferRecord) -> FerryError? {
+    func startBlocker(_ t: TransferRecord) -> CoreError? {
         if let deadline = resourceDeadline(t), deadline <= environment.now() {
             return resourceTimeoutError(t)
         }
@@ -25,7 +25,7 @@ extension TransferCoordinator {
     }
 
     /// `.disk` when fewer than `bytesToWrite` bytes are free beside the partial file.
-    func spaceShortage(_ t: TransferRecord, bytesToWrite: Int64) -> FerryError? {
+    func spaceShortage(_ t: TransferRecord, bytesToWrite: Int64) -> CoreError? {
         guard bytesToWrite > 0 else { return nil }
         let directory = FileSystemChecks.directoryName(t.partPath)
         guard let free = environment.freeSpace(directory), free < bytesToWrite else { return nil }

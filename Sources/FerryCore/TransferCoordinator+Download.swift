@@ -122,19 +122,19 @@ extension TransferCoordinator {
         let partName = intoDescriptor ? "the download's partial file" : "the partial file '\(data.partPath)'"
         if intoDescriptor {
             if options.destination != nil {
-                throw FerryError.invalidArgument("this download was made into a destination-fd: leave 'destination' out (give 'destination-fd' for a new descriptor)")
+                throw CoreError.invalidArgument("this download was made into a destination-fd: leave 'destination' out (give 'destination-fd' for a new descriptor)")
             }
         } else if descriptor != nil {
-            throw FerryError.invalidArgument("'destination-fd' continues only a download made into a destination-fd; this one goes to '\(data.destination)'")
+            throw CoreError.invalidArgument("'destination-fd' continues only a download made into a destination-fd; this one goes to '\(data.destination)'")
         }
         if let wanted = options.destination,
            !wanted.hasPrefix("/") || FileSystemChecks.normalize(wanted) != data.destination {
-            throw FerryError.invalidDestination("destination '\(wanted)' differs from the resume data's '\(data.destination)'; leave the option out")
+            throw CoreError.invalidDestination("destination '\(wanted)' differs from the resume data's '\(data.destination)'; leave the option out")
         }
         var segments: SegmentMap?
         if let text = data.segments {
             guard let map = SegmentMap(encoded: text), map.total == data.expected else {
-                throw FerryError.invalidResumeData("the resume data's range map is damaged; start the download again")
+                throw CoreError.invalidResumeData("the resume data's range map is damaged; start the download again")
             }
             segments = map
         }
@@ -143,10 +143,10 @@ extension TransferCoordinator {
         let partSize = FileSystemChecks.fileSize(data.partPath, within: area)
         if data.offset > 0 {
             guard let size = partSize else {
-                throw FerryError.invalidResumeData("\(partName) no longer exists; start the download again")
+                throw CoreError.invalidResumeData("\(partName) no longer exists; start the download again")
             }
             guard size >= data.offset else {
-                throw FerryError.invalidResumeData("\(partName) holds \(size) bytes, fewer than the \(data.offset) recorded when it was paused")
+                throw CoreError.invalidResumeData("\(partName) holds \(size) bytes, fewer than the \(data.offset) recorded when it was paused")
             }
         }
         let directory = FileSystemChecks.directoryName(data.destination)
@@ -158,24 +158,24 @@ extension TransferCoordinator {
         // one cancelled, a new one into the same path), or the same one fetching a
         // changed file since, holds other bytes, which the data's range must not join.
         if intoDescriptor, owners.contains(where: { sessions[$0.session]?.owner != caller.owner }) {
-            throw FerryError.invalidResumeData("this resume data is of another application's download")
+            throw CoreError.invalidResumeData("this resume data is of another application's download")
         }
         if let other = owners.first(where: { !$0.madeResumeData(data) }) {
-            throw FerryError.invalidResumeData("\(partName) now holds transfer \(other.id)'s bytes, not those this resume data was made for; resume transfer \(other.id) instead, or start the download again")
+            throw CoreError.invalidResumeData("\(partName) now holds transfer \(other.id)'s bytes, not those this resume data was made for; resume transfer \(other.id) instead, or start the download again")
         }
         if let busy = owners.first(where: { $0.state.isActive }) {
-            throw FerryError.invalidState("transfer \(busy.id) is still downloading into \(intoDescriptor ? "its destination-fd" : "'\(data.partPath)'"); pause it first, or resume that transfer instead")
+            throw CoreError.invalidState("transfer \(busy.id) is still downloading into \(intoDescriptor ? "its destination-fd" : "'\(data.partPath)'"); pause it first, or resume that transfer instead")
         }
         // The descriptor it goes on into: a new one (counted against the caller's cap),
         // or the one the transfer it came from holds (taken over with its count).
         let inherited = descriptor == nil ? owners.first(where: { $0.destinationFD != nil }) : nil
         if intoDescriptor && descriptor == nil && inherited == nil {
-            throw FerryError.invalidResumeData("this download was made into a destination-fd, which ferryd no longer holds (it restarted, or the transfer was removed); pass a new 'destination-fd' with ResumeDownload")
+            throw CoreError.invalidResumeData("this download was made into a destination-fd, which ferryd no longer holds (it restarted, or the transfer was removed); pass a new 'destination-fd' with ResumeDownload")
         }
         if let descriptor {
             if let refusal = DestinationDescriptor.refusal(descriptor.fd) { throw refusal }
             if let full = uploadSourceRoomMissing(for: caller.owner) {
-                throw FerryError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
+                throw CoreError.limitExceeded(full + "; cancel or remove some destination-fd downloads first")
             }
         }
         // The download the data came from learnt since that it cannot be resumed (the
@@ -257,14 +257,14 @@ extension TransferCoordinator {
     /// fails as `Network` after all its retries.
     func validateRequestURL(_ url: String) throws -> RequestURL {
         let checked = try RequestURL.validate(url)
-        if let refusal = engineRefusal(of: url) { throw FerryError.invalidUrl(refusal) }
+        if let refusal = engineRefusal(of: url) { throw CoreError.invalidUrl(refusal) }
         return checked
     }
 
     /// Mirrors the engine's own parser refuses are malformed values (`InvalidArgument`).
     func validateMirrors(_ mirrors: [String]) throws {
         for (i, mirror) in mirrors.enumerated() {
-            if let refusal = engineRefusal(of: mirror) { throw FerryError.invalidArgument("mirror \(i): \(refusal)") }
+            if let refusal = engineRefusal(of: mirror) { throw CoreError.invalidArgument("mirror \(i): \(refusal)") }
         }
     }
 

@@ -282,11 +282,11 @@ extension TransferCoordinator {
         guard let to = SandboxArea.place(of: target, within: area) else { throw Self.outside(target, area) }
         defer { SandboxArea.release(to.folder) }
         if try AtomicReplace.move(from, to: to) == .targetExists {
-            throw FerryError.disk("could not move '\(source)' to '\(target)': a file is there")
+            throw CoreError.disk("could not move '\(source)' to '\(target)': a file is there")
         }
     }
 
-    private static func outside(_ path: String, _ area: SandboxArea?) -> FerryError {
+    private static func outside(_ path: String, _ area: SandboxArea?) -> CoreError {
         .disk("the folder of '\(path)' is no longer inside the application's directory '\(area?.root ?? "")/'")
     }
 

@@ -41,7 +41,7 @@ extension TransferCoordinator {
         for handler in outbox.roundEndHandlers { handler() }
     }
 
-    func emitCompleted(_ t: TransferRecord, serial: UInt64, error: FerryError?) {
+    func emitCompleted(_ t: TransferRecord, serial: UInt64, error: CoreError?) {
         emit(.completed(TransferCompletion(transfer: t.snapshot, serial: serial, errorName: error?.name ?? "",
                                            errorMessage: error?.message ?? "",
                                            notify: sessions[t.session]?.configuration.notify ?? true)))

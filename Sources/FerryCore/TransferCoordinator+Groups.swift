@@ -23,7 +23,7 @@ extension TransferCoordinator {
         dispatchPrecondition(condition: .onQueue(queue))
         let members = prepared.takeAll()
         guard let last = members.last else {
-            throw FerryError.invalidArgument("a group needs at least one item")
+            throw CoreError.invalidArgument("a group needs at least one item")
         }
         precondition(members.allSatisfy { $0.session == session }, "a group's downloads are all of its session")
         let id = groupBook.nextID
@@ -83,7 +83,7 @@ extension TransferCoordinator {
     public func resumeGroup(_ id: GroupID) throws {
         let members = try groupMembers(id)
         if let stored = groupBook.stored(id), stored.tripped || stored.cancelRequested {
-            throw FerryError.invalidState("group \(id) has ended (\(stored.tripped ? "a transfer of the all-or-nothing group failed" : "it was cancelled")); make a new one")
+            throw CoreError.invalidState("group \(id) has ended (\(stored.tripped ? "a transfer of the all-or-nothing group failed" : "it was cancelled")); make a new one")
         }
         mutate {
             for t in members where TransferStateMachine.Action.resume.allowedStates.contains(t.state) {
@@ -112,7 +112,7 @@ extension TransferCoordinator {
     public func removeGroup(_ id: GroupID) throws {
         let members = try groupMembers(id)
         guard groupBook.isFinished(id) else {
-            throw FerryError.invalidState("group \(id) still has transfers that have not ended; cancel it (Group.Cancel) first")
+            throw CoreError.invalidState("group \(id) still has transfers that have not ended; cancel it (Group.Cancel) first")
         }
         mutate {
             for t in members where t.state.isFinal { forget(t) }
@@ -124,7 +124,7 @@ extension TransferCoordinator {
     private func groupMembers(_ id: GroupID) throws -> [TransferRecord] {
         dispatchPrecondition(condition: .onQueue(queue))
         guard groupBook.exists(id) else {
-            throw FerryError.invalidState("there is no group \(id) (it was removed, or never existed)")
+            throw CoreError.invalidState("there is no group \(id) (it was removed, or never existed)")
         }
         return groupBook.members(of: id).compactMap { transfers[$0] }
     }

@@ -18,7 +18,7 @@ extension TransferCoordinator {
         try SessionValidation.validate(configuration, fileManager: fileManager)
         if let proxy = configuration.proxy, !proxy.isEmpty, let refusal = engineRefusal(of: proxy) {
             // As a request URL: refused now, not failed as Network after every retry.
-            throw FerryError.invalidArgument("proxy " + refusal)
+            throw CoreError.invalidArgument("proxy " + refusal)
         }
         return try mutate {
             // A closing session no longer answers to its identifier: opening it again

@@ -175,7 +175,7 @@ extension FileDigest {
     }
 }
 
-extension FerryError {
+extension CoreError {
     var isChecksumMismatch: Bool {
         if case .checksumMismatch = self { return true }
         return false

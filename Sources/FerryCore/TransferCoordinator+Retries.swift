@@ -11,7 +11,7 @@ extension TransferCoordinator {
     /// they count as failed attempts (a server that keeps dropping its connections).
     static let sharedConnectionLossesForgiven = 3
 
-    func attemptFailed(_ t: TransferRecord, _ error: FerryError) {
+    func attemptFailed(_ t: TransferRecord, _ error: CoreError) {
         if case .http(let status, _) = error { t.snapshot.httpStatus = UInt32(clamping: status) }
         let now = environment.now()
         if let deadline = resourceDeadline(t), now >= deadline {
@@ -71,7 +71,7 @@ extension TransferCoordinator {
         return t.resourceStarted &+ Self.microseconds(timeout)
     }
 
-    func resourceTimeoutError(_ t: TransferRecord) -> FerryError {
+    func resourceTimeoutError(_ t: TransferRecord) -> CoreError {
         let timeout = sessions[t.session]?.configuration.resourceTimeout ?? 0
         return .timeout("The transfer did not finish within the session's resource-timeout of \(Self.describeSeconds(timeout)) (counted from its start, retries included); resume it to try again")
     }

@@ -74,10 +74,10 @@ extension TransferCoordinator {
     }
 
     /// `starting`: downloads of the same group not added yet, counted with the rest.
-    func eventCapRefusal(_ session: SessionID, starting: Int = 0) -> FerryError {
+    func eventCapRefusal(_ session: SessionID, starting: Int = 0) -> CoreError {
         let name = sessions[session].map { "'\($0.identifier)'" } ?? "\(session)"
         let mayCome = eventsToCome(session: session, starting: starting)
-        return FerryError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
+        return CoreError.limitExceeded("session \(name) holds \(pendingEventCount(session: session)) completion events not "
             + "acknowledged, and \(mayCome) more may come from its transfers not ended, failed or resumed after failing (each "
             + "may end once more); together they reach the most a session may hold (\(environment.pendingEventsPerSession)); "
             + "acknowledge its events (Session.AcknowledgeEvents; `ferry ls` does for the CLI's session) or remove "
@@ -142,7 +142,7 @@ extension TransferCoordinator {
     func openSessionRecord(_ id: SessionID) throws -> SessionRecord {
         let s = try sessionRecord(id)
         guard !s.isClosing else {
-            throw FerryError.invalidState("session \(id) ('\(s.identifier)') is closing and takes no new transfers; open it again for a new session")
+            throw CoreError.invalidState("session \(id) ('\(s.identifier)') is closing and takes no new transfers; open it again for a new session")
         }
         return s
     }

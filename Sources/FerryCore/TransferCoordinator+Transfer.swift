@@ -61,7 +61,7 @@ extension TransferCoordinator {
         let t = try record(id)
         try TransferStateMachine.check(.setURL, state: t.state, transfer: id)
         guard t.snapshot.kind == .download else {
-            throw FerryError.invalidState("transfer \(id) is an upload; only downloads can be given a new URL")
+            throw CoreError.invalidState("transfer \(id) is an upload; only downloads can be given a new URL")
         }
         let requestURL = try validateRequestURL(url)
         mutate {
@@ -135,7 +135,7 @@ extension TransferCoordinator {
 
     /// Cancels (user, session close, or takeover by resume data) and reports it as a
     /// completion.
-    func cancelTransfer(_ t: TransferRecord, reason: FerryError, deletePart: Bool) {
+    func cancelTransfer(_ t: TransferRecord, reason: CoreError, deletePart: Bool) {
         let actions = t.life.cancel()
         clearClientExitPause(t)
         // A takeover by resume data keeps the partial file: a stopping attempt's end

@@ -32,24 +32,24 @@ extension TransferCoordinator {
         }
         _ = try openSessionRecord(session)
         if let full = uploadSourceRoomMissing(for: sessions[session]?.owner) {
-            throw FerryError.limitExceeded(full + "; queue more once some have finished")
+            throw CoreError.limitExceeded(full + "; queue more once some have finished")
         }
         let requestURL = try validateRequestURL(url)
         try Self.validate(options)
         let responseDestination = try options.responseDestination.map(validateResponseDestination)
         if let sourceFD {
             guard file.isEmpty else {
-                throw FerryError.invalidArgument("give either a file path or 'source-fd', not both (the file argument must be \"\" with source-fd)")
+                throw CoreError.invalidArgument("give either a file path or 'source-fd', not both (the file argument must be \"\" with source-fd)")
             }
             source = try Self.describeSource(fd: sourceFD)
         } else {
             guard file.hasPrefix("/") else {
-                throw FerryError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
+                throw CoreError.invalidArgument("the file to upload must be an absolute path, not '\(file)'")
             }
             let owner = sessions[session]?.owner
             do {
                 source = try EngineUpload.open(path: FileSystemChecks.normalize(file))
-            } catch let error as FerryError {
+            } catch let error as CoreError {
                 // A sandboxed app learns nothing of files outside its directory: a path
                 // that leads outside now (a link flipped since the service's check)
                 // is refused as one that does not, whether the file is there or not.
@@ -60,7 +60,7 @@ extension TransferCoordinator {
             }
             if let owner, let opened = source { try Self.confine(opened, to: owner) }
         }
-        guard let opened = source else { throw FerryError.fileNotFound("the file to upload cannot be opened") }
+        guard let opened = source else { throw CoreError.fileNotFound("the file to upload cannot be opened") }
         let spec = UploadSpec(method: options.method, contentType: options.contentType, formField: options.formField,
                               formValues: options.formValues, responseDestination: responseDestination,
                               size: opened.size, modificationTime: opened.modificationTime,
@@ -97,42 +97,42 @@ extension TransferCoordinator {
     /// The rules for upload options.
     static func validate(_ options: UploadOptions) throws {
         guard options.method == "PUT" || options.method == "POST" else {
-            throw FerryError.invalidArgument("option 'method' must be PUT or POST, not '\(options.method)'")
+            throw CoreError.invalidArgument("option 'method' must be PUT or POST, not '\(options.method)'")
         }
         if options.formField != nil && options.method != "POST" {
-            throw FerryError.invalidArgument("option 'form-field' needs method POST (a multipart/form-data body)")
+            throw CoreError.invalidArgument("option 'form-field' needs method POST (a multipart/form-data body)")
         }
         if !options.formValues.isEmpty && options.formField == nil {
-            throw FerryError.invalidArgument("option 'form-values' needs 'form-field' (they are parts of a multipart/form-data body)")
+            throw CoreError.invalidArgument("option 'form-values' needs 'form-field' (they are parts of a multipart/form-data body)")
         }
         try Limits.check(options.description, max: Limits.descriptionBytes, what: "the description")
         try HeaderFields.validate(options.headers)
         if options.headers.keys.contains(where: { HeaderFields.uploadBody.contains($0.lowercased()) }) {
-            throw FerryError.invalidArgument("an upload's Content-Type is its option 'content-type' (with 'form-field', the file "
+            throw CoreError.invalidArgument("an upload's Content-Type is its option 'content-type' (with 'form-field', the file "
                 + "part's; the body is multipart/form-data), not a 'headers' entry")
         }
         guard options.formValues.count <= maxFormValues else {
-            throw FerryError.limitExceeded("\(options.formValues.count) form values; at most \(maxFormValues) are accepted")
+            throw CoreError.limitExceeded("\(options.formValues.count) form values; at most \(maxFormValues) are accepted")
         }
         for (name, value) in options.formValues {
             try checkFormText(name, max: 256, what: "a form-values name")
             try checkFormText(value, max: Limits.headerValueBytes, what: "the form value '\(name)'", allowEmpty: true)
             guard !name.contains("\"") else {
-                throw FerryError.invalidArgument("a form-values name may not contain '\"'")
+                throw CoreError.invalidArgument("a form-values name may not contain '\"'")
             }
         }
         if let field = options.formField {
             try checkFormText(field, max: 256, what: "option 'form-field'")
-            guard !field.contains("\"") else { throw FerryError.invalidArgument("option 'form-field' may not contain '\"'") }
+            guard !field.contains("\"") else { throw CoreError.invalidArgument("option 'form-field' may not contain '\"'") }
         }
         if let type = options.contentType { try checkFormText(type, max: Limits.headerValueBytes, what: "option 'content-type'") }
     }
 
     private static func checkFormText(_ text: String, max: Int, what: String, allowEmpty: Bool = false) throws {
-        guard allowEmpty || !text.isEmpty else { throw FerryError.invalidArgument("\(what) is empty") }
+        guard allowEmpty || !text.isEmpty else { throw CoreError.invalidArgument("\(what) is empty") }
         try Limits.check(text, max: max, what: what)
         guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
-            throw FerryError.invalidArgument("\(what) contains a line break or another control character")
+            throw CoreError.invalidArgument("\(what) contains a line break or another control character")
         }
     }
 
@@ -141,16 +141,16 @@ extension TransferCoordinator {
     private func validateResponseDestination(_ path: String) throws -> String {
         try Limits.checkPath(path, what: "the response-destination")
         guard path.hasPrefix("/") else {
-            throw FerryError.invalidDestination("response-destination must be an absolute path, not '\(path)'")
+            throw CoreError.invalidDestination("response-destination must be an absolute path, not '\(path)'")
         }
         let normalized = FileSystemChecks.normalize(path)
         var isDirectory: ObjCBool = false
         if fileManager.fileExists(atPath: normalized, isDirectory: &isDirectory), isDirectory.boolValue {
-            throw FerryError.invalidDestination("response-destination '\(normalized)' is a directory; give a file path")
+            throw CoreError.invalidDestination("response-destination '\(normalized)' is a directory; give a file path")
         }
         var st = stat()
         if lstat(normalized, &st) == 0, st.st_mode & S_IFMT != S_IFREG {
-            throw FerryError.invalidDestination("response-destination '\(normalized)' exists and is not a regular file (a link, FIFO or device); give a file path")
+            throw CoreError.invalidDestination("response-destination '\(normalized)' exists and is not a regular file (a link, FIFO or device); give a file path")
         }
         try FileSystemChecks.requireWritableDirectory(FileSystemChecks.directoryName(normalized),
                                                       role: "response-destination's directory")
@@ -164,11 +164,11 @@ extension TransferCoordinator {
     /// A `source-fd`: an open, readable regular file.
     private static func describeSource(fd: Int32) throws -> EngineUpload {
         var st = stat()
-        guard fd >= 0, fstat(fd, &st) == 0 else { throw FerryError.invalidArgument("source-fd is not an open file descriptor") }
-        guard st.st_mode & S_IFMT == S_IFREG else { throw FerryError.invalidArgument("source-fd must be a regular file") }
+        guard fd >= 0, fstat(fd, &st) == 0 else { throw CoreError.invalidArgument("source-fd is not an open file descriptor") }
+        guard st.st_mode & S_IFMT == S_IFREG else { throw CoreError.invalidArgument("source-fd must be a regular file") }
         let mode = fcntl(fd, F_GETFL)
         guard mode >= 0, mode & O_ACCMODE != O_WRONLY, mode & openPathFlag == 0 else {
-            throw FerryError.invalidArgument("source-fd is not open for reading")
+            throw CoreError.invalidArgument("source-fd is not open for reading")
         }
         return EngineUpload(fd: fd, size: Int64(st.st_size), modificationTime: EngineUpload.nanoseconds(st.st_mtim),
                             device: UInt64(st.st_dev))
@@ -183,14 +183,14 @@ extension TransferCoordinator {
         guard SandboxArea(appID: owner).holds(source.fd) else { throw outsideArea(owner) }
     }
 
-    private static func outsideArea(_ owner: String) -> FerryError {
+    private static func outsideArea(_ owner: String) -> CoreError {
         .accessDenied("a sandboxed application may upload only files inside its own directory "
             + "'\(SandboxArea(appID: owner).root)/'; pass the file as 'source-fd' instead")
     }
 
     /// Before an upload's attempt: its source is open and is the file the client
     /// asked for (reopened from its path after a restart); else why it cannot go.
-    func uploadSourceRefusal(_ t: TransferRecord) -> FerryError? {
+    func uploadSourceRefusal(_ t: TransferRecord) -> CoreError? {
         guard let spec = t.upload else { return nil }
         if t.uploadSource == nil {
             if spec.fromDescriptor {
@@ -214,7 +214,7 @@ extension TransferCoordinator {
                 }
                 t.uploadSource = reopened
                 countUploadSource(of: sessions[t.session]?.owner, by: 1)
-            } catch let error as FerryError {
+            } catch let error as CoreError {
                 return error
             } catch {
                 return .fileNotFound("\(t.destination) cannot be opened: \(error)")

@@ -187,14 +187,14 @@ public final class TransferCoordinator: @unchecked Sendable {
 
     func record(_ id: TransferID) throws -> TransferRecord {
         guard let record = transfers[id] else {
-            throw FerryError.noSuchTransfer("there is no transfer \(id) (it was removed, or never existed)")
+            throw CoreError.noSuchTransfer("there is no transfer \(id) (it was removed, or never existed)")
         }
         return record
     }
 
     func sessionRecord(_ id: SessionID) throws -> SessionRecord {
         guard let session = sessions[id] else {
-            throw FerryError.noSuchSession("there is no session \(id) (it was closed, or never existed)")
+            throw CoreError.noSuchSession("there is no session \(id) (it was closed, or never existed)")
         }
         return session
     }

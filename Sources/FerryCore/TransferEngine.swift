@@ -87,9 +87,9 @@ public struct EngineRequest: Sendable, Equatable {
 /// sends more, fails the attempt with `error` as soon as it does, before more is read.
 public struct EngineBodyLimit: Sendable, Equatable {
     public var bytes: Int64
-    public var error: FerryError
+    public var error: CoreError
 
-    public init(bytes: Int64, error: FerryError) {
+    public init(bytes: Int64, error: CoreError) {
         self.bytes = bytes
         self.error = error
     }
@@ -166,7 +166,7 @@ public enum EngineOutcome: Sendable, Equatable {
     /// The attempt failed; the part file keeps what was written (`bytesOnDisk`).
     /// `error` is one of the transfer failures (network, timeout, http, tls,
     /// tooManyRedirects, disk).
-    case failed(FerryError, bytesOnDisk: Int64)
+    case failed(CoreError, bytesOnDisk: Int64)
     /// `stop(id)` was called; the part file is closed and keeps `bytesOnDisk`.
     case stopped(bytesOnDisk: Int64)
     // For a segmented download `bytesOnDisk` is the contiguous prefix from byte 0 (what

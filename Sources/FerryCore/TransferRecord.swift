@@ -263,7 +263,7 @@ final class TransferRecord {
     /// Its `Error` property: the last failure (nil: none). Set when it fails for good,
     /// is cancelled or waits to try again; cleared when it completes or is resumed
     /// after failing.
-    func showError(_ error: FerryError?) {
+    func showError(_ error: CoreError?) {
         snapshot.errorName = error?.name ?? ""
         snapshot.errorMessage = error?.message ?? ""
     }

@@ -58,6 +58,6 @@ public enum TransferStateMachine {
         let names = action.allowedStates.map(\.rawValue)
         let list = names.count == 1 ? names[0]
             : names.dropLast().joined(separator: ", ") + " or " + names.last!
-        throw FerryError.invalidState("transfer \(id) is \(state.rawValue); only \(list) transfers can be \(action.pastParticiple)")
+        throw CoreError.invalidState("transfer \(id) is \(state.rawValue); only \(list) transfers can be \(action.pastParticiple)")
     }
 }

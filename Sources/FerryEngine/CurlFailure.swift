@@ -5,7 +5,7 @@ import Foundation
 /// Turns a libcurl result into a transfer failure a person can act on. Messages name
 /// the host and port, never a header value or the URL's query or user info.
 enum CurlFailure {
-    static func error(for code: CURLcode, in transfer: CurlFailureContext) -> FerryError {
+    static func error(for code: CURLcode, in transfer: CurlFailureContext) -> CoreError {
         let host = transfer.hostDescription
         let detail = transfer.curlErrorDetail
         let seconds = secondsText(transfer.request.requestTimeout)
@@ -124,11 +124,11 @@ enum CurlFailure {
     }
 
     /// Nothing came from the server for `request-timeout`.
-    static func stalled(_ transfer: CurlFailureContext) -> FerryError {
+    static func stalled(_ transfer: CurlFailureContext) -> CoreError {
         stalled(host: transfer.hostDescription, request: transfer.request)
     }
 
-    static func stalled(host: String, request: EngineRequest) -> FerryError {
+    static func stalled(host: String, request: EngineRequest) -> CoreError {
         .timeout("No data from \(host) for \(secondsText(request.requestTimeout))")
     }
 

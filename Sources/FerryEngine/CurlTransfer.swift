@@ -121,7 +121,7 @@ final class CurlTransfer {
     /// A 416 proved the part file already holds the whole resource.
     private(set) var alreadyComplete = false
     /// Why a callback aborted the transfer.
-    private(set) var failure: FerryError?
+    private(set) var failure: CoreError?
 
     /// Where the attempt's body ends in the part file once what `body` holds is written
     /// (`writeBufferedBody`, before the attempt ends and before the file is read).
@@ -301,7 +301,7 @@ final class CurlTransfer {
         return true
     }
 
-    private func abort(_ error: FerryError) -> Bool {
+    private func abort(_ error: CoreError) -> Bool {
         failure = error
         return false
     }

@@ -63,7 +63,7 @@ struct DownloadSources {
 
     /// Every source was dropped: `ChecksumMismatch` when bad pieces were among the
     /// reasons, naming each source and why.
-    func everyFailed() -> FerryError {
+    func everyFailed() -> CoreError {
         let names = list.map { "\($0.shown) (\($0.dropped ?? "not used"))" }.joined(separator: "; ")
         if list.contains(where: { $0.badPieces > 0 }) {
             return .checksumMismatch("Every source failed a piece: \(names)")
@@ -73,7 +73,7 @@ struct DownloadSources {
 
     /// A failure of a download with mirrors also names the sources dropped before it
     /// (and why), so that `Error` says what each did.
-    func naming(_ error: FerryError) -> FerryError {
+    func naming(_ error: CoreError) -> CoreError {
         let dropped = list.filter { $0.dropped != nil }
         guard list.count > 1, !dropped.isEmpty, !error.message.hasPrefix("Every source") else { return error }
         let note = "; sources dropped before: " + dropped.map { "\($0.shown) (\($0.dropped ?? ""))" }.joined(separator: "; ")

@@ -42,7 +42,7 @@ final class RangeConnection: PacedHandle {
     /// The server refused it for now (503/429/408): its range goes back to the pool.
     var refused = false
     /// Why it must end, when a callback decided so.
-    var failure: FerryError?
+    var failure: CoreError?
     var isThrottled = false
     /// When this connection was started or last brought anything (monotonic ns).
     var lastDataAt: UInt64 = 0

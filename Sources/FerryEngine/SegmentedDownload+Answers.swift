@@ -257,7 +257,7 @@ extension SegmentedDownload {
         return false
     }
 
-    func fail(_ error: FerryError, _ connection: RangeConnection) {
+    func fail(_ error: CoreError, _ connection: RangeConnection) {
         connection.failure = error
         if pendingFailure == nil { pendingFailure = error }
         loop.requestService(self)

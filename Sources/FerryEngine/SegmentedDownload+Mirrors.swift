@@ -30,7 +30,7 @@ extension SegmentedDownload {
     }
 
     /// A failure of a download with mirrors also names the sources dropped before it.
-    func namingDroppedSources(_ error: FerryError) -> FerryError {
+    func namingDroppedSources(_ error: CoreError) -> CoreError {
         sources.naming(error)
     }
 
@@ -53,7 +53,7 @@ extension SegmentedDownload {
 
     /// Every source was dropped: `ChecksumMismatch` when bad pieces were among the
     /// reasons, naming each source and why.
-    func everySourceFailed() -> FerryError {
+    func everySourceFailed() -> CoreError {
         sources.everyFailed()
     }
 }

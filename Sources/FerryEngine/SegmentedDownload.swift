@@ -50,7 +50,7 @@ final class SegmentedDownload: EngineAttempt {
     var progressPace = ProgressPace()
     var lastReportedMap: SegmentMap?
     private var failuresInARow = 0
-    var pendingFailure: FerryError?
+    var pendingFailure: CoreError?
     var pendingRestart: String?
     /// A redirect to another origin, followed here (in a new first connection, without
     /// the caller's headers) rather than by curl, which would take them there.
@@ -223,7 +223,7 @@ final class SegmentedDownload: EngineAttempt {
         let finishedRange = connection.reachedEnd
             || (code == CURLE_OK && connection.accepted && connection.failure == nil
                 && (connection.position == connection.end || (connection.end == Int64.max && single)))
-        var error: FerryError?
+        var error: CoreError?
         if !finishedRange && !connection.cancelled && !connection.refused {
             if let failure = connection.failure {
                 error = failure
@@ -264,7 +264,7 @@ final class SegmentedDownload: EngineAttempt {
 
     /// A connection is over: what it fetched counts, it leaves the multi, and its error
     /// (if any) fails the download or goes against the failures allowed in a row.
-    private func connectionEnded(at index: Int, finishedRange: Bool, error: FerryError?) {
+    private func connectionEnded(at index: Int, finishedRange: Bool, error: CoreError?) {
         let connection = connections[index]
         writeHeld(connection)
         handPieces(of: connection)

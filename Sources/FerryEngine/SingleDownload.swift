@@ -92,7 +92,7 @@ final class SingleDownload: EngineAttempt {
         if let next = transfer.crossOriginRedirect { return follow(transfer, to: next) }
         if let reason = transfer.changedOnServer { return startOver(transfer, because: reason) }
         transfer.writeBufferedBody() // before the count is compared and the file flushed
-        let error: FerryError?
+        let error: CoreError?
         if transfer.alreadyComplete {
             error = nil
         } else if let failure = transfer.failure {

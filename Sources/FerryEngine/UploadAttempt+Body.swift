@@ -9,7 +9,7 @@ extension UploadAttempt {
 
     /// Why the file behind `fd` is no longer the one the upload was asked for, or nil.
     /// On `sourceQueue`.
-    static func sourceChange(_ fd: Int32, _ source: EngineUpload) -> FerryError? {
+    static func sourceChange(_ fd: Int32, _ source: EngineUpload) -> CoreError? {
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             return .fileNotFound("The file to upload cannot be read any more (\(String(cString: strerror(errno))))")
@@ -27,7 +27,7 @@ extension UploadAttempt {
     /// Reads `length` bytes at `start`, then checks the file: bytes read from a file
     /// that changed are never handed on. On `sourceQueue`; may block for as long as
     /// the file system takes.
-    private static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], FerryError> {
+    private static func readChunk(_ fd: Int32, at start: Int64, length: Int, of source: EngineUpload) -> Result<[UInt8], CoreError> {
         var readError: Int32 = 0
         let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, count in
             count = 0

@@ -61,7 +61,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private var reader = ResponseHeadReader()
     private var finalHead: ResponseHead?
     private var keptBody: [UInt8] = []
-    var failure: FerryError?
+    var failure: CoreError?
     private var completed = false
 
     var speedLimit: UInt64 { pacer.limit }
@@ -177,7 +177,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     func handleDone(_ easy: UnsafeMutableRawPointer, code: CURLcode) {
-        let error: FerryError?
+        let error: CoreError?
         if let failure {
             error = failure
         } else if code != CURLE_OK {
@@ -346,7 +346,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
 struct UploadChunk: Sendable {
     let generation: Int
     let start: Int64
-    let result: Result<[UInt8], FerryError>
+    let result: Result<[UInt8], CoreError>
 }
 
 // libcurl's C callbacks; the context pointer is the UploadAttempt (see its ownership note).

@@ -22,7 +22,7 @@ struct UploadResponseFile {
     /// opened relative to its folder as opened and checked to be inside the app's
     /// directory: a folder on the way swapped for a link since the call sends the answer
     /// nowhere else.
-    static func open(_ destination: String, within area: SandboxArea?) -> Result<UploadResponseFile, FerryError> {
+    static func open(_ destination: String, within area: SandboxArea?) -> Result<UploadResponseFile, CoreError> {
         guard let (folder, name) = SandboxArea.place(of: destination, within: area) else {
             return .failure(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(area?.root ?? "")/'; the answer was not written"))
         }
@@ -48,7 +48,7 @@ struct UploadResponseFile {
 
     /// Empties the file once, when the successful answer's body begins (or the answer
     /// ends without one): the old contents go only for the new answer.
-    mutating func claim() -> FerryError? {
+    mutating func claim() -> CoreError? {
         guard !claimed else { return nil }
         claimed = true
         guard ftruncate(fd, 0) == 0 else {
@@ -58,7 +58,7 @@ struct UploadResponseFile {
     }
 
     /// Appends a piece of the answer's body (claiming the file first).
-    mutating func write(_ data: UnsafeRawPointer, _ count: Int) -> FerryError? {
+    mutating func write(_ data: UnsafeRawPointer, _ count: Int) -> CoreError? {
         if let error = claim() { return error }
         var p = data
         var left = count
@@ -73,7 +73,7 @@ struct UploadResponseFile {
 
     /// The answer is complete: claimed (an empty answer empties the file too), synced,
     /// its folder synced, closed.
-    mutating func commit() -> FerryError? {
+    mutating func commit() -> CoreError? {
         defer { close() }
         if let error = claim() { return error }
         let code = DurableFiles.syncFile(fd: fd, path: path)

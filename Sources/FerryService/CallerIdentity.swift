@@ -126,11 +126,11 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
         case .unconfined:
             return nil
         case .refused(let why):
-            return BusError(name: FerryError.accessDenied("").name, message: why)
+            return BusError(name: CoreError.accessDenied("").name, message: why)
         case .sandboxed(let appID):
             if path == FerryInterface.managerPath {
                 guard interface == StandardNames.properties && member == "Set" else { return nil }
-                return BusError(name: FerryError.accessDenied("").name,
+                return BusError(name: CoreError.accessDenied("").name,
                                 message: "a sandboxed application cannot change ferryd's settings")
             }
             let kind: String
@@ -144,8 +144,8 @@ final class CallerRegistry: CallerGate, @unchecked Sendable {
             // Another application's object answers exactly as a missing one does.
             guard object != nil, owner == appID else {
                 if kind == "group" { return BusError(name: StandardErrors.unknownObject, message: "no group at \(path)") }
-                let error = kind == "session" ? FerryError.noSuchSession("no session at \(path)")
-                                              : FerryError.noSuchTransfer("no transfer at \(path)")
+                let error = kind == "session" ? CoreError.noSuchSession("no session at \(path)")
+                                              : CoreError.noSuchTransfer("no transfer at \(path)")
                 return BusError(name: error.name, message: error.message)
             }
             return nil

@@ -31,7 +31,7 @@ extension FerryBusService {
         // client re-opening an app's session included). A closing session counts until
         // it is gone, and opening its identifier makes a new session: not a re-attach.
         guard !core.hasOpenSession(identifier: identifier) else { return }
-        throw FerryError.limitExceeded("there are \(ids.count) sessions already, the most one client may have (\(limits.sessionsPerClient)); close some (Session.Close) first")
+        throw CoreError.limitExceeded("there are \(ids.count) sessions already, the most one client may have (\(limits.sessionsPerClient)); close some (Session.Close) first")
     }
 
     /// Refuses a new transfer in a session that holds the most transfers it may, or has
@@ -42,7 +42,7 @@ extension FerryBusService {
         try core.checkRoomForEvents(session: session, starting: prepared)
         let count = try core.transferCount(session: session) + prepared
         guard count < limits.transfersPerSession else {
-            throw FerryError.limitExceeded("session \(session) holds \(count) transfers, the most a session may (\(limits.transfersPerSession)); remove finished ones (Transfer.Remove) first")
+            throw CoreError.limitExceeded("session \(session) holds \(count) transfers, the most a session may (\(limits.transfersPerSession)); remove finished ones (Transfer.Remove) first")
         }
     }
 }
@@ -53,12 +53,12 @@ extension FerryBusService {
     /// (logged, never sent: the bus would drop ferryd's connection).
     func configureBusSafety() {
         bus.setMissingObjectError(prefix: FerryInterface.managerPath + "/session/",
-                                  errorName: FerryError.noSuchSession("").name, noun: "session")
+                                  errorName: CoreError.noSuchSession("").name, noun: "session")
         bus.setMissingObjectError(prefix: FerryInterface.managerPath + "/transfer/",
-                                  errorName: FerryError.noSuchTransfer("").name, noun: "transfer")
-        bus.onOversizeMessage(errorName: FerryError.limitExceeded("").name) { [logger] text in
+                                  errorName: CoreError.noSuchTransfer("").name, noun: "transfer")
+        bus.onOversizeMessage(errorName: CoreError.limitExceeded("").name) { [logger] text in
             logger.error("\(text)")
         }
-        bus.limitCallArguments(to: Limits.callArgumentBytes, errorName: FerryError.limitExceeded("").name)
+        bus.limitCallArguments(to: Limits.callArgumentBytes, errorName: CoreError.limitExceeded("").name)
     }
 }

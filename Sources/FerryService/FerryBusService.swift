@@ -127,7 +127,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// it; nil (the call answered `NoSuchSession`) for a path that is not a session's.
     func session(of inv: MethodInvocation) -> SessionID? {
         guard let id = FerryInterface.id(inPath: inv.path, kind: "session") else {
-            inv.fail(Self.busError(FerryError.noSuchSession("no session at \(inv.path)")))
+            inv.fail(Self.busError(CoreError.noSuchSession("no session at \(inv.path)")))
             return nil
         }
         waker.noteClient(inv.sender, of: id)
@@ -140,7 +140,7 @@ public final class FerryBusService: @unchecked Sendable {
 
     func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {
         guard let id = FerryInterface.id(inPath: inv.path, kind: "transfer") else {
-            return inv.fail(Self.busError(FerryError.noSuchTransfer("no transfer at \(inv.path)")))
+            return inv.fail(Self.busError(CoreError.noSuchTransfer("no transfer at \(inv.path)")))
         }
         // A caller acting on a transfer uses its session: it hears the session's private signals.
         if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
@@ -171,17 +171,17 @@ public final class FerryBusService: @unchecked Sendable {
     func onCore(transferAt path: String, _ done: @escaping @Sendable (BusError?) -> Void,
                 _ body: @escaping (TransferCoordinator, TransferID) throws -> Void) {
         guard let id = FerryInterface.id(inPath: path, kind: "transfer") else {
-            return done(Self.busError(FerryError.noSuchTransfer("no transfer at \(path)")))
+            return done(Self.busError(CoreError.noSuchTransfer("no transfer at \(path)")))
         }
         onCore(done) { core in try body(core, id) }
     }
 
     static func busError(_ error: Error) -> BusError {
         switch error {
-        case let e as FerryError: return BusError(name: e.name, message: e.message)
+        case let e as CoreError: return BusError(name: e.name, message: e.message)
         case let e as BusError: return e
         // The state database could not be written (full disk, quota, permissions).
-        case let e as StoreError: return BusError(name: FerryError.disk("").name, message: e.message)
+        case let e as StoreError: return BusError(name: CoreError.disk("").name, message: e.message)
         default: return BusError(name: StandardErrors.failed, message: "\(error)")
         }
     }

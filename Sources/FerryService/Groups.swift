@@ -14,11 +14,11 @@ extension FerryBusService {
         typealias Argument = FerryInterface.Argument
         runOnSession(inv) { core, session in
             guard case .array(_, let items) = args.value(M.items) else {
-                throw FerryError.invalidArgument("items must be of type a(sa{sv})")
+                throw CoreError.invalidArgument("items must be of type a(sa{sv})")
             }
-            guard !items.isEmpty else { throw FerryError.invalidArgument("a group needs at least one item") }
+            guard !items.isEmpty else { throw CoreError.invalidArgument("a group needs at least one item") }
             guard items.count <= TransferCoordinator.maxGroupItems else {
-                throw FerryError.limitExceeded("a group may hold at most \(TransferCoordinator.maxGroupItems) items, not \(items.count); make several groups")
+                throw CoreError.limitExceeded("a group may hold at most \(TransferCoordinator.maxGroupItems) items, not \(items.count); make several groups")
             }
             var description = ""
             var allOrNothing = false
@@ -34,17 +34,17 @@ extension FerryBusService {
                 case G.start.name:
                     start = try Self.groupOption(G.start, value) { $0.bool }
                 default:
-                    throw FerryError.invalidArgument("unknown group option '\(key)'; known options: \(G.all.map(\.name).joined(separator: ", "))")
+                    throw CoreError.invalidArgument("unknown group option '\(key)'; known options: \(G.all.map(\.name).joined(separator: ", "))")
                 }
             }
             for (index, item) in items.enumerated() {
                 do {
                     guard case .structure(let fields) = item, fields.count == 2, let url = fields[0].string else {
-                        throw FerryError.invalidArgument("each item must be of type (sa{sv})")
+                        throw CoreError.invalidArgument("each item must be of type (sa{sv})")
                     }
                     let dict = try OptionParsing.vardict(fields[1])
                     if dict[FerryInterface.DownloadOption.destinationFD.name] != nil {
-                        throw FerryError.invalidArgument("destination-fd is not taken in a group; use Download for it")
+                        throw CoreError.invalidArgument("destination-fd is not taken in a group; use Download for it")
                     }
                     var options = try OptionParsing.download(dict)
                     if let start { options.start = start }
@@ -64,7 +64,7 @@ extension FerryBusService {
 
     private static func groupOption<T>(_ option: BusOption, _ value: DBusValue, _ get: (DBusValue) -> T?) throws -> T {
         guard value.signature == option.signature, let v = get(value) else {
-            throw FerryError.invalidArgument("group option '\(option.name)' must be of D-Bus type '\(option.signature)', not '\(value.signature)'")
+            throw CoreError.invalidArgument("group option '\(option.name)' must be of D-Bus type '\(option.signature)', not '\(value.signature)'")
         }
         return v
     }

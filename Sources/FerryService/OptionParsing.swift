@@ -13,12 +13,12 @@ enum OptionParsing {
     /// inside the variant, no object path or signature for a string.
     static func typed<T>(_ option: BusOption, _ value: DBusValue, _ get: (DBusValue) -> T?) throws -> T {
         guard value.signature == option.signature, let v = get(value) else {
-            throw FerryError.invalidArgument("option '\(option.name)' must be of D-Bus type '\(option.signature)', not '\(value.signature)'")
+            throw CoreError.invalidArgument("option '\(option.name)' must be of D-Bus type '\(option.signature)', not '\(value.signature)'")
         }
         return v
     }
 
-    private static func unknown(_ key: String, _ known: [BusOption]) -> FerryError {
+    private static func unknown(_ key: String, _ known: [BusOption]) -> CoreError {
         .invalidArgument("unknown option '\(key)'; known options: \(known.map(\.name).joined(separator: ", "))")
     }
 
@@ -45,7 +45,7 @@ enum OptionParsing {
                 let name = try typed(S.onClientExit, value) { $0.string }
                 guard let policy = ClientExitPolicy(rawValue: name) else {
                     let shown = name.count > 40 ? String(name.prefix(40)) + "…" : name
-                    throw FerryError.invalidArgument("on-client-exit is \(shown.debugDescription); it must be continue, pause or cancel")
+                    throw CoreError.invalidArgument("on-client-exit is \(shown.debugDescription); it must be continue, pause or cancel")
                 }
                 u.onClientExit = policy
             default: throw unknown(key, S.all)
@@ -96,16 +96,16 @@ enum OptionParsing {
             case D.mirrors.name:
                 let items = try typed(D.mirrors, value) { $0.arrayElements }
                 guard items.count <= Limits.mirrors else {
-                    throw FerryError.invalidArgument("mirrors lists \(items.count) URLs; at most \(Limits.mirrors) are allowed")
+                    throw CoreError.invalidArgument("mirrors lists \(items.count) URLs; at most \(Limits.mirrors) are allowed")
                 }
                 o.mirrors = items.compactMap(\.string)
             case D.pieces.name:
                 let fields = try typed(D.pieces, value) { $0.structFields }
                 guard fields.count == 2, let length = fields[0].uint64, let items = fields[1].arrayElements else {
-                    throw FerryError.invalidArgument("option 'pieces' must be (piece length, [SHA-256 hex]) of D-Bus type '(tas)'")
+                    throw CoreError.invalidArgument("option 'pieces' must be (piece length, [SHA-256 hex]) of D-Bus type '(tas)'")
                 }
                 guard items.count <= PieceList.maximumCount else {
-                    throw FerryError.invalidArgument("pieces lists \(items.count) SHA-256s; at most \(PieceList.maximumCount) are allowed (use a longer piece length)")
+                    throw CoreError.invalidArgument("pieces lists \(items.count) SHA-256s; at most \(PieceList.maximumCount) are allowed (use a longer piece length)")
                 }
                 o.pieces = try PieceList(length: length, hex: items.compactMap(\.string))
             case D.dedupe.name: o.dedupe = try typed(D.dedupe, value) { $0.bool }
@@ -138,21 +138,21 @@ enum OptionParsing {
     /// The Manager's `Schedule` (`a(sssta{sv})`) as windows; the core checks their
     /// meaning. Extras other than `discretionary-only` b are refused.
     static func schedule(_ value: DBusValue) throws -> [ScheduleWindow] {
-        guard let items = value.arrayElements else { throw FerryError.invalidArgument("Schedule must be of D-Bus type 'a(sssta{sv})'") }
+        guard let items = value.arrayElements else { throw CoreError.invalidArgument("Schedule must be of D-Bus type 'a(sssta{sv})'") }
         guard items.count <= ScheduleWindows.maxWindows else {
-            throw FerryError.invalidArgument("the schedule has \(items.count) windows; at most \(ScheduleWindows.maxWindows) are allowed")
+            throw CoreError.invalidArgument("the schedule has \(items.count) windows; at most \(ScheduleWindows.maxWindows) are allowed")
         }
         return try items.enumerated().map { i, item in
             guard let f = item.structFields, f.count == 5, let days = f[0].string, let start = f[1].string,
                   let end = f[2].string, let limit = f[3].uint64 else {
-                throw FerryError.invalidArgument("schedule window \(i) must be (days, start, end, speed_limit, extras) of D-Bus type '(sssta{sv})'")
+                throw CoreError.invalidArgument("schedule window \(i) must be (days, start, end, speed_limit, extras) of D-Bus type '(sssta{sv})'")
             }
             var window = ScheduleWindow(days: days, start: start, end: end, speedLimit: limit)
             for (key, v) in try vardict(f[4]) {
                 switch key {
                 case FerryInterface.ScheduleExtra.discretionaryOnly.name:
                     window.discretionaryOnly = try typed(FerryInterface.ScheduleExtra.discretionaryOnly, v) { $0.bool }
-                default: throw FerryError.invalidArgument("schedule window \(i): unknown extra '\(key.utf8.count <= 64 ? key : "…")'; known extras: \(FerryInterface.ScheduleExtra.all.map(\.name).joined(separator: ", "))")
+                default: throw CoreError.invalidArgument("schedule window \(i): unknown extra '\(key.utf8.count <= 64 ? key : "…")'; known extras: \(FerryInterface.ScheduleExtra.all.map(\.name).joined(separator: ", "))")
                 }
             }
             return window
@@ -173,11 +173,11 @@ enum OptionParsing {
     /// well-formed calls.
     static func vardict(_ value: DBusValue) throws -> [String: DBusValue] {
         guard case .dictionary("s", "v", let entries) = value else {
-            throw FerryError.invalidArgument("expected a dictionary of type a{sv}")
+            throw CoreError.invalidArgument("expected a dictionary of type a{sv}")
         }
         var d: [String: DBusValue] = [:]
         for e in entries {
-            guard case .string(let key) = e.key else { throw FerryError.invalidArgument("expected a dictionary of type a{sv}") }
+            guard case .string(let key) = e.key else { throw CoreError.invalidArgument("expected a dictionary of type a{sv}") }
             if case .variant(let inner) = e.value { d[key] = inner } else { d[key] = e.value }
         }
         return d

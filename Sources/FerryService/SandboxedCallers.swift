@@ -12,7 +12,7 @@ extension FerryBusService {
     /// after the reply reaches it.
     func watch(_ inv: MethodInvocation, _ on: Bool) {
         guard inv.sandboxAppID == nil else {
-            return inv.fail(Self.busError(FerryError.accessDenied("a sandboxed application cannot watch other applications' signals")))
+            return inv.fail(Self.busError(CoreError.accessDenied("a sandboxed application cannot watch other applications' signals")))
         }
         guard let sender = inv.sender, sender.hasPrefix(":") else { return inv.reply([]) }
         if on { callers.signalRecipients.watch(sender) } else { callers.signalRecipients.unwatch(sender) }
@@ -48,7 +48,7 @@ extension FerryBusService {
             throw refusal
         }
         if let wake = configuration.applicationID, !wake.isEmpty, wake != app {
-            throw FerryError.accessDenied("a sandboxed application may set 'application-id' only to its own id '\(app)'")
+            throw CoreError.accessDenied("a sandboxed application may set 'application-id' only to its own id '\(app)'")
         }
     }
 
@@ -63,7 +63,7 @@ extension FerryBusService {
             return
         }
         guard let directory = core.session(session)?.configuration.directory else {
-            throw FerryError.invalidDestination("a sandboxed application must give a 'destination' inside '\(area.root)/' "
+            throw CoreError.invalidDestination("a sandboxed application must give a 'destination' inside '\(area.root)/' "
                 + "(or set the session's 'directory' there): the user's download folder is not open to it")
         }
         if let refusal = area.refusal(directory, role: "session directory") { throw refusal }
@@ -75,7 +75,7 @@ extension FerryBusService {
         guard let value else { return nil }
         guard value.signature == "h", case .unixFD(let fd) = value.unwrapped else { // no variant inside the variant
             // The invocation closes any descriptor in it when it answers (once).
-            throw FerryError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+            throw CoreError.invalidArgument("option 'destination-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return DestinationDescriptor(fd: fd)
     }
@@ -86,7 +86,7 @@ extension FerryBusService {
     func confineResume(_ inv: MethodInvocation, resumeData: [UInt8]) throws {
         guard let app = inv.sandboxAppID else { return }
         guard resumeData.starts(with: ResumeDataSeal.magic) else {
-            throw FerryError.invalidResumeData("a sandboxed application must pass the resume data Pause returned, unchanged")
+            throw CoreError.invalidResumeData("a sandboxed application must pass the resume data Pause returned, unchanged")
         }
         guard let data = try? core.openResumeData(resumeData) else { return }
         // A destination-fd download's file is ferryd's own, in its state folder: the
@@ -101,7 +101,7 @@ extension FerryBusService {
     func sourceDescriptor(_ value: DBusValue?) throws -> Int32? {
         guard let value else { return nil }
         guard value.signature == "h", case .unixFD(let fd) = value.unwrapped else { // no variant inside the variant
-            throw FerryError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
+            throw CoreError.invalidArgument("option 'source-fd' must be of D-Bus type 'h', not '\(value.signature)'")
         }
         return fd
     }
@@ -118,7 +118,7 @@ extension FerryBusService {
         guard let app = inv.sandboxAppID else { return }
         let area = SandboxArea(appID: app)
         guard area.contains(file) else {
-            throw FerryError.accessDenied("a sandboxed application may upload only files inside its own directory "
+            throw CoreError.accessDenied("a sandboxed application may upload only files inside its own directory "
                 + "'\(area.root)/'; pass the file as 'source-fd' instead")
         }
     }

@@ -36,7 +36,7 @@ extension FerryBusService {
     /// The property names asked for, each once, in the order first asked; empty for all.
     static func listedProperties(_ asked: [String], of spec: InterfaceSpec) throws -> [String] {
         guard asked.count <= listedPropertyNames else {
-            throw FerryError.limitExceeded("\(asked.count) property names were given; at most \(listedPropertyNames) are allowed")
+            throw CoreError.limitExceeded("\(asked.count) property names were given; at most \(listedPropertyNames) are allowed")
         }
         var seen: Set<String> = []
         var names: [String] = []
@@ -46,7 +46,7 @@ extension FerryBusService {
                 // no look-alike letters, controls or overrides reach the message.
                 let plain = name.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("A"..."Z").contains($0) || ("a"..."z").contains($0) }
                 let shown = plain && !name.isEmpty && name.utf8.count <= 64 ? "'\(name)'" : "of \(name.utf8.count) bytes"
-                throw FerryError.invalidArgument("\(FerryInterface.transferInterface) has no property \(shown)")
+                throw CoreError.invalidArgument("\(FerryInterface.transferInterface) has no property \(shown)")
             }
             if seen.insert(name).inserted { names.append(name) }
         }

@@ -143,7 +143,7 @@ final class CoreHarness {
              .completed(id, .succeeded(bytesOnDisk: Int64(body.count), sha256: sha)))
     }
 
-    func fail(_ id: TransferID, _ error: FerryError, bytes: Int64 = 0) {
+    func fail(_ id: TransferID, _ error: CoreError, bytes: Int64 = 0) {
         send(.completed(id, .failed(error, bytesOnDisk: bytes)))
     }
 
@@ -154,20 +154,20 @@ final class CoreHarness {
     func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
 }
 
-/// Asserts that `body` throws the FerryError case `expected` matches.
-func XCTAssertFerryError<T>(_ body: @autoclosure () throws -> T, _ matches: (FerryError) -> Bool,
+/// Asserts that `body` throws the CoreError case `expected` matches.
+func XCTAssertFerryError<T>(_ body: @autoclosure () throws -> T, _ matches: (CoreError) -> Bool,
                             _ message: String = "", file: StaticString = #filePath, line: UInt = #line) {
     do {
         _ = try body()
         XCTFail("expected an error, got success. \(message)", file: file, line: line)
-    } catch let error as FerryError {
+    } catch let error as CoreError {
         XCTAssertTrue(matches(error), "unexpected \(error). \(message)", file: file, line: line)
     } catch {
-        XCTFail("not a FerryError: \(error)", file: file, line: line)
+        XCTFail("not a CoreError: \(error)", file: file, line: line)
     }
 }
 
-extension FerryError {
+extension CoreError {
     var isInvalidArgument: Bool { if case .invalidArgument = self { return true } else { return false } }
     var isInvalidUrl: Bool { if case .invalidUrl = self { return true } else { return false } }
     var isUnsupportedScheme: Bool { if case .unsupportedScheme = self { return true } else { return false } }

@@ -40,7 +40,7 @@ final class DescriptorDeliveryTests: XCTestCase {
         let descriptor = DestinationDescriptor(fd: writer)
         let started = Date()
         XCTAssertThrowsError(try descriptor.receive(source(1 << 20), stallLimit: 0.5)) { error in
-            XCTAssertTrue((error as? FerryError)?.message.contains("took nothing for 0.5 s") ?? false, "\(error)")
+            XCTAssertTrue((error as? CoreError)?.message.contains("took nothing for 0.5 s") ?? false, "\(error)")
         }
         let took = Date().timeIntervalSince(started)
         XCTAssertGreaterThanOrEqual(took, 0.5, "it waited for the reader first")
@@ -71,7 +71,7 @@ final class DescriptorDeliveryTests: XCTestCase {
         XCTAssertTrue(error is CancellationError, "\(error)")
         // Part of the file is in the pipe: starting over would hand the reader those bytes twice.
         XCTAssertThrowsError(try descriptor.receive(path)) { error in
-            XCTAssertEqual((error as? FerryError)?.name, FerryError.invalidState("").name, "\(error)")
+            XCTAssertEqual((error as? CoreError)?.name, CoreError.invalidState("").name, "\(error)")
         }
     }
 

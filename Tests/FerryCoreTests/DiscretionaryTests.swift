@@ -156,7 +156,7 @@ final class DiscretionaryTests: XCTestCase {
         let good = [ScheduleWindow(days: "Mon-Fri", start: "09:00", end: "17:00", speedLimit: 5)]
         try h.sync { try $0.setSchedule(good) }
         XCTAssertThrowsError(try h.sync { try $0.setSchedule([ScheduleWindow(days: "Someday", start: "09:00", end: "17:00")]) }) {
-            guard case FerryError.invalidArgument = $0 else { return XCTFail("\($0)") }
+            guard case CoreError.invalidArgument = $0 else { return XCTFail("\($0)") }
         }
         XCTAssertEqual(h.sync { $0.scheduleWindows }, good)
     }

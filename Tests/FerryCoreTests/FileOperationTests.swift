@@ -84,7 +84,7 @@ final class FileOperationTests: XCTestCase {
 
     func testMoveNoReplaceOfAMissingFileThrowsADiskError() {
         XCTAssertThrowsError(try AtomicReplace.moveNoReplace(folder + "/none.part", to: folder + "/none")) { error in
-            guard case FerryError.disk(let message) = error else { return XCTFail("\(error)") }
+            guard case CoreError.disk(let message) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("none.part"), message)
         }
     }

@@ -6,7 +6,7 @@ import XCTest
 /// the service exports read back through it.
 final class InterfaceNamesTests: XCTestCase {
     func testEveryCoreErrorHasAContractName() {
-        let errors: [FerryError] = [
+        let errors: [CoreError] = [
             .invalidArgument(""), .invalidUrl(""), .unsupportedScheme(""), .invalidDestination(""), .fileNotFound(""),
             .invalidState(""), .invalidResumeData(""), .noSuchSession(""), .noSuchTransfer(""), .limitExceeded(""),
             .accessDenied(""), .network(""), .timeout(""), .http(status: 404, ""), .tls(""), .tooManyRedirects(""),

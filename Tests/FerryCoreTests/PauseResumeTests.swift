@@ -308,7 +308,7 @@ final class PauseResumeTests: XCTestCase {
             let json = Array(try encoder.encode(d))
             return Array("FRD1".utf8) + json + Array(SHA256Digest(json))
         }
-        let cases: [(String, [UInt8], (FerryError) -> Bool)] = [
+        let cases: [(String, [UInt8], (CoreError) -> Bool)] = [
             ("empty", [], { $0.isInvalidResumeData }),
             ("truncated", Array(good.prefix(good.count - 5)), { $0.isInvalidResumeData }),
             ("magic", badMagic, { $0.isInvalidResumeData }),

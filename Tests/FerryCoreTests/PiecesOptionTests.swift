@@ -36,7 +36,7 @@ final class PiecesOptionTests: XCTestCase {
         ]
         for (length, hex, words) in cases {
             XCTAssertThrowsError(try PieceList(length: length, hex: hex), "\(length) \(hex.count)") { error in
-                let e = error as? FerryError
+                let e = error as? CoreError
                 XCTAssertTrue(e?.isInvalidArgument ?? false, "\(error)")
                 XCTAssertTrue(e?.message.contains(words) ?? false, "\(e?.message ?? "") lacks \(words)")
             }

@@ -32,7 +32,7 @@ final class ResumeDataSealTests: XCTestCase {
         XCTAssertNotEqual(sample.encoded(sealedWith: seal), bytes, "a fresh nonce each time")
 
         XCTAssertThrowsError(try ResumeData.decode(bytes, seal: .ephemeral())) { error in
-            guard case FerryError.invalidResumeData(let message) = error else { return XCTFail("\(error)") }
+            guard case CoreError.invalidResumeData(let message) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("another Ferry installation"), message)
         }
         for i in [4, 20, bytes.count - 1] {

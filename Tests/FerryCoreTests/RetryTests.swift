@@ -74,12 +74,12 @@ final class RetryTests: XCTestCase {
     // MARK: - The policy
 
     func testClassification() {
-        for transient: FerryError in [.network("refused"), .network("reset"), .network("dns"), .timeout("stalled"),
+        for transient: CoreError in [.network("refused"), .network("reset"), .network("dns"), .timeout("stalled"),
                                       .http(status: 408, "x"), .http(status: 429, "x"), .http(status: 500, "x"),
                                       .http(status: 503, "x"), .http(status: 599, "x")] {
             XCTAssertTrue(RetryPolicy.isTransient(transient), "\(transient)")
         }
-        for permanent: FerryError in [.http(status: 404, "x"), .http(status: 403, "x"), .http(status: 400, "x"),
+        for permanent: CoreError in [.http(status: 404, "x"), .http(status: 403, "x"), .http(status: 400, "x"),
                                       .http(status: 410, "x"), .http(status: 416, "x"), .tls("x"), .checksumMismatch("x"),
                                       .tooManyRedirects("x"), .disk("x"), .cancelled("x")] {
             XCTAssertFalse(RetryPolicy.isTransient(permanent), "\(permanent)")
@@ -121,7 +121,7 @@ final class RetryTests: XCTestCase {
         h.fail(t, .network("The connection to example.com:443 was reset"), bytes: 6)
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.snapshot(t)?.waitingReason, "retry")
-        XCTAssertEqual(h.snapshot(t)?.errorName, FerryError.network("").name, "the last failure, while it waits to try again")
+        XCTAssertEqual(h.snapshot(t)?.errorName, CoreError.network("").name, "the last failure, while it waits to try again")
         XCTAssertEqual(h.snapshot(t)?.errorMessage, "The connection to example.com:443 was reset")
         XCTAssertTrue(h.observer.completions.isEmpty)
         h.advanceAndWake(seconds: 1.9)
@@ -147,7 +147,7 @@ final class RetryTests: XCTestCase {
     func testPermanentFailuresFailAtOnce() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
         let s = try h.openSession()
-        let cases: [(FerryError, String)] = [
+        let cases: [(CoreError, String)] = [
             (.http(status: 404, "Not Found"), "Http"), (.http(status: 403, "Forbidden"), "Http"),
             (.tls("bad certificate"), "Tls"), (.tooManyRedirects("loop"), "TooManyRedirects"),
             (.disk("No space left on device"), "Disk"),

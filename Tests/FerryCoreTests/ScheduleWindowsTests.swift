@@ -16,7 +16,7 @@ final class ScheduleWindowsTests: XCTestCase {
 
     private func refused(_ windows: [ScheduleWindow], _ fragment: String, file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertThrowsError(try ScheduleWindows(windows), file: file, line: line) { error in
-            guard case FerryError.invalidArgument(let message) = error else {
+            guard case CoreError.invalidArgument(let message) = error else {
                 return XCTFail("\(error) is not InvalidArgument", file: file, line: line)
             }
             XCTAssertTrue(message.contains(fragment), "'\(message)' should mention '\(fragment)'", file: file, line: line)

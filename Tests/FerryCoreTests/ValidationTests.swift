@@ -18,7 +18,7 @@ final class ValidationTests: XCTestCase {
         let h = CoreHarness()
         let file = h.root + "/plain-file"
         _ = FileManager.default.createFile(atPath: file, contents: Data())
-        let cases: [(String, (inout SessionConfigurationUpdate) -> Void, (FerryError) -> Bool)] = [
+        let cases: [(String, (inout SessionConfigurationUpdate) -> Void, (CoreError) -> Bool)] = [
             ("relative dir", { $0.directory = "Downloads" }, { $0.isInvalidDestination && $0.message.contains("relative") }),
             ("missing dir", { $0.directory = h.root + "/nope" }, { $0.isInvalidDestination && $0.message.contains("does not exist") }),
             ("file as dir", { $0.directory = file }, { $0.isInvalidDestination && $0.message.contains("not a directory") }),
@@ -115,7 +115,7 @@ final class ValidationTests: XCTestCase {
         let file = h.root + "/plain-file"
         _ = FileManager.default.createFile(atPath: file, contents: Data())
         h.observer.clear()
-        let cases: [(String, (inout DownloadOptions) -> Void, (FerryError) -> Bool)] = [
+        let cases: [(String, (inout DownloadOptions) -> Void, (CoreError) -> Bool)] = [
             ("sha short", { $0.sha256 = "abc" }, { $0.isInvalidArgument && $0.message.contains("sha256") }),
             ("sha non-hex", { $0.sha256 = String(repeating: "g", count: 64) }, { $0.isInvalidArgument }),
             ("priority", { $0.priority = 2 }, { $0.isInvalidArgument && $0.message.contains("priority is 2") }),

@@ -268,7 +268,7 @@ final class UploadTests: EngineTestCase {
 
     func testMissingFileIsFileNotFound() {
         XCTAssertThrowsError(try EngineUpload.open(path: directory.appendingPathComponent("nope").path)) { error in
-            guard case FerryError.fileNotFound(let message) = error else { return XCTFail("\(error)") }
+            guard case CoreError.fileNotFound(let message) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("no file"), message)
         }
     }

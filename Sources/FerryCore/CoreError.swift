@@ -1,7 +1,8 @@
 import FerryInterface
-/// Every error Ferry reports, typed. Each becomes a named D-Bus error
+/// Every error the daemon reports, typed (FerryClient has its own `FerryError` for apps).
+/// Each becomes a named D-Bus error
 /// (`org.ferry.Ferry1.Error.<Name>`) at the bus boundary, once.
-public enum FerryError: Error, Equatable, Sendable {
+public enum CoreError: Error, Equatable, Sendable {
     // Method errors: the call is refused and nothing changes.
     case invalidArgument(String)
     case invalidUrl(String)
@@ -65,7 +66,7 @@ public enum FerryError: Error, Equatable, Sendable {
     public var shortName: String { errorName.rawValue }
 
     /// The full D-Bus error name.
-    public var name: String { FerryError.prefix + shortName }
+    public var name: String { CoreError.prefix + shortName }
 
     /// A message a person can act on. Never holds a secret header value.
     public var message: String {
@@ -83,7 +84,7 @@ public enum FerryError: Error, Equatable, Sendable {
 
     /// Rebuilds an error from its D-Bus name and message (for stored failures).
     public init?(name: String, message: String, httpStatus: Int = 0) {
-        let short = name.hasPrefix(FerryError.prefix) ? String(name.dropFirst(FerryError.prefix.count)) : name
+        let short = name.hasPrefix(CoreError.prefix) ? String(name.dropFirst(CoreError.prefix.count)) : name
         switch short {
         case "InvalidArgument": self = .invalidArgument(message)
         case "InvalidUrl": self = .invalidUrl(message)

@@ -1,0 +1,67 @@
+import DBus
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// ferry get of many URLs: one batch, also on a bus with the default reply limit.
+extension CLIScriptingTests {
+    /// `ferry get` with many URLs is one batch: its transfers are queued together
+    /// (pipelined), so the first to finish do not end the batch, and it ends in one
+    /// AllFinished; `--wait` follows each from its creation to its end.
+    func testGetOfManyURLsIsOneBatch() async throws {
+        var bodies: [[UInt8]] = []
+        let urls = (0..<40).map { i -> String in
+            bodies.append(serve("/batch/\(i).bin", size: 3000, seed: UInt64(i + 10)))
+            return server.url("/batch/\(i).bin")
+        }
+        let mark = signals.mark
+        let r = try ferry(["get"] + urls + ["-d", work + "/batch", "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        try await signals.wait("the manager's AllFinished") { s in
+            s.dropFirst(mark).contains { $0.member == "AllFinished" && $0.path == BusClient.managerPath }
+        }
+        let seen = Array(signals.all.dropFirst(mark))
+        let added = seen.indices.filter { seen[$0].member == "InterfacesAdded" && seen[$0].args.first?.string?.contains("/transfer/") == true }
+        XCTAssertEqual(added.count, 40)
+        XCTAssertEqual(seen.filter { $0.member == "AllFinished" && $0.path == BusClient.managerPath }.count, 1, "one batch")
+        // Piped, each transfer has its first line (queued, on stderr with the progress)
+        // and its last (completed, with its file, on stdout).
+        let lines = r.stdout.split(separator: "\n").map(String.init)
+        let progress = r.stderr.split(separator: "\n").map(String.init)
+        for i in 0..<40 {
+            let path = work + "/batch/\(i).bin"
+            XCTAssertEqual(try? Data(contentsOf: URL(fileURLWithPath: path)), Data(bodies[i]))
+            guard let done = lines.first(where: { $0.hasSuffix(" completed \(path)") }),
+                  let id = done.split(separator: " ").first else { return XCTFail("no completed line for \(path): \(r.stdout)") }
+            XCTAssertTrue(progress.contains { $0.hasPrefix("\(id) queued ") }, "\(id)'s first line: \(r.stderr)")
+        }
+        XCTAssertFalse(lines.contains { $0.contains(" queued ") }, "no progress on stdout")
+    }
+
+    /// On a bus that keeps dbus-daemon's own limit of 128 calls awaiting replies per
+    /// connection, `ferry get` of 300 URLs still gets every file (it pipelines its
+    /// calls in a window below the limit).
+    func testGetOfManyURLsWorksOnABusWithTheDefaultReplyLimit() async throws {
+        let urls = (0..<300).map { i -> String in
+            serve("/many/\(i).bin", size: 512, seed: UInt64(i + 1))
+            return server.url("/many/\(i).bin")
+        }
+        let small = try PrivateBus(maxRepliesPerConnection: 128)
+        defer { small.stop() }
+        var env = environment()
+        env["DBUS_SESSION_BUS_ADDRESS"] = small.address
+        env["XDG_STATE_HOME"] = home + "/small-bus-state"
+        let daemon = try Ferryd.launch(ferrydPath, arguments: ["--no-idle-exit"], environment: env)
+        defer { daemon.terminate(); _ = daemon.waitForExit(timeout: 10) }
+        let watcher = try BusClient(address: small.address)
+        defer { watcher.close() }
+        try await Ferryd.waitForName(daemon, on: watcher.bus)
+
+        let dest = work + "/many"
+        let r = try ferry(["get"] + urls + ["-d", dest, "--wait", "-q"], timeout: 120,
+                          extraEnv: ["DBUS_SESSION_BUS_ADDRESS": small.address, "XDG_STATE_HOME": home + "/small-bus-state"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasSuffix(".part") }.count, 300)
+    }
+}

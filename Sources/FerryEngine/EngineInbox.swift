@@ -54,8 +54,18 @@ enum AttemptJob {
 /// `curl_multi_wakeup` (thread-safe in libcurl), under the inbox's lock and only while
 /// it is open, so never after the engine thread has cleaned the handle up.
 final class EngineInbox: Sendable {
+    /// The handler in a box of its own: a closure kept straight in a `Mutex` (generic
+    /// storage) is re-wrapped in a conversion thunk each time `withLock` hands it out
+    /// through its `inout`, so every event would call through one more layer (the
+    /// handler's cost grew with the events sent: quadratic). A class reference is not
+    /// converted.
+    private final class Handler: Sendable {
+        let call: @Sendable (EngineEvent) -> Void
+        init(_ call: @escaping @Sendable (EngineEvent) -> Void) { self.call = call }
+    }
+
     private let commands = BatchingInbox<EngineCommand>()
-    private let handler = Mutex<(@Sendable (EngineEvent) -> Void)?>(nil)
+    private let handler = Mutex<Handler?>(nil)
     private let multiAddress: Int
 
     init(multi: UnsafeMutableRawPointer) {
@@ -63,12 +73,13 @@ final class EngineInbox: Sendable {
     }
 
     func setHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
-        self.handler.withLock { $0 = handler }
+        let box = Handler(handler)
+        self.handler.withLock { $0 = box }
     }
 
     /// The handler, or nil once the engine is shutting down (no more events).
     var currentHandler: (@Sendable (EngineEvent) -> Void)? {
-        commands.isClosed ? nil : handler.withLock { $0 }
+        commands.isClosed ? nil : handler.withLock { $0 }?.call
     }
 
     /// Queues a command, waking the engine thread for the first of a batch; dropped after

@@ -20,7 +20,7 @@ export PATH := $(PATH):/opt/swift/usr/bin
 # loaded at run time by ferryd's first notification (no headers needed): libnotify4.
 # FoundationXML (ferryd's Metalink reader) links libxml2.so.2: the run-time package is
 # enough to link and run, no headers are needed: libxml2.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy openssl
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy python3-h2 openssl
 
 MANDIR  ?= $(DATADIR)/man
 

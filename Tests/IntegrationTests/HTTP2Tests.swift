@@ -113,7 +113,7 @@ final class HTTP2Tests: FerryTestCase {
     }
 
     /// `count` files of 24 KiB under a new site folder, and their bodies.
-    private func makeSite(count: Int) throws -> (root: String, bodies: [[UInt8]]) {
+    func makeSite(count: Int) throws -> (root: String, bodies: [[UInt8]]) {
         let root = work + "/site"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         var bodies: [[UInt8]] = []
@@ -126,7 +126,7 @@ final class HTTP2Tests: FerryTestCase {
     }
 
     /// ferryd again, trusting the test CA.
-    private func restartTrusting(_ certificates: TestCertificates) async throws {
+    func restartTrusting(_ certificates: TestCertificates) async throws {
         try await stopFerryd()
         try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
     }

@@ -1,0 +1,163 @@
+import FerryBusClient
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// A server that answers some requests with `RST_STREAM(REFUSED_STREAM)`: an HTTP/2 server
+/// may refuse a stream it has not begun to process (RFC 9113 §8.7), as busy front ends do
+/// under load, and the client is to send the request again. nginx cannot be told to refuse
+/// a given stream, so this one is a small HTTP/2 server of Python's hyper-h2 over TLS.
+extension HTTP2Tests {
+    /// Serves the files of `root` over HTTP/2 (TLS, ALPN h2) on a free loopback port. The
+    /// file NAME is at `/NAME` and at `refusedPrefix/NAME`, where its first request is refused
+    /// with `REFUSED_STREAM` before any answer; every other request gets the file (200) or 404.
+    /// Its log has a line per request: the connection's serial, `refused` or the status,
+    /// and the path.
+    func startRefusingServer(root: String, certificates: TestCertificates, refusedPrefix: String) throws
+        -> (base: String, log: String) {
+        let dir = work + "/h2server"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try Self.refusingServerScript.write(toFile: dir + "/serve.py", atomically: true, encoding: .utf8)
+        let log = dir + "/requests.log"
+        let child = try ChildProcess(executable: "/usr/bin/python3",
+                                     arguments: [dir + "/serve.py", root, certificates.certificate, certificates.key,
+                                                 refusedPrefix, log])
+        cleanups.append { child.kill(SIGKILL); _ = child.waitForExit(timeout: 5) }
+        extraLogs.append { child.log }
+        var port = ""
+        waitUntil(timeout: 15) {
+            port = child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            return !port.isEmpty || !child.isRunning
+        }
+        guard !port.isEmpty, child.isRunning else {
+            throw TimedOut(description: "the HTTP/2 server did not start (is python3-h2 installed?)\n\(child.log)")
+        }
+        return ("https://127.0.0.1:\(port)", log)
+    }
+
+    /// A third of 60 downloads from one HTTP/2 origin are refused (`REFUSED_STREAM`) on their
+    /// first request, while other streams share the connection: each is sent again and every
+    /// download completes byte-exact on its first attempt, though the session allows no retry.
+    func testRefusedStreamsAreSentAgainWithoutCostingAnAttempt() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 60
+        let (root, bodies) = try makeSite(count: count)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.Refused", ["retries": .uint32(0)])
+
+        var transfers: [FerryTransfer] = []
+        for i in bodies.indices {
+            let path = i % 3 == 0 ? "/refuse/f\(i).bin" : "/f\(i).bin"
+            transfers.append(try await s.download(base + path, options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorName) \(info.errorMessage)")
+            XCTAssertEqual(info.attempts, 1, "\(t.path): a refused stream is not a failed attempt")
+            XCTAssertEqual(info.errorName, "", "\(t.path) keeps no error")
+        }
+        for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        let refused = lines.filter { $0[1] == "refused" }.map { String($0[2]) }
+        XCTAssertEqual(Set(refused).count, count / 3, "the server refused each marked file once: \(refused)")
+        XCTAssertEqual(refused.count, count / 3, "and no file twice")
+        let served = lines.filter { $0[1] == "200" }.map { String($0[2]) }
+        XCTAssertEqual(served.count, count, "every file was served once: \(served.count) answers")
+        XCTAssertEqual(Set(served).count, count)
+    }
+
+    /// The server of `startRefusingServer`: asyncio, ssl and hyper-h2 (Debian's python3-h2).
+    /// Paths under the refused prefix are the files without it, the first request for each refused.
+    static let refusingServerScript = """
+    import asyncio, os, ssl, sys
+    import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
+
+    root, certificate, key, refused_prefix, log_path = sys.argv[1:6]
+    refused_once = set()
+    log = open(log_path, "a", buffering=1)
+    serials = iter(range(1, 1 << 30))
+
+    class Connection(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.serial = next(serials)
+            self.transport = transport
+            self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
+            self.h2.initiate_connection()
+            self.outgoing = {}  # stream id -> [body, bytes sent]
+            self.flush()
+
+        def flush(self):
+            data = self.h2.data_to_send()
+            if data:
+                self.transport.write(data)
+
+        def data_received(self, data):
+            try:
+                events = self.h2.receive_data(data)
+            except h2.exceptions.ProtocolError:
+                self.flush()
+                self.transport.close()
+                return
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived):
+                    self.request(event.stream_id, dict(event.headers))
+                elif isinstance(event, h2.events.StreamReset):
+                    self.outgoing.pop(event.stream_id, None)
+                elif isinstance(event, h2.events.DataReceived):
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    self.transport.close()
+            self.send_bodies()
+            self.flush()
+
+        def request(self, stream, headers):
+            path = headers.get(":path", "/")
+            if path.startswith(refused_prefix + "/"):
+                if path not in refused_once:
+                    refused_once.add(path)
+                    log.write(f"{self.serial} refused {path}\\n")
+                    self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                    return
+                path = path[len(refused_prefix):]
+            name = os.path.join(root, os.path.basename(path))
+            try:
+                with open(name, "rb") as f:
+                    body = f.read()
+            except OSError:
+                log.write(f"{self.serial} 404 {path}\\n")
+                self.h2.send_headers(stream, [(":status", "404"), ("content-length", "0")], end_stream=True)
+                return
+            log.write(f"{self.serial} 200 {headers.get(':path')}\\n")
+            head = headers.get(":method") == "HEAD"
+            self.h2.send_headers(stream, [(":status", "200"), ("content-length", str(len(body))),
+                                          ("content-type", "application/octet-stream")], end_stream=head)
+            if not head:
+                self.outgoing[stream] = [body, 0]
+
+        def send_bodies(self):
+            for stream, state in list(self.outgoing.items()):
+                body, sent = state
+                while sent < len(body):
+                    window = min(self.h2.local_flow_control_window(stream), self.h2.max_outbound_frame_size)
+                    if window <= 0:
+                        break
+                    chunk = body[sent:sent + window]
+                    sent += len(chunk)
+                    self.h2.send_data(stream, chunk, end_stream=sent == len(body))
+                state[1] = sent
+                if sent == len(body):
+                    del self.outgoing[stream]
+
+    async def main():
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certificate, key)
+        context.set_alpn_protocols(["h2"])
+        server = await asyncio.get_running_loop().create_server(Connection, "127.0.0.1", 0, ssl=context)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+
+    asyncio.run(main())
+    """
+}

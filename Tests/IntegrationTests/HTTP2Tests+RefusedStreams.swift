@@ -16,22 +16,10 @@ extension HTTP2Tests {
     func startRefusingServer(root: String, certificates: TestCertificates, refusedPrefix: String) throws
         -> (base: String, log: String) {
         let dir = work + "/h2server"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        try Self.refusingServerScript.write(toFile: dir + "/serve.py", atomically: true, encoding: .utf8)
         let log = dir + "/requests.log"
-        let child = try ChildProcess(executable: "/usr/bin/python3",
-                                     arguments: [dir + "/serve.py", root, certificates.certificate, certificates.key,
-                                                 refusedPrefix, log])
-        cleanups.append { child.kill(SIGKILL); _ = child.waitForExit(timeout: 5) }
-        extraLogs.append { child.log }
-        var port = ""
-        waitUntil(timeout: 15) {
-            port = child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            return !port.isEmpty || !child.isRunning
-        }
-        guard !port.isEmpty, child.isRunning else {
-            throw TimedOut(description: "the HTTP/2 server did not start (is python3-h2 installed?)\n\(child.log)")
-        }
+        let port = try startPythonServer(Self.refusingServerScript, in: dir,
+                                         arguments: [root, certificates.certificate, certificates.key, refusedPrefix, log],
+                                         what: "the HTTP/2 server (python3-h2)")
         return ("https://127.0.0.1:\(port)", log)
     }
 

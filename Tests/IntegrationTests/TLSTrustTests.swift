@@ -27,16 +27,7 @@ final class TLSTrustTests: FerryTestCase {
         print(server.server_address[1], flush=True)
         server.serve_forever()
         """
-        try script.write(toFile: dir + "/serve.py", atomically: true, encoding: .utf8)
-        let child = try ChildProcess(executable: "/usr/bin/python3", arguments: [dir + "/serve.py", dir])
-        cleanups.append { child.kill(SIGKILL); _ = child.waitForExit(timeout: 5) }
-        extraLogs.append { child.log }
-        var port = ""
-        waitUntil(timeout: 15) {
-            port = child.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            return !port.isEmpty || !child.isRunning
-        }
-        guard !port.isEmpty else { throw TimedOut(description: "the HTTPS server did not start\n\(child.log)") }
+        let port = try startPythonServer(script, in: dir, arguments: [dir], what: "the HTTPS server")
         return "https://127.0.0.1:\(port)"
     }
 

@@ -21,6 +21,9 @@ public final class FerryBusService: @unchecked Sendable {
     let defaultDirectory: String
     let logger: Logger
     private(set) var specs: (manager: InterfaceSpec, session: InterfaceSpec, transfer: InterfaceSpec, group: InterfaceSpec)!
+    /// The interfaces of every transfer object: one array all of them share (a literal per
+    /// object cost 96 bytes each, a megabyte for ten thousand transfers).
+    private var transferInterfaces: [InterfaceSpec] = []
     private(set) var waker: ApplicationWaker!
     /// The batch's desktop notification; nil without a notifier.
     private var notifications: BatchNotifications?
@@ -55,6 +58,7 @@ public final class FerryBusService: @unchecked Sendable {
         self.logger = logger
         callers = CallerRegistry(bus: bus, logger: logger)
         specs = (managerInterface(), sessionInterface(), transferInterface(), groupInterface())
+        transferInterfaces = [specs.transfer]
         waker = ApplicationWaker(bus: bus, core: core, logger: logger)
         sessionClients = SessionClients(bus: bus, core: core, logger: logger)
         notifications = notifier.map { BatchNotifications(core: core, bus: bus, notifier: $0, logger: logger) }
@@ -272,8 +276,9 @@ public final class FerryBusService: @unchecked Sendable {
     }
 
     private func transferObject(_ transfer: TransferSnapshot) -> ExportedObject {
-        callers.setOwner(of: FerryInterface.transferPath(transfer.id), to: core.sessionOwner(transfer.session))
-        let object = ExportedObject(path: FerryInterface.transferPath(transfer.id), interfaces: [specs.transfer],
+        let path = FerryInterface.transferPath(transfer.id)
+        callers.setOwner(of: path, to: core.sessionOwner(transfer.session))
+        let object = ExportedObject(path: path, interfaces: transferInterfaces,
                                     initialValues: [FerryInterface.transferInterface: PropertyMapping.transfer(transfer)])
         object.audience = audience(of: transfer.session)
         return object

@@ -185,6 +185,14 @@ public final class TransferCoordinator: @unchecked Sendable {
         return try body()
     }
 
+    /// Runs `body` — calls of clients, one after another — as one change: one store write,
+    /// one scheduling pass and one round of events for all of them, done when it returns.
+    /// On `queue`.
+    public func inOneChange<T>(_ body: () throws -> T) rethrows -> T {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return try mutate(body)
+    }
+
     func record(_ id: TransferID) throws -> TransferRecord {
         guard let record = transfers[id] else {
             throw CoreError.noSuchTransfer("there is no transfer \(id) (it was removed, or never existed)")

@@ -39,7 +39,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// The connections of each session, for `on-client-exit`.
     private(set) var sessionClients: SessionClients!
     /// `Download` calls on their way to the core, in groups.
-    let downloadCalls = DownloadCalls()
+    let pipelinedCalls = PipelinedCalls()
     /// The bus work of the core's events delivered so far in this round (core queue
     /// only), handed to the bus queue in one hop when the round ends.
     private var busWork: [@Sendable () -> Void] = []
@@ -104,7 +104,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// Runs `body` on the core's queue and answers the invocation with its result
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
-        downloadCalls.close() // runs after the downloads asked for before it
+        pipelinedCalls.close() // runs after the downloads asked for before it
         // Handed over whole: from here on only the core's queue runs it, once.
         nonisolated(unsafe) let body = body
         core.queue.async { [self] in answer(inv, Result { try body(core) }) }
@@ -142,25 +142,10 @@ public final class FerryBusService: @unchecked Sendable {
         return id
     }
 
-    func runOnTransfer(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator, TransferID) throws -> [DBusValue]) {
-        guard let id = FerryInterface.id(inPath: inv.path, kind: "transfer") else {
-            return inv.fail(Self.busError(CoreError.noSuchTransfer("no transfer at \(inv.path)")))
-        }
-        // A caller acting on a transfer uses its session: it hears the session's private signals.
-        if let audience = bus.object(at: inv.path)?.audience as? SessionAudience {
-            callers.signalRecipients.noteClient(inv.sender, ofSession: audience.identifier)
-        }
-        run(inv) { [sessionClients] core in
-            // A caller acting on a transfer uses its session (on-client-exit).
-            if let session = core.transfer(id)?.session { sessionClients?.note(inv.sender, of: session) }
-            return try body(core, id)
-        }
-    }
-
     /// For property writes: runs `body` on the core's queue and tells `done`
     /// whether the value was accepted. The bus queue does not wait meanwhile.
     func onCore(_ done: @escaping @Sendable (BusError?) -> Void, _ body: @escaping (TransferCoordinator) throws -> Void) {
-        downloadCalls.close()
+        pipelinedCalls.close()
         nonisolated(unsafe) let body = body // as in `run`: only the core's queue runs it, once
         core.queue.async { [core] in
             do {

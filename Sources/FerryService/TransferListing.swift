@@ -22,7 +22,7 @@ extension FerryBusService {
         // The transfers as ListTransfers gives them (the caller's own when sandboxed),
         // taken on the core's queue after any Download asked for before this call; their
         // values read on the bus's queue, from the objects as exported there by then.
-        downloadCalls.close()
+        pipelinedCalls.close()
         core.queue.async { [self] in
             do {
                 let paths = try visibleTransfers(inv, core).map(FerryInterface.transferPath)

@@ -4,9 +4,9 @@ import FerryTestSupport
 import Foundation
 import XCTest
 
-/// A client that sends many `Download` calls without waiting for each answer (a script,
-/// `ferry get`): ferryd takes those that arrive together as one group, and each call
-/// still gets its own answer, in order, as if it had come alone.
+/// A client that sends many `Download` calls, or calls on transfers, without waiting for
+/// each answer (a script, `ferry get`, `ferry rm`): ferryd takes those that arrive together
+/// as one group, and each call still gets its own answer, in order, as if it had come alone.
 final class PipelinedCallTests: FerryTestCase {
     /// Replies to calls sent one after another without waiting, in the order sent.
     final class Replies: @unchecked Sendable {
@@ -37,14 +37,86 @@ final class PipelinedCallTests: FerryTestCase {
 
     /// Sends `calls` (method, arguments) on the session at `path` back to back, without waiting.
     func pipeline(_ path: String, _ calls: [(String, [DBusValue])]) throws -> Replies {
+        try pipeline(calls.map { (path, BusClient.sessionInterface, $0.0, $0.1) })
+    }
+
+    /// Sends `calls` (object path, interface, method, arguments) back to back, without waiting.
+    func pipeline(_ calls: [(String, String, String, [DBusValue])]) throws -> Replies {
         let replies = Replies()
-        for (i, (method, args)) in calls.enumerated() {
-            let m = try BusMessage.methodCall(destination: BusClient.busName, path: path,
-                                              interface: BusClient.sessionInterface, member: method)
+        for (i, (path, interface, method, args)) in calls.enumerated() {
+            let m = try BusMessage.methodCall(destination: BusClient.busName, path: path, interface: interface, member: method)
             try m.append(args)
             client.bus.send(m) { replies.record(i, $0) }
         }
         return replies
+    }
+
+    /// `count` paused downloads of one small file in a persistent session, and their paths.
+    func pausedDownloads(_ count: Int, _ identifier: String) async throws -> (BusSession, [String]) {
+        _ = serve("/p.bin", size: 1024, seed: 9)
+        let s = try await session(identifier, ["persistent": .boolean(true)])
+        let calls = (0..<count).map { download(server.url("/p.bin"), ["destination": .string(work + "/p\($0).bin"), "start": .boolean(false)]) }
+        let replies = try pipeline(s.path, calls)
+        try await replies.wait(for: count)
+        let paths = (0..<count).compactMap { i -> String? in
+            if case .success(let v)? = replies[i] { return v.first?.string } else { return nil }
+        }
+        XCTAssertEqual(paths.count, count, "every download was added")
+        return (s, paths)
+    }
+
+    /// Calls on transfer objects sent back to back (a script cleaning up, `ferry rm` of many
+    /// ids) are taken together too: each is answered in order with its own result, and one
+    /// that is refused changes nothing for the others.
+    func testPipelinedCallsOnTransfersAreEachAnsweredInOrder() async throws {
+        let (s, paths) = try await pausedDownloads(30, "com.example.PipelinedRemove")
+        let t = BusClient.transferInterface
+        func cancelAndRemove(_ some: ArraySlice<String>) -> [(String, String, String, [DBusValue])] {
+            some.flatMap { [($0, t, "Cancel", [DBusValue]()), ($0, t, "Remove", [])] }
+        }
+        var calls = cancelAndRemove(paths[0..<10])     // 0-19
+        calls.append((paths[10], t, "Remove", []))    // 20: refused, a paused transfer is not removed
+        calls += cancelAndRemove(paths[10...10])       // 21, 22
+        calls.append((paths[10], t, "Remove", []))    // 23: refused, gone already
+        calls.append((paths[11], t, "Resume", []))    // 24: queued again
+        calls += cancelAndRemove(paths[12...])
+        let replies = try pipeline(calls)
+        try await replies.wait(for: calls.count)
+
+        XCTAssertEqual(replies.answerOrder, Array(calls.indices), "answered in the order sent")
+        for i in calls.indices {
+            switch (i, replies[i]) {
+            case (20, .failure(let e)?):
+                XCTAssertEqual(e.name, "org.ferry.Ferry1.Error.InvalidState", e.message)
+            case (23, .failure(let e)?):
+                XCTAssertEqual(e.name, "org.ferry.Ferry1.Error.NoSuchTransfer", e.message)
+            case (20, _), (23, _):
+                XCTFail("call \(i) should have been refused: \(String(describing: replies[i]))")
+            case (_, .success?):
+                break
+            default:
+                XCTFail("call \(i) (\(calls[i].2) on \(calls[i].0)) refused: \(String(describing: replies[i]))")
+            }
+        }
+        let left = try await s.listTransfers().map(\.path)
+        XCTAssertEqual(left, [paths[11]], "only the resumed one is left")
+    }
+
+    /// Cancels and removals answered together are stored together: a SIGKILL right after
+    /// the last answer brings none of the removed transfers back.
+    func testPipelinedRemovalsSurviveSIGKILLOnceAnswered() async throws {
+        let (s, paths) = try await pausedDownloads(60, "com.example.PipelinedRemoveKill")
+        let t = BusClient.transferInterface
+        let replies = try pipeline(paths[..<50].flatMap { [($0, t, "Cancel", [DBusValue]()), ($0, t, "Remove", [])] })
+        try await replies.wait(for: 100)
+        for i in 0..<100 {
+            guard case .success? = replies[i] else { return XCTFail("call \(i) refused: \(String(describing: replies[i]))") }
+        }
+        try await killAndRestart()
+        let again = try await session("com.example.PipelinedRemoveKill", ["persistent": .boolean(true)])
+        XCTAssertEqual(again.path, s.path)
+        let left = try await again.listTransfers().map(\.path)
+        XCTAssertEqual(left, Array(paths[50...]), "none of the 50 removed came back")
     }
 
     func download(_ url: String, _ options: [String: DBusValue]) -> (String, [DBusValue]) {

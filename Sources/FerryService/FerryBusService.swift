@@ -38,7 +38,7 @@ public final class FerryBusService: @unchecked Sendable {
     let callers: CallerRegistry
     /// The connections of each session, for `on-client-exit`.
     private(set) var sessionClients: SessionClients!
-    /// `Download` calls on their way to the core, in groups.
+    /// `Download` calls and calls on transfers on their way to the core, in groups.
     let pipelinedCalls = PipelinedCalls()
     /// The bus work of the core's events delivered so far in this round (core queue
     /// only), handed to the bus queue in one hop when the round ends.
@@ -104,7 +104,7 @@ public final class FerryBusService: @unchecked Sendable {
     /// Runs `body` on the core's queue and answers the invocation with its result
     /// or with the named error it threw.
     func run(_ inv: MethodInvocation, _ body: @escaping (TransferCoordinator) throws -> [DBusValue]) {
-        pipelinedCalls.close() // runs after the downloads asked for before it
+        pipelinedCalls.close() // runs after the grouped calls sent before it
         // Handed over whole: from here on only the core's queue runs it, once.
         nonisolated(unsafe) let body = body
         core.queue.async { [self] in answer(inv, Result { try body(core) }) }

@@ -20,8 +20,9 @@ extension FerryBusService {
             return answer(inv, .failure(error))
         }
         // The transfers as ListTransfers gives them (the caller's own when sandboxed),
-        // taken on the core's queue after any Download asked for before this call; their
-        // values read on the bus's queue, from the objects as exported there by then.
+        // taken on the core's queue after the grouped calls (downloads, calls on transfers)
+        // sent before this one; their values read on the bus's queue, from the objects as
+        // exported there by then.
         pipelinedCalls.close()
         core.queue.async { [self] in
             do {

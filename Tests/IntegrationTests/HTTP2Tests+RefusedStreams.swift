@@ -23,9 +23,9 @@ extension HTTP2Tests {
         return ("https://127.0.0.1:\(port)", log)
     }
 
-    /// A third of 60 downloads from one HTTP/2 origin are refused (`REFUSED_STREAM`) on their
-    /// first request, while other streams share the connection: each is sent again and every
-    /// download completes byte-exact on its first attempt, though the session allows no retry.
+    /// A third of 60 downloads from one HTTP/2 origin, all asked for at once, are refused
+    /// (`REFUSED_STREAM`) on their first request: each is sent again and every download
+    /// completes byte-exact on its first attempt, though the session allows no retry.
     func testRefusedStreamsAreSentAgainWithoutCostingAnAttempt() async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 60

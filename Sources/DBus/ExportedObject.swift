@@ -1,11 +1,24 @@
 import Dispatch
 
+/// The values of one interface's properties, read from the application's own value
+/// (a snapshot) when asked rather than kept as bus values: an object then holds one
+/// copy of what it shows, not a second one as `DBusValue`s (a daemon may export tens of
+/// thousands of objects).
+public protocol PropertySource: Sendable {
+    /// The value of the property at `index` in its interface's `properties`; nil: none.
+    func value(ofProperty index: Int) -> DBusValue?
+    /// The properties (indices) whose values may differ from those `old` gives; nil:
+    /// any of them (each is then compared). `old` is the source this one replaces.
+    func changedProperties(since old: any PropertySource) -> [Int]?
+}
+
 /// An object this connection serves at `path`, with its interfaces and the
 /// current values of their properties.
 ///
-/// Property values are kept here, so `Get`, `GetAll` and `GetManagedObjects`
-/// answer without calling back into the application. The application updates
-/// them with `setProperties`, which sends `PropertiesChanged` for what changed.
+/// Property values are kept here, or read from a `PropertySource` the object keeps,
+/// so `Get`, `GetAll` and `GetManagedObjects` answer without calling back into the
+/// application. The application updates them with `setProperties` or `setSource`,
+/// which send `PropertiesChanged` for what changed.
 ///
 /// `@unchecked Sendable`: after `export`, the object is only touched on the
 /// connection's queue (use `BusConnection.perform`).
@@ -13,8 +26,15 @@ public final class ExportedObject: @unchecked Sendable {
     public let path: String
     public let interfaces: [InterfaceSpec]
     /// Property values, per interface in the order of its spec's properties (an array,
-    /// not a dictionary: a daemon may export tens of thousands of objects).
-    private(set) var slots: [[DBusValue?]]
+    /// not a dictionary: a daemon may export tens of thousands of objects). Empty for
+    /// the interface with a source, and empty altogether when no other has properties.
+    private var slots: [[DBusValue?]]
+    /// The interface whose values come from `source` (-1: none).
+    private let sourcedInterface: Int
+    private var source: (any PropertySource)?
+    /// Values of the sourced interface set with `setProperties` since the source was
+    /// last replaced (a running transfer's progress counts): they hide the source's.
+    private var overrides: [Int: DBusValue] = [:]
     weak var connection: BusConnection?
     /// Who hears this object's signals; nil (the default): every connection whose match
     /// rules ask for them (broadcast). Set before export or on the connection's queue.
@@ -39,10 +59,38 @@ public final class ExportedObject: @unchecked Sendable {
         self.path = path
         self.interfaces = interfaces
         self.coalescesChanges = coalesceChanges
+        sourcedInterface = -1
         slots = interfaces.map { spec in
             let given = initialValues[spec.name] ?? [:]
             return spec.properties.map { given[$0.name] }
         }
+    }
+
+    /// An object whose properties of `interface` (one of `interfaces`) come from `source`;
+    /// the other interfaces' from `initialValues`, as above. Not coalesced.
+    public init(path: String, interfaces: [InterfaceSpec], source: any PropertySource, of interface: String,
+                initialValues: [String: [String: DBusValue]] = [:]) {
+        precondition(BusNames.isValidObjectPath(path), "invalid object path \(path)")
+        guard let sourced = interfaces.firstIndex(where: { $0.name == interface }) else {
+            preconditionFailure("\(path) has no interface \(interface) for its property source")
+        }
+        self.path = path
+        self.interfaces = interfaces
+        self.coalescesChanges = false
+        self.source = source
+        sourcedInterface = sourced
+        let othersHaveProperties = interfaces.indices.contains { $0 != sourced && !interfaces[$0].properties.isEmpty }
+        slots = !othersHaveProperties ? [] : interfaces.enumerated().map { i, spec in
+            guard i != sourced else { return [] }
+            let given = initialValues[spec.name] ?? [:]
+            return spec.properties.map { given[$0.name] }
+        }
+    }
+
+    /// Property `j` of interface `i` (indices into `interfaces` and its `properties`).
+    func value(_ i: Int, _ j: Int) -> DBusValue? {
+        if i == sourcedInterface { return overrides[j] ?? source?.value(ofProperty: j) }
+        return slots[i][j]
     }
 
     func interface(_ name: String) -> InterfaceSpec? { interfaces.first { $0.name == name } }
@@ -55,7 +103,7 @@ public final class ExportedObject: @unchecked Sendable {
 
     public func property(_ interface: String, _ name: String) -> DBusValue? {
         guard let (i, j) = slot(interface, name) else { return nil }
-        return slots[i][j]
+        return value(i, j)
     }
 
     /// Sets property values and, once exported, emits one `PropertiesChanged` for
@@ -71,8 +119,8 @@ public final class ExportedObject: @unchecked Sendable {
                 continue
             }
             let p = spec.properties[j]
-            if slots[i][j] == value { continue }
-            slots[i][j] = value
+            if self.value(i, j) == value { continue }
+            if i == sourcedInterface { overrides[j] = value } else { slots[i][j] = value }
             guard p.emitsChange else { continue }
             // A writable property changes when a client sets it: that client hears of it at once.
             if coalescesChanges && p.access == .read {
@@ -88,13 +136,41 @@ public final class ExportedObject: @unchecked Sendable {
         sendChanged(interface, changed)
     }
 
+    /// Replaces the source of the sourced interface's values and, once exported, emits
+    /// one `PropertiesChanged` for the values that changed and emit change signals (the
+    /// values `setProperties` set since the last source count as the old ones). On the
+    /// connection's queue.
+    public func setSource(_ new: any PropertySource) {
+        if let q = connection?.queue { dispatchPrecondition(condition: .onQueue(q)) }
+        guard sourcedInterface >= 0, let old = source else { return }
+        let i = sourcedInterface
+        let spec = interfaces[i]
+        let candidates = new.changedProperties(since: old) ?? Array(spec.properties.indices)
+        var changed: [String: DBusValue] = [:]
+        for j in candidates where spec.properties[j].emitsChange {
+            let before = overrides[j] ?? old.value(ofProperty: j)
+            guard let after = new.value(ofProperty: j), after != before else { continue }
+            assert(after.signature == spec.properties[j].type, "property \(spec.name).\(spec.properties[j].name) given as \(after.signature)")
+            changed[spec.properties[j].name] = after
+        }
+        for (j, value) in overrides where spec.properties[j].emitsChange && !candidates.contains(j) {
+            // Set since the last source, and the new source gives it another value.
+            guard let after = new.value(ofProperty: j), after != value else { continue }
+            changed[spec.properties[j].name] = after
+        }
+        source = new
+        overrides = [:]
+        guard !changed.isEmpty, connection != nil else { return }
+        sendChanged(spec.name, changed)
+    }
+
     /// Coalescing: one signal per interface with the current values of what changed.
     func signalUnsignalled() {
         let pending = unsignalled
         unsignalled = [:]
         for (i, properties) in pending.sorted(by: { $0.key < $1.key }) {
             var changed: [String: DBusValue] = [:]
-            for j in properties { if let v = slots[i][j] { changed[interfaces[i].properties[j].name] = v } }
+            for j in properties { if let v = value(i, j) { changed[interfaces[i].properties[j].name] = v } }
             if !changed.isEmpty { sendChanged(interfaces[i].name, changed) }
         }
     }
@@ -118,7 +194,7 @@ public final class ExportedObject: @unchecked Sendable {
         if let i = interfaces.firstIndex(where: { $0.name == interface.name }) {
             entries.reserveCapacity(interface.properties.count)
             for j in interface.propertyOrder {
-                if let v = slots[i][j] { entries.append(DBusValue.DictEntry(.string(interface.properties[j].name), .variant(v))) }
+                if let v = value(i, j) { entries.append(DBusValue.DictEntry(.string(interface.properties[j].name), .variant(v))) }
             }
         }
         return .dictionary(key: "s", value: "v", entries)
@@ -138,7 +214,7 @@ public final class ExportedObject: @unchecked Sendable {
                     try w.value(.string(interface.name))
                     try w.array(of: "{sv}") { w in
                         for j in interface.propertyOrder {
-                            guard let v = slots[i][j] else { continue }
+                            guard let v = value(i, j) else { continue }
                             if let head = interface.propertyEntryHeads[j], v.hasSignature(interface.properties[j].type[...]) {
                                 try w.preparedEntry(head: head, variantContents: v)
                                 continue

@@ -66,9 +66,8 @@ extension MethodInvocation {
             }
             // Objects of one spec are laid out alike: a property's value is at its index.
             let sameLayout = o.interfaces[i].properties.elementsEqual(spec.properties) { $0.name == $1.name }
-            let row = o.slots[i]
             for (c, property) in properties.enumerated() {
-                let found = sameLayout ? indices[c].flatMap { row[$0] } : o.property(spec.name, property.name)
+                let found = sameLayout ? indices[c].flatMap { o.value(i, $0) } : o.property(spec.name, property.name)
                 guard let v = found, v.hasSignature(property.type[...]) else {
                     throw BusError(name: StandardErrors.failed,
                                    message: "\(o.path) holds no \(property.type) value of \(spec.name).\(property.name)")

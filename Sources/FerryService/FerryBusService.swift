@@ -200,7 +200,8 @@ public final class FerryBusService: @unchecked Sendable {
             let object = transferObject(transfer)
             onBus { [bus] in bus.exportNow(object) }
         case .transferChanged(let transfer):
-            update(FerryInterface.transferPath(transfer.id), FerryInterface.transferInterface, PropertyMapping.transfer(transfer))
+            let path = FerryInterface.transferPath(transfer.id)
+            onBus { [bus] in bus.object(at: path)?.setSource(TransferProperties(snapshot: transfer)) }
         case .transferRemoved(let id, _):
             removeObject(FerryInterface.transferPath(id))
         case .progress(let p):
@@ -264,7 +265,7 @@ public final class FerryBusService: @unchecked Sendable {
         let path = FerryInterface.transferPath(transfer.id)
         callers.setOwner(of: path, to: core.sessionOwner(transfer.session))
         let object = ExportedObject(path: path, interfaces: transferInterfaces,
-                                    initialValues: [FerryInterface.transferInterface: PropertyMapping.transfer(transfer)])
+                                    source: TransferProperties(snapshot: transfer), of: FerryInterface.transferInterface)
         object.audience = audience(of: transfer.session)
         return object
     }

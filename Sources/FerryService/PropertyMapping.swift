@@ -8,40 +8,67 @@ enum PropertyMapping {
     private typealias S = FerryInterface.SessionProperty
     private typealias M = FerryInterface.ManagerProperty
 
+    /// How a transfer property reads a snapshot: its value, and whether two snapshots
+    /// give it different values (compared on the fields it is made of, before any value
+    /// is built).
+    struct TransferValue: Sendable {
+        let property: BusProperty
+        let value: @Sendable (TransferSnapshot) -> DBusValue
+        let differs: @Sendable (TransferSnapshot, TransferSnapshot) -> Bool
+    }
+
+    /// `property` made of `field` of a snapshot.
+    private static func made<F: Equatable>(_ property: BusProperty, of field: @escaping @Sendable (TransferSnapshot) -> F,
+                                           _ value: @escaping @Sendable (F) -> DBusValue) -> TransferValue {
+        TransferValue(property: property, value: { value(field($0)) }, differs: { field($0) != field($1) })
+    }
+
+    /// Two fields as one, for a property made of both.
+    private struct Both<A: Equatable, B: Equatable>: Equatable { let a: A, b: B }
+
     /// Each transfer property with its value in a snapshot: the one place the service
     /// says what a property holds (`IntrospectionTests.testServedPropertiesAreTheDeclaredOnes`
     /// checks that it covers the declarations).
-    static let transferValues: [(BusProperty, @Sendable (TransferSnapshot) -> DBusValue)] = [
-        (T.kind, { .string($0.kind.rawValue) }),
+    static let transferValues: [TransferValue] = [
+        made(T.kind, of: \.kind) { .string($0.rawValue) },
         // Without user:password@: every client of the bus can read this.
-        (T.url, { .string(Redaction.urlWithoutCredentials($0.url)) }),
-        (T.session, { .objectPath(FerryInterface.sessionPath($0.session)) }),
-        (T.description, { .string($0.description) }),
-        (T.destination, { .string($0.shownDestination) }),
-        (T.state, { .string($0.state.rawValue) }),
-        (T.waitingReason, { .string($0.state == .waiting ? $0.waitingReason : "") }),
-        (T.bytesTransferred, { .int64($0.bytesTransferred) }),
-        (T.bytesExpected, { .int64($0.bytesExpected) }),
-        (T.rate, { .uint64($0.rate) }),
-        (T.expectedEnd, { .uint64($0.expectedEnd) }),
-        (T.error, { .structure([.string($0.errorName), .string($0.errorMessage)]) }),
-        (T.httpStatus, { .uint32($0.httpStatus) }),
-        (T.attempts, { .uint32($0.attempts) }),
-        (T.resumable, { .boolean($0.resumable) }),
-        (T.sha256, { .string($0.sha256) }),
-        (T.response, { .bytes($0.response) }),
-        (T.created, { .uint64($0.created) }),
-        (T.started, { .uint64($0.started) }),
-        (T.completed, { .uint64($0.completed) }),
-        (T.priority, { .int32($0.priority) }),
-        (T.speedLimit, { .uint64($0.speedLimit) }),
-        (T.nextAttempt, { .uint64($0.nextAttempt) }),
-        (T.singleConnectionReason, { .string($0.singleConnectionReason) }),
-        (T.connectionLimitReason, { .string($0.connectionLimitReason) }),
-        (T.mirrors, { .stringArray($0.mirrors) }),
-        (T.pieces, { .structure([.uint64($0.pieceLength), .uint32($0.pieceCount)]) }),
-        (T.group, { .objectPath($0.group == 0 ? "/" : FerryInterface.groupPath($0.group)) }),
+        made(T.url, of: \.url) { .string(Redaction.urlWithoutCredentials($0)) },
+        made(T.session, of: \.session) { .objectPath(FerryInterface.sessionPath($0)) },
+        made(T.description, of: \.description) { .string($0) },
+        made(T.destination, of: \.shownDestination) { .string($0) },
+        made(T.state, of: \.state) { .string($0.rawValue) },
+        made(T.waitingReason, of: { $0.state == .waiting ? $0.waitingReason : "" }) { .string($0) },
+        made(T.bytesTransferred, of: \.bytesTransferred) { .int64($0) },
+        made(T.bytesExpected, of: \.bytesExpected) { .int64($0) },
+        made(T.rate, of: \.rate) { .uint64($0) },
+        made(T.expectedEnd, of: \.expectedEnd) { .uint64($0) },
+        made(T.error, of: { Both(a: $0.errorName, b: $0.errorMessage) }) { .structure([.string($0.a), .string($0.b)]) },
+        made(T.httpStatus, of: \.httpStatus) { .uint32($0) },
+        made(T.attempts, of: \.attempts) { .uint32($0) },
+        made(T.resumable, of: \.resumable) { .boolean($0) },
+        made(T.sha256, of: \.sha256) { .string($0) },
+        made(T.response, of: \.response) { .bytes($0) },
+        made(T.created, of: \.created) { .uint64($0) },
+        made(T.started, of: \.started) { .uint64($0) },
+        made(T.completed, of: \.completed) { .uint64($0) },
+        made(T.priority, of: \.priority) { .int32($0) },
+        made(T.speedLimit, of: \.speedLimit) { .uint64($0) },
+        made(T.nextAttempt, of: \.nextAttempt) { .uint64($0) },
+        made(T.singleConnectionReason, of: \.singleConnectionReason) { .string($0) },
+        made(T.connectionLimitReason, of: \.connectionLimitReason) { .string($0) },
+        made(T.mirrors, of: \.mirrors) { .stringArray($0) },
+        made(T.pieces, of: { Both(a: $0.pieceLength, b: $0.pieceCount) }) { .structure([.uint64($0.a), .uint32($0.b)]) },
+        made(T.group, of: \.group) { .objectPath($0 == 0 ? "/" : FerryInterface.groupPath($0)) },
     ]
+
+    /// `transferValues` in the order of the transfer interface's properties
+    /// (`TransferProperty.all`), as `TransferProperties` reads them.
+    static let transferTable: [TransferValue] = FerryInterface.TransferProperty.all.map { p in
+        guard let entry = transferValues.first(where: { $0.property == p }) else {
+            preconditionFailure("no value for the transfer property \(p.name)")
+        }
+        return entry
+    }
 
     private typealias G = FerryInterface.GroupProperty
 
@@ -58,12 +85,6 @@ enum PropertyMapping {
             G.bytesExpected.name: .int64(g.bytesExpected),
         ]
         if let members = g.transfers { values[G.transfers.name] = .pathArray(members.map(FerryInterface.transferPath)) }
-        return values
-    }
-
-    static func transfer(_ t: TransferSnapshot) -> [String: DBusValue] {
-        var values = [String: DBusValue](minimumCapacity: transferValues.count)
-        for (property, value) in transferValues { values[property.name] = value(t) }
         return values
     }
 
@@ -100,5 +121,25 @@ enum PropertyMapping {
         if let v = e.sha256 { details["sha256"] = .string(v) }
         return .structure([.uint64(e.serial), .objectPath(FerryInterface.transferPath(e.transfer)),
                            .string(e.kind.rawValue), .vardict(details)])
+    }
+}
+
+/// A transfer's snapshot as the source of its bus object's properties: the object keeps
+/// the snapshot (312 bytes) rather than its 28 values as `DBusValue`s (704 bytes), and a
+/// change compares fields before it builds the values that changed.
+struct TransferProperties: PropertySource {
+    let snapshot: TransferSnapshot
+
+    func value(ofProperty index: Int) -> DBusValue? {
+        PropertyMapping.transferTable[index].value(snapshot)
+    }
+
+    func changedProperties(since old: any PropertySource) -> [Int]? {
+        guard let old = old as? TransferProperties else { return nil }
+        var changed: [Int] = []
+        for (j, entry) in PropertyMapping.transferTable.enumerated() where entry.differs(old.snapshot, snapshot) {
+            changed.append(j)
+        }
+        return changed
     }
 }

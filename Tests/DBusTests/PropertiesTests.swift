@@ -187,6 +187,62 @@ final class PropertiesTests: BusTestCase {
         XCTAssertEqual(messages.queued.count, 0)
     }
 
+    /// An object whose values come from the application's own snapshot: `Get` and
+    /// `GetAll` read it, a new snapshot signals only the emitting values that changed,
+    /// and a value set in between (a silent counter) shows until the next snapshot.
+    func testSourcedObjectSignalsWhatTheNewSnapshotChanged() async throws {
+        struct Reading: PropertySource {
+            var name: String, level: UInt32, count: UInt64
+            /// Whether `changedProperties` names candidates (false: the object compares all).
+            var namesChanges = true
+            func value(ofProperty index: Int) -> DBusValue? {
+                [.string(name), .uint32(level), .uint64(count)][index]
+            }
+            func changedProperties(since old: any PropertySource) -> [Int]? {
+                guard namesChanges, let old = old as? Reading else { return nil }
+                return [old.name != name, old.level != level, old.count != count].enumerated().filter(\.element).map(\.offset)
+            }
+        }
+        let interface = "org.ferry.Test.Sourced1"
+        let spec = InterfaceSpec(name: interface, properties: [PropertySpec("Name", "s"), PropertySpec("Level", "u"),
+                                                               PropertySpec("Count", "t", emitsChange: false)])
+        let object = ExportedObject(path: "/sourced", interfaces: [spec],
+                                    source: Reading(name: "a", level: 1, count: 0), of: interface)
+        server.export(object)
+        let messages = try await collect(MatchRule(path: "/sourced", interface: StandardNames.properties, member: "PropertiesChanged"))
+        let server = self.server!
+        func getAll() async throws -> [String: DBusValue]? {
+            try await client.call(destination: server.uniqueName, path: "/sourced", interface: StandardNames.properties,
+                                  method: "GetAll", arguments: [.string(interface)], timeout: 10).first?.vardict
+        }
+        let first = try await getAll()
+        XCTAssertEqual(first, ["Name": .string("a"), "Level": .uint32(1), "Count": .uint64(0)])
+
+        server.perform { object.setSource(Reading(name: "a", level: 2, count: 5)) }
+        let level = try await messages.next(timeout: 5, "PropertiesChanged for Level")
+        XCTAssertEqual(try level.arguments()[1], .vardict(["Level": .uint32(2)]), "the silent Count is not signalled")
+        let second = try await getAll()
+        XCTAssertEqual(second, ["Name": .string("a"), "Level": .uint32(2), "Count": .uint64(5)])
+
+        // Set between snapshots: Get sees it; the next snapshot replaces it.
+        server.perform { object.setProperties(interface, ["Count": .uint64(9), "Name": .string("b")]) }
+        let name = try await messages.next(timeout: 5, "PropertiesChanged for Name=b")
+        XCTAssertEqual(try name.arguments()[1], .vardict(["Name": .string("b")]))
+        let third = try await getAll()
+        XCTAssertEqual(third, ["Name": .string("b"), "Level": .uint32(2), "Count": .uint64(9)])
+        // The snapshot agrees on Name (no signal for it) and has its own Count; then one
+        // that names no candidates changes Name back: every value is compared.
+        server.perform {
+            object.setSource(Reading(name: "b", level: 2, count: 10))
+            object.setSource(Reading(name: "c", level: 2, count: 10, namesChanges: false))
+        }
+        let back = try await messages.next(timeout: 5, "PropertiesChanged for Name=c")
+        XCTAssertEqual(try back.arguments()[1], .vardict(["Name": .string("c")]))
+        let fourth = try await getAll()
+        XCTAssertEqual(fourth, ["Name": .string("c"), "Level": .uint32(2), "Count": .uint64(10)])
+        XCTAssertEqual(messages.queued.count, 0)
+    }
+
     /// Before export, values can be set freely and nothing is sent.
     func testSetPropertiesBeforeExport() async throws {
         let spec = InterfaceSpec(name: "org.ferry.Test.Late1", properties: [PropertySpec("State", "s")])

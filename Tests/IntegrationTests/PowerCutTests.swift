@@ -148,7 +148,7 @@ final class PowerCutTests: FerryTestCase {
         syncFolder(m.mountPoint)
         // Part files synced every 200 ms (5 s in use), so that cuts fall between syncs of
         // running downloads; a new boot id after each cut, as the machine's would be.
-        var ferrydEnvironment = ["XDG_STATE_HOME": state, "XDG_DOWNLOAD_DIR": dl, "FERRY_PART_SYNC_MS": "200",
+        let ferrydEnvironment = ["XDG_STATE_HOME": state, "XDG_DOWNLOAD_DIR": dl, "FERRY_PART_SYNC_MS": "200",
                                  "FERRY_BOOT_ID": "power-cut-test-boot-0"]
         try await startFerryd(extraEnvironment: ferrydEnvironment)
         _ = serve("/one.bin", size: 300_000)

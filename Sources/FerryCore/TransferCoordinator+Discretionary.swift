@@ -71,7 +71,7 @@ extension TransferCoordinator {
     /// anew and (if `judge`) the transfers waiting or running are judged again. Puts a new next edge
     /// on the timeline.
     func evaluateSchedule(judge: Bool, force: Bool = false) {
-        let result = discretion.evaluate(now: environment.now(), zone: environment.timeZone())
+        let result = discretion.evaluate(now: environment.now(), zone: environment.timeZone)
         if let edge = result.newEdge { timeline.add(0, .schedule, at: edge) }
         guard result.changed else {
             if force && judge { judgeConditionWaits() }

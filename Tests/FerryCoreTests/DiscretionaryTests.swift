@@ -173,3 +173,24 @@ final class DiscretionaryTests: XCTestCase {
         XCTAssertEqual(h3.sync { $0.scheduleWindows }, windows)
     }
 }
+
+/// The schedule reads the local time zone only when there is a schedule: the zone and
+/// its calendar load ICU's tables (1.7 MiB of an idle ferryd), which most daemons never need.
+final class DiscretionaryPolicyZoneTests: XCTestCase {
+    func testTheTimeZoneIsReadOnlyWithASchedule() throws {
+        var policy = DiscretionaryPolicy()
+        var reads = 0
+        let zone = { reads += 1; return TimeZone(identifier: "UTC")! }
+        let now: UInt64 = 1_700_000_000_000_000 // Tuesday 2023-11-14 22:13:20 UTC
+        let empty = policy.evaluate(now: now, zone: zone)
+        XCTAssertFalse(empty.changed)
+        XCTAssertNil(empty.newEdge)
+        XCTAssertEqual(reads, 0, "no schedule: no time zone")
+
+        policy.setSchedule(try ScheduleWindows([ScheduleWindow(days: "Tue", start: "22:00", end: "23:00", speedLimit: 1000)]))
+        let windowOn = policy.evaluate(now: now, zone: zone)
+        XCTAssertTrue(windowOn.changed)
+        XCTAssertEqual(windowOn.newEdge, 1_700_002_800_000_000, "the window ends at 23:00")
+        XCTAssertEqual(reads, 1)
+    }
+}

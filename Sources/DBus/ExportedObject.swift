@@ -89,7 +89,11 @@ public final class ExportedObject: @unchecked Sendable {
 
     /// Property `j` of interface `i` (indices into `interfaces` and its `properties`).
     func value(_ i: Int, _ j: Int) -> DBusValue? {
-        if i == sourcedInterface { return overrides[j] ?? source?.value(ofProperty: j) }
+        if i == sourcedInterface {
+            // Most objects have no overrides: no hashing for them (a listing reads every value).
+            if !overrides.isEmpty, let v = overrides[j] { return v }
+            return source?.value(ofProperty: j)
+        }
         return slots[i][j]
     }
 

@@ -142,9 +142,9 @@ public struct EngineResponse: Sendable, Equatable {
     /// next attempt starts over: a range request would be refused again).
     /// `startOffset` then gives the bytes on disk that still count (the connection's).
     public var rangesRefused = false
-    /// The engine reserved the file's space up to `expectedTotal` (`fallocate`), having
-    /// checked that it fits with a margin to spare: the free space read now no longer
-    /// counts those bytes, and the core does not ask again.
+    /// The engine checked that the file up to `expectedTotal` fits with a margin to spare,
+    /// and reserved its space (`fallocate`) unless it is small: the core does not ask
+    /// again (the free space read now may no longer count reserved bytes).
     public var spaceReserved = false
 
     public init(status: Int, etag: String? = nil, lastModified: String? = nil, expectedTotal: Int64 = -1,

@@ -13,6 +13,8 @@ struct DiskSpaceGuard {
     private var allowance: Int64 = 0
     /// End of the reserved range: writes below it need no check.
     private(set) var reservedEnd: Int64 = 0
+    /// End of a small body measured to fit with the margin, not reserved (see `reserve`).
+    private var measuredEnd: Int64 = 0
 
     /// The margin left free: 1 % of the file system, at least 64 KiB, at most 64 MiB.
     static func margin(fileSystemBytes: Int64) -> Int64 {
@@ -26,6 +28,14 @@ struct DiskSpaceGuard {
         guard end > offset, file.isRegular else { return nil }
         // It must fit with the margin to spare, whether or not it can be reserved.
         if let error = measure(file, writing: end - offset) { return error }
+        // A small body is not reserved: it fits with the margin to spare (just measured:
+        // its writes need no other check), and on ext4 a reserved range is "unwritten"
+        // extents that the flush must convert, dearer than letting the writes allocate.
+        guard end - offset >= Self.smallestReserved else {
+            allowance += end - offset
+            measuredEnd = end
+            return nil
+        }
         allowance = 0
         guard let fallocate = Self.fallocate else { return nil }
         while true {
@@ -42,8 +52,9 @@ struct DiskSpaceGuard {
         }
     }
 
-    /// The space up to `end` is reserved (and was found to fit with the margin).
-    func covers(upTo end: Int64) -> Bool { end > 0 && reservedEnd >= end }
+    /// The space up to `end` is reserved, or a small body up to `end` was measured: either
+    /// way it was found to fit with the margin, and nobody needs to measure it again.
+    func covers(upTo end: Int64) -> Bool { end > 0 && max(reservedEnd, measuredEnd) >= end }
 
     /// Before writing `count` bytes at `position`, with `held` bytes before them taken
     /// but not written yet (`BodyBuffer`: the free space read does not show them): nil
@@ -75,6 +86,9 @@ struct DiskSpaceGuard {
         allowance = max(room / 2, count) - count
         return nil
     }
+
+    /// Bodies below this are checked, not reserved (see `reserve`).
+    static let smallestReserved: Int64 = 1 << 20
 
     private static let keepSize: Int32 = 0x01 // FALLOC_FL_KEEP_SIZE: the file's size stays what was written
 

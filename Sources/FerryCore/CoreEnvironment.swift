@@ -46,6 +46,9 @@ public struct CoreEnvironment {
     /// Makes dedupe followers' copies of their leader's finished file, off the core's
     /// queue (`FetchedCopier`; core tests hold it to see the core answer meanwhile).
     public var fetchedCopier: FetchedCopier = FetchedCopyQueue()
+    /// Parses fetched Metalink documents off the core's queue (`MetalinkReading`; core
+    /// tests hold it to see what happens meanwhile).
+    public var metalinkReader: MetalinkReading = MetalinkReadQueue()
 
     /// - Parameters:
     ///   - now: the clock; the real wall clock by default.

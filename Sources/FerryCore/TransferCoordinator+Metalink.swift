@@ -79,7 +79,11 @@ extension TransferCoordinator {
         return request
     }
 
-    /// The document's attempt ended (the life already took the end).
+    /// The document's attempt ended (the life already took the end). A fetched document
+    /// is read here and its file removed; it is parsed off this queue
+    /// (`environment.metalinkReader`), and `metalinkDocumentRead` takes it from there.
+    /// Meanwhile the transfer runs, its attempt ended: paused, cancelled, failed or
+    /// removed meanwhile, it never takes the document.
     func metalinkDocumentEnded(_ t: TransferRecord, _ outcome: EngineOutcome) {
         let path = metalinkDocumentPath(t)
         let area = confinement(of: t)
@@ -90,21 +94,12 @@ extension TransferCoordinator {
                 attemptFailed(t, .disk("could not read the Metalink document ferryd fetched (\(path))"))
                 return
             }
-            let document: Metalink
-            do {
-                document = try MetalinkParser.parse(data)
-            } catch let error as MetalinkError {
-                failTransfer(t, .invalidMetalink(error.message))
-                return
-            } catch {
-                failTransfer(t, .invalidMetalink("the Metalink document could not be read: \(error)"))
-                return
+            guard let attempt = t.life.attempt else { return }
+            let (id, number) = (t.id, attempt.number)
+            let queue = self.queue, coordinator = WeakCoordinator(self)
+            environment.metalinkReader.read(data) { result in
+                queue.async { coordinator.coordinator?.metalinkDocumentRead(id, attempt: number, result) }
             }
-            if let wanted = t.options.sha256?.lowercased(), let said = document.sha256, said != wanted {
-                failTransfer(t, .invalidMetalink("the Metalink document's sha-256 \(said) is not the sha256 option's \(wanted)"))
-                return
-            }
-            adopt(t, ResolvedMetalink(document: document, downloadURL: t.snapshot.url, metalinkURL: t.options.metalink ?? ""))
         case .failed(let error, _):
             attemptFailed(t, error) // InvalidMetalink (too large) is final; a network error retries
         case .stopped:
@@ -112,6 +107,30 @@ extension TransferCoordinator {
             t.life.requeue()
             settle(t)
             publishChanged(t)
+        }
+    }
+
+    /// A document is parsed (`metalinkDocumentEnded`), as one change: the transfer still
+    /// running the attempt that fetched it takes it (or fails with `InvalidMetalink`);
+    /// any other has moved on and the document is dropped.
+    func metalinkDocumentRead(_ id: TransferID, attempt number: UInt32, _ result: Result<Metalink, MetalinkError>) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !lifecycle.isShutDown else { return }
+        mutate {
+            guard let t = transfers[id], t.isAwaitingMetalink, !t.life.stopping,
+                  let attempt = t.life.attempt, attempt.ended, attempt.number == number else { return }
+            let document: Metalink
+            switch result {
+            case .success(let read): document = read
+            case .failure(let error):
+                failTransfer(t, .invalidMetalink(error.message))
+                return
+            }
+            if let wanted = t.options.sha256?.lowercased(), let said = document.sha256, said != wanted {
+                failTransfer(t, .invalidMetalink("the Metalink document's sha-256 \(said) is not the sha256 option's \(wanted)"))
+                return
+            }
+            adopt(t, ResolvedMetalink(document: document, downloadURL: t.snapshot.url, metalinkURL: t.options.metalink ?? ""))
         }
     }
 

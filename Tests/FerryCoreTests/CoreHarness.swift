@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import XCTest
 @testable import FerryCore
+import FerryMetalink
 
 /// A coordinator over a fake engine, a fake clock and a temporary directory. Every
 /// call goes through `queue.sync`; engine events are delivered and then drained with
@@ -22,6 +23,8 @@ final class CoreHarness {
     /// The real copier of dedupe followers' files, counted, so that `send` can wait for
     /// the copies an event started (nil when a test gives its own).
     let copies: TrackedCopier?
+    /// Metalink documents being read, held until `send` (or a test) lets them go.
+    let metalinkReads = HeldMetalinkReader()
     /// Removes `root` when done (a restarted harness takes this over).
     private var ownsRoot = true
 
@@ -52,6 +55,7 @@ final class CoreHarness {
         restartedEnvironment.machineRestarted = machineRestarted
         copies = copier == nil ? TrackedCopier(FetchedCopyQueue()) : nil
         restartedEnvironment.fetchedCopier = copier ?? copies!
+        restartedEnvironment.metalinkReader = metalinkReads
         core = TransferCoordinator(engine: engine, environment: restartedEnvironment, store: store, queue: queue)
         observer.attach(to: core)
         observer.expectedQueue = queue
@@ -78,7 +82,8 @@ final class CoreHarness {
     }
 
     /// Delivers engine events and waits until the core has handled them, and the
-    /// dedupe copies they started have come back and been handled.
+    /// dedupe copies and Metalink documents they started reading have come back and been
+    /// handled (unless the test holds the documents: `metalinkReads.hold`).
     func send(_ events: EngineEvent...) {
         for event in events { engine.emit(event) }
         queue.sync {}
@@ -86,6 +91,7 @@ final class CoreHarness {
             copies.waitForAll()
             queue.sync {}
         }
+        if !metalinkReads.hold, metalinkReads.release() > 0 { queue.sync {} }
     }
 
     @discardableResult
@@ -198,4 +204,33 @@ final class TrackedCopier: FetchedCopier, Sendable {
     func shutdown() { inner.shutdown() }
 
     func waitForAll() { group.wait() }
+}
+
+/// Parses Metalink documents as ferryd does (`MetalinkReadQueue.parse`), but only when
+/// `release` is called: a test sees the core while a document is being read.
+final class HeldMetalinkReader: MetalinkReading, @unchecked Sendable { // `pending` and `hold` only under `lock`
+    private let lock = NSLock()
+    private var pending: [() -> Void] = []
+    private var holding = false
+
+    /// Whether `CoreHarness.send` leaves documents unread (the test releases them).
+    var hold: Bool {
+        get { lock.withLock { holding } }
+        set { lock.withLock { holding = newValue } }
+    }
+
+    func read(_ data: Data, done: @escaping @Sendable (Result<Metalink, MetalinkError>) -> Void) {
+        lock.withLock { pending.append { done(MetalinkReadQueue.parse(data)) } }
+    }
+
+    /// Reads every document held, each `done` called on this thread; returns how many.
+    @discardableResult
+    func release() -> Int {
+        let reads = lock.withLock {
+            defer { pending = [] }
+            return pending
+        }
+        for read in reads { read() }
+        return reads.count
+    }
 }

@@ -79,4 +79,39 @@ final class MetalinkPhaseTests: XCTestCase {
             XCTAssertFerryError(try h.download(s) { $0.metalink = bad }, { if case .invalidArgument = $0 { return true } else { return false } }, bad)
         }
     }
+
+    /// The document is parsed off the core's queue: meanwhile the transfer runs and the
+    /// core answers; paused meanwhile, it never takes the document, and `Resume` fetches
+    /// the document again; cancelled and removed meanwhile, the document is dropped.
+    func testADocumentParsedAfterAPauseOrARemoveIsDropped() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let body = Array("the real file".utf8)
+        let doc = document(body, urls: ["https://a.example/f"])
+        let paused = try h.download(s, metalinkURL) { $0.metalink = self.metalinkURL }
+        let removed = try h.download(s, metalinkURL) { $0.metalink = self.metalinkURL }
+        h.metalinkReads.hold = true
+        try serveDocument(h, paused, doc)
+        try serveDocument(h, removed, doc)
+        XCTAssertEqual(h.state(paused), .running, "running while its document is read")
+        let other = try h.download(s, "https://example.com/other.bin")
+        XCTAssertEqual(h.state(other), .running, "the core answers and schedules meanwhile")
+
+        _ = try h.sync { try $0.pause(paused) }
+        try h.sync { try $0.cancel(removed); try $0.remove(removed) }
+        XCTAssertEqual(h.metalinkReads.release(), 2)
+        h.sync { _ in }
+        XCTAssertEqual(h.state(paused), .paused)
+        XCTAssertNil(h.snapshot(removed))
+        XCTAssertEqual(h.engine.started.filter { $0.id == paused }.count, 1, "no file request from a dropped document")
+        XCTAssertFalse(h.destination(paused).hasSuffix("/named.iso"), "nor its name")
+
+        // Resumed: the document is fetched again and this time taken.
+        h.metalinkReads.hold = false
+        try h.sync { try $0.resume(paused) }
+        try serveDocument(h, paused, doc)
+        XCTAssertEqual(h.engine.lastRequest(paused)?.url, "https://a.example/f")
+        h.succeed(paused, body: body, computeSHA: true)
+        XCTAssertEqual(h.state(paused), .completed)
+    }
 }

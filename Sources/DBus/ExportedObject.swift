@@ -60,10 +60,7 @@ public final class ExportedObject: @unchecked Sendable {
         self.interfaces = interfaces
         self.coalescesChanges = coalesceChanges
         sourcedInterface = -1
-        slots = interfaces.map { spec in
-            let given = initialValues[spec.name] ?? [:]
-            return spec.properties.map { given[$0.name] }
-        }
+        slots = Self.slots(interfaces, initialValues, except: -1)
     }
 
     /// An object whose properties of `interface` (one of `interfaces`) come from `source`;
@@ -80,7 +77,14 @@ public final class ExportedObject: @unchecked Sendable {
         self.source = source
         sourcedInterface = sourced
         let othersHaveProperties = interfaces.indices.contains { $0 != sourced && !interfaces[$0].properties.isEmpty }
-        slots = !othersHaveProperties ? [] : interfaces.enumerated().map { i, spec in
+        slots = othersHaveProperties ? Self.slots(interfaces, initialValues, except: sourced) : []
+    }
+
+    /// The slots of `interfaces` (`initialValues` as the inits take them), none for the
+    /// interface at index `sourced`.
+    private static func slots(_ interfaces: [InterfaceSpec], _ initialValues: [String: [String: DBusValue]],
+                              except sourced: Int) -> [[DBusValue?]] {
+        interfaces.enumerated().map { i, spec in
             guard i != sourced else { return [] }
             let given = initialValues[spec.name] ?? [:]
             return spec.properties.map { given[$0.name] }

@@ -28,8 +28,8 @@ enum PropertyMapping {
 
     /// Each transfer property with its value in a snapshot: the one place the service
     /// says what a property holds (`IntrospectionTests.testServedPropertiesAreTheDeclaredOnes`
-    /// checks that it covers the declarations).
-    static let transferValues: [TransferValue] = [
+    /// checks that it covers the declarations). Read through `transferTable`.
+    private static let transferValues: [TransferValue] = [
         made(T.kind, of: \.kind) { .string($0.rawValue) },
         // Without user:password@: every client of the bus can read this.
         made(T.url, of: \.url) { .string(Redaction.urlWithoutCredentials($0)) },

@@ -39,6 +39,9 @@ struct Get: AsyncParsableCommand {
     @Argument(help: "http:// or https:// URLs.")
     var urls: [String] = []
 
+    /// The URLs as given (`urls` holds runs of them joined: `PackedPositionals`).
+    var givenURLs: [String] { PackedPositionals.unpack(urls) }
+
     @Option(name: [.short, .customLong("output")], help: ArgumentHelp("Save to exactly this file (one URL only), replacing it if it exists.", valueName: "FILE"),
             completion: .file())
     var output: String?
@@ -127,14 +130,14 @@ struct Get: AsyncParsableCommand {
         if sha256File?.isEmpty == true { throw ValidationError("--sha256-file takes a file name, not an empty one") }
         if inputFile?.isEmpty == true { throw ValidationError("-i takes a file name (or - for standard input), not an empty one") }
         if metalink?.isEmpty == true { throw ValidationError("--metalink takes the URL of a .meta4 document, not an empty one") }
-        if metalink != nil && (!urls.isEmpty || inputFile != nil || sha256File != nil) {
+        if metalink != nil && (!givenURLs.isEmpty || inputFile != nil || sha256File != nil) {
             throw ValidationError("--metalink takes no other URL: the document names the file's URLs")
         }
-        if urls.isEmpty && inputFile == nil && metalink == nil { throw ValidationError("name at least one URL, or -i FILE") }
-        if output != nil && (urls.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
-        if sha256 != nil && metalink == nil && (urls.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
+        if givenURLs.isEmpty && inputFile == nil && metalink == nil { throw ValidationError("name at least one URL, or -i FILE") }
+        if output != nil && (givenURLs.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
+        if sha256 != nil && metalink == nil && (givenURLs.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
-        if (!mirrors.isEmpty || pieces != nil) && (urls.count != 1 || inputFile != nil) {
+        if (!mirrors.isEmpty || pieces != nil) && (givenURLs.count != 1 || inputFile != nil) {
             throw ValidationError("--mirror and --pieces take a single URL (they describe one file)")
         }
         if mirrors.count > 16 { throw ValidationError("--mirror is given \(mirrors.count) times; at most 16 mirrors are allowed") }
@@ -232,7 +235,7 @@ struct Get: AsyncParsableCommand {
 
     func run() async throws {
         try await runReportingErrors {
-            var entries = urls.map { Checksums.Entry(url: $0, sha256: sha256) }
+            var entries = givenURLs.map { Checksums.Entry(url: $0, sha256: sha256) }
             // The document's URL is the transfer's URL too (`Url` shows where it came from).
             if let metalink { entries = [Checksums.Entry(url: metalink, sha256: sha256)] }
             if let inputFile { entries += try Checksums.readList(inputFile) }

@@ -64,4 +64,40 @@ extension CLIScriptingTests {
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dest).filter { !$0.hasSuffix(".part") }.count, 300)
     }
+
+    /// URLs among `get`'s options and after `--` all arrive, in the order given, and an
+    /// option's value that is a URL stays that option's (the CLI hands runs of URLs to
+    /// its argument parser joined, `PackedPositionals`, and splits them again).
+    func testGetTakesURLsAmongItsOptionsInOrder() async throws {
+        var bodies: [[UInt8]] = []
+        let urls = (0..<8).map { i -> String in
+            bodies.append(serve("/mixed/\(i).bin", size: 700, seed: UInt64(i + 50)))
+            return server.url("/mixed/\(i).bin")
+        }
+        let dest = work + "/mixed"
+        let described = server.url("/described.bin"), noted = server.url("/noted.bin")
+        let r = try ferry(["get", urls[0], urls[1], "-d", dest, urls[2], urls[3], "--description", described, urls[4],
+                           "-H", "X-Note: " + noted, urls[5], "--wait", "--", urls[6], urls[7]])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        // Piped: each completed transfer's line, "ID completed PATH"; ids grow in the order made.
+        var pathsByID: [UInt64: String] = [:]
+        for line in r.stdout.split(separator: "\n") where line.contains(" completed ") {
+            let parts = line.split(separator: " ", maxSplits: 2)
+            if parts.count == 3, let id = UInt64(parts[0]) { pathsByID[id] = String(parts[2]) }
+        }
+        XCTAssertEqual(pathsByID.keys.sorted().map { pathsByID[$0]! }, (0..<8).map { dest + "/\($0).bin" }, r.stdout)
+        for i in 0..<8 {
+            XCTAssertEqual(try? Data(contentsOf: URL(fileURLWithPath: dest + "/\(i).bin")), Data(bodies[i]))
+            let asked = server.requests(for: "/mixed/\(i).bin")
+            XCTAssertEqual(asked.count, 1)
+            XCTAssertEqual(asked.first?.headers.first { $0.name.lowercased() == "x-note" }?.value, noted)
+        }
+        // The options' values were not downloaded, and took effect.
+        XCTAssertTrue(server.requests(for: "/described.bin").isEmpty)
+        XCTAssertTrue(server.requests(for: "/noted.bin").isEmpty)
+        for t in try await client.listTransfers() {
+            let info = try await t.info()
+            XCTAssertEqual(info.description, described, info.url)
+        }
+    }
 }

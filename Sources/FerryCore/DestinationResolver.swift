@@ -16,6 +16,15 @@ struct DestinationResolver {
     var fileManager: FileManager = .default
     /// Whether a live transfer already owns this path (as its final path or `.part`).
     var isClaimed: (String) -> Bool
+    /// Folders (normalised) found to exist and to be writable moments ago, in the same
+    /// batch of preparations (`PreparedDownloads.writableDirectories`): not checked again.
+    var knownWritable: Set<String> = []
+
+    /// `requireWritableDirectory`, unless `knownWritable` holds the folder.
+    private func requireWritable(_ directory: String, role: String) throws {
+        if directory.hasPrefix("/"), knownWritable.contains(FileSystemChecks.normalize(directory)) { return }
+        try FileSystemChecks.requireWritableDirectory(directory, role: role)
+    }
 
     /// - Parameters:
     ///   - requested: the `destination` option, nil when absent.
@@ -25,7 +34,7 @@ struct DestinationResolver {
     func resolve(requested: String?, defaultDirectory: () -> String, suggestedName: String, overwrite: Bool) throws -> Resolved {
         guard let requested = requested else {
             let defaultDirectory = defaultDirectory()
-            try FileSystemChecks.requireWritableDirectory(defaultDirectory, role: "download directory")
+            try requireWritable(defaultDirectory, role: "download directory")
             let directory = FileSystemChecks.normalize(defaultDirectory)
             return Resolved(path: uniquePath(directory: directory, name: suggestedName, overwrite: overwrite),
                             directory: directory, serverMayName: true)
@@ -37,8 +46,8 @@ struct DestinationResolver {
             throw CoreError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
         }
         let path = FileSystemChecks.normalize(requested)
-        if FileSystemChecks.isDirectory(path) {
-            try FileSystemChecks.requireWritableDirectory(path, role: "destination directory")
+        if knownWritable.contains(path) || FileSystemChecks.isDirectory(path) {
+            try requireWritable(path, role: "destination directory")
             return Resolved(path: uniquePath(directory: path, name: suggestedName, overwrite: overwrite),
                             directory: path, serverMayName: true)
         }
@@ -46,7 +55,7 @@ struct DestinationResolver {
             throw CoreError.invalidDestination("destination directory '\(requested)' does not exist")
         }
         let directory = FileSystemChecks.directoryName(path)
-        try FileSystemChecks.requireWritableDirectory(directory, role: "directory")
+        try requireWritable(directory, role: "directory")
         let name = FileSystemChecks.baseName(path)
         return Resolved(path: uniquePath(directory: directory, name: name, overwrite: overwrite),
                         directory: directory, serverMayName: false)

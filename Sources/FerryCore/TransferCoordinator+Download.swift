@@ -27,10 +27,12 @@ extension TransferCoordinator {
         let requestURL = try validateRequestURL(url)
         try DownloadOptionsValidation.validate(options)
         try validateMirrors(options.mirrors)
-        let resolved = try resolver(except: nil).resolve(requested: options.destination,
-                                                          defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
-                                                          suggestedName: requestURL.suggestedFileName,
-                                                          overwrite: options.overwrite)
+        var resolver = resolver(except: nil)
+        resolver.knownWritable = prepared.writableDirectories
+        let resolved = try resolver.resolve(requested: options.destination,
+                                            defaultDirectory: { s.configuration.directory ?? environment.defaultDownloadDirectory() },
+                                            suggestedName: requestURL.suggestedFileName,
+                                            overwrite: options.overwrite)
         let id = numbering.nextTransferID + UInt64(prepared.count)
         let snapshot = TransferSnapshot(id: id, session: session, url: url, description: options.description,
                                         destination: resolved.path, state: .queued, created: environment.now(),
@@ -38,6 +40,7 @@ extension TransferCoordinator {
         let t = TransferRecord(snapshot: snapshot, life: initialLife(options), options: options, host: requestURL.host,
                                directory: resolved.directory, serverMayName: resolved.serverMayName)
         prepared.add(t)
+        prepared.foundWritable(resolved.directory)
         return id
     }
 

@@ -35,6 +35,34 @@ final class GroupedWriteTests: XCTestCase {
         XCTAssertEqual(h.sync { $0.preparedCount(session: s) }, 0)
     }
 
+    /// A batch of downloads into one folder checks the folder once, and only that batch
+    /// counts on it: a download asked for after the batch was added, into the folder
+    /// removed since, is refused as if the others had never been.
+    func testAFolderCheckedForABatchIsCheckedAgainForTheNext() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let folder = h.downloads + "/batch"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        var into = DownloadOptions()
+        into.destination = folder
+        into.dedupe = false
+        let ids = try h.sync { core -> [TransferID] in
+            let ids = try ["a", "b", "a"].map { try core.prepareDownload(session: s, url: "https://example.com/\($0).bin", options: into) }
+            try core.addPreparedDownloads()
+            return ids
+        }
+        XCTAssertEqual(ids.map { h.destination($0) }, ["a.bin", "b.bin", "a (1).bin"].map { folder + "/" + $0 })
+        try FileManager.default.removeItem(atPath: folder)
+        var again = into
+        again.destination = folder + "/"
+        XCTAssertFerryError(try h.sync { try $0.download(session: s, url: "https://example.com/c.bin", options: again) },
+                            \.isInvalidDestination, "the folder is gone")
+        var file = into
+        file.destination = folder + "/c.bin"
+        XCTAssertFerryError(try h.sync { try $0.download(session: s, url: "https://example.com/c.bin", options: file) },
+                            \.isInvalidDestination, "the folder of the file is gone")
+    }
+
     func testAGroupTheStoreRefusesAddsNothingAndFreesItsIdsAndNames() throws {
         let h = CoreHarness()
         let s = try h.openSession()

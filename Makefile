@@ -8,6 +8,9 @@ SHELL := /bin/bash
 PREFIX  ?= $(HOME)/.local
 BINDIR  ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
+# ferryd looks for its Metalink reader beside itself, then in ../libexec/ferry from its
+# own folder: keep LIBEXECDIR there when you move BINDIR.
+LIBEXECDIR ?= $(PREFIX)/libexec/ferry
 DESTDIR ?=
 
 SWIFT   ?= swift
@@ -18,8 +21,9 @@ export PATH := $(PATH):/opt/swift/usr/bin
 
 # Debian packages the build, the tests, the demo and the benchmark use. libnotify is
 # loaded at run time by ferryd's first notification (no headers needed): libnotify4.
-# FoundationXML (ferryd's Metalink reader) links libxml2.so.2: the run-time package is
-# enough to link and run, no headers are needed: libxml2.
+# FoundationXML (in ferry-metalink-reader, the process ferryd reads Metalink documents
+# with) links libxml2.so.2: the run-time package is enough to link and run, no headers
+# are needed: libxml2.
 DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy python3-h2 openssl
 
 MANDIR  ?= $(DATADIR)/man
@@ -36,7 +40,7 @@ BASH_COMPLETION := $(DESTDIR)$(DATADIR)/bash-completion/completions/ferry
 ZSH_COMPLETION  := $(DESTDIR)$(DATADIR)/zsh/site-functions/_ferry
 FISH_COMPLETION := $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/ferry.fish
 MAN_PAGES    := $(DESTDIR)$(MANDIR)/man1/ferry.1 $(DESTDIR)$(MANDIR)/man8/ferryd.8
-INSTALLED    := $(DESTDIR)$(BINDIR)/ferryd $(DESTDIR)$(BINDIR)/ferry $(SERVICE_FILE) $(XML_FILE) $(UNIT_FILE) \
+INSTALLED    := $(DESTDIR)$(BINDIR)/ferryd $(DESTDIR)$(BINDIR)/ferry $(DESTDIR)$(LIBEXECDIR)/ferry-metalink-reader $(SERVICE_FILE) $(XML_FILE) $(UNIT_FILE) \
                 $(DESKTOP_FILE) $(ICON_FILE) $(BASH_COMPLETION) $(ZSH_COMPLETION) $(FISH_COMPLETION) $(MAN_PAGES)
 
 .PHONY: all deps build test demo bench install uninstall clean
@@ -77,11 +81,12 @@ bench: build
 # does not build as root).
 install:
 	bin="$$($(SWIFT) build -c release --show-bin-path)"; \
-	for exe in ferryd ferry; do \
+	for exe in ferryd ferry ferry-metalink-reader; do \
 	  [ -x "$$bin/$$exe" ] || { echo "$$bin/$$exe is missing: run 'make build' first" >&2; exit 1; }; \
 	done; \
 	for f in $(INSTALLED); do install -d "$$(dirname "$$f")"; done; \
 	install -m 755 "$$bin/ferryd" "$$bin/ferry" "$(DESTDIR)$(BINDIR)/"; \
+	install -m 755 "$$bin/ferry-metalink-reader" "$(DESTDIR)$(LIBEXECDIR)/"; \
 	for shell in bash zsh fish; do \
 	  case $$shell in bash) out="$(BASH_COMPLETION)";; zsh) out="$(ZSH_COMPLETION)";; fish) out="$(FISH_COMPLETION)";; esac; \
 	  "$$bin/ferry" --generate-completion-script $$shell > "$$out"; \

@@ -34,8 +34,12 @@ let package = Package(
 
         // The bus API's names (bus name, paths, interfaces, error names), declared once.
         .target(name: "FerryInterface"),
-        // Metalink 4 documents (RFC 5854) read with Foundation's XMLParser (libxml2), hostile ones refused.
+        // What a Metalink 4 document (RFC 5854) says about its file, and why one was refused (no XML here).
         .target(name: "FerryMetalink"),
+        // The Metalink 4 parser (FoundationXML, libxml2): only in ferry-metalink-reader, the
+        // process ferryd reads a fetched document with, and in the tests.
+        .target(name: "FerryMetalinkParser", dependencies: ["FerryMetalink"]),
+        .executableTarget(name: "ferry-metalink-reader", dependencies: ["FerryMetalink", "FerryMetalinkParser"]),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
             "FerryConcurrency", "FerryInterface", "FerryMetalink",
@@ -99,12 +103,12 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
 
-        .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink"]),
+        .testTarget(name: "FerryMetalinkTests", dependencies: ["FerryMetalink", "FerryMetalinkParser"]),
         .testTarget(name: "FerryConcurrencyTests", dependencies: ["FerryConcurrency"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
-        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryMetalink", "FerryCoreTestSupport"]),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryMetalink", "FerryMetalinkParser", "FerryCoreTestSupport"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
             "FerryStore", "FerryCore", "FerryCoreTestSupport", "FerryTestSupport",
             .product(name: "GRDB", package: "GRDB.swift"),

@@ -45,7 +45,7 @@ public struct ResolvedMetalink: Sendable, Equatable {
 
 /// The `metalink` option (v1.2): the first attempt of such a download fetches the
 /// document through the engine (same proxy, headers, cookies, timeouts and retries as
-/// the file, at most `MetalinkParser.maxDocumentBytes`) into a hidden file beside the
+/// the file, at most `MetalinkLimits.maxDocumentBytes`) into a hidden file beside the
 /// `.part`; it is read, removed, and the transfer goes back to the head of the queue to
 /// fetch the file from the document's URLs, checked against its size and SHA-256. A
 /// document that cannot be used fails the transfer with `InvalidMetalink`.
@@ -72,8 +72,8 @@ extension TransferCoordinator {
                                     proxy: config.proxy, computeSHA256: false)
         request.connections = 1
         request.bodyLimit = EngineBodyLimit(
-            bytes: Int64(MetalinkParser.maxDocumentBytes),
-            error: .invalidMetalink("the Metalink document at \(RequestURL.redacted(url)) is larger than \(MetalinkParser.maxDocumentBytes) bytes (4 MiB), the most Ferry reads"))
+            bytes: Int64(MetalinkLimits.maxDocumentBytes),
+            error: .invalidMetalink("the Metalink document at \(RequestURL.redacted(url)) is larger than \(MetalinkLimits.maxDocumentBytes) bytes (4 MiB), the most Ferry reads"))
         request.cookieJar = cookieJar(for: t.session)
         request.confinedTo = confinement(of: t)
         return request
@@ -90,7 +90,7 @@ extension TransferCoordinator {
         defer { removePartFiles([path], within: area) }
         switch outcome {
         case .succeeded:
-            guard let data = FileDigest.contents(path: path, within: area, max: MetalinkParser.maxDocumentBytes) else {
+            guard let data = FileDigest.contents(path: path, within: area, max: MetalinkLimits.maxDocumentBytes) else {
                 attemptFailed(t, .disk("could not read the Metalink document ferryd fetched (\(path))"))
                 return
             }

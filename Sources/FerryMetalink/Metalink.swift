@@ -7,10 +7,10 @@ import Foundation
 /// `<hash>`, the `sha-256` `<pieces>` and the http/https `<url>`s. Everything else
 /// (`<metaurl>`, other hash types, `<signature>`, `<publisher>`, elements of other
 /// namespaces) is read past and ignored.
-public struct Metalink: Sendable, Equatable {
+public struct Metalink: Sendable, Equatable, Codable {
     /// The file's SHA-256 piece hashes: piece `i` covers bytes
     /// `i * length ..< min((i + 1) * length, size)`.
-    public struct Pieces: Sendable, Equatable {
+    public struct Pieces: Sendable, Equatable, Codable {
         /// Bytes in every piece but the last.
         public var length: Int64
         /// One SHA-256 digest per piece, 64 lowercase hexadecimal digits each, in order.
@@ -23,7 +23,7 @@ public struct Metalink: Sendable, Equatable {
     }
 
     /// One place the file can be fetched from.
-    public struct Source: Sendable, Equatable {
+    public struct Source: Sendable, Equatable, Codable {
         /// An http or https URL.
         public var url: String
         /// The document's `priority` (1 is the most preferred); `nil` when it gave none
@@ -50,7 +50,7 @@ public struct Metalink: Sendable, Equatable {
     /// The `<pieces type="sha-256">` hashes, if given (they require `size`).
     public var pieces: Pieces?
     /// The http/https URLs, best first: by priority, then in document order; at most
-    /// `MetalinkParser.maxSources`.
+    /// `MetalinkParser.maxSources` (in FerryMetalinkParser).
     public var sources: [Source]
 
     public init(name: String, size: Int64? = nil, sha256: String? = nil, pieces: Pieces? = nil, sources: [Source]) {
@@ -72,8 +72,8 @@ public struct Metalink: Sendable, Equatable {
 
 /// Why a Metalink document was refused: a sentence for the user, naming what is wrong
 /// (never echoing more than a short excerpt of the document).
-public struct MetalinkError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: Sendable, Equatable {
+public struct MetalinkError: Error, Sendable, Equatable, CustomStringConvertible, Codable {
+    public enum Kind: String, Sendable, Equatable, Codable {
         /// Over `MetalinkParser.maxDocumentBytes`.
         case tooLarge
         /// A DOCTYPE, entity or other markup declaration.
@@ -93,4 +93,18 @@ public struct MetalinkError: Error, Sendable, Equatable, CustomStringConvertible
     }
 
     public var description: String { message }
+}
+
+/// Limits the daemon and the reader share.
+public enum MetalinkLimits {
+    /// The largest document fetched and read: 4 MiB.
+    public static let maxDocumentBytes = 4 * 1024 * 1024
+}
+
+/// What `ferry-metalink-reader` (the process ferryd has read each fetched document, so
+/// that the XML parser and its libraries never run inside the daemon) writes to its
+/// standard output, as JSON: the document read, or why it was refused.
+public enum MetalinkReadOutcome: Sendable, Equatable, Codable {
+    case read(Metalink)
+    case refused(MetalinkError)
 }

@@ -3,6 +3,7 @@ import Foundation
 import XCTest
 @testable import FerryCore
 import FerryMetalink
+import FerryMetalinkParser
 
 /// A coordinator over a fake engine, a fake clock and a temporary directory. Every
 /// call goes through `queue.sync`; engine events are delivered and then drained with
@@ -220,7 +221,18 @@ final class HeldMetalinkReader: MetalinkReading, @unchecked Sendable { // `pendi
     }
 
     func read(_ data: Data, done: @escaping @Sendable (Result<Metalink, MetalinkError>) -> Void) {
-        lock.withLock { pending.append { done(MetalinkReadQueue.parse(data)) } }
+        lock.withLock { pending.append { done(Self.parse(data)) } }
+    }
+
+    /// What ferryd's reader process would say of `data` (the same parser, in this process).
+    static func parse(_ data: Data) -> Result<Metalink, MetalinkError> {
+        do {
+            return .success(try MetalinkParser.parse(data))
+        } catch let error as MetalinkError {
+            return .failure(error)
+        } catch {
+            return .failure(MetalinkError(.malformed, "the Metalink document could not be read: \(error)"))
+        }
     }
 
     /// Reads every document held, each `done` called on this thread; returns how many.

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
-@testable import FerryMetalink
+import FerryMetalink
+@testable import FerryMetalinkParser
 
 final class MetalinkParserTests: XCTestCase {
     let a = String(repeating: "a", count: 64)

@@ -1,3 +1,4 @@
+import FerryMetalink
 import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
@@ -32,7 +33,7 @@ import FoundationXML
 /// pieces of other types are ignored; so are unknown elements and attributes.
 public enum MetalinkParser {
     /// The largest document read (and fetched).
-    public static let maxDocumentBytes = 4 * 1024 * 1024
+    public static let maxDocumentBytes = MetalinkLimits.maxDocumentBytes
     /// The most URLs kept from a document.
     public static let maxSources = 16
     /// The largest `<size>` or piece length accepted: 1 PiB.

@@ -1,0 +1,102 @@
+import FerryCore
+import FerryMetalink
+import Foundation
+import XCTest
+
+/// ferryd reads each fetched Metalink document in `ferry-metalink-reader`, a process of
+/// its own (`MetalinkReadQueue`): what it read comes back whole, what it refused comes back
+/// with its reason, and a reader that is missing, hangs, dies or says too much fails the
+/// document with a sentence saying so, never the daemon.
+final class MetalinkReaderProcessTests: XCTestCase {
+    var folder = ""
+
+    override func setUpWithError() throws {
+        folder = NSTemporaryDirectory() + "ferry-reader-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    /// The built reader: beside the test binary (or beside `$FERRYD_PATH`).
+    var builtReader: String {
+        let beside = ProcessInfo.processInfo.environment["FERRYD_PATH"] ?? CommandLine.arguments[0]
+        return (beside as NSString).deletingLastPathComponent + "/" + MetalinkReadQueue.readerName
+    }
+
+    /// A stand-in reader: a shell script.
+    func script(_ body: String) throws -> String {
+        let path = folder + "/reader-\(UUID().uuidString).sh"
+        try ("#!/bin/sh\n" + body + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o755)
+        return path
+    }
+
+    func read(_ data: Data, with reader: MetalinkReadQueue) -> Result<Metalink, MetalinkError> {
+        let done = expectation(description: "read")
+        nonisolated(unsafe) var outcome: Result<Metalink, MetalinkError>?
+        reader.read(data) { result in
+            outcome = result
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 60)
+        return outcome ?? .failure(MetalinkError(.malformed, "no answer"))
+    }
+
+    func failure(_ r: Result<Metalink, MetalinkError>, file: StaticString = #filePath, line: UInt = #line) -> MetalinkError? {
+        if case .failure(let e) = r { return e }
+        XCTFail("read a document where none should be", file: file, line: line)
+        return nil
+    }
+
+    func testTheReaderReadsADocumentAndNamesWhatItRefuses() throws {
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: builtReader), "no \(builtReader): build with `swift build`")
+        let reader = MetalinkReadQueue(reader: builtReader)
+        let hashes = (0..<3).map { String(repeating: String($0), count: 64) }
+        let good = """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink"><file name="dir/named.iso"><size>2500</size>
+            <hash type="sha-256">\(String(repeating: "a", count: 64))</hash>
+            <pieces length="1000" type="sha-256">\(hashes.map { "<hash>\($0)</hash>" }.joined())</pieces>
+            <url priority="2" location="de">https://b.example/named.iso</url><url priority="1">https://a.example/named.iso</url>
+            </file></metalink>
+            """
+        guard case .success(let m) = read(Data(good.utf8), with: reader) else { return XCTFail("the document was not read") }
+        XCTAssertEqual(m, Metalink(name: "dir/named.iso", size: 2500, sha256: String(repeating: "a", count: 64),
+                                   pieces: .init(length: 1000, sha256: hashes),
+                                   sources: [.init(url: "https://a.example/named.iso", priority: 1),
+                                             .init(url: "https://b.example/named.iso", priority: 2, location: "de")]))
+
+        let entity = #"<?xml version="1.0"?><!DOCTYPE m [<!ENTITY a "aaaa">]><metalink xmlns="urn:ietf:params:xml:ns:metalink"/>"#
+        let refused = failure(read(Data(entity.utf8), with: reader))
+        XCTAssertEqual(refused?.kind, .declarations)
+        XCTAssertTrue(refused?.message.contains("DTDs and entities are refused") == true, refused?.message ?? "")
+
+        let big = failure(read(Data(count: MetalinkLimits.maxDocumentBytes + 10), with: reader))
+        XCTAssertEqual(big?.kind, .tooLarge, big?.message ?? "")
+    }
+
+    func testAMissingReaderFailsTheDocumentSayingSo() {
+        let e = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: nil)))
+        XCTAssertTrue(e?.message.contains("ferry-metalink-reader") == true, e?.message ?? "")
+        let gone = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: folder + "/nothing-here")))
+        XCTAssertTrue(gone?.message.contains("could not be started") == true, gone?.message ?? "")
+    }
+
+    func testAReaderThatHangsIsKilledAtItsTimeLimit() throws {
+        let started = Date()
+        let e = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script("exec sleep 600"), timeLimit: 0.5)))
+        XCTAssertTrue(e?.message.contains("stopped by signal 9") == true, e?.message ?? "")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 30, "killed, not waited for")
+    }
+
+    func testAReaderThatDiesOrAnswersNonsenseOrTooMuchIsNotBelieved() throws {
+        let dies = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script("exit 3"))))
+        XCTAssertTrue(dies?.message.contains("ended with status 3") == true, dies?.message ?? "")
+        let nonsense = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script(#"cat >/dev/null; echo '{"read":{}}'"#))))
+        XCTAssertTrue(nonsense?.message.contains("without an answer") == true, nonsense?.message ?? "")
+        let flood = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script("exec cat /dev/zero"))))
+        XCTAssertTrue(flood?.message.contains("more than") == true, flood?.message ?? "")
+    }
+}

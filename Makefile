@@ -102,6 +102,7 @@ install:
 
 uninstall:
 	rm -f $(foreach f,$(INSTALLED),"$(f)")
+	rmdir "$(DESTDIR)$(LIBEXECDIR)" 2>/dev/null || true
 
 clean:
 	rm -rf .build bench/out

@@ -22,7 +22,7 @@ struct DestinationResolver {
 
     /// `requireWritableDirectory`, unless `knownWritable` holds the folder.
     private func requireWritable(_ directory: String, role: String) throws {
-        if directory.hasPrefix("/"), knownWritable.contains(FileSystemChecks.normalize(directory)) { return }
+        if knownWritable.contains(directory) { return }
         try FileSystemChecks.requireWritableDirectory(directory, role: role)
     }
 
@@ -34,8 +34,9 @@ struct DestinationResolver {
     func resolve(requested: String?, defaultDirectory: () -> String, suggestedName: String, overwrite: Bool) throws -> Resolved {
         guard let requested = requested else {
             let defaultDirectory = defaultDirectory()
-            try requireWritable(defaultDirectory, role: "download directory")
-            let directory = FileSystemChecks.normalize(defaultDirectory)
+            // The folder checked is the one the file goes to (a relative one is refused as it is).
+            let directory = defaultDirectory.hasPrefix("/") ? FileSystemChecks.normalize(defaultDirectory) : defaultDirectory
+            try requireWritable(directory, role: "download directory")
             return Resolved(path: uniquePath(directory: directory, name: suggestedName, overwrite: overwrite),
                             directory: directory, serverMayName: true)
         }

@@ -16,11 +16,17 @@ public protocol MetalinkReading: AnyObject, Sendable {
 /// one: see `FileJobQueues` in FerryEngine on libdispatch's worker pool).
 ///
 /// The document comes from a server, and the XML parser is C (libxml2): parsed in a
-/// process that ends with it, a flaw the document finds reaches nothing of the daemon's,
-/// and the daemon does not load the parser's libraries (libxml2, ICU, liblzma: 1.2 MiB of
-/// every ferryd's memory). The reader gets `timeLimit` seconds and may answer with at most
-/// `maxOutputBytes`; a reader that cannot be started, dies or says something else fails
-/// the transfer as `InvalidMetalink`, naming what went wrong.
+/// process that ends with it, a memory-safety flaw a document finds in the parser cannot
+/// corrupt the daemon's memory, and the daemon does not load the parser's libraries
+/// (FoundationXML, libxml2, ICU's `libicuuc`: 1.3 MiB of every ferryd). It is not a
+/// sandbox: the reader runs as the same user (with an empty environment). What it
+/// answers is checked again as the parser would (`Metalink.problem`), so a reader gone
+/// wrong can make ferryd use nothing a document could not say.
+///
+/// The reader gets `timeLimit` seconds (and sets itself 30 s of CPU) and may answer with
+/// at most `maxOutputBytes`; a reader that cannot be started, is stopped, dies or answers
+/// something else fails the transfer as `InvalidMetalink`, saying which. Writing the
+/// document to a reader that died first needs SIGPIPE ignored, as ferryd has it.
 public final class MetalinkReadQueue: MetalinkReading {
     private let queue = DispatchQueue(label: "org.ferry.metalink-documents", qos: .utility)
     /// The reader's path; nil when none was found.
@@ -54,12 +60,22 @@ public final class MetalinkReadQueue: MetalinkReading {
     }
 
     static func run(_ reader: String?, on data: Data, timeLimit: Double) -> Result<Metalink, MetalinkError> {
+        func failed(_ why: String) -> Result<Metalink, MetalinkError> {
+            .failure(MetalinkError(.malformed, "Ferry's Metalink reader \(why); the document was not used"))
+        }
         guard let reader else {
             return .failure(MetalinkError(.malformed, "Ferry's Metalink reader (\(readerName)) is not installed beside ferryd; the document could not be read"))
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: reader)
+        process.environment = [:]
         let input = Pipe(), output = Pipe()
+        // Close-on-exec, so that no other process this daemon starts meanwhile holds an
+        // end open (the reader gets its ends as its standard input and output all the same).
+        for fd in [input.fileHandleForReading, input.fileHandleForWriting, output.fileHandleForReading, output.fileHandleForWriting]
+            .map(\.fileDescriptor) {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -68,43 +84,61 @@ public final class MetalinkReadQueue: MetalinkReading {
         } catch {
             return .failure(MetalinkError(.malformed, "Ferry's Metalink reader (\(reader)) could not be started: \(error)"))
         }
-        // Past the time limit the reader is killed, which ends the read below.
-        let watchdog = DispatchWorkItem { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + timeLimit, execute: watchdog)
+        let deadline = Date().addingTimeInterval(timeLimit)
+        let limit = String(format: "%g", timeLimit)
         // Written from another thread: the reader answers only once it has it all, and
-        // a pipe holds 64 KiB. A reader that dies first makes the write fail (EPIPE), not ferryd.
+        // a pipe holds 64 KiB. A reader that dies first makes the write fail (EPIPE).
         let writer = input.fileHandleForWriting
         DispatchQueue.global(qos: .utility).async {
             try? writer.write(contentsOf: data)
             try? writer.close()
         }
-        var answer = Data()
-        var tooLong = false
+        // Read until the reader closes its output, says too much, or the time is up; it is
+        // killed (before it is waited for, so its pid is still its own) in the last two cases.
         let reading = output.fileHandleForReading
-        while let chunk = try? reading.read(upToCount: 1 << 16), !chunk.isEmpty {
-            answer.append(chunk)
-            if answer.count > maxOutputBytes {
-                tooLong = true
-                kill(process.processIdentifier, SIGKILL)
+        var answer = Data()
+        var stopped: String?
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while stopped == nil {
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else {
+                stopped = "took more than \(limit) s"
                 break
             }
+            var ready = pollfd(fd: reading.fileDescriptor, events: Int16(POLLIN), revents: 0)
+            let n = poll(&ready, 1, Int32(min(left * 1000, 1000).rounded(.up)))
+            if n < 0 && errno == EINTR { continue }
+            if n == 0 { continue }
+            let got = buffer.withUnsafeMutableBytes { Glibc.read(reading.fileDescriptor, $0.baseAddress, $0.count) }
+            if got < 0 && errno == EINTR { continue }
+            if got <= 0 { break }
+            answer.append(contentsOf: buffer[0..<got])
+            if answer.count > maxOutputBytes { stopped = "answered with more than \(maxOutputBytes) bytes" }
         }
+        // A reader that closed its output but goes on is given what is left of its time.
+        while stopped == nil, process.isRunning {
+            if deadline.timeIntervalSinceNow <= 0 { stopped = "took more than \(limit) s" } else { usleep(10_000) }
+        }
+        if stopped != nil, process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? reading.close()
         process.waitUntilExit()
-        watchdog.cancel()
-        if tooLong {
-            return .failure(MetalinkError(.malformed, "Ferry's Metalink reader answered with more than \(maxOutputBytes) bytes; the document was not used"))
+        if let stopped { return failed("\(stopped) and was stopped") }
+        if process.terminationReason == .uncaughtSignal {
+            return failed(process.terminationStatus == SIGXCPU ? "used its 30 s of CPU" : "crashed (signal \(process.terminationStatus))")
         }
-        guard process.terminationReason == .exit, process.terminationStatus == 0,
-              let outcome = try? JSONDecoder().decode(MetalinkReadOutcome.self, from: answer) else {
-            let how = process.terminationReason == .uncaughtSignal
-                ? "was stopped by signal \(process.terminationStatus) (over its \(Int(timeLimit)) s, or it crashed)"
-                : "ended with status \(process.terminationStatus) without an answer"
-            return .failure(MetalinkError(.malformed, "Ferry's Metalink reader \(how); the document was not used"))
+        guard process.terminationStatus == 0 else { return failed("ended with status \(process.terminationStatus)") }
+        guard let outcome = try? JSONDecoder().decode(MetalinkReadOutcome.self, from: answer) else {
+            return failed("answered something that is not a reading of a document")
         }
         switch outcome {
-        case .read(let metalink): return .success(metalink)
-        case .refused(let error): return .failure(error)
+        case .read(let metalink):
+            if let problem = metalink.problem { return failed("answered with \(problem)") }
+            return .success(metalink)
+        case .refused(var error):
+            if error.message.count > MetalinkLimits.maxMessageCharacters {
+                error.message = String(error.message.prefix(MetalinkLimits.maxMessageCharacters)) + "…"
+            }
+            return .failure(error)
         }
     }
 }

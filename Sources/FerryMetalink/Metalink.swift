@@ -99,6 +99,71 @@ public struct MetalinkError: Error, Sendable, Equatable, CustomStringConvertible
 public enum MetalinkLimits {
     /// The largest document fetched and read: 4 MiB.
     public static let maxDocumentBytes = 4 * 1024 * 1024
+    /// The most URLs kept from a document.
+    public static let maxSources = 16
+    /// The largest `<size>` or piece length accepted: 1 PiB.
+    public static let maxSize: Int64 = 1 << 50
+    /// The longest URL kept (as Ferry's own URL limit).
+    public static let maxURLBytes = 64 * 1024
+    /// The highest `<url priority>`.
+    public static let maxPriority = 999_999
+    /// The longest refusal message taken from a reader.
+    public static let maxMessageCharacters = 1000
+}
+
+extension Metalink {
+    /// Why this is not what the parser gives, or nil: ferryd checks a reader's answer
+    /// again, so that a reader that went wrong (a flaw a document found in the parser)
+    /// can make it use nothing it could not have read: a name that is a path out of the
+    /// folder, no URL, pieces that do not cover the size, a size past 1 PiB.
+    public var problem: String? {
+        if let p = Self.nameProblem(name) { return "a file name that \(p)" }
+        if let size, !(0...MetalinkLimits.maxSize).contains(size) { return "a size of \(size) bytes" }
+        if let sha256, !Self.isLowercaseDigest(sha256) { return "a sha-256 that is not 64 lowercase hexadecimal digits" }
+        if let pieces {
+            guard let size else { return "pieces but no size" }
+            guard (1...MetalinkLimits.maxSize).contains(pieces.length) else { return "pieces of \(pieces.length) bytes" }
+            let expected = size == 0 ? 0 : (size - 1) / pieces.length + 1
+            guard expected > 0, Int64(pieces.sha256.count) == expected else { return "\(pieces.sha256.count) piece hashes for \(expected) pieces" }
+            guard pieces.sha256.allSatisfy(Self.isLowercaseDigest) else { return "a piece hash that is not 64 lowercase hexadecimal digits" }
+        }
+        guard (1...MetalinkLimits.maxSources).contains(sources.count) else { return "\(sources.count) URLs" }
+        for source in sources {
+            guard Self.usableURL(source.url) != nil else { return "a URL that is not an http or https URL" }
+            if let priority = source.priority, !(1...MetalinkLimits.maxPriority).contains(priority) { return "a priority of \(priority)" }
+            if let location = source.location,
+               location.count > 81 || location.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) {
+                return "a location that is not a short line of text"
+            }
+        }
+        return nil
+    }
+
+    /// Why a `<file name>` is refused, or nil.
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "is empty" }
+        if name.utf8.count > 4096 { return "is longer than 4096 bytes" }
+        if name.hasPrefix("/") { return "is an absolute path" }
+        if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { return "holds control characters" }
+        let names = name.split(separator: "/", omittingEmptySubsequences: false)
+        if names.contains(where: { $0 == "." || $0 == ".." || $0.isEmpty }) { return "holds an empty, '.' or '..' name" }
+        if names.contains(where: { $0.utf8.count > 255 }) { return "holds a name longer than 255 bytes" }
+        return nil
+    }
+
+    /// An http or https URL with a host, or nil (other schemes and broken URLs are dropped).
+    public static func usableURL(_ text: String) -> String? {
+        guard !text.isEmpty, text.utf8.count <= MetalinkLimits.maxURLBytes,
+              !text.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }),
+              let components = URLComponents(string: text),
+              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = components.host, !host.isEmpty else { return nil }
+        return text
+    }
+
+    static func isLowercaseDigest(_ s: String) -> Bool {
+        s.utf8.count == 64 && s.utf8.allSatisfy { c in (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x66) }
+    }
 }
 
 /// What `ferry-metalink-reader` (the process ferryd has read each fetched document, so

@@ -35,11 +35,11 @@ public enum MetalinkParser {
     /// The largest document read (and fetched).
     public static let maxDocumentBytes = MetalinkLimits.maxDocumentBytes
     /// The most URLs kept from a document.
-    public static let maxSources = 16
+    public static let maxSources = MetalinkLimits.maxSources
     /// The largest `<size>` or piece length accepted: 1 PiB.
-    public static let maxSize: Int64 = 1 << 50
+    public static let maxSize: Int64 = MetalinkLimits.maxSize
     /// The longest URL kept (as Ferry's own URL limit).
-    public static let maxURLBytes = 64 * 1024
+    public static let maxURLBytes = MetalinkLimits.maxURLBytes
     /// The namespace of Metalink 4 elements.
     public static let namespace = "urn:ietf:params:xml:ns:metalink"
     /// The namespace of Metalink 3 (not supported; named in the error).
@@ -367,24 +367,8 @@ private final class Reader: NSObject, XMLParserDelegate {
     }
 
     /// Why a `<file name>` is refused, or nil.
-    static func nameProblem(_ name: String) -> String? {
-        if name.isEmpty { return "is empty" }
-        if name.utf8.count > 4096 { return "is longer than 4096 bytes" }
-        if name.hasPrefix("/") { return "is an absolute path" }
-        if name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { return "holds control characters" }
-        let names = name.split(separator: "/", omittingEmptySubsequences: false)
-        if names.contains(where: { $0 == "." || $0 == ".." || $0.isEmpty }) { return "holds an empty, '.' or '..' name" }
-        if names.contains(where: { $0.utf8.count > 255 }) { return "holds a name longer than 255 bytes" }
-        return nil
-    }
+    static func nameProblem(_ name: String) -> String? { Metalink.nameProblem(name) }
 
     /// An http or https URL with a host, or nil (other schemes and broken URLs are dropped).
-    static func usableURL(_ text: String) -> String? {
-        guard !text.isEmpty, text.utf8.count <= MetalinkParser.maxURLBytes,
-              !text.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 || $0.value == 0x7F }),
-              let components = URLComponents(string: text),
-              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              let host = components.host, !host.isEmpty else { return nil }
-        return text
-    }
+    static func usableURL(_ text: String) -> String? { Metalink.usableURL(text) }
 }

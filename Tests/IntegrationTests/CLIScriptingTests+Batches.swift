@@ -100,4 +100,18 @@ extension CLIScriptingTests {
             XCTAssertEqual(info.description, described, info.url)
         }
     }
+
+    /// Short options in one cluster take the values after it in turn (`-di DIR FILE`):
+    /// those stay theirs, and the URLs after them are downloaded too.
+    func testGetTakesTheValuesOfAClusterOfShortOptionsAndTheURLsAfter() async throws {
+        let bodies = (0..<3).map { serve("/cluster/\($0).bin", size: 500, seed: UInt64($0 + 70)) }
+        let list = work + "/list.txt"
+        try (server.url("/cluster/0.bin") + "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let dest = work + "/cluster"
+        let r = try ferry(["get", "-di", dest, list, server.url("/cluster/1.bin"), server.url("/cluster/2.bin"), "--wait"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        for i in 0..<3 {
+            XCTAssertEqual(try? Data(contentsOf: URL(fileURLWithPath: dest + "/\(i).bin")), Data(bodies[i]), "file \(i): \(r.stdout)")
+        }
+    }
 }

@@ -19,7 +19,8 @@ public protocol MetalinkReading: AnyObject, Sendable {
 /// process that ends with it, a memory-safety flaw a document finds in the parser cannot
 /// corrupt the daemon's memory, and the daemon does not load the parser's libraries
 /// (FoundationXML, libxml2, ICU's `libicuuc`: 1.3 MiB of every ferryd). It is not a
-/// sandbox: the reader runs as the same user (with an empty environment). What it
+/// sandbox: the reader runs as the same user, though with an empty environment and, once
+/// it has read the document, no way to open a file, socket or pipe (`RLIMIT_NOFILE`). What it
 /// answers is checked again as the parser would (`Metalink.problem`), so a reader gone
 /// wrong can make ferryd use nothing a document could not say.
 ///

@@ -60,6 +60,18 @@ public final class MetalinkReadQueue: MetalinkReading {
         return nil
     }
 
+    /// The first line the reader wrote to `fd` (non-blocking), without its program name,
+    /// control characters or more than 200 characters: it goes into a transfer's error.
+    static func firstLine(_ fd: Int32) -> String {
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return "" }
+        var line = String(decoding: bytes[0..<n], as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        if line.hasPrefix(readerName + ": ") { line.removeFirst(readerName.count + 2) }
+        line = String(line.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }.map(Character.init))
+        return line.count > 200 ? String(line.prefix(200)) + "…" : line
+    }
+
     static func run(_ reader: String?, on data: Data, timeLimit: Double) -> Result<Metalink, MetalinkError> {
         func failed(_ why: String) -> Result<Metalink, MetalinkError> {
             .failure(MetalinkError(.malformed, "Ferry's Metalink reader \(why); the document was not used"))
@@ -70,16 +82,20 @@ public final class MetalinkReadQueue: MetalinkReading {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: reader)
         process.environment = [:]
-        let input = Pipe(), output = Pipe()
+        let input = Pipe(), output = Pipe(), errors = Pipe()
         // Close-on-exec, so that no other process this daemon starts meanwhile holds an
-        // end open (the reader gets its ends as its standard input and output all the same).
-        for fd in [input.fileHandleForReading, input.fileHandleForWriting, output.fileHandleForReading, output.fileHandleForWriting]
-            .map(\.fileDescriptor) {
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        // end open (the reader gets its ends as its standard streams all the same).
+        for pipe in [input, output, errors] {
+            for fd in [pipe.fileHandleForReading.fileDescriptor, pipe.fileHandleForWriting.fileDescriptor] {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            }
         }
+        // What the reader says on standard error is read after it ends (it says one line
+        // at most; one that fills the pipe only holds itself up until it is stopped).
+        _ = fcntl(errors.fileHandleForReading.fileDescriptor, F_SETFL, O_NONBLOCK)
         process.standardInput = input
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        process.standardError = errors
         do {
             try process.run()
         } catch {
@@ -123,11 +139,15 @@ public final class MetalinkReadQueue: MetalinkReading {
         if stopped != nil, process.isRunning { kill(process.processIdentifier, SIGKILL) }
         try? reading.close()
         process.waitUntilExit()
+        let said = Self.firstLine(errors.fileHandleForReading.fileDescriptor)
+        try? errors.fileHandleForReading.close()
         if let stopped { return failed("\(stopped) and was stopped") }
         if process.terminationReason == .uncaughtSignal {
             return failed(process.terminationStatus == SIGXCPU ? "used its 30 s of CPU" : "crashed (signal \(process.terminationStatus))")
         }
-        guard process.terminationStatus == 0 else { return failed("ended with status \(process.terminationStatus)") }
+        guard process.terminationStatus == 0 else {
+            return failed("ended with status \(process.terminationStatus)" + (said.isEmpty ? "" : " (\(said))"))
+        }
         guard let outcome = try? JSONDecoder().decode(MetalinkReadOutcome.self, from: answer) else {
             return failed("answered something that is not a reading of a document")
         }

@@ -94,7 +94,11 @@ final class MetalinkReaderProcessTests: XCTestCase {
 
     func testAReaderThatDiesOrAnswersNonsenseOrTooMuchIsNotBelieved() throws {
         let dies = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script("exit 3"))))
-        XCTAssertTrue(dies?.message.contains("ended with status 3") == true, dies?.message ?? "")
+        XCTAssertTrue(dies?.message.contains("ended with status 3;") == true, dies?.message ?? "")
+        let says = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(
+            reader: try script("printf 'ferry-metalink-reader: cannot read standard input: \\033[1mno\\nsecond line\\n' >&2; exit 1"))))
+        XCTAssertTrue(says?.message.contains("ended with status 1 (cannot read standard input: [1mno);") == true,
+                      "its first line, without its name or control characters: \(says?.message ?? "")")
         let nonsense = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script(#"cat >/dev/null; echo '{"read":{}}'"#))))
         XCTAssertTrue(nonsense?.message.contains("not a reading of a document") == true, nonsense?.message ?? "")
         let flood = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: try script("exec cat /dev/zero"))))

@@ -108,7 +108,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "FerryTestSupport"]),
         // The one fake engine the core's unit tests (and the store's and desktop's) share.
         .target(name: "FerryCoreTestSupport", dependencies: ["FerryCore"], path: "Sources/FerryCoreTestSupport"),
-        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryMetalink", "FerryMetalinkParser", "FerryCoreTestSupport"]),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryInterface", "FerryMetalink", "FerryMetalinkParser", "FerryCoreTestSupport", "FerryTestSupport"]),
         .testTarget(name: "FerryStoreTests", dependencies: [
             "FerryStore", "FerryCore", "FerryCoreTestSupport", "FerryTestSupport",
             .product(name: "GRDB", package: "GRDB.swift"),

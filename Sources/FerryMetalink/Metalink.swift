@@ -20,6 +20,11 @@ public struct Metalink: Sendable, Equatable, Codable {
             self.length = length
             self.sha256 = sha256
         }
+
+        /// How many pieces of `length` bytes cover `size` bytes (the last may be shorter).
+        public static func count(size: Int64, length: Int64) -> Int64 {
+            size == 0 ? 0 : (size - 1) / length + 1
+        }
     }
 
     /// One place the file can be fetched from.
@@ -50,7 +55,7 @@ public struct Metalink: Sendable, Equatable, Codable {
     /// The `<pieces type="sha-256">` hashes, if given (they require `size`).
     public var pieces: Pieces?
     /// The http/https URLs, best first: by priority, then in document order; at most
-    /// `MetalinkParser.maxSources` (in FerryMetalinkParser).
+    /// `MetalinkLimits.maxSources`.
     public var sources: [Source]
 
     public init(name: String, size: Int64? = nil, sha256: String? = nil, pieces: Pieces? = nil, sources: [Source]) {
@@ -74,7 +79,7 @@ public struct Metalink: Sendable, Equatable, Codable {
 /// (never echoing more than a short excerpt of the document).
 public struct MetalinkError: Error, Sendable, Equatable, CustomStringConvertible, Codable {
     public enum Kind: String, Sendable, Equatable, Codable {
-        /// Over `MetalinkParser.maxDocumentBytes`.
+        /// Over `MetalinkLimits.maxDocumentBytes`.
         case tooLarge
         /// A DOCTYPE, entity or other markup declaration.
         case declarations
@@ -123,7 +128,7 @@ extension Metalink {
         if let pieces {
             guard let size else { return "pieces but no size" }
             guard (1...MetalinkLimits.maxSize).contains(pieces.length) else { return "pieces of \(pieces.length) bytes" }
-            let expected = size == 0 ? 0 : (size - 1) / pieces.length + 1
+            let expected = Pieces.count(size: size, length: pieces.length)
             guard expected > 0, Int64(pieces.sha256.count) == expected else { return "\(pieces.sha256.count) piece hashes for \(expected) pieces" }
             guard pieces.sha256.allSatisfy(Self.isLowercaseDigest) else { return "a piece hash that is not 64 lowercase hexadecimal digits" }
         }

@@ -227,7 +227,7 @@ private final class Reader: NSObject, XMLParserDelegate {
                 guard let raw = attributes["name"] else {
                     return refuse(parser, MetalinkError(.invalidValue, "the Metalink <file> has no name"))
                 }
-                if let problem = Self.nameProblem(raw) {
+                if let problem = Metalink.nameProblem(raw) {
                     return refuse(parser, MetalinkError(.invalidValue, "the Metalink file name '\(MetalinkParser.excerpt(raw))' \(problem)"))
                 }
                 name = raw
@@ -255,7 +255,7 @@ private final class Reader: NSObject, XMLParserDelegate {
                 var priority: Int?
                 if let p = attributes["priority"] {
                     let t = p.trimmingCharacters(in: .whitespaces)
-                    guard t.utf8.count <= 6, t.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int(t), (1...999_999).contains(n) else {
+                    guard t.utf8.count <= 6, t.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int(t), (1...MetalinkLimits.maxPriority).contains(n) else {
                         return refuse(parser, MetalinkError(.invalidValue, "the Metalink <url> priority '\(MetalinkParser.excerpt(p))' is not a number from 1 to 999999"))
                     }
                     priority = n
@@ -317,7 +317,7 @@ private final class Reader: NSObject, XMLParserDelegate {
             case .url:
                 defer { pendingURL = nil }
                 urlCount += 1
-                guard let usable = Self.usableURL(value) else { break }
+                guard let usable = Metalink.usableURL(value) else { break }
                 urls.append(URLDraft(url: usable, priority: pendingURL?.priority, location: pendingURL?.location, order: urlCount))
             default:
                 break
@@ -346,7 +346,7 @@ private final class Reader: NSObject, XMLParserDelegate {
             guard let size else {
                 throw MetalinkError(.invalidValue, "the Metalink file gives <pieces> but no <size> to check them against")
             }
-            let expected = size == 0 ? 0 : (size - 1) / pieces.length + 1
+            let expected = Metalink.Pieces.count(size: size, length: pieces.length)
             guard Int64(pieces.hashes.count) == expected else {
                 throw MetalinkError(.invalidValue, "the Metalink file has \(pieces.hashes.count) piece hashes; \(size) bytes in pieces of \(pieces.length) make \(expected)")
             }
@@ -366,9 +366,4 @@ private final class Reader: NSObject, XMLParserDelegate {
         return Metalink(name: name, size: size, sha256: sha256, pieces: checkedPieces, sources: Array(sources))
     }
 
-    /// Why a `<file name>` is refused, or nil.
-    static func nameProblem(_ name: String) -> String? { Metalink.nameProblem(name) }
-
-    /// An http or https URL with a host, or nil (other schemes and broken URLs are dropped).
-    static func usableURL(_ text: String) -> String? { Metalink.usableURL(text) }
 }

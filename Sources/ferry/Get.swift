@@ -118,6 +118,7 @@ struct Get: AsyncParsableCommand {
     var json = false
 
     func validate() throws {
+        let given = givenURLs // split once (PackedPositionals)
         if output != nil && directory != nil { throw ValidationError("use either -o FILE or -d DIR, not both") }
         // An unset variable in a script (`-o "$OUT"`) must not mean "here".
         if output?.isEmpty == true { throw ValidationError("-o takes a file name, not an empty one") }
@@ -130,14 +131,14 @@ struct Get: AsyncParsableCommand {
         if sha256File?.isEmpty == true { throw ValidationError("--sha256-file takes a file name, not an empty one") }
         if inputFile?.isEmpty == true { throw ValidationError("-i takes a file name (or - for standard input), not an empty one") }
         if metalink?.isEmpty == true { throw ValidationError("--metalink takes the URL of a .meta4 document, not an empty one") }
-        if metalink != nil && (!givenURLs.isEmpty || inputFile != nil || sha256File != nil) {
+        if metalink != nil && (!given.isEmpty || inputFile != nil || sha256File != nil) {
             throw ValidationError("--metalink takes no other URL: the document names the file's URLs")
         }
-        if givenURLs.isEmpty && inputFile == nil && metalink == nil { throw ValidationError("name at least one URL, or -i FILE") }
-        if output != nil && (givenURLs.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
-        if sha256 != nil && metalink == nil && (givenURLs.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
+        if given.isEmpty && inputFile == nil && metalink == nil { throw ValidationError("name at least one URL, or -i FILE") }
+        if output != nil && (given.count > 1 || inputFile != nil) { throw ValidationError("-o FILE takes a single URL; use -d DIR for several") }
+        if sha256 != nil && metalink == nil && (given.count != 1 || inputFile != nil) { throw ValidationError("--sha256 takes a single URL; use -i FILE or --sha256-file for several") }
         if let sha256, !Checksums.isHex(sha256) { throw ValidationError("--sha256 takes 64 hexadecimal digits") }
-        if (!mirrors.isEmpty || pieces != nil) && (givenURLs.count != 1 || inputFile != nil) {
+        if (!mirrors.isEmpty || pieces != nil) && (given.count != 1 || inputFile != nil) {
             throw ValidationError("--mirror and --pieces take a single URL (they describe one file)")
         }
         if mirrors.count > 16 { throw ValidationError("--mirror is given \(mirrors.count) times; at most 16 mirrors are allowed") }

@@ -117,11 +117,9 @@ struct Ferryd: ParsableCommand {
                                           batchSettleTime: batchSettle, resumeDataSeal: seal,
                                           pendingEventsPerSession: maxPendingEventsPerSession,
                                           timeZone: zone.map { z in { z } } ?? { TimeZone.current })
-        let metalinkReader = MetalinkReadQueue()
-        if metalinkReader.reader == nil {
+        if let reads = environment.metalinkReader as? MetalinkReadQueue, reads.reader == nil {
             logger.warning("\(MetalinkReadQueue.readerName) is neither beside ferryd nor in ../libexec/ferry: downloads with the metalink option will fail (InvalidMetalink)")
         }
-        environment.metalinkReader = metalinkReader
         let boot = MachineBoot.currentID()
         environment.machineRestarted = MachineBoot.changed(since: StateDatabase.directory(), current: boot)
         if environment.machineRestarted {

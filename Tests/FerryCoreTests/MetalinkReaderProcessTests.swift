@@ -1,5 +1,6 @@
 import FerryCore
 import FerryMetalink
+import FerryTestSupport
 import Foundation
 import XCTest
 
@@ -20,11 +21,9 @@ final class MetalinkReaderProcessTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
-    /// The built reader: beside the test binary (or beside `$FERRYD_PATH`).
-    var builtReader: String {
-        let beside = ProcessInfo.processInfo.environment["FERRYD_PATH"] ?? CommandLine.arguments[0]
-        return (beside as NSString).deletingLastPathComponent + "/" + MetalinkReadQueue.readerName
-    }
+    /// The built reader (`$FERRY_METALINK_READER_PATH`, else beside the test bundle).
+    let builtReader = BuiltProducts.locate(MetalinkReadQueue.readerName, variable: "FERRY_METALINK_READER_PATH",
+                                           besideBundleOf: MetalinkReaderProcessTests.self)
 
     /// A stand-in reader: a shell script.
     func script(_ body: String) throws -> String {
@@ -52,7 +51,7 @@ final class MetalinkReaderProcessTests: XCTestCase {
     }
 
     func testTheReaderReadsADocumentAndNamesWhatItRefuses() throws {
-        XCTAssertTrue(FileManager.default.isExecutableFile(atPath: builtReader), "no \(builtReader): `swift build` builds it")
+        guard let builtReader else { return XCTFail("no \(MetalinkReadQueue.readerName) built: `swift build` builds it") }
         let reader = MetalinkReadQueue(reader: builtReader)
         let hashes = (0..<3).map { String(repeating: String($0), count: 64) }
         let good = """

@@ -43,7 +43,7 @@ struct DestinationResolver {
         guard requested.hasPrefix("/") else {
             throw CoreError.invalidDestination("destination '\(requested)' is a relative path; give an absolute path")
         }
-        guard !requested.contains("\0") else {
+        guard !requested.utf8.contains(0) else {
             throw CoreError.invalidDestination("destination \(requested.debugDescription) contains a NUL character")
         }
         let path = FileSystemChecks.normalize(requested)

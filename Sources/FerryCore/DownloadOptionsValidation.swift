@@ -48,7 +48,7 @@ enum DownloadOptionsValidation {
     /// for the `.part` suffix the download is written under.
     static func validateDestinationLength(_ destination: String) throws {
         try Limits.checkPath(destination, what: "the destination")
-        let last = destination.utf8.split(separator: UInt8(ascii: "/")).last?.count ?? 0
+        let last = FileSystemChecks.lastComponent(destination).utf8.count
         let room = Limits.nameBytes - ".part".utf8.count
         guard last > room else { return }
         var isDirectory: ObjCBool = false

@@ -5,6 +5,7 @@ enum FileSystemChecks {
     /// Makes an absolute path canonical without touching the disk: no `.`/`..`
     /// components, no doubled or trailing slashes.
     static func normalize(_ path: String) -> String {
+        if isNormal(path) { return path }
         var parts: [Substring] = []
         for part in path.split(separator: "/", omittingEmptySubsequences: true) {
             if part == "." { continue }
@@ -12,6 +13,41 @@ enum FileSystemChecks {
             parts.append(part)
         }
         return "/" + parts.joined(separator: "/")
+    }
+
+    /// The last non-empty `/`-separated component of `path` ("" when it has none), as
+    /// `path.split(separator: "/").last` but without making the array of all of them.
+    static func lastComponent(_ path: String) -> Substring {
+        let bytes = path.utf8
+        let slash = UInt8(ascii: "/")
+        guard let last = bytes.lastIndex(where: { $0 != slash }) else { return "" }
+        let end = bytes.index(after: last)
+        let start = bytes[..<end].lastIndex(of: slash).map { bytes.index(after: $0) } ?? bytes.startIndex
+        return path[start..<end]
+    }
+
+    /// Whether `normalize` would give `path` back as it is: absolute, no empty, `.` or
+    /// `..` component, no `/` at the end (but `/` itself). One pass over the bytes.
+    static func isNormal(_ path: String) -> Bool {
+        let slash = UInt8(ascii: "/"), dot = UInt8(ascii: ".")
+        var bytes = path.utf8.makeIterator()
+        guard bytes.next() == slash else { return false }
+        // The component being read: its length, and whether it is all dots so far.
+        var length = 0
+        var dots = true
+        var any = false
+        while let byte = bytes.next() {
+            any = true
+            if byte == slash {
+                if length == 0 || (dots && length <= 2) { return false }
+                length = 0
+                dots = true
+            } else {
+                length += 1
+                if byte != dot { dots = false }
+            }
+        }
+        return !any || !(length == 0 || (dots && length <= 2))
     }
 
     /// An absolute, existing, writable directory, else `.invalidDestination` saying which

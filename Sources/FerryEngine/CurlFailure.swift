@@ -50,6 +50,12 @@ enum CurlFailure {
             if Int32(transfer.osErrno) == ECONNRESET {
                 return .network("The connection to \(host) was reset")
             }
+            if let tries = givenUpAfter(detail) {
+                // libcurl sends a request again, on a fresh connection, when an HTTP/2
+                // server refuses its stream or a connection dies before any answer; it
+                // gives up after a few such tries in a row.
+                return .network("\(host) did not answer the request: it was sent \(tries + 1) times, and each time the server refused it (HTTP/2 REFUSED_STREAM) or the connection closed before any answer")
+            }
             return .network("The connection to \(host) failed while receiving data")
         case CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_BAD_CONTENT_ENCODING:
             return .network("\(host) sent a malformed response")
@@ -89,6 +95,14 @@ enum CurlFailure {
             let why = detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
             return .network("\(isUpload ? "Upload to" : "Download from") \(host) failed: \(why)")
         }
+    }
+
+    /// N in libcurl's "Connection died, tried N times before giving up": the number of
+    /// times it sent the request again (after the first), as the server's log counts.
+    static func givenUpAfter(_ detail: String) -> Int? {
+        let marker = "Connection died, tried "
+        guard detail.hasPrefix(marker) else { return nil }
+        return Int(detail.dropFirst(marker.count).prefix { $0.isNumber })
     }
 
     /// "host:port" of the proxy the request went through (the session's `proxy`, else

@@ -78,6 +78,48 @@ final class NamingTests: XCTestCase {
         XCTAssertEqual(try RequestURL.validate("http://example.com/f").host, "example.com:80")
     }
 
+    /// Spaces and control characters are refused in URLs whatever the script: ASCII
+    /// ones (looked at byte by byte) and Unicode's (looked up per character).
+    func testURLsWithSpacesOrControlCharactersAreRefused() {
+        for bad in ["https://h/a b", "https://h/a\tb", "https://h/a\u{7F}", "https://h/\u{1}", "https://h/é\u{2003}x",
+                    "https://h/\u{A0}", "https://h/ü\n", "https://h/\u{3000}"] {
+            XCTAssertTrue(RequestURL.hasSpaceOrControl(bad), bad.debugDescription)
+            XCTAssertThrowsError(try RequestURL.validate(bad), bad.debugDescription)
+        }
+        for good in ["https://h/a%20b", "https://h/é", "https://例え.jp/ファイル", "https://h/~x!$&'()*+,;=:@"] {
+            XCTAssertFalse(RequestURL.hasSpaceOrControl(good), good)
+        }
+    }
+
+    /// `normalize` returns a path unchanged exactly when it is already canonical, and
+    /// `lastComponent` finds the last name in it: every path of up to 7 characters of
+    /// `/`, `.` and `a` agrees with the split-and-join rule.
+    func testNormalPathsAreKeptAsTheyAre() {
+        func splitAndJoin(_ path: String) -> String {
+            var parts: [Substring] = []
+            for part in path.split(separator: "/") {
+                if part == "." { continue }
+                if part == ".." { _ = parts.popLast(); continue }
+                parts.append(part)
+            }
+            return "/" + parts.joined(separator: "/")
+        }
+        var paths = [""]
+        var checked = 0
+        for _ in 1...7 {
+            paths = paths.flatMap { p in ["/", ".", "a"].map { p + $0 } }
+            for path in paths {
+                XCTAssertEqual(FileSystemChecks.normalize(path), splitAndJoin(path), path)
+                XCTAssertEqual(FileSystemChecks.isNormal(path), splitAndJoin(path) == path, path)
+                XCTAssertEqual(FileSystemChecks.lastComponent(path), path.split(separator: "/").last ?? "", path)
+                checked += 1
+            }
+        }
+        XCTAssertEqual(checked, 3_279)
+        XCTAssertEqual(FileSystemChecks.normalize("/home/u/Downloads/..."), "/home/u/Downloads/...")
+        XCTAssertEqual(FileSystemChecks.normalize("/home/u/./Downloads//x/../"), "/home/u/Downloads")
+    }
+
     func testRedaction() {
         XCTAssertEqual(RequestURL.redacted("https://user:secret@host/x"), "https://host/x")
         // Too broken to say where the authority ends (a slash, '?' or '#' in the password,

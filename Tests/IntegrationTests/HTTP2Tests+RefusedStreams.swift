@@ -56,8 +56,32 @@ extension HTTP2Tests {
         XCTAssertEqual(Set(served).count, count)
     }
 
+    /// A server that refuses every request for a file (`REFUSED_STREAM` each time, as an
+    /// overloaded front end might) fails the download with a message that says so, not
+    /// with a vague receiving error; nothing is left at the destination.
+    func testAServerThatRefusesEveryRequestFailsSayingSo() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 1)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.AlwaysRefused", ["retries": .uint32(0)])
+
+        let t = try await s.download(base + "/always/f0.bin", options: ["destination": .string(work + "/f0.bin")])
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network")
+        XCTAssertTrue(info.errorMessage.hasPrefix(base.dropFirst("https://".count) + " did not answer the request"), info.errorMessage)
+        XCTAssertTrue(info.errorMessage.contains("the server refused it (HTTP/2 REFUSED_STREAM)"), info.errorMessage)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/f0.bin"))
+        // The number of tries the message gives is the number of refusals the server made.
+        let refused = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").filter { $0.contains(" refused /always/") }
+        XCTAssertGreaterThan(refused.count, 1, "sent again after a refusal")
+        XCTAssertTrue(info.errorMessage.contains("it was sent \(refused.count) times"), "\(refused.count) refusals: \(info.errorMessage)")
+    }
+
     /// The server of `startRefusingServer`: asyncio, ssl and hyper-h2 (Debian's python3-h2).
-    /// Paths under the refused prefix are the files without it, the first request for each refused.
+    /// Paths under the refused prefix are the files without it, the first request for each
+    /// refused; every request for a path under `/always/` is refused.
     static let refusingServerScript = """
     import asyncio, os, ssl, sys
     import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
@@ -102,6 +126,10 @@ extension HTTP2Tests {
 
         def request(self, stream, headers):
             path = headers.get(":path", "/")
+            if path.startswith("/always/"):
+                log.write(f"{self.serial} refused {path}\\n")
+                self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                return
             if path.startswith(refused_prefix + "/"):
                 if path not in refused_once:
                     refused_once.add(path)

@@ -39,7 +39,9 @@ let package = Package(
         // The Metalink 4 parser (FoundationXML, libxml2): only in ferry-metalink-reader, the
         // process ferryd reads a fetched document with, and in the tests.
         .target(name: "FerryMetalinkParser", dependencies: ["FerryMetalink"]),
-        .executableTarget(name: "ferry-metalink-reader", dependencies: ["FerryMetalink", "FerryMetalinkParser"]),
+        // The reader's seccomp filter (C: the kernel's BPF macros).
+        .target(name: "CReaderConfinement"),
+        .executableTarget(name: "ferry-metalink-reader", dependencies: ["FerryMetalink", "FerryMetalinkParser", "CReaderConfinement"]),
         // The domain: sessions, transfers, scheduler, events. No C modules.
         .target(name: "FerryCore", dependencies: [
             "FerryConcurrency", "FerryInterface", "FerryMetalink",

@@ -18,11 +18,13 @@ public protocol MetalinkReading: AnyObject, Sendable {
 /// The document comes from a server, and the XML parser is C (libxml2): parsed in a
 /// process that ends with it, a memory-safety flaw a document finds in the parser cannot
 /// corrupt the daemon's memory, and the daemon does not load the parser's libraries
-/// (FoundationXML, libxml2, ICU's `libicuuc`: 1.3 MiB of every ferryd). It is not a
-/// sandbox: the reader runs as the same user, though with an empty environment and, once
-/// it has read the document, no way to open a file, socket or pipe (`RLIMIT_NOFILE`). What it
-/// answers is checked again as the parser would (`Metalink.problem`), so a reader gone
-/// wrong can make ferryd use nothing a document could not say.
+/// (FoundationXML, libxml2, ICU's `libicuuc`: 1.3 MiB of every ferryd). The reader runs
+/// as the same user, with an empty environment; once it has read the document a seccomp
+/// filter lets it only compute and answer on its standard streams (no open, socket,
+/// fork, exec, signal to another process or change on disk: see the reader's
+/// `confine()`). What it answers is checked again as the parser would
+/// (`Metalink.problem`), so a reader gone wrong can make ferryd use nothing a document
+/// could not say.
 ///
 /// The reader gets `timeLimit` seconds (and sets itself 30 s of CPU) and may answer with
 /// at most `maxOutputBytes`; a reader that cannot be started, is stopped, dies or answers

@@ -1,3 +1,4 @@
+import CReaderConfinement
 import FerryMetalink
 import FerryMetalinkParser
 import Foundation
@@ -15,6 +16,44 @@ import Foundation
 var cpu = rlimit(rlim_cur: 30, rlim_max: 30)
 _ = setrlimit(Int32(RLIMIT_CPU.rawValue), &cpu)
 
+/// From here on the process can do nothing but compute and answer on the descriptors it
+/// has (its standard input, output and error): no file, socket or pipe opened, no
+/// program run, no process started or signalled, nothing changed on disk (a seccomp
+/// filter refuses every other system call with EPERM; no descriptor beyond the three
+/// either), so a flaw the document finds in the parser or its libraries reaches nothing
+/// from here. A reader that cannot be confined reads no document.
+func confine() {
+    var files = rlimit(rlim_cur: 3, rlim_max: 3)
+    _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+    let error = ferry_confine_reader()
+    guard error == 0 else {
+        FileHandle.standardError.write(Data("ferry-metalink-reader: cannot confine itself (seccomp): \(String(cString: strerror(error)))\n".utf8))
+        exit(1)
+    }
+}
+
+// `--check-confinement`: confines itself as for a document, then tries what a parser
+// flaw would try, and says on standard output what the kernel answered; exit status 0
+// when everything was refused. For packagers and the tests.
+if CommandLine.arguments.dropFirst().first == "--check-confinement" {
+    confine()
+    var refusedAll = true
+    func tried(_ what: String, _ result: Int32) {
+        let answer = result == -1 ? "refused (\(String(cString: strerror(errno))))" : "ALLOWED"
+        if result != -1 { refusedAll = false }
+        print("\(what): \(answer)")
+    }
+    tried("open /", open("/", O_RDONLY | O_DIRECTORY))
+    tried("socket", socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0))
+    let child = fork()
+    if child == 0 { _exit(0) }
+    tried("fork", child)
+    tried("execve /bin/true", execve("/bin/true", [strdup("/bin/true"), nil], [nil]))
+    tried("kill the parent", kill(getppid(), 0))
+    tried("mkdir /tmp/ferry-confined", mkdir("/tmp/ferry-confined", 0o700))
+    exit(refusedAll ? 0 : 1)
+}
+
 let input: Data
 do {
     input = try FileHandle.standardInput.read(upToCount: MetalinkLimits.maxDocumentBytes + 1) ?? Data()
@@ -23,11 +62,7 @@ do {
     exit(1)
 }
 
-// From here on the process can open nothing: no file, socket or pipe (it keeps its
-// standard input, output and error, all it needs), so a flaw the document finds in the
-// parser cannot reach a file or the bus from here. (Not a sandbox: see MetalinkReadQueue.)
-var files = rlimit(rlim_cur: 3, rlim_max: 3)
-_ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &files)
+confine()
 
 let outcome: MetalinkReadOutcome
 do {

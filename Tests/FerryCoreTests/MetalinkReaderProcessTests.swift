@@ -77,6 +77,42 @@ final class MetalinkReaderProcessTests: XCTestCase {
         XCTAssertEqual(big?.kind, .tooLarge, big?.message ?? "")
     }
 
+    /// Once it has its document the reader can only compute and answer: opening, making a
+    /// socket, forking, running a program, signalling another process and changing the
+    /// disk are refused by its seccomp filter (EPERM; its descriptor limit alone would say
+    /// EMFILE to the first two and allow the rest). A large document is still read whole.
+    func testTheReaderIsConfinedOnceItHasItsDocument() throws {
+        guard let builtReader else { return XCTFail("no \(MetalinkReadQueue.readerName) built: `swift build` builds it") }
+        let check = Process()
+        check.executableURL = URL(fileURLWithPath: builtReader)
+        check.arguments = ["--check-confinement"]
+        let out = Pipe()
+        check.standardOutput = out
+        try check.run()
+        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        check.waitUntilExit()
+        let lines = said.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.map { $0.components(separatedBy: ": ")[0] },
+                       ["open /", "socket", "fork", "execve /bin/true", "kill the parent", "mkdir /tmp/ferry-confined"], said)
+        for line in lines { XCTAssertTrue(line.hasSuffix(": refused (\(String(cString: strerror(EPERM))))"), line) }
+        XCTAssertEqual(check.terminationStatus, 0, said)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "/tmp/ferry-confined"))
+
+        let pieces = 50_000
+        let hash = String(repeating: "c", count: 64)
+        let large = """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink"><file name="large.iso"><size>\(pieces * 1024)</size>
+            <pieces length="1024" type="sha-256">\(String(repeating: "<hash>\(hash)</hash>\n", count: pieces))</pieces>
+            <url>https://a.example/large.iso</url></file></metalink>
+            """
+        XCTAssertGreaterThan(large.utf8.count, 3_500_000)
+        guard case .success(let m) = read(Data(large.utf8), with: MetalinkReadQueue(reader: builtReader)) else {
+            return XCTFail("the large document was not read")
+        }
+        XCTAssertEqual(m.pieces?.sha256.count, pieces)
+    }
+
     func testAMissingReaderFailsTheDocumentSayingSo() {
         let e = failure(read(Data("<x/>".utf8), with: MetalinkReadQueue(reader: nil)))
         XCTAssertTrue(e?.message.contains("ferry-metalink-reader") == true, e?.message ?? "")

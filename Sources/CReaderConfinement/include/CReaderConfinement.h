@@ -1,0 +1,12 @@
+#ifndef FERRY_READER_CONFINEMENT_H
+#define FERRY_READER_CONFINEMENT_H
+
+/// Confines the calling process, every thread of it, for good: from here on only the
+/// system calls a parser needs to compute and answer succeed (reading and writing the
+/// descriptors it has, memory, futexes, signals to itself, the clock, exit); every
+/// other call fails with EPERM: no open, socket, exec, fork, kill of another process,
+/// ptrace or file system change. Sets no_new_privs first (the kernel asks for it).
+/// Returns 0, or the errno of what failed (the process is then as it was).
+int ferry_confine_reader(void);
+
+#endif

@@ -15,8 +15,9 @@ enum FileSystemChecks {
         return "/" + parts.joined(separator: "/")
     }
 
-    /// The last non-empty `/`-separated component of `path` ("" when it has none), as
-    /// `path.split(separator: "/").last` but without making the array of all of them.
+    /// The last non-empty component of `path` between `/` bytes ("" when it has none):
+    /// `path.utf8.split(separator: "/").last`, without making the array of all of them.
+    /// (A split on characters differs only where a combining mark follows a `/`.)
     static func lastComponent(_ path: String) -> Substring {
         let bytes = path.utf8
         let slash = UInt8(ascii: "/")

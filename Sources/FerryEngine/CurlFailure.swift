@@ -11,6 +11,13 @@ enum CurlFailure {
         let seconds = secondsText(transfer.request.requestTimeout)
         let isUpload = transfer.request.upload != nil
         let via = isUpload ? "uploading to \(host)" : "downloading from \(host)"
+        if (code == CURLE_RECV_ERROR || code == CURLE_SEND_ERROR) && detail.hasPrefix(givenUp) {
+            // libcurl sends a request again, on a fresh connection, when an HTTP/2 server
+            // refuses its stream or a reused connection dies before any answer; it gives
+            // up after a few such tries (counted per handle, redirects included: no number
+            // is given here).
+            return .network("\(host) did not answer the request: it was sent again on fresh connections until libcurl gave up, each time refused by the server (HTTP/2 REFUSED_STREAM) or closed before any answer")
+        }
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST where resolvedNameIsTheProxy(transfer):
             // A SOCKS proxy's own name that does not resolve comes as the host's (libcurl 7.88).
@@ -49,12 +56,6 @@ enum CurlFailure {
         case CURLE_RECV_ERROR:
             if Int32(transfer.osErrno) == ECONNRESET {
                 return .network("The connection to \(host) was reset")
-            }
-            if let tries = givenUpAfter(detail) {
-                // libcurl sends a request again, on a fresh connection, when an HTTP/2
-                // server refuses its stream or a connection dies before any answer; it
-                // gives up after a few such tries in a row.
-                return .network("\(host) did not answer the request: it was sent \(tries + 1) times, and each time the server refused it (HTTP/2 REFUSED_STREAM) or the connection closed before any answer")
             }
             return .network("The connection to \(host) failed while receiving data")
         case CURLE_WEIRD_SERVER_REPLY, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_HTTP3, CURLE_BAD_CONTENT_ENCODING:
@@ -97,13 +98,9 @@ enum CurlFailure {
         }
     }
 
-    /// N in libcurl's "Connection died, tried N times before giving up": the number of
-    /// times it sent the request again (after the first), as the server's log counts.
-    static func givenUpAfter(_ detail: String) -> Int? {
-        let marker = "Connection died, tried "
-        guard detail.hasPrefix(marker) else { return nil }
-        return Int(detail.dropFirst(marker.count).prefix { $0.isNumber })
-    }
+    /// How libcurl's message begins when it has sent a request again too many times
+    /// ("Connection died, tried 5 times before giving up").
+    static let givenUp = "Connection died, tried "
 
     /// "host:port" of the proxy the request went through (the session's `proxy`, else
     /// the environment's for the URL's scheme), without credentials; nil without one.

@@ -34,23 +34,33 @@ func confine() {
 
 // `--check-confinement`: confines itself as for a document, then tries what a parser
 // flaw would try, and says on standard output what the kernel answered; exit status 0
-// when everything was refused. For packagers and the tests.
+// when the filter refused each (EPERM: without it, the missing program would be ENOENT,
+// the descriptor limit EMFILE). For packagers and the tests.
 if CommandLine.arguments.dropFirst().first == "--check-confinement" {
     confine()
     var refusedAll = true
     func tried(_ what: String, _ result: Int32) {
-        let answer = result == -1 ? "refused (\(String(cString: strerror(errno))))" : "ALLOWED"
-        if result != -1 { refusedAll = false }
-        print("\(what): \(answer)")
+        let code = errno
+        let refused = result == -1 && code == EPERM
+        if !refused { refusedAll = false }
+        print("\(what): \(result == -1 ? "refused (\(String(cString: strerror(code))))" : "ALLOWED")")
     }
     tried("open /", open("/", O_RDONLY | O_DIRECTORY))
     tried("socket", socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0))
     let child = fork()
     if child == 0 { _exit(0) }
     tried("fork", child)
-    tried("execve /bin/true", execve("/bin/true", [strdup("/bin/true"), nil], [nil]))
+    // A program that does not exist: only the filter answers EPERM, and an exec that
+    // went through could not replace this process with one that says nothing.
+    let program = "/nonexistent/ferry-check-confinement"
+    tried("execve \(program)", execve(program, [strdup(program), nil], [nil]))
     tried("kill the parent", kill(getppid(), 0))
-    tried("mkdir /tmp/ferry-confined", mkdir("/tmp/ferry-confined", 0o700))
+    let code = mmap(nil, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    tried("mmap executable memory", code == MAP_FAILED ? -1 : 0)
+    let folder = NSTemporaryDirectory() + "ferry-check-confinement-\(getpid())"
+    let made = mkdir(folder, 0o700)
+    tried("mkdir \(folder)", made)
+    if made == 0 { rmdir(folder) }
     exit(refusedAll ? 0 : 1)
 }
 

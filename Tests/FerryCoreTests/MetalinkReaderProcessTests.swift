@@ -78,9 +78,10 @@ final class MetalinkReaderProcessTests: XCTestCase {
     }
 
     /// Once it has its document the reader can only compute and answer: opening, making a
-    /// socket, forking, running a program, signalling another process and changing the
-    /// disk are refused by its seccomp filter (EPERM; its descriptor limit alone would say
-    /// EMFILE to the first two and allow the rest). A large document is still read whole.
+    /// socket, forking, running a program, signalling another process, mapping executable
+    /// memory and changing the disk are refused by its seccomp filter (EPERM; without it the descriptor limit would
+    /// say EMFILE to the first two, the missing program ENOENT, and the rest would work).
+    /// A large document is still read whole.
     func testTheReaderIsConfinedOnceItHasItsDocument() throws {
         guard let builtReader else { return XCTFail("no \(MetalinkReadQueue.readerName) built: `swift build` builds it") }
         let check = Process()
@@ -92,11 +93,11 @@ final class MetalinkReaderProcessTests: XCTestCase {
         let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         check.waitUntilExit()
         let lines = said.split(separator: "\n").map(String.init)
-        XCTAssertEqual(lines.map { $0.components(separatedBy: ": ")[0] },
-                       ["open /", "socket", "fork", "execve /bin/true", "kill the parent", "mkdir /tmp/ferry-confined"], said)
+        let tried = lines.map { $0.components(separatedBy: ": ")[0] }
+        XCTAssertEqual(tried.map { $0.split(separator: " ").first ?? "" },
+                       ["open", "socket", "fork", "execve", "kill", "mmap", "mkdir"], said)
         for line in lines { XCTAssertTrue(line.hasSuffix(": refused (\(String(cString: strerror(EPERM))))"), line) }
         XCTAssertEqual(check.terminationStatus, 0, said)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: "/tmp/ferry-confined"))
 
         let pieces = 50_000
         let hash = String(repeating: "c", count: 64)

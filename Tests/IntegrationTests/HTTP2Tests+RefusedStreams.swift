@@ -71,12 +71,10 @@ extension HTTP2Tests {
         XCTAssertEqual(info.state, "failed")
         XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network")
         XCTAssertTrue(info.errorMessage.hasPrefix(base.dropFirst("https://".count) + " did not answer the request"), info.errorMessage)
-        XCTAssertTrue(info.errorMessage.contains("the server refused it (HTTP/2 REFUSED_STREAM)"), info.errorMessage)
+        XCTAssertTrue(info.errorMessage.contains("refused by the server (HTTP/2 REFUSED_STREAM)"), info.errorMessage)
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/f0.bin"))
-        // The number of tries the message gives is the number of refusals the server made.
         let refused = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").filter { $0.contains(" refused /always/") }
-        XCTAssertGreaterThan(refused.count, 1, "sent again after a refusal")
-        XCTAssertTrue(info.errorMessage.contains("it was sent \(refused.count) times"), "\(refused.count) refusals: \(info.errorMessage)")
+        XCTAssertGreaterThan(refused.count, 1, "sent again after a refusal, as the message says")
     }
 
     /// The server of `startRefusingServer`: asyncio, ssl and hyper-h2 (Debian's python3-h2).

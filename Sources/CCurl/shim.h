@@ -1,6 +1,7 @@
 #ifndef FERRY_CCURL_SHIM_H
 #define FERRY_CCURL_SHIM_H
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <locale.h>
 #include <string.h>
 
@@ -83,6 +84,47 @@ static inline CURLUcode ferry_url_check(const char *url) {
     }
     curl_url_cleanup(u);
     return rc;
+}
+
+/* Whether a request went out on an HTTP/2 connection, known before any answer comes:
+   libcurl 7.88 reports the HTTP version of a response only (CURLINFO_HTTP_VERSION is 0
+   for a request whose connection died unanswered). Its pre-request callback runs once
+   the connection is up, before each request is sent (redirects included); there the
+   TLS session says what ALPN chose. OpenSSL's SSL_get0_alpn_selected is looked up in
+   the process (libcurl loaded libssl): no OpenSSL headers or link. With another TLS
+   backend, or over plain http (never multiplexed by Ferry), it stays 0 (not known). */
+struct ferry_alpn_probe {
+    CURL *easy;
+    int http2;
+};
+
+static inline int ferry_connection_negotiated_h2(CURL *h) {
+    struct curl_tlssessioninfo *info = NULL;
+    if (curl_easy_getinfo(h, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || info == NULL
+        || info->backend != CURLSSLBACKEND_OPENSSL || info->internals == NULL) return 0;
+    typedef void (*selected_fn)(const void *, const unsigned char **, unsigned int *);
+    static selected_fn selected = NULL;
+    if (selected == NULL) selected = (selected_fn)dlsym(RTLD_DEFAULT, "SSL_get0_alpn_selected");
+    if (selected == NULL) return 0;
+    const unsigned char *protocol = NULL;
+    unsigned int length = 0;
+    selected(info->internals, &protocol, &length);
+    return length == 2 && protocol != NULL && memcmp(protocol, "h2", 2) == 0;
+}
+
+static int ferry_alpn_prereq(void *probe, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+    (void)primary_ip; (void)local_ip; (void)primary_port; (void)local_port;
+    struct ferry_alpn_probe *p = probe;
+    p->http2 = ferry_connection_negotiated_h2(p->easy);
+    return CURL_PREREQFUNC_OK;
+}
+
+/* `probe` must outlive the handle's requests (its owner cleans the handle up first). */
+static inline CURLcode ferry_easy_probe_alpn(CURL *h, struct ferry_alpn_probe *probe) {
+    probe->easy = h;
+    probe->http2 = 0;
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, ferry_alpn_prereq);
+    return rc == CURLE_OK ? curl_easy_setopt(h, CURLOPT_PREREQDATA, (void *)probe) : rc;
 }
 
 /* curl_global_init's flag macros combine other macros; spell the default here. */

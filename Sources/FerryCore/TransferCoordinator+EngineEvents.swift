@@ -29,6 +29,7 @@ extension TransferCoordinator {
             case .progress(let id, let written, let total, let expected): handleProgress(id, written, total, expected)
             case .completed(let id, let outcome): handleAttemptEnd(id, outcome)
             case .connectionsFreed(let id): handleConnectionsFreed(id)
+            case .unansweredStream(let id): handleUnansweredStream(id)
             case .segments(let id, let map): handleSegments(id, map)
             case .durable(let id, let part): handleDurable(id, part)
             }
@@ -41,6 +42,16 @@ extension TransferCoordinator {
         guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
         t.connectionsFreed = true
         reindex(t)
+    }
+
+    /// Its request was a stream of an HTTP/2 connection, and no answer came before the
+    /// attempt failed: if the connection was lost, the transfer is tried again at once
+    /// (`attemptFailed`), even on an origin that had not answered before. The origin
+    /// multiplexes (ALPN chose h2), as its first answer would have said.
+    private func handleUnansweredStream(_ id: TransferID) {
+        guard let t = transfers[id], t.state == .running, !t.stopInFlight, !t.isAwaitingMetalink else { return }
+        if t.options.connections <= 1 { index.setMultiplexing(HostKey(session: t.session, host: t.host), true) }
+        t.onSharedConnection = true
     }
 
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {

@@ -189,6 +189,11 @@ public enum EngineEvent: Sendable, Equatable {
     /// transfers; its file is being flushed (`.completed` follows). Sent by downloads
     /// whose flush takes a while, so that the next transfer need not wait for a sync.
     case connectionsFreed(TransferID)
+    /// The attempt's request went out as a stream of an HTTP/2 connection (ALPN) and the
+    /// attempt fails before any answer to it: sent just before its `.completed(.failed)`.
+    /// A network failure then is the shared connection's loss, not the transfer's own
+    /// (as for a stream whose answer had begun: `EngineResponse.multiplexed`).
+    case unansweredStream(TransferID)
     /// Always the last event of an attempt.
     case completed(TransferID, EngineOutcome)
     /// A segmented download's map of the ranges on disk: after its `.response`, with

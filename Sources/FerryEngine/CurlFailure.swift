@@ -98,6 +98,14 @@ enum CurlFailure {
         }
     }
 
+    /// A failed request that went out as a stream of an HTTP/2 connection and had no
+    /// answer (the caller knows that): the engine says so (`EngineEvent.unansweredStream`),
+    /// so that the loss of the shared connection does not count against the transfer. Not
+    /// when libcurl itself sent it again until it gave up: that server refuses it.
+    static func isUnansweredStream(_ alpn: ALPNProbe, detail: String) -> Bool {
+        alpn.negotiatedHTTP2 && !detail.hasPrefix(givenUp)
+    }
+
     /// How libcurl's message begins when it has sent a request again too many times
     /// ("Connection died, tried 5 times before giving up").
     static let givenUp = "Connection died, tried "

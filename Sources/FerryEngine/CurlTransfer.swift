@@ -122,6 +122,8 @@ final class CurlTransfer {
     private(set) var alreadyComplete = false
     /// Why a callback aborted the transfer.
     private(set) var failure: CoreError?
+    /// Whether its request went out on an HTTP/2 connection.
+    let alpn = ALPNProbe()
 
     /// Where the attempt's body ends in the part file once what `body` holds is written
     /// (`writeBufferedBody`, before the attempt ends and before the file is read).
@@ -167,6 +169,7 @@ final class CurlTransfer {
         headerList = setup.headerList
         setup.callbacks(owner: Unmanaged.passUnretained(self).toOpaque(), errorBuffer: errorBuffer,
                         body: curlWriteBody, header: curlHeaderLine)
+        setup.probeALPN(alpn)
         setupError = setup.error
     }
 

@@ -77,6 +77,12 @@ struct EasyHandleSetup {
         pointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
     }
 
+    /// Has `probe` learn, before each request is sent, whether it goes out on an HTTP/2
+    /// connection (see `ALPNProbe`).
+    mutating func probeALPN(_ probe: ALPNProbe) {
+        check(ferry_easy_probe_alpn(easy, probe.state))
+    }
+
     mutating func addHeader(_ line: String) {
         headerList = curl_slist_append(headerList, line)
     }
@@ -127,4 +133,24 @@ enum TrustedCertificates {
         guard let folder = ProcessInfo.processInfo.environment["SSL_CERT_DIR"], !folder.isEmpty else { return nil }
         return folder
     }()
+}
+
+/// Whether a handle's request went out as a stream of an HTTP/2 connection (ALPN chose
+/// h2), known once the connection is up, before any answer: a request whose shared
+/// connection is lost before its answer is no failure of its own (the core tries it again
+/// at once, as one whose answer had begun), which libcurl 7.88's `CURLINFO_HTTP_VERSION`
+/// (0 until a response) cannot tell. Set on the engine thread by libcurl's pre-request
+/// callback (`ferry_easy_probe_alpn`); its owner keeps it as long as the handle.
+final class ALPNProbe {
+    let state: UnsafeMutablePointer<ferry_alpn_probe>
+
+    init() {
+        state = .allocate(capacity: 1)
+        state.initialize(to: ferry_alpn_probe(easy: nil, http2: 0))
+    }
+
+    deinit { state.deallocate() }
+
+    /// The request last sent (redirects included) went out on an HTTP/2 connection.
+    var negotiatedHTTP2: Bool { state.pointee.http2 != 0 }
 }

@@ -99,6 +99,9 @@ final class SingleDownload: EngineAttempt {
             error = failure
         } else if code != CURLE_OK {
             error = CurlFailure.error(for: code, in: transfer)
+            if !transfer.responseReady, CurlFailure.isUnansweredStream(transfer.alpn, detail: transfer.curlErrorDetail) {
+                loop.emit(.unansweredStream(id))
+            }
         } else if !transfer.responseReady {
             error = .network("\(transfer.hostDescription) ended the response before its headers were complete")
         } else if transfer.expectedTotal >= 0 && transfer.bytesOnDisk != transfer.expectedTotal {

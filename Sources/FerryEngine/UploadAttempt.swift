@@ -34,6 +34,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private var mime: OpaquePointer?
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer: UnsafeMutablePointer<CChar>
+    /// Whether its request went out on an HTTP/2 connection.
+    private let alpn = ALPNProbe()
     /// Our own duplicate of the caller's descriptor, for this attempt.
     var fd: Int32 = -1
     /// Where the answer goes when saved to a file.
@@ -173,6 +175,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         setup.installHeaders()
         headerList = setup.headerList
         setup.callbacks(owner: me, errorBuffer: errorBuffer, body: uploadResponseBody, header: uploadHeaderLine)
+        setup.probeALPN(alpn)
         return setup.error
     }
 
@@ -185,6 +188,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
                                                expectedTotal: source.size, bytesOnDisk: position, lastLocation: reader.lastLocation,
                                                writtenPath: source.responseDestination ?? source.fileName)
             error = CurlFailure.error(for: code, in: context)
+            if finalHead == nil, CurlFailure.isUnansweredStream(alpn, detail: context.curlErrorDetail) {
+                loop.emit(.unansweredStream(id))
+            }
         } else if finalHead == nil {
             error = .network("\(EasyHandleSetup.hostDescription(request.url)) ended the response before its headers were complete")
         } else if position != source.size {

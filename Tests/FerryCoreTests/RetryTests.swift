@@ -61,6 +61,28 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(later), .failed, "no retries are allowed")
     }
 
+    /// On an origin that has answered nothing yet, a request the engine says went out as
+    /// an HTTP/2 stream (`unansweredStream`) and whose connection went is tried again at
+    /// once, and the origin counts as multiplexing from then on (more than the six
+    /// transfers an unknown origin gets run); without that word the same loss counts.
+    func testAStreamLostBeforeAnOriginsFirstAnswerIsTriedAgainAtOnce() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let transfers = try (0..<8).map { _ in try h.download(s) }
+        XCTAssertEqual(transfers.filter { h.state($0) == .running }.count, 6, "an unknown origin: one transfer per connection")
+        let first = transfers[0]
+        h.send(.unansweredStream(first))
+        h.fail(first, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(first), .running, "started again at once, no wait, no retry used")
+        XCTAssertEqual(h.engine.started.filter { $0.id == first }.count, 2)
+        XCTAssertEqual(transfers.filter { h.state($0) == .running }.count, 8, "the origin multiplexes: all run as streams")
+
+        let other = try h.openSession("com.example.Other") { $0.retries = 0 }
+        let plain = try h.download(other)
+        h.fail(plain, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(plain), .failed, "no word of a stream: its own failure, and no retries are allowed")
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

@@ -70,7 +70,7 @@ extension EngineEvent {
     var transferID: TransferID {
         switch self {
         case .response(let id, _), .progress(let id, _, _, _), .completed(let id, _), .segments(let id, _),
-             .connectionsFreed(let id), .durable(let id, _): return id
+             .connectionsFreed(let id), .unansweredStream(let id), .durable(let id, _): return id
         }
     }
 

@@ -77,15 +77,64 @@ extension HTTP2Tests {
         XCTAssertGreaterThan(refused.count, 1, "sent again after a refusal, as the message says")
     }
 
+    /// The first connection to a new HTTP/2 origin goes while its first requests wait for
+    /// their answers: the origin has answered nothing yet, but ALPN chose h2, so each request
+    /// was a stream of a shared connection. Every transfer is tried again at once and
+    /// completes byte-exact, though its session allows no retry: none counts the loss as a
+    /// failed attempt (none fails, none waits to retry). The server closes the connection
+    /// (TLS close and FIN).
+    func testAConnectionClosedBeforeAnOriginsFirstAnswerFailsNoTransfer() async throws {
+        try await loseFirstConnection(how: "close")
+    }
+
+    /// As above, the connection dropped at once (asyncio's `abort`: libcurl reads a reset,
+    /// with no word of HTTP/2 in its error).
+    func testAConnectionAbortedBeforeAnOriginsFirstAnswerFailsNoTransfer() async throws {
+        try await loseFirstConnection(how: "abort")
+    }
+
+    private func loseFirstConnection(how: String) async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 6
+        let (root, bodies) = try makeSite(count: count)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.FirstConnectionLost", ["retries": .uint32(0)])
+
+        var transfers: [FerryTransfer] = []
+        for i in bodies.indices {
+            transfers.append(try await s.download(base + "/\(how)/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        for t in transfers {
+            let info = try await finish(t, timeout: 60)
+            XCTAssertEqual(info.state, "completed", "\(t.path): \(info.errorName) \(info.errorMessage)")
+            XCTAssertEqual(info.errorName, "", "\(t.path) keeps no error")
+        }
+        for i in bodies.indices { assertFile(work + "/f\(i).bin", equals: bodies[i]) }
+        let paths = Set(transfers.map(\.path))
+        let waitedToRetry = signals.all.filter {
+            $0.member == "PropertiesChanged" && paths.contains($0.path) && $0.changed["WaitingReason"]?.string == "retry"
+        }
+        XCTAssertEqual(waitedToRetry.count, 0, "no transfer waited to retry: the loss was no failed attempt")
+
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        XCTAssertEqual(lines.filter { $0[1] == Substring(how) }.count, 1, "the server dropped its first connection: \(lines)")
+        XCTAssertEqual(lines.first?[1], Substring(how), "before it answered anything: \(lines)")
+        XCTAssertEqual(Set(lines.filter { $0[1] == "200" }.map { String($0[2]) }).count, count, "every file was served")
+    }
+
     /// The server of `startRefusingServer`: asyncio, ssl and hyper-h2 (Debian's python3-h2).
     /// Paths under the refused prefix are the files without it, the first request for each
-    /// refused; every request for a path under `/always/` is refused.
+    /// refused; every request for a path under `/always/` is refused. Paths under `/close/`
+    /// and `/abort/` are the files without it; the first connection that asks for one is
+    /// closed (TLS close, then FIN) or dropped at once (`abort`), its requests unanswered.
     static let refusingServerScript = """
     import asyncio, os, ssl, sys
     import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
 
     root, certificate, key, refused_prefix, log_path = sys.argv[1:6]
     refused_once = set()
+    dropped = set()
     log = open(log_path, "a", buffering=1)
     serials = iter(range(1, 1 << 30))
 
@@ -104,6 +153,8 @@ extension HTTP2Tests {
                 self.transport.write(data)
 
         def data_received(self, data):
+            if self.transport.is_closing():
+                return
             try:
                 events = self.h2.receive_data(data)
             except h2.exceptions.ProtocolError:
@@ -111,6 +162,8 @@ extension HTTP2Tests {
                 self.transport.close()
                 return
             for event in events:
+                if self.transport.is_closing():
+                    return
                 if isinstance(event, h2.events.RequestReceived):
                     self.request(event.stream_id, dict(event.headers))
                 elif isinstance(event, h2.events.StreamReset):
@@ -128,6 +181,14 @@ extension HTTP2Tests {
                 log.write(f"{self.serial} refused {path}\\n")
                 self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
                 return
+            kind = path.split("/")[1]
+            if kind in ("close", "abort"):
+                if kind not in dropped:
+                    dropped.add(kind)
+                    log.write(f"{self.serial} {kind} {path}\\n")
+                    (self.transport.close if kind == "close" else self.transport.abort)()
+                    return
+                path = path[len(kind) + 1:]
             if path.startswith(refused_prefix + "/"):
                 if path not in refused_once:
                     refused_once.add(path)

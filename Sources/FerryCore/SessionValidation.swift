@@ -82,7 +82,7 @@ enum SessionValidation {
 
     static func validateProxy(_ proxy: String) throws {
         let shown = RequestURL.redacted(proxy)
-        guard !proxy.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.value < 0x20 }),
+        guard !RequestURL.hasSpaceOrControl(proxy),
               let components = URLComponents(string: proxy), let scheme = components.scheme?.lowercased() else {
             throw CoreError.invalidArgument("proxy '\(shown)' is not a URL; give one such as http://proxy.example:3128 or socks5h://localhost:1080")
         }

@@ -38,6 +38,8 @@ final class BadInputTests: FerryTestCase {
             ("proxy ftp", ["proxy": .string("ftp://proxy.example")]),
             ("proxy garbage", ["proxy": .string("not a url")]),
             ("proxy libcurl refuses", ["proxy": .string("http://user:pa@ss@127.0.0.1:3128")]),
+            ("proxy with DEL", ["proxy": .string("http://proxy.example\u{7F}:3128")]),
+            ("proxy with a no-break space", ["proxy": .string("http://proxy.example\u{A0}:3128")]),
             ("header given as (hidden), not held", ["headers": .stringDict(["Authorization": "(hidden)"])]),
             ("header CRLF", ["headers": .stringDict(["X-A": "a\r\nInjected: yes"])]),
             ("header bad name", ["headers": .stringDict(["Bad Name": "x"])]),

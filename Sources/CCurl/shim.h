@@ -102,9 +102,14 @@ static inline int ferry_connection_negotiated_h2(CURL *h) {
     struct curl_tlssessioninfo *info = NULL;
     if (curl_easy_getinfo(h, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || info == NULL
         || info->backend != CURLSSLBACKEND_OPENSSL || info->internals == NULL) return 0;
+    /* Looked up once (only the engine's thread calls this); NULL without libssl. */
     typedef void (*selected_fn)(const void *, const unsigned char **, unsigned int *);
     static selected_fn selected = NULL;
-    if (selected == NULL) selected = (selected_fn)dlsym(RTLD_DEFAULT, "SSL_get0_alpn_selected");
+    static int looked_up = 0;
+    if (!looked_up) {
+        selected = (selected_fn)dlsym(RTLD_DEFAULT, "SSL_get0_alpn_selected");
+        looked_up = 1;
+    }
     if (selected == NULL) return 0;
     const unsigned char *protocol = NULL;
     unsigned int length = 0;
@@ -112,7 +117,7 @@ static inline int ferry_connection_negotiated_h2(CURL *h) {
     return length == 2 && protocol != NULL && memcmp(protocol, "h2", 2) == 0;
 }
 
-static int ferry_alpn_prereq(void *probe, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+static inline int ferry_alpn_prereq(void *probe, char *primary_ip, char *local_ip, int primary_port, int local_port) {
     (void)primary_ip; (void)local_ip; (void)primary_port; (void)local_port;
     struct ferry_alpn_probe *p = probe;
     p->http2 = ferry_connection_negotiated_h2(p->easy);

@@ -46,11 +46,11 @@ extension TransferCoordinator {
 
     /// Its request was a stream of an HTTP/2 connection, and no answer came before the
     /// attempt failed: if the connection was lost, the transfer is tried again at once
-    /// (`attemptFailed`), even on an origin that had not answered before. The origin
-    /// multiplexes (ALPN chose h2), as its first answer would have said.
+    /// (`attemptFailed`), even on an origin that had not answered before. The origin is
+    /// not marked multiplexing here: the connection may have been a redirect target's or
+    /// a Metalink mirror's, not `t.host`'s; its first answer says.
     private func handleUnansweredStream(_ id: TransferID) {
         guard let t = transfers[id], t.state == .running, !t.stopInFlight, !t.isAwaitingMetalink else { return }
-        if t.options.connections <= 1 { index.setMultiplexing(HostKey(session: t.session, host: t.host), true) }
         t.onSharedConnection = true
     }
 

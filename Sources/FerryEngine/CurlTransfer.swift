@@ -222,6 +222,7 @@ final class CurlTransfer {
         if head.status < 200 { return true } // 1xx: the real response follows
         if head.isFollowedRedirect {
             lastLocation = head.location      // curl follows it; headers of the next response come
+            alpn.redirected()
             if let location = head.location, let scheme = URLComponents(string: location)?.scheme?.lowercased(),
                scheme != "http" && scheme != "https" {
                 // Refused here rather than by curl, so the core sees the redirect's

@@ -151,6 +151,11 @@ final class ALPNProbe {
 
     deinit { state.deallocate() }
 
-    /// The request last sent (redirects included) went out on an HTTP/2 connection.
+    /// The request last sent (redirects included) went out on an HTTP/2 connection, and
+    /// no redirect has answered it since.
     var negotiatedHTTP2: Bool { state.pointee.http2 != 0 }
+
+    /// A redirect answered the request: the next one's connection is not known until
+    /// it is sent (libcurl may fail to connect it, and the callback would not run).
+    func redirected() { state.pointee.http2 = 0 }
 }

@@ -289,6 +289,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
         case .more:
             return true
         case .redirect(let location):
+            alpn.redirected()
             // curl would take the caller's headers (all but Authorization and Cookie)
             // to another origin along with the file: not followed.
             guard !request.headers.isEmpty, let easy,

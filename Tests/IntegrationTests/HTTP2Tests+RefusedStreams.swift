@@ -93,6 +93,28 @@ extension HTTP2Tests {
         try await loseFirstConnection(how: "abort")
     }
 
+    /// A request answered over HTTP/2 by a redirect that libcurl follows to a port where
+    /// nothing listens: the refused connection is the transfer's own failure, not a lost
+    /// stream (what ALPN said of the first connection does not carry over to the next), so
+    /// with no retries allowed it fails after one attempt.
+    func testARedirectToADeadPortAfterAnHTTP2AnswerFailsAtOnce() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 1)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.RedirectedNowhere", ["retries": .uint32(0)])
+        let deadPort = try freePort()
+
+        let t = try await s.download(base + "/redirect/\(deadPort)/f0.bin", options: ["destination": .string(work + "/f0.bin")])
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network")
+        XCTAssertTrue(info.errorMessage.contains("Connection refused"), info.errorMessage)
+        XCTAssertEqual(info.attempts, 1, "no free tries again: the refused connection is no lost stream")
+        let redirects = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").filter { $0.contains(" 302 /redirect/") }
+        XCTAssertEqual(redirects.count, 1, "the server answered once: \(redirects)")
+    }
+
     private func loseFirstConnection(how: String) async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 6
@@ -128,6 +150,7 @@ extension HTTP2Tests {
     /// refused; every request for a path under `/always/` is refused. Paths under `/close/`
     /// and `/abort/` are the files without it; the first connection that asks for one is
     /// closed (TLS close, then FIN) or dropped at once (`abort`), its requests unanswered.
+    /// `/redirect/PORT/REST` answers 302 to `https://127.0.0.1:PORT/REST`.
     static let refusingServerScript = """
     import asyncio, os, ssl, sys
     import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
@@ -181,7 +204,13 @@ extension HTTP2Tests {
                 log.write(f"{self.serial} refused {path}\\n")
                 self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
                 return
-            kind = path.split("/")[1]
+            kind = (path.split("/") + [""])[1]
+            if kind == "redirect":
+                _, _, port, rest = (path.split("/", 3) + ["", ""])[:4]
+                log.write(f"{self.serial} 302 {path}\\n")
+                self.h2.send_headers(stream, [(":status", "302"), ("location", f"https://127.0.0.1:{port}/{rest}"),
+                                              ("content-length", "0")], end_stream=True)
+                return
             if kind in ("close", "abort"):
                 if kind not in dropped:
                     dropped.add(kind)

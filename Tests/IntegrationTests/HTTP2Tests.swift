@@ -15,7 +15,7 @@ final class HTTP2Tests: FerryTestCase {
     private var nginx: ChildProcess?
 
     /// A free loopback port (bound, read, closed).
-    private func freePort() throws -> Int {
+    func freePort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

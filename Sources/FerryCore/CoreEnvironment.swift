@@ -35,6 +35,11 @@ public struct CoreEnvironment {
     /// Completion events one session may hold unacknowledged, counting those its
     /// transfers may still add (`TransferCoordinator.checkRoomForEvents`).
     public var pendingEventsPerSession: Int
+    /// Seconds within which a change brought by engine events, ending so soon after the
+    /// last store write, waits to be written, moved and announced together with the
+    /// next ones (`CommitHold`: group commit); 0 writes every change as it ends. ferryd
+    /// uses a few milliseconds; 0 by default (tests see every change at once).
+    public var commitWindow: Double = 0
     /// The time zone the schedule's `HH:MM` are in (ferryd: `TZ`, else the system's).
     public var timeZone: () -> TimeZone
     /// The machine itself restarted since the state was last written (ferryd compares

@@ -19,6 +19,9 @@ struct PendingMoves {
     private var targets: Set<String> = []
     private var folders: Set<String> = []
 
+    /// Moves are queued, not made yet.
+    var hasQueued: Bool { !queued.isEmpty }
+
     /// Queues `move`; its target is taken meanwhile.
     mutating func queue(_ move: PendingMove) {
         queued.append(move)

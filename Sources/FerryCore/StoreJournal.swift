@@ -31,6 +31,9 @@ struct StoreJournal {
         self.limit = limit
     }
 
+    /// Something is staged, not written yet.
+    var hasStaged: Bool { !staged.isEmpty }
+
     mutating func stage(_ operation: StoreOperation) {
         staged.append(operation)
     }

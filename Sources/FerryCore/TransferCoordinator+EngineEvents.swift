@@ -8,7 +8,7 @@ extension TransferCoordinator {
             for event in events { handle(event) }
             return
         }
-        mutate {
+        mutate(mayWaitForCommit: true) {
             for event in events { handle(event) }
         }
     }

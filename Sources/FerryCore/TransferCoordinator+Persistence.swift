@@ -84,9 +84,12 @@ extension TransferCoordinator {
     func flushStore() {
         syncMovedFolders()
         switch journal.flush(to: store, counters: { counters }) {
-        case .nothingStaged, .written, .stillFailing:
+        case .nothingStaged, .stillFailing:
             break
+        case .written:
+            noteStoreWritten()
         case .recovered:
+            noteStoreWritten()
             logger.notice("Ferry's state is being saved again")
         case .startedFailing(let error):
             logger.error("could not save Ferry's state; changes are kept in memory only, and forgotten if ferryd restarts, until saving works again",
@@ -101,6 +104,7 @@ extension TransferCoordinator {
         syncMovedFolders()
         do {
             try journal.write(operations + [.setCounters(counters)], to: store)
+            noteStoreWritten()
         } catch {
             logger.error("could not save Ferry's state; refusing the call", metadata: ["error": "\(error)"])
             throw StoreError("Ferry could not save its state (\(error)); nothing was changed. Is the disk full?")

@@ -81,6 +81,9 @@ public final class TransferCoordinator: @unchecked Sendable {
     /// Verified downloads of the change under way waiting for their final path to be
     /// written before they move (`finishPendingMoves`), and the folders to sync.
     var pendingMoves = PendingMoves()
+    /// Changes brought by engine events waiting to be stored with later ones
+    /// (TransferCoordinator+GroupCommit.swift).
+    var commitHold = CommitHold()
 
     /// The groups of `Session.DownloadGroup` (TransferCoordinator+Groups.swift).
     let groupBook = GroupBook()
@@ -132,6 +135,12 @@ public final class TransferCoordinator: @unchecked Sendable {
     public func shutdown() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !lifecycle.isShutDown else { return }
+        // Downloads that finished in changes waiting for the group's write are moved
+        // into place and completed first (`CommitHold`).
+        if pendingMoves.hasQueued || commitHold.armed {
+            finishPendingMoves()
+            deliverEvents()
+        }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:
         // a clean stop loses nothing.
@@ -168,17 +177,27 @@ public final class TransferCoordinator: @unchecked Sendable {
     /// once, however many transfers the change touched. What scheduling changes (transfers
     /// that start) is part of the change: stored in its one transaction and announced
     /// with its events, after them.
-    func mutate<T>(_ body: () throws -> T) rethrows -> T {
+    /// `mayWaitForCommit`: engine events only (see `CommitHold`): when the outermost
+    /// change ends within the commit window, its writes, moves and events wait for the
+    /// deferred change.
+    func mutate<T>(mayWaitForCommit: Bool = false, _ body: () throws -> T) rethrows -> T {
         lifecycle.enterChange()
+        if lifecycle.isOutermostChange {
+            commitHold.mayWait = mayWaitForCommit
+            if !mayWaitForCommit { finishWaitingMoves() }
+        }
         defer {
+            var waits = false
             if lifecycle.isOutermostChange {
-                finishPendingMoves()
+                waits = changeWaitsForCommit()
+                if !waits { finishPendingMoves() }
                 settleGroups()
                 schedule()
                 publishAggregates()
+                commitHold.mayWait = false
             }
             if lifecycle.leaveChange() {
-                deliverEvents()
+                if waits { armDeferredCommit() } else { deliverEvents() }
                 armTimeline()
             }
         }

@@ -117,6 +117,9 @@ struct Ferryd: ParsableCommand {
                                           batchSettleTime: batchSettle, resumeDataSeal: seal,
                                           pendingEventsPerSession: maxPendingEventsPerSession,
                                           timeZone: zone.map { z in { z } } ?? { TimeZone.current })
+        // A burst of small downloads finishing is stored in one write every 5 ms, not one
+        // or two per engine round (`CommitHold`); what a client sees waits at most that.
+        environment.commitWindow = 0.005
         if let reads = environment.metalinkReader as? MetalinkReadQueue, reads.reader == nil {
             logger.warning("\(MetalinkReadQueue.readerName) is neither beside ferryd nor in ../libexec/ferry: downloads with the metalink option will fail (InvalidMetalink)")
         }

@@ -35,7 +35,7 @@ final class CoreHarness {
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
          root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession,
-         machineRestarted: Bool = false, copier: FetchedCopier? = nil) {
+         machineRestarted: Bool = false, copier: FetchedCopier? = nil, commitWindow: Double = 0) {
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
@@ -54,6 +54,7 @@ final class CoreHarness {
                                           timeZone: { TimeZone(identifier: "UTC")! })
         var restartedEnvironment = environment
         restartedEnvironment.machineRestarted = machineRestarted
+        restartedEnvironment.commitWindow = commitWindow
         copies = copier == nil ? TrackedCopier(FetchedCopyQueue()) : nil
         restartedEnvironment.fetchedCopier = copier ?? copies!
         restartedEnvironment.metalinkReader = metalinkReads

@@ -39,3 +39,94 @@ final class EngineEventInboxTests: XCTestCase {
         XCTAssertEqual(managerCounts.count, 1, "the counts are announced once, for the whole burst")
     }
 }
+
+/// Group commit (`CoreEnvironment.commitWindow`, `CommitHold`): changes brought by engine
+/// events within the window of the last store write wait, and are stored, moved and
+/// announced together — never announced before stored, never moved before their path
+/// is stored.
+final class GroupCommitTests: XCTestCase {
+    private let body = Array("hello".utf8)
+
+    /// Five running downloads that have their bodies (their responses' rounds waited too).
+    private func fiveRunning(_ h: CoreHarness) throws -> [TransferID] {
+        let s = try h.openSession()
+        let ids = try (0..<5).map { try h.download(s, "https://example.com/f\($0).bin") }
+        for id in ids {
+            h.send(.response(id, EngineResponse(status: 200, expectedTotal: 5, effectiveURL: "https://example.com/f.bin")))
+            h.writePart(id, body)
+        }
+        return ids
+    }
+
+    private func completedIDs(_ h: CoreHarness) -> [TransferID] {
+        h.observer.events.compactMap { if case .completed(let id, _, _) = $0 { return id } else { return nil } }
+    }
+
+    /// Within a long window, downloads ending in five engine rounds are neither stored,
+    /// moved nor announced; a client's call then finds them done first: one write stores
+    /// where all five go before any moves, and the five complete in the order they ended,
+    /// before the call's own change.
+    func testDownloadsEndingWithinTheWindowWaitAndAClientsCallFinishesThemFirst() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let ids = try fiveRunning(h)
+        let writesBefore = h.store.writes.count
+        h.observer.clear()
+        for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
+
+        XCTAssertEqual(h.store.writes.count, writesBefore, "nothing written within the window")
+        XCTAssertEqual(completedIDs(h), [], "nothing announced before it is written")
+        for id in ids {
+            XCTAssertEqual(h.state(id), .running)
+            XCTAssertFalse(h.exists(h.destination(id)), "not moved before its path is written")
+        }
+
+        let later = try h.download(try h.openSession("com.example.Later"), "https://example.com/later.bin")
+        XCTAssertEqual(ids.map { h.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
+        for id in ids { XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: h.destination(id))), Data(body)) }
+        XCTAssertEqual(completedIDs(h), ids, "in the order they ended")
+        let added = h.observer.events.firstIndex { if case .transferAdded(later, _) = $0 { return true } else { return false } }
+        let lastCompleted = h.observer.events.lastIndex { if case .completed = $0 { return true } else { return false } }
+        XCTAssertLessThan(lastCompleted ?? .max, added ?? -1, "the waiting changes are announced before the call's")
+        let named = h.store.writes.dropFirst(writesBefore).first?.compactMap { op -> TransferID? in
+            if case .saveTransfer(let t) = op, t.finishingPath != nil { return t.snapshot.id } else { return nil }
+        }
+        XCTAssertEqual(named.map(Set.init), Set(ids), "one write names all five before any moves")
+    }
+
+    /// With a short window and no call, the window's end does it: every download is
+    /// completed, and each `Completed` goes out only once the store holds it completed.
+    func testTheWindowsEndStoresAndAnnouncesWhatWaited() throws {
+        let h = CoreHarness(commitWindow: 0.05)
+        let ids = try fiveRunning(h)
+        h.observer.clear()
+        let announced = expectation(description: "a Completed for each")
+        announced.expectedFulfillmentCount = ids.count
+        var storedWhenAnnounced: [TransferID: Bool] = [:]
+        h.observer.onEvent = { event in
+            guard case .completed(let id, _, _) = event else { return }
+            storedWhenAnnounced[id] = h.store.writes.contains { write in
+                write.contains { if case .saveTransfer(let t) = $0 { return t.snapshot.id == id && t.snapshot.state == .completed } else { return false } }
+            }
+            announced.fulfill()
+        }
+        for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
+        wait(for: [announced], timeout: 30)
+        h.queue.sync {}
+        XCTAssertEqual(ids.map { h.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
+        XCTAssertEqual(completedIDs(h), ids)
+        XCTAssertEqual(storedWhenAnnounced, Dictionary(uniqueKeysWithValues: ids.map { ($0, true) }))
+        for id in ids { XCTAssertTrue(h.exists(h.destination(id))) }
+    }
+
+    /// A clean stop finishes what waits: after a restart the downloads are completed
+    /// and in place.
+    func testAStopFinishesWhatWaits() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let ids = try fiveRunning(h)
+        for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
+        let destinations = ids.map { h.destination($0) }
+        let after = h.restarted()
+        XCTAssertEqual(ids.map { after.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
+        for path in destinations { XCTAssertTrue(after.exists(path), path) }
+    }
+}

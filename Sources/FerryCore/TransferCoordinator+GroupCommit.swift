@@ -1,0 +1,67 @@
+import Dispatch
+
+/// When changes brought by engine events are stored (`CoreEnvironment.commitWindow`).
+///
+/// Every change's store operations are written before its events leave
+/// (`deliverEvents`), and a finished download's final path is written before it is
+/// moved (`finishPendingMoves`). A busy batch of small downloads makes a change every
+/// few milliseconds, each with one or two transactions and their `fdatasync`s: most of
+/// the store's cost. So a change made of engine events, ending within `commitWindow` of
+/// the last write, waits: its operations stay staged, its finished downloads unmoved and
+/// its events unsent, and one deferred change at the window's end writes, moves and
+/// announces for all the changes that waited — the same order, the same promises (nothing
+/// is announced before it is stored; no file takes its final name before its path is
+/// stored), fewer writes.
+///
+/// Only engine events wait. Anything else that changes the core (a client's call, a
+/// timer, a restore) first finishes what waits, so it never sees a download between its
+/// stored path and its move, and its own change is written and announced as it ends, before
+/// the call is answered.
+struct CommitHold {
+    /// When the store was last written (monotonic nanoseconds); 0: never.
+    var lastWrite: UInt64 = 0
+    /// A deferred change is scheduled for the end of the window.
+    var armed = false
+    /// The outermost change under way was brought by engine events and may wait.
+    var mayWait = false
+}
+
+extension TransferCoordinator {
+    /// Notes a store write that worked (the window starts again from it).
+    func noteStoreWritten() {
+        guard environment.commitWindow > 0 else { return }
+        commitHold.lastWrite = DispatchTime.now().uptimeNanoseconds
+    }
+
+    /// At the end of an outermost change: whether it waits for the deferred write (see
+    /// `CommitHold`) instead of writing and announcing now.
+    func changeWaitsForCommit() -> Bool {
+        guard commitHold.mayWait, environment.commitWindow > 0, lifecycle.isRunning else { return false }
+        guard journal.hasStaged || pendingMoves.hasQueued else { return false }
+        let window = UInt64(environment.commitWindow * 1_000_000_000)
+        let now = DispatchTime.now().uptimeNanoseconds
+        return commitHold.lastWrite != 0 && now < commitHold.lastWrite &+ window
+    }
+
+    /// Schedules the deferred change at the window's end (once for all that wait).
+    func armDeferredCommit() {
+        guard !commitHold.armed else { return }
+        commitHold.armed = true
+        let window = UInt64(environment.commitWindow * 1_000_000_000)
+        let due = DispatchTime(uptimeNanoseconds: commitHold.lastWrite &+ window)
+        queue.asyncAfter(deadline: due) { [weak self] in
+            guard let self else { return }
+            self.commitHold.armed = false
+            guard self.lifecycle.isRunning else { return }
+            self.mutate {} // finishes the moves, writes, announces
+        }
+    }
+
+    /// Before a change that does not wait (a call, a timer) touches anything: the moves
+    /// of changes that waited are made first, in it, so it never meets a download
+    /// between its stored path and its move.
+    func finishWaitingMoves() {
+        guard pendingMoves.hasQueued else { return }
+        finishPendingMoves()
+    }
+}

@@ -13,6 +13,8 @@ struct EventOutbox {
     private var isDelivering = false
 
     var hasPending: Bool { !pending.isEmpty }
+    /// A round of deliveries is going on (its subscribers are being called).
+    var inRound: Bool { isDelivering }
 
     mutating func subscribe(_ handler: @escaping (CoreEvent) -> Void) {
         subscribers.append(handler)

@@ -40,6 +40,7 @@ extension TransferCoordinator {
     /// The app id owning the session, nil when unconfined (or no such session).
     public func sessionOwner(_ id: SessionID) -> String? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return sessions[id]?.owner
     }
 

@@ -14,6 +14,7 @@ extension TransferCoordinator {
     /// Nothing happens for an unknown session.
     public func clientsLeft(session id: SessionID) {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         guard let s = sessions[id] else { return }
         let policy = s.configuration.onClientExit
         guard policy != .continue else { return }
@@ -48,6 +49,7 @@ extension TransferCoordinator {
     /// paused are resumed (those alone). O(those transfers).
     public func clientReturned(session id: SessionID) {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         guard let s = sessions[id], !s.pausedOnClientExit.isEmpty else { return }
         let marked = s.pausedOnClientExit.sorted().compactMap { transfers[$0] }
         mutate {

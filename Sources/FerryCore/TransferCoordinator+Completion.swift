@@ -70,7 +70,7 @@ extension TransferCoordinator {
             for move in moves {
                 let t = move.transfer
                 pendingMoves.moving(move)
-                guard transfers[t.id] === t else { continue }
+                guard transfers[t.id] === t, t.state == .running else { continue }
                 do {
                     let location = try moveIntoPlace(t, digest: move.digest, target: move.target, recorded: true)
                     completeFinished(t, location: location, bytesOnDisk: move.bytesOnDisk, digest: move.digest)

@@ -16,6 +16,7 @@ extension TransferCoordinator {
     /// wait or go on at once. Ferry assumes `PowerConditions.assumed` until told otherwise.
     public func setPowerState(onBattery: Bool, powerSaver: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let new = PowerConditions(onBattery: onBattery, powerSaver: powerSaver)
         mutate {
             guard discretion.setPower(new) else { return }
@@ -27,18 +28,21 @@ extension TransferCoordinator {
     /// What the core currently assumes about power.
     public var powerState: PowerConditions {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return discretion.power
     }
 
     /// The Manager's `Schedule`, as set.
     public var scheduleWindows: [ScheduleWindow] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return discretion.schedule.windows
     }
 
     /// The window on now (nil outside every window).
     public var activeScheduleWindow: ScheduleWindow? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return discretion.activeWindow
     }
 
@@ -46,6 +50,7 @@ extension TransferCoordinator {
     /// - Throws: `.invalidArgument` (a bad window, too many); then nothing changes.
     public func setSchedule(_ windows: [ScheduleWindow]) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let checked = try ScheduleWindows(windows)
         mutate {
             discretion.setSchedule(checked)

@@ -9,6 +9,7 @@ extension TransferCoordinator {
     ///   `StoreError`. Then nothing has changed.
     public func download(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         precondition(prepared.isEmpty, "download() while downloads are prepared: add them first")
         let id = try prepareDownload(session: session, url: url, options: options)
         try addPreparedDownloads()
@@ -23,6 +24,7 @@ extension TransferCoordinator {
     /// - Throws: what `download` throws, but `StoreError`; then nothing is prepared.
     public func prepareDownload(session: SessionID, url: String, options: DownloadOptions) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let s = try openSessionRecord(session)
         let requestURL = try validateRequestURL(url)
         try DownloadOptionsValidation.validate(options)
@@ -47,6 +49,7 @@ extension TransferCoordinator {
     /// How many prepared downloads belong to `session` (they count towards its limit).
     public func preparedCount(session: SessionID) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return prepared.count(session: session)
     }
 
@@ -56,6 +59,7 @@ extension TransferCoordinator {
     ///   ids and names are free again).
     public func addPreparedDownloads() throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let group = prepared.takeAll()
         guard !group.isEmpty else { return }
         try persistNew(group)
@@ -116,6 +120,7 @@ extension TransferCoordinator {
     public func resumeDownload(session: SessionID, resumeData: [UInt8], options: DownloadOptions,
                                into descriptor: DestinationDescriptor? = nil) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let caller = try openSessionRecord(session)
         let data = try openResumeData(resumeData)
         let requestURL = try validateRequestURL(data.url)

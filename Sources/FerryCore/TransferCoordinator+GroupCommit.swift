@@ -13,10 +13,10 @@ import Dispatch
 /// is announced before it is stored; no file takes its final name before its path is
 /// stored), fewer writes.
 ///
-/// Only engine events wait. Anything else that changes the core (a client's call, a
-/// timer, a restore) first finishes what waits, so it never sees a download between its
-/// stored path and its move, and its own change is written and announced as it ends, before
-/// the call is answered.
+/// Only engine events wait. Every public call of the core first finishes what waits
+/// (`commitWaiting`: reads too, so that no answer reflects what is not stored yet), and
+/// any other change (a timer, a restore) does so as it begins; its own change is written
+/// and announced as it ends, before the call is answered.
 struct CommitHold {
     /// When the store was last written (monotonic nanoseconds); 0: never.
     var lastWrite: UInt64 = 0
@@ -24,6 +24,9 @@ struct CommitHold {
     var armed = false
     /// The outermost change under way was brought by engine events and may wait.
     var mayWait = false
+    /// Changes wait (their writes, moves or events): until a change that does not wait
+    /// ends, or the deferred one.
+    var waiting = false
 }
 
 extension TransferCoordinator {
@@ -52,9 +55,20 @@ extension TransferCoordinator {
         queue.asyncAfter(deadline: due) { [weak self] in
             guard let self else { return }
             self.commitHold.armed = false
-            guard self.lifecycle.isRunning else { return }
+            guard self.commitHold.waiting, self.lifecycle.isRunning else { return }
             self.mutate {} // finishes the moves, writes, announces
         }
+    }
+
+    /// Before a public call reads or changes anything: what waits is finished, written
+    /// and announced first (a change of its own), so no call sees a state the store does
+    /// not hold yet, or a download between its stored path and its move, and no answer
+    /// goes out before what it reflects is durable. Not within a change or a round of
+    /// deliveries (the subscribers' reads see the state as it is, and the change under
+    /// way ends with its own write).
+    func commitWaiting() {
+        guard commitHold.waiting, !lifecycle.isInChange, !outbox.inRound, lifecycle.isRunning else { return }
+        mutate {}
     }
 
     /// Before a change that does not wait (a call, a timer) touches anything: the moves

@@ -12,6 +12,7 @@ extension TransferCoordinator {
     /// their ids and names are free again.
     public func discardPreparedDownloads() {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         _ = prepared.takeAll()
     }
 
@@ -21,6 +22,7 @@ extension TransferCoordinator {
     /// - Throws: `StoreError`; then nothing is added.
     public func addPreparedDownloadsAsGroup(session: SessionID, description: String, allOrNothing: Bool) throws -> GroupID {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let members = prepared.takeAll()
         guard let last = members.last else {
             throw CoreError.invalidArgument("a group needs at least one item")
@@ -54,23 +56,27 @@ extension TransferCoordinator {
     /// The group's properties; nil when there is no such group.
     public func group(_ id: GroupID) -> GroupSnapshot? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return groupBook.snapshot(id)
     }
 
     /// Every group, oldest first.
     public var groupIDs: [GroupID] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return groupBook.ids
     }
 
     /// The session a group belongs to; nil when there is no such group.
     public func groupSession(_ id: GroupID) -> SessionID? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return groupBook.session(of: id)
     }
 
     /// Pauses the group's queued, waiting and running transfers.
     public func pauseGroup(_ id: GroupID) throws {
+        commitWaiting()
         let members = try groupMembers(id)
         mutate {
             for t in members where TransferStateMachine.Action.pause.allowedStates.contains(t.state) { pauseTransfer(t) }
@@ -81,6 +87,7 @@ extension TransferCoordinator {
     /// room for their events, as `resumeAll`). A tripped all-or-nothing group stays as
     /// it ended.
     public func resumeGroup(_ id: GroupID) throws {
+        commitWaiting()
         let members = try groupMembers(id)
         if let stored = groupBook.stored(id), stored.tripped || stored.cancelRequested {
             throw CoreError.invalidState("group \(id) has ended (\(stored.tripped ? "a transfer of the all-or-nothing group failed" : "it was cancelled")); make a new one")
@@ -95,6 +102,7 @@ extension TransferCoordinator {
 
     /// Cancels every unfinished transfer of the group; it ends `cancelled`.
     public func cancelGroup(_ id: GroupID) throws {
+        commitWaiting()
         let members = try groupMembers(id)
         mutate {
             if !groupBook.isFinished(id) {
@@ -110,6 +118,7 @@ extension TransferCoordinator {
     /// Forgets a group whose transfers have all ended, with its transfers (a completed
     /// download's file stays).
     public func removeGroup(_ id: GroupID) throws {
+        commitWaiting()
         let members = try groupMembers(id)
         guard groupBook.isFinished(id) else {
             throw CoreError.invalidState("group \(id) still has transfers that have not ended; cancel it (Group.Cancel) first")

@@ -10,6 +10,7 @@ extension TransferCoordinator {
     public func openSession(identifier: String, configuration: SessionConfigurationUpdate,
                             owner: String? = nil) throws -> (id: SessionID, created: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         // A sandboxed caller's session is private whatever it asks for.
         var configuration = configuration
         if owner != nil { configuration.privateSignals = true }
@@ -89,24 +90,28 @@ extension TransferCoordinator {
     /// All open sessions (including closing ones), oldest first.
     public var sessionIDs: [SessionID] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return sessions.keys.sorted()
     }
 
     /// Transfers of one session, or of all when nil; oldest first.
     public func transferIDs(session: SessionID? = nil) throws -> [TransferID] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return try records(in: session).map(\.id)
     }
 
     /// How many transfers the session holds (any state, until removed); O(1).
     public func transferCount(session: SessionID) throws -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         _ = try sessionRecord(session)
         return index.count(session: session)
     }
 
     /// Pauses every queued, waiting or running transfer (of one session or all).
     public func pauseAll(session: SessionID? = nil) throws {
+        commitWaiting()
         try forEach(.pause, in: session) { pauseTransfer($0) }
     }
 
@@ -114,6 +119,7 @@ extension TransferCoordinator {
     /// failed ones oldest first while their session has room for the event each will
     /// add (`eventRoom`); those beyond it stay failed (`resume` says why).
     public func resumeAll(session: SessionID? = nil) throws {
+        commitWaiting()
         try forEach(.resume, in: session) { t in
             // Each resumed failure takes its room at once (the index counts its run).
             if t.state == .failed && eventRoom(session: t.session) < 1 { return }
@@ -123,6 +129,7 @@ extension TransferCoordinator {
 
     /// Cancels every transfer that is not final yet (of one session or all).
     public func cancelAll(session: SessionID? = nil) throws {
+        commitWaiting()
         try forEach(.cancel, in: session) { cancelTransfer($0, reason: .cancelled("Cancelled by the user"), deletePart: true) }
     }
 
@@ -140,6 +147,7 @@ extension TransferCoordinator {
     /// running transfers only.
     public var manager: ManagerSnapshot {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         var download: UInt64 = 0, upload: UInt64 = 0
         for id in index.running {
             // A dedupe follower shows its leader's rate: counted once, with the leader.
@@ -157,6 +165,7 @@ extension TransferCoordinator {
     /// lowering it lets running ones finish.
     public func setMaxConcurrentTransfers(_ n: UInt32) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         var changed = managerSettings
         try changed.setMaxConcurrentTransfers(n)
         changeSettings { managerSettings = changed }
@@ -164,6 +173,7 @@ extension TransferCoordinator {
 
     /// Bytes/s over all transfers, 0 = none; shared evenly by the running ones.
     public func setSpeedLimit(_ bps: UInt64) {
+        commitWaiting()
         changeSettings {
             managerSettings.speedLimit = bps
             schedulingDue.limitChanged()
@@ -172,6 +182,7 @@ extension TransferCoordinator {
 
     /// Whether AllFinished posts a desktop notification (the notifier reads it).
     public func setNotificationsEnabled(_ on: Bool) {
+        commitWaiting()
         changeSettings { managerSettings.notificationsEnabled = on }
     }
 

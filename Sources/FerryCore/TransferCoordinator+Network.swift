@@ -20,6 +20,7 @@ extension TransferCoordinator {
     /// Ferry assumes `NetworkConditions.assumed` until told otherwise.
     public func setNetworkState(metered: Bool, online: Bool) {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let new = NetworkConditions(metered: metered, online: online)
         guard new != network else { return }
         logger.info("network: \(new)")
@@ -32,6 +33,7 @@ extension TransferCoordinator {
     /// What the core currently assumes about the network.
     public var networkState: NetworkConditions {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return network
     }
 

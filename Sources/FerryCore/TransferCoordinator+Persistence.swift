@@ -359,12 +359,14 @@ extension TransferCoordinator {
     /// Whether the session has completion events not yet acknowledged (cheap: no disk).
     public func hasPendingEvents(session: SessionID) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return !(sessions[session]?.pendingEvents.isEmpty ?? true)
     }
 
     /// Sessions with completion events not yet acknowledged, oldest first.
     public var sessionsWithPendingEvents: [SessionID] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return sessions.values.filter { !$0.pendingEvents.isEmpty }.map(\.id).sorted()
     }
 }

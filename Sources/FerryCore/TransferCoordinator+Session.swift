@@ -4,12 +4,14 @@ extension TransferCoordinator {
     /// The session's properties, nil when there is no such session.
     public func session(_ id: SessionID) -> SessionSnapshot? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return sessions[id].map(snapshot(of:))
     }
 
     /// Completion events not yet acknowledged, oldest first.
     public func pendingEvents(session: SessionID) throws -> [PendingEvent] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return try sessionRecord(session).pendingEvents
     }
 
@@ -18,6 +20,7 @@ extension TransferCoordinator {
     /// (`PendingEvent.wireBytesBound`), but always one when there is one. O(log n + page).
     public func pendingEvents(session: SessionID, after: UInt64, maxCount: Int, maxBytes: Int) throws -> [PendingEvent] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let all = try sessionRecord(session).pendingEvents
         // Serials only grow: the first one after `after`, by bisection.
         var low = 0, high = all.count
@@ -40,6 +43,7 @@ extension TransferCoordinator {
     /// is no such session). O(1).
     public func pendingEventCount(session: SessionID) -> Int {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return sessions[session]?.pendingEvents.count ?? 0
     }
 
@@ -69,6 +73,7 @@ extension TransferCoordinator {
     /// acknowledges. `starting`: the session's downloads prepared but not added yet.
     public func checkRoomForEvents(session: SessionID, starting: Int = 0) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         guard eventRoom(session: session, starting: starting) < 1 else { return }
         throw eventCapRefusal(session, starting: starting)
     }
@@ -87,6 +92,7 @@ extension TransferCoordinator {
     /// Drops every pending event with a serial up to and including `serial`.
     public func acknowledgeEvents(session: SessionID, upTo serial: UInt64) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let s = try sessionRecord(session)
         let before = s.pendingEvents.count
         s.pendingEvents.removeAll { $0.serial <= serial }
@@ -102,6 +108,7 @@ extension TransferCoordinator {
     /// Its identifier may be opened again at once, as a new session.
     public func closeSession(_ id: SessionID, cancelTransfers: Bool) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let s = try sessionRecord(id)
         mutate {
             s.isClosing = true

@@ -4,6 +4,7 @@ extension TransferCoordinator {
     /// The transfer's properties, current (progress included); nil when unknown.
     public func transfer(_ id: TransferID) -> TransferSnapshot? {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         return transfers[id]?.snapshot
     }
 
@@ -12,6 +13,7 @@ extension TransferCoordinator {
     ///   (no range support or no validator).
     public func pause(_ id: TransferID) throws -> [UInt8] {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try TransferStateMachine.check(.pause, state: t.state, transfer: id)
         mutate { pauseTransfer(t) }
@@ -27,6 +29,7 @@ extension TransferCoordinator {
     /// (`eventRoom`). A paused one only continues its run.
     public func resume(_ id: TransferID) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try TransferStateMachine.check(.resume, state: t.state, transfer: id)
         if t.state == .failed { try checkRoomForEvents(session: t.session) }
@@ -36,6 +39,7 @@ extension TransferCoordinator {
     /// Stops a transfer for good and deletes its partial file.
     public func cancel(_ id: TransferID) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try TransferStateMachine.check(.cancel, state: t.state, transfer: id)
         mutate { cancelTransfer(t, reason: .cancelled("Cancelled by the user"), deletePart: true) }
@@ -46,6 +50,7 @@ extension TransferCoordinator {
     /// acknowledged.
     public func remove(_ id: TransferID) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try TransferStateMachine.check(.remove, state: t.state, transfer: id)
         mutate {
@@ -58,6 +63,7 @@ extension TransferCoordinator {
     /// if the server's validator still matches).
     public func setURL(_ id: TransferID, url: String) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try TransferStateMachine.check(.setURL, state: t.state, transfer: id)
         guard t.snapshot.kind == .download else {
@@ -75,6 +81,7 @@ extension TransferCoordinator {
     /// -1 low, 0 normal, 1 high; takes effect at the next scheduling.
     public func setPriority(_ id: TransferID, _ p: Int32) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         try DownloadOptionsValidation.validatePriority(p)
         mutate {
@@ -87,6 +94,7 @@ extension TransferCoordinator {
     /// Bytes/s for this transfer, 0 = none (global and session limits still apply).
     public func setTransferSpeedLimit(_ id: TransferID, _ bps: UInt64) throws {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         let t = try record(id)
         mutate {
             t.snapshot.speedLimit = bps

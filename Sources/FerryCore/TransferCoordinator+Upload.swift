@@ -22,6 +22,7 @@ extension TransferCoordinator {
     public func upload(session: SessionID, url: String, file: String, options: UploadOptions,
                        sourceFD: Int32? = nil) throws -> TransferID {
         dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
         var source: EngineUpload?
         var handedOver = false
         defer {

@@ -137,10 +137,7 @@ public final class TransferCoordinator: @unchecked Sendable {
         guard !lifecycle.isShutDown else { return }
         // Downloads that finished in changes waiting for the group's write are moved
         // into place and completed first (`CommitHold`).
-        if pendingMoves.hasQueued || commitHold.armed {
-            finishPendingMoves()
-            deliverEvents()
-        }
+        if commitHold.waiting { mutate(scheduling: false) {} }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:
         // a clean stop loses nothing.
@@ -180,7 +177,8 @@ public final class TransferCoordinator: @unchecked Sendable {
     /// `mayWaitForCommit`: engine events only (see `CommitHold`): when the outermost
     /// change ends within the commit window, its writes, moves and events wait for the
     /// deferred change.
-    func mutate<T>(mayWaitForCommit: Bool = false, _ body: () throws -> T) rethrows -> T {
+    /// `scheduling`: false only for the last change of `shutdown` (nothing starts then).
+    func mutate<T>(mayWaitForCommit: Bool = false, scheduling: Bool = true, _ body: () throws -> T) rethrows -> T {
         lifecycle.enterChange()
         if lifecycle.isOutermostChange {
             commitHold.mayWait = mayWaitForCommit
@@ -190,13 +188,17 @@ public final class TransferCoordinator: @unchecked Sendable {
             var waits = false
             if lifecycle.isOutermostChange {
                 waits = changeWaitsForCommit()
-                if !waits { finishPendingMoves() }
-                settleGroups()
-                schedule()
+                if !waits {
+                    finishPendingMoves()
+                    // After the moves: a group's rule may cancel a member whose move waited.
+                    settleGroups()
+                }
+                if scheduling { schedule() }
                 publishAggregates()
                 commitHold.mayWait = false
             }
             if lifecycle.leaveChange() {
+                commitHold.waiting = waits
                 if waits { armDeferredCommit() } else { deliverEvents() }
                 armTimeline()
             }

@@ -69,15 +69,17 @@ final class GroupCommitTests: XCTestCase {
     func testDownloadsEndingWithinTheWindowWaitAndAClientsCallFinishesThemFirst() throws {
         let h = CoreHarness(commitWindow: 3600)
         let ids = try fiveRunning(h)
+        let destinations = ids.map { h.destination($0) } // (a read: it finishes what waits)
         let writesBefore = h.store.writes.count
         h.observer.clear()
         for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
 
+        // Looked at from outside the core: a read through it would finish what waits.
         XCTAssertEqual(h.store.writes.count, writesBefore, "nothing written within the window")
-        XCTAssertEqual(completedIDs(h), [], "nothing announced before it is written")
-        for id in ids {
-            XCTAssertEqual(h.state(id), .running)
-            XCTAssertFalse(h.exists(h.destination(id)), "not moved before its path is written")
+        XCTAssertEqual(h.observer.events, [], "nothing announced before it is written")
+        for path in destinations {
+            XCTAssertFalse(h.exists(path), "not moved before its path is written")
+            XCTAssertTrue(h.exists(path + ".part"))
         }
 
         let later = try h.download(try h.openSession("com.example.Later"), "https://example.com/later.bin")
@@ -93,16 +95,18 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(named.map(Set.init), Set(ids), "one write names all five before any moves")
     }
 
-    /// With a short window and no call, the window's end does it: every download is
-    /// completed, and each `Completed` goes out only once the store holds it completed.
+    /// With no call, the window's end does it (a one-second window, so that the five
+    /// rounds surely fall within it): every download is completed, and each `Completed`
+    /// goes out only once the store holds it completed.
     func testTheWindowsEndStoresAndAnnouncesWhatWaited() throws {
-        let h = CoreHarness(commitWindow: 0.05)
+        let h = CoreHarness(commitWindow: 1)
         let ids = try fiveRunning(h)
+        let writesBefore = h.store.writes.count
         h.observer.clear()
         let announced = expectation(description: "a Completed for each")
         announced.expectedFulfillmentCount = ids.count
         var storedWhenAnnounced: [TransferID: Bool] = [:]
-        h.observer.onEvent = { event in
+        h.observer.onEvent = { [unowned h] event in
             guard case .completed(let id, _, _) = event else { return }
             storedWhenAnnounced[id] = h.store.writes.contains { write in
                 write.contains { if case .saveTransfer(let t) = $0 { return t.snapshot.id == id && t.snapshot.state == .completed } else { return false } }
@@ -110,6 +114,7 @@ final class GroupCommitTests: XCTestCase {
             announced.fulfill()
         }
         for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
+        XCTAssertEqual(h.store.writes.count, writesBefore, "the rounds waited")
         wait(for: [announced], timeout: 30)
         h.queue.sync {}
         XCTAssertEqual(ids.map { h.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
@@ -128,5 +133,45 @@ final class GroupCommitTests: XCTestCase {
         let after = h.restarted()
         XCTAssertEqual(ids.map { after.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
         for path in destinations { XCTAssertTrue(after.exists(path), path) }
+    }
+
+    /// A call on a download whose move waits finds it completed (the waiting change is
+    /// finished first): `Cancel` is refused as for any completed transfer, and the file
+    /// stays in place.
+    func testACallOnADownloadWhoseMoveWaitsFindsItCompleted() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let ids = try fiveRunning(h)
+        let destination = h.destination(ids[1])
+        for id in ids { h.send(.completed(id, .succeeded(bytesOnDisk: 5, sha256: nil))) }
+        XCTAssertFerryError(try h.sync { try $0.cancel(ids[1]) }, \.isInvalidState)
+        XCTAssertEqual(ids.map { h.state($0) }, Array(repeating: TransferState.completed, count: ids.count))
+        XCTAssertTrue(h.exists(destination))
+    }
+
+    /// An all-or-nothing group: one member's download ends and waits to be moved, then
+    /// another fails in the same window. The group's rule runs after the move: the
+    /// completed member's file is removed, the rest cancelled, the group failed; nothing
+    /// is left half-done.
+    func testAnAllOrNothingGroupWhoseMemberFailsWhileAnotherWaitsToMove() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let s = try h.openSession()
+        let (group, ids) = try h.sync { core -> (GroupID, [TransferID]) in
+            let ids = try (0..<3).map { try core.prepareDownload(session: s, url: "https://example.com/g\($0).bin", options: DownloadOptions()) }
+            return (try core.addPreparedDownloadsAsGroup(session: s, description: "", allOrNothing: true), ids)
+        }
+        for id in ids.prefix(2) {
+            h.send(.response(id, EngineResponse(status: 200, expectedTotal: 5, effectiveURL: "https://example.com/g.bin")))
+            h.writePart(id, body)
+        }
+        let kept = h.destination(ids[0])
+        h.send(.completed(ids[0], .succeeded(bytesOnDisk: 5, sha256: nil)))
+        h.send(.completed(ids[1], .failed(.http(status: 404, "HTTP 404 Not Found"), bytesOnDisk: 0)))
+        let snapshot = h.sync { $0.group(group) }
+        XCTAssertEqual(h.state(ids[0]), .completed)
+        XCTAssertFalse(h.exists(kept), "its file removed: the group failed")
+        XCTAssertFalse(h.exists(kept + ".part"))
+        XCTAssertEqual(h.state(ids[1]), .failed)
+        XCTAssertEqual(h.state(ids[2]), .cancelled)
+        XCTAssertEqual(snapshot?.failed, 1)
     }
 }

@@ -57,9 +57,11 @@ extension TransferCoordinator {
         completeFinished(t, location: location, bytesOnDisk: bytesOnDisk, digest: digest)
     }
 
-    /// At the end of a change: writes where the downloads that finished in it go (one
+    /// At the end of a change (and at the start of one that does not wait, for changes
+    /// that waited: `CommitHold`): writes where the downloads that finished go (one
     /// transaction for all), then moves each into place and completes it. So a batch of
     /// small files ending together costs one write before the moves, not one each.
+    /// Nothing queued: nothing happens.
     func finishPendingMoves() {
         defer { pendingMoves.endRound() }
         // Whatever a move adds is taken in a next pass, with one more write. (A dedupe

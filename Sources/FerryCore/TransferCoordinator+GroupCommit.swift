@@ -22,8 +22,6 @@ struct CommitHold {
     var lastWrite: UInt64 = 0
     /// A deferred change is scheduled for the end of the window.
     var armed = false
-    /// The outermost change under way was brought by engine events and may wait.
-    var mayWait = false
     /// Changes wait (their writes, moves or events): until a change that does not wait
     /// ends, or the deferred one.
     var waiting = false
@@ -36,22 +34,24 @@ extension TransferCoordinator {
         commitHold.lastWrite = DispatchTime.now().uptimeNanoseconds
     }
 
-    /// At the end of an outermost change: whether it waits for the deferred write (see
-    /// `CommitHold`) instead of writing and announcing now.
+    /// When the window after the last write ends (monotonic nanoseconds).
+    private var windowEnd: UInt64 {
+        commitHold.lastWrite &+ UInt64(environment.commitWindow * 1_000_000_000)
+    }
+
+    /// At the end of an outermost change brought by engine events: whether it waits for
+    /// the deferred write (see `CommitHold`) instead of writing and announcing now.
     func changeWaitsForCommit() -> Bool {
-        guard commitHold.mayWait, environment.commitWindow > 0, lifecycle.isRunning else { return false }
+        guard environment.commitWindow > 0, lifecycle.isRunning else { return false }
         guard journal.hasStaged || pendingMoves.hasQueued else { return false }
-        let window = UInt64(environment.commitWindow * 1_000_000_000)
-        let now = DispatchTime.now().uptimeNanoseconds
-        return commitHold.lastWrite != 0 && now < commitHold.lastWrite &+ window
+        return commitHold.lastWrite != 0 && DispatchTime.now().uptimeNanoseconds < windowEnd
     }
 
     /// Schedules the deferred change at the window's end (once for all that wait).
     func armDeferredCommit() {
         guard !commitHold.armed else { return }
         commitHold.armed = true
-        let window = UInt64(environment.commitWindow * 1_000_000_000)
-        let due = DispatchTime(uptimeNanoseconds: commitHold.lastWrite &+ window)
+        let due = DispatchTime(uptimeNanoseconds: windowEnd)
         queue.asyncAfter(deadline: due) { [weak self] in
             guard let self else { return }
             self.commitHold.armed = false
@@ -69,13 +69,5 @@ extension TransferCoordinator {
     func commitWaiting() {
         guard commitHold.waiting, !lifecycle.isInChange, !outbox.inRound, lifecycle.isRunning else { return }
         mutate {}
-    }
-
-    /// Before a change that does not wait (a call, a timer) touches anything: the moves
-    /// of changes that waited are made first, in it, so it never meets a download
-    /// between its stored path and its move.
-    func finishWaitingMoves() {
-        guard pendingMoves.hasQueued else { return }
-        finishPendingMoves()
     }
 }

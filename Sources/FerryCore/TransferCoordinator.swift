@@ -180,14 +180,13 @@ public final class TransferCoordinator: @unchecked Sendable {
     /// `scheduling`: false only for the last change of `shutdown` (nothing starts then).
     func mutate<T>(mayWaitForCommit: Bool = false, scheduling: Bool = true, _ body: () throws -> T) rethrows -> T {
         lifecycle.enterChange()
-        if lifecycle.isOutermostChange {
-            commitHold.mayWait = mayWaitForCommit
-            if !mayWaitForCommit { finishWaitingMoves() }
-        }
+        // A change that does not wait makes the moves of changes that waited first, so it
+        // never meets a download between its stored path and its move (`CommitHold`).
+        if lifecycle.isOutermostChange && !mayWaitForCommit { finishPendingMoves() }
         defer {
             var waits = false
             if lifecycle.isOutermostChange {
-                waits = changeWaitsForCommit()
+                waits = mayWaitForCommit && changeWaitsForCommit()
                 if !waits {
                     finishPendingMoves()
                     // After the moves: a group's rule may cancel a member whose move waited.
@@ -195,7 +194,6 @@ public final class TransferCoordinator: @unchecked Sendable {
                 }
                 if scheduling { schedule() }
                 publishAggregates()
-                commitHold.mayWait = false
             }
             if lifecycle.leaveChange() {
                 commitHold.waiting = waits

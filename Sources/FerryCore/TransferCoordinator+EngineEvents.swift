@@ -54,6 +54,15 @@ extension TransferCoordinator {
         t.onSharedConnection = true
     }
 
+    /// Whether the answer came from the transfer's own origin (`t.host`), not from where
+    /// a redirect led or from a Metalink mirror: only then does its HTTP version say how
+    /// that origin's transfers share connections. Nearly every answer is to the URL as
+    /// given, compared as it is; another URL is parsed.
+    private func answeredByOwnOrigin(_ t: TransferRecord, _ r: EngineResponse) -> Bool {
+        if r.effectiveURL == t.snapshot.url || r.effectiveURL.isEmpty { return true }
+        return (try? RequestURL.validate(r.effectiveURL))?.host == t.host
+    }
+
     private func handleResponse(_ id: TransferID, _ r: EngineResponse) {
         guard let t = transfers[id] else { return }
         if r.rangesRefused, !t.isUpload, t.state == .running || t.stopInFlight {
@@ -80,7 +89,7 @@ extension TransferCoordinator {
             }
             return
         }
-        if t.options.connections <= 1 {
+        if t.options.connections <= 1, answeredByOwnOrigin(t, r) {
             // (Several connections are each one request, HTTP/1.1 by choice: they say
             // nothing of the origin.)
             index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)

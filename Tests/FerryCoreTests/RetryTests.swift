@@ -84,6 +84,30 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(transfers[2]), .failed, "no word of a stream: its own failure, and no retries are allowed")
     }
 
+    /// Only an answer from the transfer's own origin says whether that origin
+    /// multiplexes: an HTTP/2 answer from where a redirect led (another host, or another
+    /// port of the same host) leaves the origin at one transfer per connection; the
+    /// origin's own HTTP/2 answer, once its URL is written differently by libcurl, lets
+    /// the waiting transfers start as streams.
+    func testAnHTTP2AnswerFromARedirectTargetDoesNotMakeTheOriginMultiplex() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let transfers = try (0..<8).map { _ in try h.download(s) }
+        let running = { transfers.filter { h.state($0) == .running }.count }
+        XCTAssertEqual(running(), 6, "an unknown origin: one transfer per connection")
+        let targets = ["https://cdn.example.net/file.bin", "https://example.com:8443/file.bin", "http://example.com/file.bin"]
+        for (t, target) in zip(transfers, targets) {
+            var redirected = EngineResponse(status: 200, expectedTotal: 100, effectiveURL: target)
+            redirected.multiplexed = true
+            h.send(.response(t, redirected))
+            XCTAssertEqual(running(), 6, "\(target) answered over HTTP/2, not example.com:443")
+        }
+        var own = EngineResponse(status: 200, expectedTotal: 100, effectiveURL: "https://EXAMPLE.com:443/file.bin")
+        own.multiplexed = true
+        h.send(.response(transfers[3], own))
+        XCTAssertEqual(running(), 8, "the origin itself answered over HTTP/2: the rest start as streams")
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

@@ -45,11 +45,21 @@ extension TransferCoordinator {
         t.indexed = nil
     }
 
+    /// What `t`'s connections count under (`HostKey`): its origin, or for a download that
+    /// asks for several connections, its origin's count of such downloads. Their ranges
+    /// go over HTTP/1.1, a connection each, even to an origin that multiplexes: counted
+    /// as streams they would pass every limit (a hundred of them, six connections each,
+    /// to one host). One that runs on one connection after all (the session's per-host
+    /// limit is 1) still counts as a transfer of its own.
+    func hostKey(_ t: TransferRecord) -> HostKey {
+        HostKey(session: t.session, host: t.host, ownConnections: !t.isUpload && t.options.connections > 1)
+    }
+
     private func facts(_ t: TransferRecord) -> TransferIndex.Facts {
         let claims = claimsNames(t)
         // A dedupe follower is never started and holds no connection: its leader fetches.
         let follower = dedupe.isFollower(t.id)
-        return TransferIndex.Facts(session: t.session, state: t.state, key: HostKey(session: t.session, host: t.host),
+        return TransferIndex.Facts(session: t.session, state: t.state, key: hostKey(t),
                             priority: t.snapshot.priority, startable: t.life.isStartable && !follower,
                             holdsConnections: t.state == .running && !t.connectionsFreed && !t.life.isFollowing,
                             waitingForNetwork: t.isWaitingForNetwork && !follower,

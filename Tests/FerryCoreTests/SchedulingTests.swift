@@ -76,6 +76,37 @@ final class SchedulingTests: XCTestCase {
         XCTAssertEqual(h.state(c), .running)
     }
 
+    /// A download on several connections asks for HTTP/1.1 on each: even from an origin
+    /// that answers over HTTP/2 it is no stream, and counts against the limits as on an
+    /// HTTP/1.1 origin, beside the origin's shared connection; single-connection
+    /// downloads still join that connection as streams.
+    func testDownloadsOnSeveralConnectionsAreNoStreamsOnAMultiplexingOrigin() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let small = try h.download(s, "https://example.com/small")
+        var answer = EngineResponse(status: 200, expectedTotal: 100, effectiveURL: "https://example.com/small")
+        answer.multiplexed = true
+        h.send(.response(small, answer))
+        let segmented = try (0..<10).map { try h.download(s, "https://example.com/big\($0)") { $0.connections = 4 } }
+        XCTAssertEqual(segmented.filter { h.state($0) == .running }.count, 5,
+                       "six connections to the host at most: the shared one and five downloads of their own")
+        let streams = try (0..<10).map { try h.download(s, "https://example.com/s\($0)") }
+        XCTAssertEqual(streams.filter { h.state($0) == .running }.count, 10, "streams of the shared connection")
+        h.fail(segmented[0], .network("reset"))
+        XCTAssertEqual(segmented.filter { h.state($0) == .running }.count, 5, "the next one takes the freed place")
+    }
+
+    /// On an HTTP/1.1 origin, downloads on one connection and on several share the
+    /// per-host limit, one each.
+    func testDownloadsOnOneAndSeveralConnectionsShareAnHTTP1OriginsLimit() throws {
+        let h = CoreHarness()
+        let s = try h.openSession { $0.maxConnectionsPerHost = 4 }
+        let segmented = try (0..<3).map { try h.download(s, "https://example.com/big\($0)") { $0.connections = 4 } }
+        let single = try (0..<3).map { try h.download(s, "https://example.com/s\($0)") }
+        XCTAssertEqual((segmented + single).filter { h.state($0) == .running }.count, 4)
+        XCTAssertEqual(single.filter { h.state($0) == .running }.count, 1, "started in order, oldest first")
+    }
+
     func testPriorityOrder() throws {
         let h = CoreHarness()
         try h.sync { try $0.setMaxConcurrentTransfers(1) }

@@ -54,8 +54,9 @@ struct TransferIndex {
     /// transfers share connections as streams (`Limits.streamsPerConnection` to one).
     private var multiplexing: Set<HostKey> = []
     /// The connections the running transfers take: one each, or one per
-    /// `Limits.streamsPerConnection` on a multiplexing origin. `MaxConcurrentTransfers`
-    /// and `max-connections-per-host` count these.
+    /// `Limits.streamsPerConnection` on a multiplexing origin (a download on several
+    /// connections, under its `HostKey.ownConnections` key, is never a stream: one each).
+    /// `MaxConcurrentTransfers` and `max-connections-per-host` count these.
     private(set) var connectionsInUse = 0
     /// Bumped whenever the running set changes (the speed limits are shared anew then).
     private(set) var runningChanges: UInt64 = 0
@@ -150,13 +151,22 @@ struct TransferIndex {
         guard inUse < maxConnections || !multiplexing.isEmpty else { return nil }
         let (perHost, multiplexing) = (runningPerHost, multiplexing)
         return queue.first { key in
-            let now = perHost[key, default: 0]
-            let shared = multiplexing.contains(key)
-            let after = Self.connections(running: now + 1, multiplexed: shared)
+            // An origin's limit covers its transfers that may share connections and its
+            // downloads on connections of their own (`HostKey.ownConnections`) together.
+            var origin = key
+            origin.ownConnections = false
+            var apart = key
+            apart.ownConnections = true
+            let shared = multiplexing.contains(origin)
+            let (streams, own) = (perHost[origin, default: 0], perHost[apart, default: 0])
+            let sharedNow = Self.connections(running: streams, multiplexed: shared)
+            let sharedAfter = key.ownConnections ? sharedNow : Self.connections(running: streams + 1, multiplexed: shared)
+            let ownAfter = key.ownConnections ? own + 1 : own
             // A multiplexing origin gets one connection's worth of streams: past that,
             // libcurl would open more connections than it needs, several at once.
-            return inUse + after - Self.connections(running: now, multiplexed: shared) <= maxConnections
-                && after <= (shared ? 1 : perHostLimit(key.session))
+            return inUse + (sharedAfter - sharedNow) + (ownAfter - own) <= maxConnections
+                && sharedAfter + ownAfter <= perHostLimit(key.session)
+                && (!shared || sharedAfter <= 1)
         }
     }
 

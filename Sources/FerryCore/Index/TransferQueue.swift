@@ -4,6 +4,11 @@ import HeapModule
 struct HostKey: Hashable {
     var session: SessionID
     var host: String
+    /// Downloads on several connections (ranges, each an HTTP/1.1 request of its own,
+    /// never a stream): counted apart from the origin's other transfers, one each as
+    /// on an HTTP/1.1 origin, so that the origin's HTTP/2 mark never makes them count
+    /// as streams (`TransferCoordinator.hostKey`).
+    var ownConnections = false
 }
 
 /// The queued transfers, in start order: high priority first, then the oldest (by id).

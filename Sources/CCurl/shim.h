@@ -124,6 +124,14 @@ static inline int ferry_alpn_prereq(void *probe, char *primary_ip, char *local_i
     return CURL_PREREQFUNC_OK;
 }
 
+/* Whether the probe can tell at all: libcurl's TLS is OpenSSL and the process has
+   SSL_get0_alpn_selected (any thread; looks it up itself). */
+static inline int ferry_alpn_probe_works(void) {
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+    if (v == NULL || v->ssl_version == NULL || strncmp(v->ssl_version, "OpenSSL/", 8) != 0) return 0;
+    return dlsym(RTLD_DEFAULT, "SSL_get0_alpn_selected") != NULL;
+}
+
 /* `probe` must outlive the handle's requests (its owner cleans the handle up first). */
 static inline CURLcode ferry_easy_probe_alpn(CURL *h, struct ferry_alpn_probe *probe) {
     probe->easy = h;

@@ -72,8 +72,10 @@ extension TransferCoordinator {
         // One request to an origin that answers over HTTP/2 goes as a stream on its shared
         // connection: if that connection goes before the answer, the loss is not this
         // transfer's (`attemptFailed`). Its response says again (HTTP/1.1: not shared).
+        // An engine that tells of unanswered streams itself says so for the attempt.
         switch kind {
-        case .download, .upload: t.onSharedConnection = index.isMultiplexing(HostKey(session: t.session, host: t.host))
+        case .download, .upload:
+            t.onSharedConnection = !engine.reportsUnansweredStreams && index.isMultiplexing(HostKey(session: t.session, host: t.host))
         default: t.onSharedConnection = false
         }
         t.snapshot.attempts += 1

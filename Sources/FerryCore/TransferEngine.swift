@@ -263,6 +263,13 @@ public protocol TransferEngine: AnyObject, Sendable {
     func shutdown()
     /// Why the engine could not request `url`, or nil (see the extension's default).
     func urlRefusal(_ url: String) -> String?
+    /// Whether the engine says of every failed request that went out as a stream of an
+    /// HTTP/2 connection and got no answer that it did (`EngineEvent.unansweredStream`).
+    /// Then a request is a stream only when its attempt says so (that event, or a
+    /// `multiplexed` response); else the core also takes a request to an origin that last
+    /// answered over HTTP/2 for one (`TransferCoordinator.prepareAttempt`), which forgives
+    /// failures that were no lost connection (a refused connection, a redirect elsewhere).
+    var reportsUnansweredStreams: Bool { get }
 }
 
 extension TransferEngine {
@@ -273,4 +280,7 @@ extension TransferEngine {
     /// or nil when it can. Asked when a client gives a URL, so that one the engine's
     /// own parser refuses is an `InvalidUrl` at the call, not a failed transfer later.
     public func urlRefusal(_ url: String) -> String? { nil }
+
+    /// Engines that cannot tell say nothing.
+    public var reportsUnansweredStreams: Bool { false }
 }

@@ -28,7 +28,13 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     private var _shutDown = false
     private var _failing: Set<String> = []
 
-    public init(_ mode: Mode = .scripted) { self.mode = mode }
+    /// Plays an engine that tells of unanswered streams (`TransferEngine.reportsUnansweredStreams`).
+    public let reportsUnansweredStreams: Bool
+
+    public init(_ mode: Mode = .scripted, reportsUnansweredStreams: Bool = false) {
+        self.mode = mode
+        self.reportsUnansweredStreams = reportsUnansweredStreams
+    }
 
     public func setEventHandler(_ handler: @escaping @Sendable (EngineEvent) -> Void) {
         lock.withLock { self.handler = handler }

@@ -26,6 +26,11 @@ public final class CurlEngine: TransferEngine, Sendable {
         return String(cString: curl_url_strerror(rc))
     }
 
+    /// Every unanswered request that went out as an HTTP/2 stream is said
+    /// (`EngineEvent.unansweredStream`): with libcurl on OpenSSL, whose ALPN the
+    /// pre-request callback reads (`ALPNProbe`). Else only answers say.
+    public let reportsUnansweredStreams = ferry_alpn_probe_works() != 0
+
     // Sendable: what other threads share is `inbox` (locked), `thread` (written once,
     // in init) and `joined` (a Mutex, held while joining). Curl handles and files are
     // touched only by the engine thread (EngineLoop).

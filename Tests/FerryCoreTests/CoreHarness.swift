@@ -10,7 +10,7 @@ import FerryMetalinkParser
 /// another `queue.sync`, so no test sleeps.
 final class CoreHarness {
     let queue = DispatchQueue(label: "ferry.core.test")
-    let engine = FakeEngine()
+    let engine: FakeEngine
     let clock: FakeClock
     let observer = RecordingObserver()
     let root: String
@@ -35,7 +35,9 @@ final class CoreHarness {
     init(start: Bool = true, retryPolicy: RetryPolicy = .never, store: InMemoryTransferStore = InMemoryTransferStore(recordingWrites: true),
          restore: Bool = false, checkpointInterval: Double = 5, clock: FakeClock = FakeClock(), disk: FakeDisk = FakeDisk(),
          root: String? = nil, batchSettleTime: Double = 0, pendingEventsPerSession: Int = Limits.defaultPendingEventsPerSession,
-         machineRestarted: Bool = false, copier: FetchedCopier? = nil, commitWindow: Double = 0) {
+         machineRestarted: Bool = false, copier: FetchedCopier? = nil, commitWindow: Double = 0,
+         engineReportsUnansweredStreams: Bool = false) {
+        engine = FakeEngine(reportsUnansweredStreams: engineReportsUnansweredStreams)
         self.root = root ?? NSTemporaryDirectory() + "ferry-core-" + UUID().uuidString
         downloads = self.root + "/Downloads"
         try! FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)

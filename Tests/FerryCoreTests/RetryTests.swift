@@ -84,6 +84,31 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(transfers[2]), .failed, "no word of a stream: its own failure, and no retries are allowed")
     }
 
+    /// With an engine that tells of unanswered streams itself, only the attempt says
+    /// whether its request was a stream: on an origin that answers over HTTP/2, a
+    /// failure with no such word (a refused connection, a redirect to a host that is
+    /// down) counts, and is not tried again at once; one the engine says was an
+    /// unanswered stream is, as is one whose answer came over HTTP/2.
+    func testWithAnEngineThatTellsOnlyItsWordMakesARequestAStream() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60), engineReportsUnansweredStreams: true)
+        let s = try h.openSession { $0.retries = 0 }
+        let first = try h.download(s)
+        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        multiplexed.multiplexed = true
+        h.send(.response(first, multiplexed))
+        let refused = try h.download(s)
+        h.fail(refused, .network("Could not connect to example.com:443: Connection refused"))
+        XCTAssertEqual(h.state(refused), .failed, "no stream went out: its own failure (no retries are allowed)")
+        let lost = try h.download(s)
+        h.send(.unansweredStream(lost))
+        h.fail(lost, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(lost), .running, "an unanswered stream: started again at once")
+        h.send(.response(lost, multiplexed))
+        h.fail(lost, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(lost), .running, "an answered stream: started again at once")
+        XCTAssertEqual(h.engine.started.filter { $0.id == lost }.count, 3)
+    }
+
     /// Only an answer from the transfer's own origin says whether that origin
     /// multiplexes: an HTTP/2 answer from where a redirect led (another host, or another
     /// port of the same host) leaves the origin at one transfer per connection; the

@@ -298,6 +298,30 @@ final class HTTP2Tests: FerryTestCase {
                        "every connection after the first resumed a TLS session: \(lines)")
     }
 
+    /// The server of an origin that answered over HTTP/2 stops: a download to it meets a
+    /// refused connection, its own failure and no lost stream (libcurl on OpenSSL tells
+    /// ferryd which requests went out as streams), so with no retries allowed it fails
+    /// after one attempt, saying why.
+    func testARefusedConnectionToAnHTTP2OriginIsNoLostStream() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: 2)
+        let (base, _) = try startNginx(root: root, certificates: certificates)
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.StoppedOrigin", ["retries": .uint32(0)])
+        let first = try await s.download(base + "/f0.bin", options: ["destination": .string(work + "/f0.bin")])
+        try await finishCompleted(first, at: work + "/f0.bin", equals: bodies[0])
+        let server = try XCTUnwrap(nginx)
+        server.kill(SIGTERM)
+        XCTAssertNotNil(server.waitForExit(timeout: 10), "nginx stopped")
+
+        let second = try await s.download(base + "/f1.bin", options: ["destination": .string(work + "/f1.bin")])
+        let info = try await finish(second, timeout: 60)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network")
+        XCTAssertTrue(info.errorMessage.contains("refused"), info.errorMessage)
+        XCTAssertEqual(info.attempts, 1, "a refused connection costs the attempt: no free tries")
+    }
+
     /// The HTTP/2 connection is closed under its streams, no GOAWAY first (as when the
     /// server goes away): see `cutUnderSixtyStreams`.
     func testAConnectionClosedWithSixtyStreamsInFlightFailsNoTransfer() async throws {

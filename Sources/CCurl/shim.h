@@ -125,7 +125,8 @@ static inline int ferry_alpn_prereq(void *probe, char *primary_ip, char *local_i
 }
 
 /* Whether the probe can tell at all: libcurl's TLS is OpenSSL and the process has
-   SSL_get0_alpn_selected (any thread; looks it up itself). */
+   SSL_get0_alpn_selected. After curl_global_init (curl_version_info is not thread-safe
+   before it); looks the symbol up itself. */
 static inline int ferry_alpn_probe_works(void) {
     const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
     if (v == NULL || v->ssl_version == NULL || strncmp(v->ssl_version, "OpenSSL/", 8) != 0) return 0;

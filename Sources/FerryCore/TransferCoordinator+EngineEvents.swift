@@ -50,7 +50,7 @@ extension TransferCoordinator {
     /// not marked multiplexing here: the connection may have been a redirect target's or
     /// a Metalink mirror's, not `t.host`'s; its first answer says.
     private func handleUnansweredStream(_ id: TransferID) {
-        guard let t = transfers[id], t.state == .running, !t.stopInFlight, !t.isAwaitingMetalink else { return }
+        guard let t = transfers[id], t.state == .running, !t.stopInFlight else { return }
         t.onSharedConnection = true
     }
 
@@ -81,7 +81,10 @@ extension TransferCoordinator {
         }
         guard t.state == .running, !t.stopInFlight else { return }
         if t.isAwaitingMetalink {
-            // The document's response: only a failing status matters (its retry rules).
+            // The document's response: only a failing status matters (its retry rules),
+            // and whether it came as a stream (its origin is not marked: the document is
+            // fetched from the `metalink` URL, not `t.host`).
+            t.onSharedConnection = r.multiplexed && !r.isFailure
             if r.isFailure {
                 t.retryAfter = r.retryAfter
                 t.failedResponseStatus = r.status

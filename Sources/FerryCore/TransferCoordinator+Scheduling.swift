@@ -26,7 +26,11 @@ extension TransferCoordinator {
         applySpeedLimits(starting: Set(starting.map(\.id)))
         for t in starting {
             publishChanged(t)
-            engine.start(request(for: t))
+            let request = request(for: t)
+            // A request on one handle is a stream only if its attempt says so, where the
+            // engine tells (the ALPN it negotiated): not for going to a multiplexing origin.
+            if engine.reportsUnansweredStreams && !request.isRanged { t.onSharedConnection = false }
+            engine.start(request)
         }
     }
 
@@ -72,10 +76,10 @@ extension TransferCoordinator {
         // One request to an origin that answers over HTTP/2 goes as a stream on its shared
         // connection: if that connection goes before the answer, the loss is not this
         // transfer's (`attemptFailed`). Its response says again (HTTP/1.1: not shared).
-        // An engine that tells of unanswered streams itself says so for the attempt.
+        // (An engine that tells of unanswered streams itself says so for the attempt:
+        // `schedule`.)
         switch kind {
-        case .download, .upload:
-            t.onSharedConnection = !engine.reportsUnansweredStreams && index.isMultiplexing(HostKey(session: t.session, host: t.host))
+        case .download, .upload: t.onSharedConnection = index.isMultiplexing(HostKey(session: t.session, host: t.host))
         default: t.onSharedConnection = false
         }
         t.snapshot.attempts += 1

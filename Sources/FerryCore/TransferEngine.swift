@@ -263,13 +263,22 @@ public protocol TransferEngine: AnyObject, Sendable {
     func shutdown()
     /// Why the engine could not request `url`, or nil (see the extension's default).
     func urlRefusal(_ url: String) -> String?
-    /// Whether the engine says of every failed request that went out as a stream of an
-    /// HTTP/2 connection and got no answer that it did (`EngineEvent.unansweredStream`).
-    /// Then a request is a stream only when its attempt says so (that event, or a
-    /// `multiplexed` response); else the core also takes a request to an origin that last
-    /// answered over HTTP/2 for one (`TransferCoordinator.prepareAttempt`), which forgives
+    /// Whether the engine says of every failed request on one handle (an upload, or a
+    /// download that is not `isRanged`) that went out as a stream of an HTTP/2 connection
+    /// and got no answer that it did (`EngineEvent.unansweredStream`), and of its answers
+    /// whether they came over HTTP/2 (`multiplexed`). Then such a request is a stream only
+    /// when its attempt says so; else the core also takes a request to an origin that last
+    /// answered over HTTP/2 for one (`TransferCoordinator.schedule`), which forgives
     /// failures that were no lost connection (a refused connection, a redirect elsewhere).
     var reportsUnansweredStreams: Bool { get }
+}
+
+extension EngineRequest {
+    /// A download the engine fetches over ranges (several connections, a range map to
+    /// continue, mirrors or pieces), not whole on one handle.
+    public var isRanged: Bool {
+        upload == nil && (connections > 1 || (segments.map { !$0.done.isEmpty } ?? false) || !mirrors.isEmpty || pieces != nil)
+    }
 }
 
 extension TransferEngine {

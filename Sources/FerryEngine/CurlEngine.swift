@@ -29,7 +29,7 @@ public final class CurlEngine: TransferEngine, Sendable {
     /// Every unanswered request that went out as an HTTP/2 stream is said
     /// (`EngineEvent.unansweredStream`): with libcurl on OpenSSL, whose ALPN the
     /// pre-request callback reads (`ALPNProbe`). Else only answers say.
-    public let reportsUnansweredStreams = ferry_alpn_probe_works() != 0
+    public let reportsUnansweredStreams: Bool
 
     // Sendable: what other threads share is `inbox` (locked), `thread` (written once,
     // in init) and `joined` (a Mutex, held while joining). Curl handles and files are
@@ -53,6 +53,7 @@ public final class CurlEngine: TransferEngine, Sendable {
     /// Starts the engine thread.
     public init(logger: Logger = Logger(label: "org.ferry.engine")) {
         CurlGlobal.initialize()
+        reportsUnansweredStreams = ferry_alpn_probe_works() != 0 // after curl_global_init
         guard let multi = curl_multi_init() else {
             fatalError("curl_multi_init failed (out of memory)")
         }

@@ -176,8 +176,7 @@ final class EngineLoop {
         }
         // A segmented download's part file is looked at and opened by a file job too; one
         // that is not a regular file gets one connection.
-        let segmented = request.connections > 1 || (request.segments.map { !$0.done.isEmpty } ?? false)
-            || !request.mirrors.isEmpty || request.pieces != nil
+        let segmented = request.isRanged
         let opening = OpeningDownload(request: request, attempt: number, segmented: segmented, loop: self)
         attempts[request.id] = opening
         if segmented {

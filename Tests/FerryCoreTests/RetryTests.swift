@@ -109,6 +109,34 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.engine.started.filter { $0.id == lost }.count, 3)
     }
 
+    /// Requests the engine does not tell of (a download over ranges: here one with a
+    /// mirror) keep the origin's mark: on an origin that answers over HTTP/2 their lost
+    /// connection is tried again at once. A Metalink document fetched as a stream is tried
+    /// again at once when its connection goes before the answer, or during its body.
+    func testWithAnEngineThatTellsRangedDownloadsAndDocumentsStillCountAsStreams() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60), engineReportsUnansweredStreams: true)
+        let s = try h.openSession { $0.retries = 0 }
+        let first = try h.download(s)
+        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        multiplexed.multiplexed = true
+        h.send(.response(first, multiplexed))
+        let mirrored = try h.download(s, "https://example.com/other.bin") { $0.mirrors = ["https://mirror.example/other.bin"] }
+        h.fail(mirrored, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(mirrored), .running, "a ranged download on a multiplexing origin: started again at once")
+
+        let document = "https://example.com/file.meta4"
+        let t = try h.download(s, document) { $0.metalink = document }
+        h.send(.unansweredStream(t))
+        h.fail(t, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(t), .running, "the document's unanswered stream: fetched again at once")
+        var answer = EngineResponse(status: 200, expectedTotal: 1000, effectiveURL: document)
+        answer.multiplexed = true
+        h.send(.response(t, answer))
+        h.fail(t, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(t), .running, "the document's answered stream: fetched again at once")
+        XCTAssertEqual(h.engine.started.filter { $0.id == t }.count, 3)
+    }
+
     /// Only an answer from the transfer's own origin says whether that origin
     /// multiplexes: an HTTP/2 answer from where a redirect led (another host, or another
     /// port of the same host) leaves the origin at one transfer per connection; the

@@ -92,14 +92,16 @@ extension TransferCoordinator {
             }
             return
         }
-        if t.options.connections <= 1, answeredByOwnOrigin(t, r) {
-            // (Several connections are each one request, HTTP/1.1 by choice: they say
-            // nothing of the origin.)
-            index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
+        if r.answeredOnConnection {
+            if t.options.connections <= 1, answeredByOwnOrigin(t, r) {
+                // (Several connections are each one request, HTTP/1.1 by choice: they say
+                // nothing of the origin.)
+                index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
+            }
+            // A stream of a shared (HTTP/2) connection: if that connection goes, the
+            // attempt is tried again at once (`attemptFailed`).
+            t.onSharedConnection = r.multiplexed && !r.isFailure
         }
-        // A stream of a shared (HTTP/2) connection: if that connection goes, the attempt
-        // is tried again at once (`attemptFailed`).
-        t.onSharedConnection = r.multiplexed && !r.isFailure
         if t.isUpload {
             handleUploadResponse(t, r)
             return

@@ -128,6 +128,11 @@ public struct EngineResponse: Sendable, Equatable {
     /// streams (HTTP/2, negotiated by ALPN): the scheduler counts the origin's transfers
     /// by connection, not one each (`TransferIndex`).
     public var multiplexed = false
+    /// False for a response the engine makes up rather than a connection's answer (the
+    /// file was whole on disk, or a mirror answered first and the URL's validator is
+    /// kept): it says nothing of how the origin answers, nor of whether the attempt is a
+    /// stream, so neither `multiplexed` nor the effective URL is taken for that.
+    public var answeredOnConnection = true
     /// Why a download asked to use several connections uses one (no length, no
     /// `Accept-Ranges: bytes`, no strong validator, the file changed on the server...);
     /// nil otherwise. For the log and `Attempts`.

@@ -80,6 +80,7 @@ extension SegmentedDownload {
             word.connections = 1
             word.singleConnectionReason = reason
             word.rangesRefused = true
+            word.multiplexed = EasyHandleSetup.isMultiplexed(first.easy)
             loop.emit(.response(id, word))
             return false
         }
@@ -279,6 +280,9 @@ extension SegmentedDownload {
             startOffset: startOffset, contentDisposition: head.contentDisposition, acceptsRanges: acceptsRanges,
             effectiveURL: EasyHandleSetup.effectiveURL(connection.easy, fallback: request.url), retryAfter: head.retryAfter)
         response.connections = head.status >= 300 || single ? 1 : maxConnections
+        // On one connection a range request may go as an HTTP/2 stream (several
+        // connections are HTTP/1.1, `RangeConnection`).
+        response.multiplexed = EasyHandleSetup.isMultiplexed(connection.easy)
         response.singleConnectionReason = singleReason
         response.spaceReserved = head.status < 300 && space.covers(upTo: total)
         loop.emit(.response(id, response))

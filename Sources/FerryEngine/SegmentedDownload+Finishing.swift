@@ -20,6 +20,7 @@ extension SegmentedDownload {
                                       lastModified: validator.flatMap { $0.hasPrefix("\"") ? nil : $0 },
                                       expectedTotal: total, startOffset: startOffset, acceptsRanges: true, effectiveURL: request.url)
         response.connections = connections
+        response.answeredOnConnection = false
         responded = true
         loop.emit(.response(id, response))
         if let map = currentMap() { reportMap(map) }

@@ -161,6 +161,36 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(running(), 8, "the origin itself answered over HTTP/2: the rest start as streams")
     }
 
+    /// A response the engine made up (a ranged download whose file was whole on disk, or
+    /// whose mirror answered first and keeps the URL's validator) says nothing of how the
+    /// origin answers: it neither unmarks a multiplexing origin nor ends the attempt's
+    /// standing as a stream. A ranged answer over HTTP/2 keeps both.
+    func testAMadeUpResponseLeavesTheOriginAndTheStreamAsTheyWere() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let transfers = try (0..<8).map { _ in try h.download(s) }
+        let running = { transfers.filter { h.state($0) == .running }.count }
+        var own = EngineResponse(status: 200, expectedTotal: 100, effectiveURL: url)
+        own.multiplexed = true
+        h.send(.response(transfers[0], own))
+        XCTAssertEqual(running(), 8, "the origin answered over HTTP/2")
+
+        let mirrored = try h.download(s, url) { $0.mirrors = ["https://mirror.example/file.bin"] }
+        var madeUp = EngineResponse(status: 206, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        madeUp.answeredOnConnection = false
+        h.send(.response(mirrored, madeUp))
+        let more = try (0..<4).map { _ in try h.download(s) }
+        XCTAssertEqual(more.filter { h.state($0) == .running }.count, 4, "the origin is still taken to multiplex")
+        h.fail(mirrored, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(mirrored), .running, "still a stream: tried again at once")
+
+        var ranged = EngineResponse(status: 206, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        ranged.multiplexed = true
+        h.send(.response(mirrored, ranged))
+        h.fail(mirrored, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(mirrored), .running, "answered over HTTP/2: tried again at once")
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

@@ -388,6 +388,44 @@ final class HTTP2Tests: FerryTestCase {
         XCTAssertTrue(try accessLogLines(accessLog).allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2")
     }
 
+    /// A download with a mirror, on one connection: its ranges go as HTTP/2 streams. The
+    /// connection is cut part-way through the body; the download goes on (from the other
+    /// source, or tried again at once from the bytes it has), though its session allows no
+    /// retry, and the file arrives byte-exact.
+    func testAMirroredDownloadCutPartWayOverHTTP2GoesOnWithoutARetry() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 0)
+        let body = TestData.bytes(count: 384 * 1024 + 321, seed: 77)
+        FileManager.default.createFile(atPath: root + "/m.bin", contents: Data(body))
+        // 64 KiB/s a request: 6 s for the whole file.
+        let (base, accessLog) = try startNginx(
+            root: root, certificates: certificates,
+            serverDirectives: "location /paced/ { alias \(root)/; limit_rate 64k; } location /mirror/ { alias \(root)/; limit_rate 64k; }")
+        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
+        let proxy = try CuttingProxy(to: nginxPort)
+        cleanups.append { proxy.stop() }
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.H2Mirrors", ["retries": .uint32(0)])
+        let origin = "https://127.0.0.1:\(proxy.port)"
+        let t = try await s.download(origin + "/paced/m.bin", options: [
+            "destination": .string(work + "/m.bin"), "mirrors": .stringArray([origin + "/mirror/m.bin"])])
+        try await signals.wait("bytes of the download", timeout: 20) { sigs in
+            sigs.contains { $0.member == "Progress" && $0.path == t.path }
+        }
+        XCTAssertGreaterThanOrEqual(proxy.cutAll(reset: false), 1, "a connection was cut")
+
+        let info = try await finish(t, timeout: 60)
+        XCTAssertEqual(info.state, "completed", "\(info.errorName) \(info.errorMessage)")
+        XCTAssertEqual(info.errorName, "", "the loss left no error")
+        assertFile(work + "/m.bin", equals: body)
+        let waitedToRetry = signals.all.filter {
+            $0.member == "PropertiesChanged" && $0.path == t.path && $0.changed["WaitingReason"]?.string == "retry"
+        }
+        XCTAssertEqual(waitedToRetry.count, 0, "the download did not wait to retry: the loss was no failed attempt")
+        let lines = try accessLogLines(accessLog)
+        XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2: \(lines)")
+    }
+
     /// A download with `connections=4` from an HTTP/2 server: its ranges do not multiplex
     /// on one connection (a server's per-connection limits would hold them all) — each
     /// asks for HTTP/1.1 on a connection of its own — and the file arrives byte-exact.

@@ -426,6 +426,48 @@ final class HTTP2Tests: FerryTestCase {
         XCTAssertTrue(lines.allSatisfy { $0.count >= 2 && $0[1] == "HTTP/2.0" }, "every request over HTTP/2: \(lines)")
     }
 
+    /// A download with a mirror, on one connection, is the first to reach an HTTP/2
+    /// origin: its answer (a range, over HTTP/2) marks the origin as multiplexing, so the
+    /// twelve downloads queued after it all start at once as streams, before any of them
+    /// is answered (nginx holds their answers back, one each 10 s).
+    func testARangedAnswerOverHTTP2LetsTheNextDownloadsStartAsStreams() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let count = 12
+        let (root, _) = try makeSite(count: count)
+        let body = TestData.bytes(count: 96 * 1024 + 7, seed: 78)
+        FileManager.default.createFile(atPath: root + "/m.bin", contents: Data(body))
+        // The first request to /held/ is answered at once, each later one 10 s after the last.
+        let (base, _) = try startNginx(
+            root: root, certificates: certificates,
+            httpDirectives: "limit_req_zone $binary_remote_addr zone=held:1m rate=6r/m;",
+            serverDirectives: "location /held/ { alias \(root)/; limit_req zone=held burst=50; } location /mirror/ { alias \(root)/; }")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.H2RangedFirst")
+        let mirrored = try await s.download(base + "/held/m.bin", options: [
+            "destination": .string(work + "/m.bin"), "mirrors": .stringArray([base + "/mirror/m.bin"])])
+        try await finishCompleted(mirrored, at: work + "/m.bin", equals: body)
+
+        var held: [FerryTransfer] = []
+        for i in 0..<count {
+            held.append(try await s.download(base + "/held/f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
+        }
+        let paths = Set(held.map(\.path))
+        try await signals.wait("all \(count) downloads running") { self.runningNow($0, paths) == count }
+        // In the order the signals came: none of them was answered before all ran.
+        var running: Set<String> = []
+        var answeredFirst: [String] = []
+        for sig in signals.all where sig.member == "PropertiesChanged" && paths.contains(sig.path) {
+            if sig.changed["HttpStatus"] != nil { answeredFirst.append(sig.path) }
+            if let state = sig.changed["State"]?.string {
+                if state == "running" { running.insert(sig.path) } else { running.remove(sig.path) }
+            }
+            if running.count == count { break }
+        }
+        XCTAssertEqual(running.count, count)
+        XCTAssertEqual(answeredFirst, [], "all started as streams, before any answer")
+        for t in held { try? await t.cancel() } // nginx would hold them for two minutes
+    }
+
     /// A download with `connections=4` from an HTTP/2 server: its ranges do not multiplex
     /// on one connection (a server's per-connection limits would hold them all) — each
     /// asks for HTTP/1.1 on a connection of its own — and the file arrives byte-exact.

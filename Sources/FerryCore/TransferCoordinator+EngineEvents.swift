@@ -80,11 +80,15 @@ extension TransferCoordinator {
             return
         }
         guard t.state == .running, !t.stopInFlight else { return }
-        if t.isAwaitingMetalink {
-            // The document's response: only a failing status matters (its retry rules),
-            // and whether it came as a stream (its origin is not marked: the document is
-            // fetched from the `metalink` URL, not `t.host`).
+        if r.answeredOnConnection {
+            // A stream of a shared (HTTP/2) connection: if that connection goes, the
+            // attempt is tried again at once (`attemptFailed`).
             t.onSharedConnection = r.multiplexed && !r.isFailure
+        }
+        if t.isAwaitingMetalink {
+            // The document's response: only a failing status matters (its retry rules).
+            // Its origin is not marked: the document is fetched from the `metalink` URL,
+            // not `t.host`.
             if r.isFailure {
                 t.retryAfter = r.retryAfter
                 t.failedResponseStatus = r.status
@@ -92,15 +96,10 @@ extension TransferCoordinator {
             }
             return
         }
-        if r.answeredOnConnection {
-            if t.options.connections <= 1, answeredByOwnOrigin(t, r) {
-                // (Several connections are each one request, HTTP/1.1 by choice: they say
-                // nothing of the origin.)
-                index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
-            }
-            // A stream of a shared (HTTP/2) connection: if that connection goes, the
-            // attempt is tried again at once (`attemptFailed`).
-            t.onSharedConnection = r.multiplexed && !r.isFailure
+        if r.answeredOnConnection, t.options.connections <= 1, answeredByOwnOrigin(t, r) {
+            // (Several connections are each one request, HTTP/1.1 by choice: they say
+            // nothing of the origin.)
+            index.setMultiplexing(HostKey(session: t.session, host: t.host), r.multiplexed)
         }
         if t.isUpload {
             handleUploadResponse(t, r)

@@ -27,9 +27,7 @@ extension TransferCoordinator {
         for t in starting {
             publishChanged(t)
             let request = request(for: t)
-            // A request on one handle is a stream only if its attempt says so, where the
-            // engine tells (the ALPN it negotiated): not for going to a multiplexing origin.
-            if engine.reportsUnansweredStreams && !request.isRanged { t.onSharedConnection = false }
+            t.onSharedConnection = startsAsStream(t, request)
             engine.start(request)
         }
     }
@@ -73,15 +71,6 @@ extension TransferCoordinator {
         // Starting over: what was synced of the old part file says nothing of the new.
         if offset == 0 && t.segments == nil && !t.isAwaitingMetalink { t.durablePart = nil }
         t.connectionsFreed = false
-        // One request to an origin that answers over HTTP/2 goes as a stream on its shared
-        // connection: if that connection goes before the answer, the loss is not this
-        // transfer's (`attemptFailed`). Its response says again (HTTP/1.1: not shared).
-        // (An engine that tells of unanswered streams itself says so for the attempt:
-        // `schedule`.)
-        switch kind {
-        case .download, .upload: t.onSharedConnection = index.isMultiplexing(HostKey(session: t.session, host: t.host))
-        default: t.onSharedConnection = false
-        }
         t.snapshot.attempts += 1
         t.life.start(TransferLife.Attempt(kind: kind, number: t.snapshot.attempts, offset: offset))
         settle(t)
@@ -93,6 +82,17 @@ extension TransferCoordinator {
         t.snapshot.bytesTransferred = offset
         t.rate.reset(at: now)
         t.lastProgress = nil
+    }
+
+    /// Whether `request` is taken for a stream of its origin's shared (HTTP/2) connection
+    /// before its answer: if that connection goes, the loss is not this transfer's
+    /// (`attemptFailed`); its response says again (HTTP/1.1: not shared). One request to
+    /// an origin that answers over HTTP/2 is, unless the engine tells of that request's
+    /// streams itself (the ALPN it negotiated: a request on one handle); several
+    /// connections are HTTP/1.1, each a request of its own.
+    private func startsAsStream(_ t: TransferRecord, _ request: EngineRequest) -> Bool {
+        guard request.connections <= 1, !engine.reportsUnansweredStreams || request.isRanged else { return false }
+        return index.isMultiplexing(HostKey(session: t.session, host: t.host))
     }
 
     func request(for t: TransferRecord) -> EngineRequest {

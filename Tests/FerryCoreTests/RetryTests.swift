@@ -14,6 +14,22 @@ final class RetryTests: XCTestCase {
         return t
     }
 
+    /// A resumable answer that came over HTTP/2.
+    private var multiplexedAnswer: EngineResponse {
+        var r = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
+        r.multiplexed = true
+        return r
+    }
+
+    /// A session allowing no retry, whose origin answered a first download over HTTP/2.
+    private func onAMultiplexingOrigin(engineReportsUnansweredStreams: Bool = false) throws -> (CoreHarness, SessionID) {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60),
+                            engineReportsUnansweredStreams: engineReportsUnansweredStreams)
+        let s = try h.openSession { $0.retries = 0 }
+        h.send(.response(try h.download(s), multiplexedAnswer))
+        return (h, s)
+    }
+
     // MARK: - A shared connection that goes away
 
     /// A stream of a shared (HTTP/2) connection whose connection goes away is tried again
@@ -23,8 +39,7 @@ final class RetryTests: XCTestCase {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
         let s = try h.openSession { $0.retries = 0 }
         let t = try h.download(s)
-        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
-        multiplexed.multiplexed = true
+        let multiplexed = multiplexedAnswer
         for attempt in 1...3 {
             h.send(.response(t, multiplexed))
             h.fail(t, .network("The connection to example.com:443 was reset"))
@@ -41,12 +56,7 @@ final class RetryTests: XCTestCase {
     /// once too, its retries untouched; where the origin answers over HTTP/1.1 the same
     /// failure counts.
     func testAStreamLostBeforeItsAnswerIsTriedAgainAtOnceOnAMultiplexingOrigin() throws {
-        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
-        let s = try h.openSession { $0.retries = 0 }
-        let first = try h.download(s)
-        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
-        multiplexed.multiplexed = true
-        h.send(.response(first, multiplexed))
+        let (h, s) = try onAMultiplexingOrigin()
         let unanswered = try h.download(s)
         XCTAssertEqual(h.state(unanswered), .running)
         h.fail(unanswered, .network("The connection to example.com:443 closed after 0 bytes"))
@@ -90,12 +100,7 @@ final class RetryTests: XCTestCase {
     /// down) counts, and is not tried again at once; one the engine says was an
     /// unanswered stream is, as is one whose answer came over HTTP/2.
     func testWithAnEngineThatTellsOnlyItsWordMakesARequestAStream() throws {
-        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60), engineReportsUnansweredStreams: true)
-        let s = try h.openSession { $0.retries = 0 }
-        let first = try h.download(s)
-        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
-        multiplexed.multiplexed = true
-        h.send(.response(first, multiplexed))
+        let (h, s) = try onAMultiplexingOrigin(engineReportsUnansweredStreams: true)
         let refused = try h.download(s)
         h.fail(refused, .network("Could not connect to example.com:443: Connection refused"))
         XCTAssertEqual(h.state(refused), .failed, "no stream went out: its own failure (no retries are allowed)")
@@ -103,7 +108,7 @@ final class RetryTests: XCTestCase {
         h.send(.unansweredStream(lost))
         h.fail(lost, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(lost), .running, "an unanswered stream: started again at once")
-        h.send(.response(lost, multiplexed))
+        h.send(.response(lost, multiplexedAnswer))
         h.fail(lost, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(lost), .running, "an answered stream: started again at once")
         XCTAssertEqual(h.engine.started.filter { $0.id == lost }.count, 3)
@@ -114,12 +119,7 @@ final class RetryTests: XCTestCase {
     /// connection is tried again at once. A Metalink document fetched as a stream is tried
     /// again at once when its connection goes before the answer, or during its body.
     func testWithAnEngineThatTellsRangedDownloadsAndDocumentsStillCountAsStreams() throws {
-        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60), engineReportsUnansweredStreams: true)
-        let s = try h.openSession { $0.retries = 0 }
-        let first = try h.download(s)
-        var multiplexed = EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url)
-        multiplexed.multiplexed = true
-        h.send(.response(first, multiplexed))
+        let (h, s) = try onAMultiplexingOrigin(engineReportsUnansweredStreams: true)
         let mirrored = try h.download(s, "https://example.com/other.bin") { $0.mirrors = ["https://mirror.example/other.bin"] }
         h.fail(mirrored, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(mirrored), .running, "a ranged download on a multiplexing origin: started again at once")

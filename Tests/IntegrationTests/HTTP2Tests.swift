@@ -125,6 +125,14 @@ final class HTTP2Tests: FerryTestCase {
         return (root, bodies)
     }
 
+    /// A relay to nginx at `base` that can cut its connections, stopped with the test.
+    private func cuttingProxy(to base: String) throws -> CuttingProxy {
+        guard let port = URLComponents(string: base)?.port else { throw TestProcessError("no port in \(base)") }
+        let proxy = try CuttingProxy(to: port)
+        cleanups.append { proxy.stop() }
+        return proxy
+    }
+
     /// ferryd again, trusting the test CA.
     func restartTrusting(_ certificates: TestCertificates) async throws {
         try await stopFerryd()
@@ -349,9 +357,7 @@ final class HTTP2Tests: FerryTestCase {
             root: root, certificates: certificates,
             httpDirectives: "limit_req_zone $binary_remote_addr zone=queue:1m rate=20r/s;",
             serverDirectives: "location /queued/ { alias \(root)/; limit_rate 8k; limit_req zone=queue burst=500; }")
-        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
-        let proxy = try CuttingProxy(to: nginxPort)
-        cleanups.append { proxy.stop() }
+        let proxy = try cuttingProxy(to: base)
         try await restartTrusting(certificates)
 
         let s = try await session("com.example.Cut", ["retries": .uint32(0)])
@@ -401,9 +407,7 @@ final class HTTP2Tests: FerryTestCase {
         let (base, accessLog) = try startNginx(
             root: root, certificates: certificates,
             serverDirectives: "location /paced/ { alias \(root)/; limit_rate 64k; } location /mirror/ { alias \(root)/; limit_rate 64k; }")
-        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
-        let proxy = try CuttingProxy(to: nginxPort)
-        cleanups.append { proxy.stop() }
+        let proxy = try cuttingProxy(to: base)
         try await restartTrusting(certificates)
         let s = try await session("com.example.H2Mirrors", ["retries": .uint32(0)])
         let origin = "https://127.0.0.1:\(proxy.port)"
@@ -505,9 +509,7 @@ final class HTTP2Tests: FerryTestCase {
         let (base, accessLog) = try startNginx(root: root, certificates: certificates, serverDirectives: """
             location /up/ { dav_methods PUT; client_max_body_size 0; }
             """)
-        guard let nginxPort = URLComponents(string: base)?.port else { return XCTFail("no port in \(base)") }
-        let proxy = try CuttingProxy(to: nginxPort)
-        cleanups.append { proxy.stop() }
+        let proxy = try cuttingProxy(to: base)
         try await restartTrusting(certificates)
         let origin = "https://127.0.0.1:\(proxy.port)"
         // 12 bodies of 300 KB share 1 MiB/s: about 3.5 s for all.

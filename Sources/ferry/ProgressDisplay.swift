@@ -3,7 +3,8 @@ import Foundation
 
 /// Shows followed transfers on its channel: on a terminal, one live line per transfer
 /// plus a total, fitted to the width and redrawn on resize; piped, plain lines (a
-/// state change, at most one progress line a second per transfer). Each completed
+/// state change, at most one progress line a second per transfer, the first once it
+/// has moved data for a second). Each completed
 /// transfer's final line ("ID completed PATH") goes to stdout — unless the live display
 /// shows it on the same terminal, which then ends with each saved file's path — and
 /// failures to stderr; `quiet` keeps only failures.
@@ -197,7 +198,14 @@ final class ProgressDisplay: FollowSink, @unchecked Sendable {
     private func plainProgressLine(_ i: TransferInfo) {
         guard !quiet, i.state == "running" else { return }
         let t = now()
-        guard t - (lastPlain[i.path] ?? 0) >= 1 else { return }
+        // The first one a second after the transfer's first progress: a file that takes
+        // less than that says only its state lines and its final line (a batch of small
+        // files is not a "100%" line each), a longer one a line each second.
+        guard let last = lastPlain[i.path] else {
+            lastPlain[i.path] = t
+            return
+        }
+        guard t - last >= 1 else { return }
         lastPlain[i.path] = t
         var s = "\(i.id) \(Format.percent(i)) \(Format.bytes(i.bytesTransferred))/\(Format.bytes(i.bytesExpected))"
         let r = rate(i)

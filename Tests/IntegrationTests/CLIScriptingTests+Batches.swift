@@ -37,6 +37,10 @@ extension CLIScriptingTests {
             XCTAssertTrue(progress.contains { $0.hasPrefix("\(id) queued ") }, "\(id)'s first line: \(r.stderr)")
         }
         XCTAssertFalse(lines.contains { $0.contains(" queued ") }, "no progress on stdout")
+        // Each file took milliseconds: no progress line ("7 100% 2.9 KiB/2.9 KiB") for
+        // any, only their state lines (the first a second after a transfer's data began).
+        XCTAssertFalse(progress.contains { $0.split(separator: " ").dropFirst().first?.hasSuffix("%") == true },
+                       "no progress lines for files that take less than a second: \(r.stderr)")
     }
 
     /// On a bus that keeps dbus-daemon's own limit of 128 calls awaiting replies per

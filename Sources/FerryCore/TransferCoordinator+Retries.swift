@@ -9,6 +9,11 @@ extension TransferCoordinator {
     /// else, or a wait that would outlast the resource-timeout, fails the transfer.
     /// Losses of a shared connection a transfer is tried again after at once, before
     /// they count as failed attempts (a server that keeps dropping its connections).
+    /// Not a POST upload's: the server may have acted on it before its connection went
+    /// (answered, or still working on its answer), and sent again it could act twice
+    /// (RFC 9110 §9.2.2), so its loss counts as on HTTP/1.1. GETs and PUTs may be sent
+    /// twice to the same effect. (A request the server refused unprocessed,
+    /// `REFUSED_STREAM`, libcurl sends again itself.)
     static let sharedConnectionLossesForgiven = 3
 
     func attemptFailed(_ t: TransferRecord, _ error: CoreError) {
@@ -18,7 +23,8 @@ extension TransferCoordinator {
             failTransfer(t, resourceTimeoutError(t))
             return
         }
-        if case .network = error, t.onSharedConnection, t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
+        if case .network = error, t.onSharedConnection, t.upload?.method != "POST",
+           t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
             // The shared (HTTP/2) connection its stream was on (answered or not yet) went
             // away: a GOAWAY, a reset, a server that dropped a hundred streams at once. Not
             // this transfer's failure: it goes back to the queue at once, its retries untouched.

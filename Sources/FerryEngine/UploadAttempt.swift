@@ -190,6 +190,11 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             error = CurlFailure.error(for: code, in: context)
             if finalHead == nil, CurlFailure.isUnansweredStream(alpn, detail: context.curlErrorDetail) {
                 loop.emit(.unansweredStream(id))
+            } else if finalHead != nil {
+                // Answered with success, and cut before the answer's end: the core hears the
+                // answer (its status, and whether it came over HTTP/2, where the loss is
+                // the connection's and a PUT is sent again at once) before the failure.
+                emitResponse(final: false)
             }
         } else if finalHead == nil {
             error = .network("\(EasyHandleSetup.hostDescription(request.url)) ended the response before its headers were complete")

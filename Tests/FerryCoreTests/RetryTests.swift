@@ -191,6 +191,41 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(mirrored), .running, "answered over HTTP/2: tried again at once")
     }
 
+    /// A POST upload whose HTTP/2 connection goes away, answered or still waiting for its
+    /// answer, is not sent again at once: the server may have acted on it, so the loss
+    /// counts as on HTTP/1.1 (here no retries are allowed: it fails). A PUT in the same
+    /// place is sent again, its retries untouched.
+    func testALostStreamOfAPOSTUploadCountsAsAFailedAttempt() throws {
+        let (h, s) = try onAMultiplexingOrigin(engineReportsUnansweredStreams: true)
+        let file = h.root + "/form.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(repeating: 7, count: 1000))
+        func upload(_ method: String) throws -> TransferID {
+            var options = UploadOptions()
+            options.method = method
+            return try h.sync { try $0.upload(session: s, url: "https://example.com/up/form.bin", file: file, options: options) }
+        }
+        var created = EngineResponse(status: 201, expectedTotal: 0, effectiveURL: "https://example.com/up/form.bin")
+        created.multiplexed = true
+
+        let answered = try upload("POST")
+        h.send(.response(answered, created))
+        h.fail(answered, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(answered), .failed, "answered: the server acted on it; not sent again")
+        XCTAssertEqual(h.engine.started.filter { $0.id == answered }.count, 1)
+
+        let unanswered = try upload("POST")
+        h.send(.unansweredStream(unanswered))
+        h.fail(unanswered, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(unanswered), .failed, "sent, no answer yet: the server may be acting on it")
+        XCTAssertEqual(h.engine.started.filter { $0.id == unanswered }.count, 1)
+
+        let put = try upload("PUT")
+        h.send(.response(put, created))
+        h.fail(put, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(put), .running, "a PUT twice is the same PUT: sent again at once")
+        XCTAssertEqual(h.engine.started.filter { $0.id == put }.count, 2)
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

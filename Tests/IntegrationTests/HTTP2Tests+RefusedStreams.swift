@@ -115,6 +115,40 @@ extension HTTP2Tests {
         XCTAssertEqual(redirects.count, 1, "the server answered once: \(redirects)")
     }
 
+    /// A POST upload answered over HTTP/2 (201) whose connection then closes part-way
+    /// through the answer is not sent again on its own: the server acted on it, and a
+    /// second POST could act twice (a form sent twice). With no retries allowed, it fails
+    /// with `Network` after its one attempt, and the server saw the POST once. A PUT in
+    /// the same place is sent again at once and completes (a PUT twice is the same PUT).
+    func testAPOSTWhoseConnectionWentAfterItsAnswerIsNotSentAgain() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 1)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.PostOnce", ["retries": .uint32(0)])
+        let body = TestData.bytes(count: 40_000, seed: 77)
+        let file = work + "/form.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(body))
+
+        let post = try await s.upload(base + "/answer-then-close/form.bin", file: file, options: ["method": .string("POST")])
+        let posted = try await finish(post, timeout: 60)
+        XCTAssertEqual(posted.state, "failed")
+        XCTAssertEqual(posted.errorName, "org.ferry.Ferry1.Error.Network", posted.errorMessage)
+        XCTAssertEqual(posted.attempts, 1, "not sent again")
+        XCTAssertEqual(posted.httpStatus, 201, "the status of the cut answer tells the server took it")
+
+        let put = try await s.upload(base + "/answer-then-close/put.bin", file: file, options: ["method": .string("PUT")])
+        let putInfo = try await finish(put, timeout: 60)
+        XCTAssertEqual(putInfo.state, "completed", "\(putInfo.errorName) \(putInfo.errorMessage)")
+        XCTAssertEqual(putInfo.httpStatus, 201)
+
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        let received = lines.filter { $0.count >= 5 && $0[1] == "received" }
+        XCTAssertEqual(received.filter { $0[2] == "POST" }.count, 1, "the server got the POST once: \(lines)")
+        XCTAssertEqual(received.filter { $0[2] == "PUT" }.count, 2, "and the PUT twice, the second answered whole: \(lines)")
+        XCTAssertTrue(received.allSatisfy { $0[4] == "40000" }, "each with the whole body: \(lines)")
+    }
+
     private func loseFirstConnection(how: String) async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 6
@@ -150,7 +184,9 @@ extension HTTP2Tests {
     /// refused; every request for a path under `/always/` is refused. Paths under `/close/`
     /// and `/abort/` are the files without it; the first connection that asks for one is
     /// closed (TLS close, then FIN) or dropped at once (`abort`), its requests unanswered.
-    /// `/redirect/PORT/REST` answers 302 to `https://127.0.0.1:PORT/REST`.
+    /// `/redirect/PORT/REST` answers 302 to `https://127.0.0.1:PORT/REST`. A POST or PUT to
+    /// `/answer-then-close/NAME` is read whole and answered 201; the first to each path gets
+    /// a tenth of its answer, then the connection closes (TLS close, then FIN).
     static let refusingServerScript = """
     import asyncio, os, ssl, sys
     import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
@@ -158,6 +194,7 @@ extension HTTP2Tests {
     root, certificate, key, refused_prefix, log_path = sys.argv[1:6]
     refused_once = set()
     dropped = set()
+    cut_answers = set()
     log = open(log_path, "a", buffering=1)
     serials = iter(range(1, 1 << 30))
 
@@ -168,6 +205,7 @@ extension HTTP2Tests {
             self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
             self.h2.initiate_connection()
             self.outgoing = {}  # stream id -> [body, bytes sent]
+            self.receiving = {}  # stream id -> [method, path, bytes received]
             self.flush()
 
         def flush(self):
@@ -193,6 +231,10 @@ extension HTTP2Tests {
                     self.outgoing.pop(event.stream_id, None)
                 elif isinstance(event, h2.events.DataReceived):
                     self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    if event.stream_id in self.receiving:
+                        self.receiving[event.stream_id][2] += len(event.data)
+                elif isinstance(event, h2.events.StreamEnded) and event.stream_id in self.receiving:
+                    self.received(event.stream_id, *self.receiving.pop(event.stream_id))
                 elif isinstance(event, h2.events.ConnectionTerminated):
                     self.transport.close()
             self.send_bodies()
@@ -205,6 +247,9 @@ extension HTTP2Tests {
                 self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
                 return
             kind = (path.split("/") + [""])[1]
+            if kind == "answer-then-close":
+                self.receiving[stream] = [headers.get(":method"), path, 0]
+                return
             if kind == "redirect":
                 _, _, port, rest = (path.split("/", 3) + ["", ""])[:4]
                 log.write(f"{self.serial} 302 {path}\\n")
@@ -239,6 +284,18 @@ extension HTTP2Tests {
                                           ("content-type", "application/octet-stream")], end_stream=head)
             if not head:
                 self.outgoing[stream] = [body, 0]
+
+        def received(self, stream, method, path, size):
+            log.write(f"{self.serial} received {method} {path} {size}\\n")
+            answer = b"stored\\n" * 1000
+            self.h2.send_headers(stream, [(":status", "201"), ("content-length", str(len(answer)))])
+            if path in cut_answers:
+                self.h2.send_data(stream, answer, end_stream=True)
+                return
+            cut_answers.add(path)
+            self.h2.send_data(stream, answer[:len(answer) // 10])
+            self.flush()
+            self.transport.close()
 
         def send_bodies(self):
             for stream, state in list(self.outgoing.items()):

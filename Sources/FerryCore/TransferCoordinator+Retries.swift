@@ -23,6 +23,13 @@ extension TransferCoordinator {
             failTransfer(t, resourceTimeoutError(t))
             return
         }
+        if t.postAccepted {
+            // The server answered the POST with success before the failure (its answer
+            // cut part-way): it took it, and sent again it would act twice. Not tried
+            // again, whatever `retries` allows; `HttpStatus` shows the answer.
+            failTransfer(t, error)
+            return
+        }
         if case .network = error, t.onSharedConnection, t.upload?.method != "POST",
            t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
             // The shared (HTTP/2) connection its stream was on (answered or not yet) went

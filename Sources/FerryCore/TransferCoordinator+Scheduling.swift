@@ -77,6 +77,7 @@ extension TransferCoordinator {
         if t.snapshot.started == 0 { t.snapshot.started = now }
         t.retryAfter = nil
         t.failedResponseStatus = nil
+        t.postAccepted = false
         if t.resourceStarted == 0 { t.resourceStarted = now }
         watchDeadline(t)
         t.snapshot.bytesTransferred = offset

@@ -184,6 +184,13 @@ final class TransferRecord {
         set { if newValue != nil || extrasBox != nil { extras.durablePart = newValue } }
     }
 
+    /// The current attempt of a POST upload was answered with success (2xx): the server
+    /// took it, so a failure after (its answer cut) is not sent again.
+    var postAccepted: Bool {
+        get { extrasBox?.postAccepted ?? false }
+        set { if newValue || extrasBox != nil { extras.postAccepted = newValue } }
+    }
+
     /// The current attempt is a stream of a shared (HTTP/2) connection: sent to an origin
     /// whose last answer came over HTTP/2, or answered over one.
     var onSharedConnection: Bool {
@@ -363,6 +370,7 @@ final class TransferExtras {
     var prefixLimit: Int64?
     var durablePart: DurablePart?
     var onSharedConnection = false
+    var postAccepted = false
     var sharedConnectionLosses = 0
     var pausedByClientExit = false
     var metalink: ResolvedMetalink?

@@ -226,6 +226,40 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.engine.started.filter { $0.id == put }.count, 2)
     }
 
+    /// A POST the server answered with success (2xx) whose answer was then cut is not
+    /// tried again even where `retries` allows it: the server took it, and a second POST
+    /// could act twice. A POST whose connection went before any answer, or answered 503,
+    /// waits to retry as any upload; so does a PUT answered 201 and cut.
+    func testAPOSTAnsweredWithSuccessIsNotRetried() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 3 }
+        let file = h.root + "/form.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(repeating: 7, count: 1000))
+        func upload(_ method: String) throws -> TransferID {
+            var options = UploadOptions()
+            options.method = method
+            return try h.sync { try $0.upload(session: s, url: "https://example.com/up/form.bin", file: file, options: options) }
+        }
+        let cut = CoreError.network("The connection to example.com:443 closed after 1000 of 1000 bytes")
+        let answered = try upload("POST")
+        h.send(.response(answered, EngineResponse(status: 201, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
+        h.fail(answered, cut)
+        XCTAssertEqual(h.state(answered), .failed, "the server took it: not sent again")
+        XCTAssertEqual(h.snapshot(answered)?.httpStatus, 201)
+
+        let unanswered = try upload("POST")
+        h.fail(unanswered, cut)
+        XCTAssertEqual(h.state(unanswered), .waiting, "no answer: it waits to retry, as retries allow")
+        let busy = try upload("POST")
+        h.send(.response(busy, EngineResponse(status: 503, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
+        h.fail(busy, .http(status: 503, "Service Unavailable"))
+        XCTAssertEqual(h.state(busy), .waiting, "a 503 did not take it: it waits to retry")
+        let put = try upload("PUT")
+        h.send(.response(put, EngineResponse(status: 201, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
+        h.fail(put, cut)
+        XCTAssertEqual(h.state(put), .waiting, "a PUT twice is the same PUT: it waits to retry")
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

@@ -1,19 +1,28 @@
 import FerryCore
 import Foundation
 
-/// Where an upload's answer is saved (`response-destination`). Opened before the
-/// upload begins; emptied only once a successful answer comes (`claim`), so an upload
-/// that fails before keeps what the file held; on the disk, under its name, before the
-/// upload is reported complete (`commit`). Engine thread only.
+/// Where an upload's answer is saved (`response-destination`). Checked (and made, when
+/// missing) before the upload begins; the answer is written to a new file without a name
+/// in the same folder (`O_TMPFILE`; a hidden named one where the file system cannot),
+/// which takes the destination's name only once the whole answer is on the disk
+/// (`commit`: synced, then renamed over it, the folder synced). So the destination holds
+/// the last receipt until a successful answer has fully come, never part of one: an
+/// upload that fails, or whose answer is cut, leaves it as it was. Engine thread only.
 struct UploadResponseFile {
     let path: String
-    private var fd: Int32
-    /// Emptied for this answer.
-    private var claimed = false
+    private let area: SandboxArea?
+    /// The folder the answer goes to and the destination's name there, opened (and, for
+    /// a sandboxed application, checked) when the answer begins.
+    private var folder: Int32 = -1
+    private var name = ""
+    /// The new file the answer is written to, once a successful answer begins.
+    private var answer: Int32 = -1
+    /// Its name, where it has one (a file system without `O_TMPFILE`).
+    private var answerName: String?
 
-    private init(path: String, fd: Int32) {
+    private init(path: String, area: SandboxArea?) {
         self.path = path
-        self.fd = fd
+        self.area = area
     }
 
     /// Opens `destination` for writing without emptying it. O_NONBLOCK, then only a
@@ -38,21 +47,39 @@ struct UploadResponseFile {
             Glibc.close(fd)
             return .failure(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"))
         }
-        guard DescriptorMode.setNonBlocking(fd, false) else {
-            let error = PartFileError(code: errno, action: "opening", path: destination)
-            Glibc.close(fd)
-            return .failure(.disk(error.message))
-        }
-        return .success(UploadResponseFile(path: destination, fd: fd))
+        Glibc.close(fd)
+        return .success(UploadResponseFile(path: destination, area: area))
     }
 
-    /// Empties the file once, when the successful answer's body begins (or the answer
-    /// ends without one): the old contents go only for the new answer.
+    /// Makes the new file for the answer, once, when the successful answer's body begins
+    /// (or the answer ends without one).
     mutating func claim() -> CoreError? {
-        guard !claimed else { return nil }
-        claimed = true
-        guard ftruncate(fd, 0) == 0 else {
-            return .disk(PartFileError(code: errno, action: "writing", path: path).message)
+        guard answer < 0 else { return nil }
+        let place: (folder: Int32, name: String)?
+        if let area {
+            place = area.openFolder(of: path)
+        } else if let slash = path.lastIndex(of: "/") {
+            let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+            let fd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            place = fd >= 0 ? (fd, String(path[path.index(after: slash)...])) : nil
+        } else {
+            place = nil
+        }
+        guard let place else {
+            return .disk("the folder of the response-destination '\(path)' cannot be opened\(area.map { " inside the application's directory '\($0.root)/'" } ?? ""); the answer was not written")
+        }
+        (folder, name) = place
+        answer = openat(folder, ".", Self.oTmpFile | O_WRONLY | O_CLOEXEC, PartFile.partFileMode)
+        if answer < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+            // The file system cannot make a file without a name: a hidden one.
+            let hidden = ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            answer = hidden.withCString { openat(folder, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, PartFile.partFileMode) }
+            if answer >= 0 { answerName = hidden }
+        } else if answer >= 0, let mask = PartFile.processUmask {
+            _ = fchmod(answer, PartFile.partFileMode & ~mask)
+        }
+        guard answer >= 0 else {
+            return .disk(PartFileError(code: errno, action: "creating the answer for", path: path).message)
         }
         return nil
     }
@@ -63,7 +90,7 @@ struct UploadResponseFile {
         var p = data
         var left = count
         while left > 0 {
-            let n = Glibc.write(fd, p, left)
+            let n = Glibc.write(answer, p, left)
             if n > 0 { p += n; left -= n; continue }
             if n < 0 && errno == EINTR { continue }
             return .disk(PartFileError(code: n < 0 ? errno : ENOSPC, action: "writing", path: path).message)
@@ -71,26 +98,50 @@ struct UploadResponseFile {
         return nil
     }
 
-    /// The answer is complete: claimed (an empty answer empties the file too), synced,
-    /// its folder synced, closed.
+    /// The answer is complete (an empty answer makes an empty file too): synced, given
+    /// the destination's name in one step (`rename` over what was there), the folder
+    /// synced, closed.
     mutating func commit() -> CoreError? {
         defer { close() }
         if let error = claim() { return error }
-        let code = DurableFiles.syncFile(fd: fd, path: path)
+        let code = DurableFiles.syncFile(fd: answer, path: path)
         if code != 0 {
             return .disk(PartFileError(code: code, action: "flushing", path: path).message)
         }
-        DurableFiles.syncFolder(containing: path)
-        let rc = Glibc.close(fd)
-        fd = -1
-        if rc != 0 && errno != EINTR {
-            return .disk(PartFileError(code: errno, action: "closing", path: path).message)
+        if answerName == nil {
+            // A name first (linkat never replaces), then that name over the destination.
+            let hidden = ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            let linked = "/proc/self/fd/\(answer)".withCString { source in
+                hidden.withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) }
+            }
+            guard linked == 0 else {
+                return .disk(PartFileError(code: errno, action: "naming the answer for", path: path).message)
+            }
+            answerName = hidden
         }
+        guard let hidden = answerName else { return nil }
+        let moved = hidden.withCString { source in name.withCString { renameat(folder, source, folder, $0) } }
+        guard moved == 0 else {
+            return .disk(PartFileError(code: errno, action: "moving the answer to", path: path).message)
+        }
+        answerName = nil // it is the destination now
+        let slash = path.lastIndex(of: "/") ?? path.startIndex
+        DurableFiles.syncFolder(fd: folder, path: slash == path.startIndex ? "/" : String(path[..<slash]))
         return nil
     }
 
+    /// Closes what is open; an answer not committed goes (a hidden name is removed).
     mutating func close() {
-        if fd >= 0 { Glibc.close(fd) }
-        fd = -1
+        if let hidden = answerName, folder >= 0 {
+            _ = hidden.withCString { unlinkat(folder, $0, 0) }
+        }
+        answerName = nil
+        if answer >= 0 { Glibc.close(answer) }
+        answer = -1
+        if folder >= 0 { Glibc.close(folder) }
+        folder = -1
     }
+
+    /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`; Swift's Glibc module does not import it).
+    private static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
 }

@@ -118,8 +118,10 @@ extension HTTP2Tests {
     /// A POST upload answered over HTTP/2 (201) whose connection then closes part-way
     /// through the answer is not sent again on its own: the server acted on it, and a
     /// second POST could act twice (a form sent twice). With no retries allowed, it fails
-    /// with `Network` after its one attempt, and the server saw the POST once. A PUT in
-    /// the same place is sent again at once and completes (a PUT twice is the same PUT).
+    /// with `Network` after its one attempt, and the server saw the POST once; its
+    /// `response-destination` keeps the last receipt, with no part of the cut answer. A
+    /// PUT in the same place is sent again at once and completes (a PUT twice is the same
+    /// PUT), its whole answer in the receipt.
     func testAPOSTWhoseConnectionWentAfterItsAnswerIsNotSentAgain() async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let (root, _) = try makeSite(count: 1)
@@ -130,17 +132,28 @@ extension HTTP2Tests {
         let file = work + "/form.bin"
         FileManager.default.createFile(atPath: file, contents: Data(body))
 
-        let post = try await s.upload(base + "/answer-then-close/form.bin", file: file, options: ["method": .string("POST")])
+        let receipt = work + "/receipt.txt"
+        FileManager.default.createFile(atPath: receipt, contents: Data("the last receipt\n".utf8))
+
+        let post = try await s.upload(base + "/answer-then-close/form.bin", file: file,
+                                      options: ["method": .string("POST"), "response-destination": .string(receipt)])
         let posted = try await finish(post, timeout: 60)
         XCTAssertEqual(posted.state, "failed")
         XCTAssertEqual(posted.errorName, "org.ferry.Ferry1.Error.Network", posted.errorMessage)
         XCTAssertEqual(posted.attempts, 1, "not sent again")
         XCTAssertEqual(posted.httpStatus, 201, "the status of the cut answer tells the server took it")
+        XCTAssertEqual(try String(contentsOfFile: receipt, encoding: .utf8), "the last receipt\n",
+                       "the response-destination holds no part of the cut answer")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work).filter { $0.hasPrefix(".ferry-answer") }, [],
+                       "nothing left of the cut answer")
 
-        let put = try await s.upload(base + "/answer-then-close/put.bin", file: file, options: ["method": .string("PUT")])
+        let put = try await s.upload(base + "/answer-then-close/put.bin", file: file,
+                                     options: ["method": .string("PUT"), "response-destination": .string(receipt)])
         let putInfo = try await finish(put, timeout: 60)
         XCTAssertEqual(putInfo.state, "completed", "\(putInfo.errorName) \(putInfo.errorMessage)")
         XCTAssertEqual(putInfo.httpStatus, 201)
+        XCTAssertEqual(try String(contentsOfFile: receipt, encoding: .utf8), String(repeating: "stored\n", count: 1000),
+                       "the second answer, whole")
 
         let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
         let received = lines.filter { $0.count >= 5 && $0[1] == "received" }

@@ -67,6 +67,39 @@ final class PowerCutTests: FerryTestCase {
         FileManager.default.contents(atPath: path).map { [UInt8]($0) }
     }
 
+    /// An upload's `response-destination` on a file system that cannot make a file without
+    /// a name (this FUSE layer has no `O_TMPFILE`): the answer goes to a hidden file that
+    /// takes the destination's name once whole and synced, and survives a power cut right
+    /// after the upload completed; a refused upload leaves the last receipt as it was, and
+    /// no hidden file stays either way.
+    func testAnUploadsAnswerOnAFileSystemWithoutUnnamedFiles() async throws {
+        let m = try makeMount()
+        let receipt = m.mountPoint + "/receipt.txt"
+        try write(Array("the last receipt\n".utf8), to: receipt, sync: true)
+        syncFolder(m.mountPoint)
+        let file = work + "/doc.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(repeating: 5, count: 10_000))
+        server.set(.acceptUploads(status: 403, body: Array("forbidden".utf8)), on: "/refuse")
+        server.set(.acceptUploads(status: 201, body: Array("stored as 42\n".utf8)), on: "/take")
+        let s = try await session("com.example.AnswerOnFuse")
+
+        let refused = try await s.upload(server.url("/refuse"), file: file, options: ["response-destination": .string(receipt)])
+        let failed = try await finish(refused)
+        XCTAssertEqual(failed.state, "failed")
+        XCTAssertEqual(contents(receipt), Array("the last receipt\n".utf8))
+
+        let taken = try await s.upload(server.url("/take"), file: file, options: ["response-destination": .string(receipt)])
+        let done = try await finish(taken)
+        XCTAssertEqual(done.state, "completed", done.errorMessage)
+        XCTAssertEqual(contents(receipt), Array("stored as 42\n".utf8))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: m.mountPoint).sorted(), ["receipt.txt"],
+                       "no hidden answer file left")
+        try await stopFerryd()
+        try m.cut()
+        try m.remount()
+        XCTAssertEqual(contents(receipt), Array("stored as 42\n".utf8), "the answer survives a power cut:\n\(m.log)")
+    }
+
     /// The negative control: the layer really drops what was not synced, and keeps
     /// what was (fsync and fdatasync alike), across a rename too.
     func testCutDropsWhatWasNotSynced() throws {

@@ -39,6 +39,8 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     /// Our own duplicate of the caller's descriptor, for this attempt.
     var fd: Int32 = -1
     /// Where the answer goes when saved to a file.
+    /// The core was told of the final answer (`emitResponse`).
+    private var answerReported = false
     private var responseFile: UploadResponseFile?
 
     /// Next byte of the file to hand to libcurl (a rewind moves it back).
@@ -190,11 +192,6 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
             error = CurlFailure.error(for: code, in: context)
             if finalHead == nil, CurlFailure.isUnansweredStream(alpn, detail: context.curlErrorDetail) {
                 loop.emit(.unansweredStream(id))
-            } else if finalHead != nil {
-                // Answered with success, and cut before the answer's end: the core hears the
-                // answer (its status, and whether it came over HTTP/2, where the loss is
-                // the connection's and a PUT is sent again at once) before the failure.
-                emitResponse(final: false)
             }
         } else if finalHead == nil {
             error = .network("\(EasyHandleSetup.hostDescription(request.url)) ended the response before its headers were complete")
@@ -256,6 +253,13 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     func finish(_ outcome: EngineOutcome) {
         guard !completed else { return }
         completed = true
+        if case .failed = outcome, finalHead != nil, !answerReported {
+            // Answered with success, and failed before the answer's end (cut, stalled, its
+            // file not written): the core hears the answer first (its status: a POST the
+            // server took is not sent again; whether it came over HTTP/2, where a lost
+            // connection's PUT is sent again at once).
+            emitResponse(final: false)
+        }
         releaseHandle()
         closeFiles()
         reportProgress()
@@ -343,6 +347,7 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     }
 
     private func emitResponse(final: Bool) {
+        answerReported = true
         let head = finalHead ?? reader.head
         var response = EngineResponse(
             status: head.status, etag: head.etag, lastModified: head.lastModified, expectedTotal: source.size,

@@ -69,19 +69,37 @@ struct UploadResponseFile {
             return .disk("the folder of the response-destination '\(path)' cannot be opened\(area.map { " inside the application's directory '\($0.root)/'" } ?? ""); the answer was not written")
         }
         (folder, name) = place
-        answer = openat(folder, ".", Self.oTmpFile | O_WRONLY | O_CLOEXEC, PartFile.partFileMode)
-        if answer < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
-            // The file system cannot make a file without a name: a hidden one.
-            let hidden = ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        // Without /proc a file without a name could not be given one at the end.
+        var code: Int32 = access("/proc/self/fd", F_OK) == 0 ? 0 : EOPNOTSUPP
+        if code == 0 {
+            answer = openat(folder, ".", Self.oTmpFile | O_WRONLY | O_CLOEXEC, PartFile.partFileMode)
+            code = answer < 0 ? errno : 0
+        }
+        if code == EOPNOTSUPP || code == EISDIR || code == EINVAL {
+            // The file system (or the kernel) cannot make a file without a name: a hidden one.
+            let hidden = Self.hiddenName()
             answer = hidden.withCString { openat(folder, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, PartFile.partFileMode) }
+            code = answer < 0 ? errno : 0
             if answer >= 0 { answerName = hidden }
-        } else if answer >= 0, let mask = PartFile.processUmask {
-            _ = fchmod(answer, PartFile.partFileMode & ~mask)
         }
         guard answer >= 0 else {
-            return .disk(PartFileError(code: errno, action: "creating the answer for", path: path).message)
+            Glibc.close(folder)
+            folder = -1
+            return .disk(PartFileError(code: code, action: "creating the answer for", path: path).message)
+        }
+        // The receipt keeps the permissions of the one it replaces (a private 0600 one
+        // stays private); a new one gets the usual mode under the umask.
+        var old = stat()
+        if fstatat(folder, name, &old, AT_SYMLINK_NOFOLLOW) == 0, (old.st_mode & S_IFMT) == S_IFREG {
+            _ = fchmod(answer, old.st_mode & 0o7777)
+        } else if let mask = PartFile.processUmask {
+            _ = fchmod(answer, PartFile.partFileMode & ~mask)
         }
         return nil
+    }
+
+    private static func hiddenName() -> String {
+        ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
     }
 
     /// Appends a piece of the answer's body (claiming the file first).
@@ -92,8 +110,9 @@ struct UploadResponseFile {
         while left > 0 {
             let n = Glibc.write(answer, p, left)
             if n > 0 { p += n; left -= n; continue }
-            if n < 0 && errno == EINTR { continue }
-            return .disk(PartFileError(code: n < 0 ? errno : ENOSPC, action: "writing", path: path).message)
+            let code = n < 0 ? errno : ENOSPC
+            if code == EINTR { continue }
+            return .disk(PartFileError(code: code, action: "writing", path: path).message)
         }
         return nil
     }
@@ -110,19 +129,19 @@ struct UploadResponseFile {
         }
         if answerName == nil {
             // A name first (linkat never replaces), then that name over the destination.
-            let hidden = ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            let hidden = Self.hiddenName()
             let linked = "/proc/self/fd/\(answer)".withCString { source in
-                hidden.withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) }
+                hidden.withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno }
             }
             guard linked == 0 else {
-                return .disk(PartFileError(code: errno, action: "naming the answer for", path: path).message)
+                return .disk(PartFileError(code: linked, action: "naming the answer for", path: path).message)
             }
             answerName = hidden
         }
         guard let hidden = answerName else { return nil }
-        let moved = hidden.withCString { source in name.withCString { renameat(folder, source, folder, $0) } }
+        let moved = hidden.withCString { source in name.withCString { renameat(folder, source, folder, $0) == 0 ? 0 : errno } }
         guard moved == 0 else {
-            return .disk(PartFileError(code: errno, action: "moving the answer to", path: path).message)
+            return .disk(PartFileError(code: moved, action: "moving the answer to", path: path).message)
         }
         answerName = nil // it is the destination now
         let slash = path.lastIndex(of: "/") ?? path.startIndex

@@ -162,6 +162,32 @@ extension HTTP2Tests {
         XCTAssertTrue(received.allSatisfy { $0[4] == "40000" }, "each with the whole body: \(lines)")
     }
 
+    /// A POST answered 201 whose answer then stops coming (no byte for the session's
+    /// `request-timeout`) fails with `Timeout` and is not tried again, though the session
+    /// allows retries: the server took it. A PUT in the same place waits to retry.
+    func testAPOSTWhoseAnswerStallsAfterSuccessIsNotRetried() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, _) = try makeSite(count: 1)
+        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
+        try await restartTrusting(certificates)
+        let s = try await session("com.example.PostStalls", ["retries": .uint32(3), "request-timeout": .double(1)])
+        let file = work + "/form.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(TestData.bytes(count: 10_000, seed: 78)))
+
+        let post = try await s.upload(base + "/answer-then-stall/form.bin", file: file, options: ["method": .string("POST")])
+        let posted = try await finish(post, timeout: 60)
+        XCTAssertEqual(posted.state, "failed")
+        XCTAssertEqual(posted.errorName, "org.ferry.Ferry1.Error.Timeout", posted.errorMessage)
+        XCTAssertEqual(posted.attempts, 1, "not tried again")
+        XCTAssertEqual(posted.httpStatus, 201, "the answer that came says the server took it")
+
+        let put = try await s.upload(base + "/answer-then-stall/put.bin", file: file, options: ["method": .string("PUT")])
+        try await waitForState(put, "waiting", timeout: 30)
+        try await put.cancel()
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        XCTAssertEqual(lines.filter { $0.count >= 5 && $0[1] == "received" && $0[2] == "POST" }.count, 1, "the POST once: \(lines)")
+    }
+
     private func loseFirstConnection(how: String) async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 6
@@ -199,7 +225,8 @@ extension HTTP2Tests {
     /// closed (TLS close, then FIN) or dropped at once (`abort`), its requests unanswered.
     /// `/redirect/PORT/REST` answers 302 to `https://127.0.0.1:PORT/REST`. A POST or PUT to
     /// `/answer-then-close/NAME` is read whole and answered 201; the first to each path gets
-    /// a tenth of its answer, then the connection closes (TLS close, then FIN).
+    /// a tenth of its answer, then the connection closes (TLS close, then FIN). Under
+    /// `/answer-then-stall/` the same, but the rest of that first answer never comes.
     static let refusingServerScript = """
     import asyncio, os, ssl, sys
     import h2.config, h2.connection, h2.errors, h2.events, h2.exceptions
@@ -260,7 +287,7 @@ extension HTTP2Tests {
                 self.h2.reset_stream(stream, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
                 return
             kind = (path.split("/") + [""])[1]
-            if kind == "answer-then-close":
+            if kind in ("answer-then-close", "answer-then-stall"):
                 self.receiving[stream] = [headers.get(":method"), path, 0]
                 return
             if kind == "redirect":
@@ -308,7 +335,8 @@ extension HTTP2Tests {
             cut_answers.add(path)
             self.h2.send_data(stream, answer[:len(answer) // 10])
             self.flush()
-            self.transport.close()
+            if path.startswith("/answer-then-close/"):
+                self.transport.close()
 
         def send_bodies(self):
             for stream, state in list(self.outgoing.items()):

@@ -189,11 +189,12 @@ final class UploadTests: FerryTestCase {
 
     /// `response-destination` keeps what it held until a successful answer comes: an
     /// upload refused by the server leaves the last receipt as it was; the next good
-    /// answer replaces it whole.
+    /// answer replaces it whole, and a private receipt (0600) stays private.
     func testAFailedUploadLeavesTheResponseDestinationAsItWas() async throws {
         let (file, _) = try makeFile("doc.pdf", size: 20_000)
         let receipt = work + "/receipt.json"
         try Data("{\"previous\": true}".utf8).write(to: URL(fileURLWithPath: receipt))
+        XCTAssertEqual(chmod(receipt, 0o600), 0)
         server.set(.acceptUploads(status: 403, body: Array("forbidden".utf8)), on: "/refuse")
         let s = try await session()
         let refused = try await s.upload(server.url("/refuse"), file: file, options: ["response-destination": .string(receipt)])
@@ -206,6 +207,9 @@ final class UploadTests: FerryTestCase {
         let done = try await finish(taken)
         XCTAssertEqual(done.state, "completed", done.errorMessage)
         XCTAssertEqual(try String(contentsOfFile: receipt, encoding: .utf8), "ok")
+        var st = stat()
+        XCTAssertEqual(stat(receipt, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600, "the receipt keeps its permissions")
     }
 
     func testFileChangedAfterTheCallFailsWithoutSendingIt() async throws {

@@ -270,6 +270,9 @@ public struct DownloadOptions: Sendable, Equatable {
 /// Options of one upload (`Session.Upload`).
 public struct UploadOptions: Sendable, Equatable {
     public enum Method: String, Sendable { case put = "PUT", post = "POST" }
+    /// A POST the server answered with success is not retried when the answer is cut
+    /// (the server took it), and a lost connection counts against the session's retries
+    /// even over HTTP/2, where a PUT is sent again at once.
     public var method: Method = .put
     public var headers: [String: String] = [:]
     public var description: String?

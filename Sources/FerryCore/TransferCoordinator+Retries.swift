@@ -30,7 +30,7 @@ extension TransferCoordinator {
             failTransfer(t, error)
             return
         }
-        if case .network = error, t.onSharedConnection, t.upload?.method != "POST",
+        if case .network = error, t.onSharedConnection, !t.isPOST,
            t.sharedConnectionLosses < Self.sharedConnectionLossesForgiven {
             // The shared (HTTP/2) connection its stream was on (answered or not yet) went
             // away: a GOAWAY, a reset, a server that dropped a hundred streams at once. Not

@@ -249,7 +249,7 @@ extension TransferCoordinator {
     /// An upload's answer is in: the status and the first bytes of the body.
     func handleUploadResponse(_ t: TransferRecord, _ r: EngineResponse) {
         t.snapshot.httpStatus = UInt32(clamping: r.status)
-        if t.upload?.method == "POST", (200..<300).contains(r.status) { t.postAccepted = true }
+        if t.isPOST, (200..<300).contains(r.status) { t.postAccepted = true }
         if r.isFailure {
             t.retryAfter = r.retryAfter
             t.failedResponseStatus = r.status

@@ -247,6 +247,9 @@ final class TransferRecord {
     /// An upload has none ("": its destination is the source, never to be touched).
     var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
     var isUpload: Bool { snapshot.kind == .upload }
+    /// A POST upload: each one sent, the server may act on (not idempotent, RFC 9110
+    /// §9.2.2), so it is not sent again where the server may have taken it.
+    var isPOST: Bool { upload?.method == "POST" }
     /// What its `metalink` document said, once read this run (memory only: after a
     /// restart the document is fetched again before the file goes on).
     var metalink: ResolvedMetalink? {

@@ -115,17 +115,27 @@ final class PartFile {
         // Kernels before 6.0 did not apply the umask to O_TMPFILE files on some file
         // systems; a private umask (077) must still give a private file.
         if let mask = processUmask { _ = fchmod(fd, partFileMode & ~mask) }
-        let linked = "/proc/self/fd/\(fd)".withCString { source in
-            (name ?? path).withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) }
-        }
-        guard linked == 0 else {
-            let code = errno
+        let code = link(unnamed: fd, in: folder, as: name ?? path)
+        guard code == 0 else {
             Glibc.close(fd)
-            if code == ENOENT && access("/proc/self/fd", F_OK) != 0 { return nil } // no /proc
+            if code == ENOENT && !canNameUnnamedFiles { return nil } // no /proc
             return .failure(PartFileError(code: code, action: "creating", path: path))
         }
         return .success(fd)
     }
+
+    /// Gives the file open at `fd`, made without a name (`O_TMPFILE`), the name `name` in
+    /// `folder` (`linkat` through `/proc/self/fd`, which never replaces what is there).
+    /// - Returns: 0, or the error number.
+    static func link(unnamed fd: Int32, in folder: Int32, as name: String) -> Int32 {
+        "/proc/self/fd/\(fd)".withCString { source in
+            name.withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno }
+        }
+    }
+
+    /// Whether a file made without a name can be given one (`link(unnamed:)` needs
+    /// `/proc`).
+    static let canNameUnnamedFiles = access("/proc/self/fd", F_OK) == 0
 
     static let partFileMode: mode_t = 0o644
 
@@ -139,7 +149,7 @@ final class PartFile {
 
     /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY` in <bits/fcntl-linux.h>; Swift's Glibc
     /// module does not import it).
-    private static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
+    static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
 
     /// Cuts the file to `length` bytes and puts the write position there.
     func truncate(to length: Int64) -> PartFileError? {

@@ -38,9 +38,9 @@ final class UploadAttempt: EngineAttempt, PacedHandle {
     private let alpn = ALPNProbe()
     /// Our own duplicate of the caller's descriptor, for this attempt.
     var fd: Int32 = -1
-    /// Where the answer goes when saved to a file.
     /// The core was told of the final answer (`emitResponse`).
     private var answerReported = false
+    /// Where the answer goes when saved to a file.
     private var responseFile: UploadResponseFile?
 
     /// Next byte of the file to hand to libcurl (a rewind moves it back).

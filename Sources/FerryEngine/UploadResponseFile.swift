@@ -10,6 +10,9 @@ import Foundation
 /// upload that fails, or whose answer is cut, leaves it as it was. Engine thread only.
 struct UploadResponseFile {
     let path: String
+    /// The folder and the name of `path`.
+    private let directory: String
+    private let baseName: String
     private let area: SandboxArea?
     /// The folder the answer goes to and the destination's name there, opened (and, for
     /// a sandboxed application, checked) when the answer begins.
@@ -22,6 +25,9 @@ struct UploadResponseFile {
 
     private init(path: String, area: SandboxArea?) {
         self.path = path
+        let slash = path.lastIndex(of: "/") ?? path.startIndex // absolute (checked at the call)
+        directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        baseName = String(path[path.index(after: slash)...])
         self.area = area
     }
 
@@ -58,29 +64,29 @@ struct UploadResponseFile {
         let place: (folder: Int32, name: String)?
         if let area {
             place = area.openFolder(of: path)
-        } else if let slash = path.lastIndex(of: "/") {
-            let directory = slash == path.startIndex ? "/" : String(path[..<slash])
-            let fd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            place = fd >= 0 ? (fd, String(path[path.index(after: slash)...])) : nil
         } else {
-            place = nil
+            let fd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            place = fd >= 0 ? (fd, baseName) : nil
         }
         guard let place else {
             return .disk("the folder of the response-destination '\(path)' cannot be opened\(area.map { " inside the application's directory '\($0.root)/'" } ?? ""); the answer was not written")
         }
         (folder, name) = place
         // Without /proc a file without a name could not be given one at the end.
-        var code: Int32 = access("/proc/self/fd", F_OK) == 0 ? 0 : EOPNOTSUPP
+        var code: Int32 = PartFile.canNameUnnamedFiles ? 0 : EOPNOTSUPP
         if code == 0 {
-            answer = openat(folder, ".", Self.oTmpFile | O_WRONLY | O_CLOEXEC, PartFile.partFileMode)
+            answer = openat(folder, ".", PartFile.oTmpFile | O_WRONLY | O_CLOEXEC, PartFile.partFileMode)
             code = answer < 0 ? errno : 0
         }
         if code == EOPNOTSUPP || code == EISDIR || code == EINVAL {
             // The file system (or the kernel) cannot make a file without a name: a hidden one.
             let hidden = Self.hiddenName()
-            answer = hidden.withCString { openat(folder, $0, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, PartFile.partFileMode) }
-            code = answer < 0 ? errno : 0
-            if answer >= 0 { answerName = hidden }
+            switch PartFile.createNamed(path, folder: folder, name: hidden) {
+            case .success(let fd):
+                (answer, answerName, code) = (fd, hidden, 0)
+            case .failure(let error):
+                code = error.code
+            }
         }
         guard answer >= 0 else {
             Glibc.close(folder)
@@ -130,9 +136,7 @@ struct UploadResponseFile {
         if answerName == nil {
             // A name first (linkat never replaces), then that name over the destination.
             let hidden = Self.hiddenName()
-            let linked = "/proc/self/fd/\(answer)".withCString { source in
-                hidden.withCString { linkat(AT_FDCWD, source, folder, $0, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno }
-            }
+            let linked = PartFile.link(unnamed: answer, in: folder, as: hidden)
             guard linked == 0 else {
                 return .disk(PartFileError(code: linked, action: "naming the answer for", path: path).message)
             }
@@ -144,8 +148,7 @@ struct UploadResponseFile {
             return .disk(PartFileError(code: moved, action: "moving the answer to", path: path).message)
         }
         answerName = nil // it is the destination now
-        let slash = path.lastIndex(of: "/") ?? path.startIndex
-        DurableFiles.syncFolder(fd: folder, path: slash == path.startIndex ? "/" : String(path[..<slash]))
+        DurableFiles.syncFolder(fd: folder, path: directory)
         return nil
     }
 
@@ -160,7 +163,4 @@ struct UploadResponseFile {
         if folder >= 0 { Glibc.close(folder) }
         folder = -1
     }
-
-    /// `O_TMPFILE` (`__O_TMPFILE | O_DIRECTORY`; Swift's Glibc module does not import it).
-    private static let oTmpFile: Int32 = 0o20_000_000 | O_DIRECTORY
 }

@@ -115,6 +115,16 @@ final class CoreHarness {
         return try sync { try $0.download(session: session, url: url, options: options) }
     }
 
+    /// Queues an upload of a 1,000-byte file (made under `root`) to `url` with `method`
+    /// (PUT or POST).
+    func upload(_ session: SessionID, _ url: String = "https://example.com/up/form.bin", method: String) throws -> TransferID {
+        let file = root + "/upload.bin"
+        if !exists(file) { FileManager.default.createFile(atPath: file, contents: Data(repeating: 7, count: 1000)) }
+        var options = UploadOptions()
+        options.method = method
+        return try sync { try $0.upload(session: session, url: url, file: file, options: options) }
+    }
+
     /// The rows of transfer `id` the core wrote, oldest first, in writes from index `since` on.
     func savedRows(of id: TransferID, since: Int = 0) -> [StoredTransfer] {
         store.writes.dropFirst(since).flatMap { $0 }.compactMap { op -> StoredTransfer? in

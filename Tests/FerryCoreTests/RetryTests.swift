@@ -197,29 +197,22 @@ final class RetryTests: XCTestCase {
     /// place is sent again, its retries untouched.
     func testALostStreamOfAPOSTUploadCountsAsAFailedAttempt() throws {
         let (h, s) = try onAMultiplexingOrigin(engineReportsUnansweredStreams: true)
-        let file = h.root + "/form.bin"
-        FileManager.default.createFile(atPath: file, contents: Data(repeating: 7, count: 1000))
-        func upload(_ method: String) throws -> TransferID {
-            var options = UploadOptions()
-            options.method = method
-            return try h.sync { try $0.upload(session: s, url: "https://example.com/up/form.bin", file: file, options: options) }
-        }
         var created = EngineResponse(status: 201, expectedTotal: 0, effectiveURL: "https://example.com/up/form.bin")
         created.multiplexed = true
 
-        let answered = try upload("POST")
+        let answered = try h.upload(s, method: "POST")
         h.send(.response(answered, created))
         h.fail(answered, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(answered), .failed, "answered: the server acted on it; not sent again")
         XCTAssertEqual(h.engine.started.filter { $0.id == answered }.count, 1)
 
-        let unanswered = try upload("POST")
+        let unanswered = try h.upload(s, method: "POST")
         h.send(.unansweredStream(unanswered))
         h.fail(unanswered, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(unanswered), .failed, "sent, no answer yet: the server may be acting on it")
         XCTAssertEqual(h.engine.started.filter { $0.id == unanswered }.count, 1)
 
-        let put = try upload("PUT")
+        let put = try h.upload(s, method: "PUT")
         h.send(.response(put, created))
         h.fail(put, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(put), .running, "a PUT twice is the same PUT: sent again at once")
@@ -233,28 +226,21 @@ final class RetryTests: XCTestCase {
     func testAPOSTAnsweredWithSuccessIsNotRetried() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
         let s = try h.openSession { $0.retries = 3 }
-        let file = h.root + "/form.bin"
-        FileManager.default.createFile(atPath: file, contents: Data(repeating: 7, count: 1000))
-        func upload(_ method: String) throws -> TransferID {
-            var options = UploadOptions()
-            options.method = method
-            return try h.sync { try $0.upload(session: s, url: "https://example.com/up/form.bin", file: file, options: options) }
-        }
         let cut = CoreError.network("The connection to example.com:443 closed after 1000 of 1000 bytes")
-        let answered = try upload("POST")
+        let answered = try h.upload(s, method: "POST")
         h.send(.response(answered, EngineResponse(status: 201, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
         h.fail(answered, cut)
         XCTAssertEqual(h.state(answered), .failed, "the server took it: not sent again")
         XCTAssertEqual(h.snapshot(answered)?.httpStatus, 201)
 
-        let unanswered = try upload("POST")
+        let unanswered = try h.upload(s, method: "POST")
         h.fail(unanswered, cut)
         XCTAssertEqual(h.state(unanswered), .waiting, "no answer: it waits to retry, as retries allow")
-        let busy = try upload("POST")
+        let busy = try h.upload(s, method: "POST")
         h.send(.response(busy, EngineResponse(status: 503, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
         h.fail(busy, .http(status: 503, "Service Unavailable"))
         XCTAssertEqual(h.state(busy), .waiting, "a 503 did not take it: it waits to retry")
-        let put = try upload("PUT")
+        let put = try h.upload(s, method: "PUT")
         h.send(.response(put, EngineResponse(status: 201, expectedTotal: 1000, effectiveURL: "https://example.com/up/form.bin")))
         h.fail(put, cut)
         XCTAssertEqual(h.state(put), .waiting, "a PUT twice is the same PUT: it waits to retry")

@@ -8,30 +8,30 @@ import XCTest
 /// under load, and the client is to send the request again. nginx cannot be told to refuse
 /// a given stream, so this one is a small HTTP/2 server of Python's hyper-h2 over TLS.
 extension HTTP2Tests {
-    /// Serves the files of `root` over HTTP/2 (TLS, ALPN h2) on a free loopback port. The
-    /// file NAME is at `/NAME` and at `refusedPrefix/NAME`, where its first request is refused
-    /// with `REFUSED_STREAM` before any answer; every other request gets the file (200) or 404.
-    /// Its log has a line per request: the connection's serial, `refused` or the status,
-    /// and the path.
-    func startRefusingServer(root: String, certificates: TestCertificates, refusedPrefix: String) throws
-        -> (base: String, log: String) {
+    /// A new site of `count` files (`makeSite`) served over HTTP/2 (TLS with a test CA,
+    /// ALPN h2) on a free loopback port, and ferryd started again trusting that CA. The
+    /// file NAME is at `/NAME` and at `/refuse/NAME`, where its first request is refused
+    /// with `REFUSED_STREAM` before any answer; every other request gets the file (200) or
+    /// 404 (other paths: `refusingServerScript`). Its log has a line per request: the
+    /// connection's serial, `refused`, `received` or the status, and the path.
+    func startRefusingServer(files count: Int = 1) async throws -> (base: String, log: String, bodies: [[UInt8]]) {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: count)
         let dir = work + "/h2server"
         let log = dir + "/requests.log"
         let port = try startPythonServer(Self.refusingServerScript, in: dir,
-                                         arguments: [root, certificates.certificate, certificates.key, refusedPrefix, log],
+                                         arguments: [root, certificates.certificate, certificates.key, "/refuse", log],
                                          what: "the HTTP/2 server (python3-h2)")
-        return ("https://127.0.0.1:\(port)", log)
+        try await restartTrusting(certificates)
+        return ("https://127.0.0.1:\(port)", log, bodies)
     }
 
     /// A third of 60 downloads from one HTTP/2 origin, all asked for at once, are refused
     /// (`REFUSED_STREAM`) on their first request: each is sent again and every download
     /// completes byte-exact on its first attempt, though the session allows no retry.
     func testRefusedStreamsAreSentAgainWithoutCostingAnAttempt() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 60
-        let (root, bodies) = try makeSite(count: count)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, bodies) = try await startRefusingServer(files: count)
         let s = try await session("com.example.Refused", ["retries": .uint32(0)])
 
         var transfers: [FerryTransfer] = []
@@ -60,10 +60,7 @@ extension HTTP2Tests {
     /// overloaded front end might) fails the download with a message that says so, not
     /// with a vague receiving error; nothing is left at the destination.
     func testAServerThatRefusesEveryRequestFailsSayingSo() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
-        let (root, _) = try makeSite(count: 1)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, _) = try await startRefusingServer()
         let s = try await session("com.example.AlwaysRefused", ["retries": .uint32(0)])
 
         let t = try await s.download(base + "/always/f0.bin", options: ["destination": .string(work + "/f0.bin")])
@@ -98,10 +95,7 @@ extension HTTP2Tests {
     /// stream (what ALPN said of the first connection does not carry over to the next), so
     /// with no retries allowed it fails after one attempt.
     func testARedirectToADeadPortAfterAnHTTP2AnswerFailsAtOnce() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
-        let (root, _) = try makeSite(count: 1)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, _) = try await startRefusingServer()
         let s = try await session("com.example.RedirectedNowhere", ["retries": .uint32(0)])
         let deadPort = try freePort()
 
@@ -123,10 +117,7 @@ extension HTTP2Tests {
     /// PUT in the same place is sent again at once and completes (a PUT twice is the same
     /// PUT), its whole answer in the receipt.
     func testAPOSTWhoseConnectionWentAfterItsAnswerIsNotSentAgain() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
-        let (root, _) = try makeSite(count: 1)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, _) = try await startRefusingServer()
         let s = try await session("com.example.PostOnce", ["retries": .uint32(0)])
         let body = TestData.bytes(count: 40_000, seed: 77)
         let file = work + "/form.bin"
@@ -166,10 +157,7 @@ extension HTTP2Tests {
     /// `request-timeout`) fails with `Timeout` and is not tried again, though the session
     /// allows retries: the server took it. A PUT in the same place waits to retry.
     func testAPOSTWhoseAnswerStallsAfterSuccessIsNotRetried() async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
-        let (root, _) = try makeSite(count: 1)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, _) = try await startRefusingServer()
         let s = try await session("com.example.PostStalls", ["retries": .uint32(3), "request-timeout": .double(1)])
         let file = work + "/form.bin"
         FileManager.default.createFile(atPath: file, contents: Data(TestData.bytes(count: 10_000, seed: 78)))
@@ -189,11 +177,8 @@ extension HTTP2Tests {
     }
 
     private func loseFirstConnection(how: String) async throws {
-        let certificates = try makeTestCertificates(in: work + "/tls")
         let count = 6
-        let (root, bodies) = try makeSite(count: count)
-        let (base, log) = try startRefusingServer(root: root, certificates: certificates, refusedPrefix: "/refuse")
-        try await restartTrusting(certificates)
+        let (base, log, bodies) = try await startRefusingServer(files: count)
         let s = try await session("com.example.FirstConnectionLost", ["retries": .uint32(0)])
 
         var transfers: [FerryTransfer] = []

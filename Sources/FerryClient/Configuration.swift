@@ -271,15 +271,19 @@ public struct DownloadOptions: Sendable, Equatable {
 public struct UploadOptions: Sendable, Equatable {
     public enum Method: String, Sendable { case put = "PUT", post = "POST" }
     /// A POST the server answered with success is not retried when the answer is cut
-    /// (the server took it), and a lost connection counts against the session's retries
-    /// even over HTTP/2, where a PUT is sent again at once.
+    /// (the server took it), and a lost connection, or a stop of ferryd while it was
+    /// under way, counts against the session's retries even over HTTP/2, where a PUT is
+    /// sent again at once. A POST whose body is all out runs on to its answer when the
+    /// network becomes metered or offline or a discretionary wait begins.
     public var method: Method = .put
     public var headers: [String: String] = [:]
     public var description: String?
     public var contentType: String?
     /// POST as `multipart/form-data`, the file under this field.
     public var formField: String?
-    /// Save the server's response body here.
+    /// Save the server's response body here: replaced only by a whole successful
+    /// answer (a failed upload leaves what was there, and makes no file where there was
+    /// none).
     public var responseDestination: URL?
     /// Create the task suspended: `FerryTask.resume()` starts it
     /// (`FerrySession.uploadTask(with:fromFile:)` sets it).

@@ -50,6 +50,10 @@ public struct EngineUpload: Sendable, Equatable {
     /// `EngineResponse.body`.
     public var responseDestination: String?
 
+    /// How the hidden file an answer is written to begins, beside the
+    /// `responseDestination`, where the file system cannot make one without a name.
+    public static let hiddenAnswerPrefix = ".ferry-answer-"
+
     public init(fd: Int32, size: Int64, modificationTime: Int64, device: UInt64 = 0, method: String = "PUT", body: Body = .raw,
                 fileName: String = "file", contentType: String? = nil, responseDestination: String? = nil) {
         self.fd = fd; self.size = size; self.modificationTime = modificationTime; self.device = device; self.method = method

@@ -10,7 +10,8 @@ import Dispatch
 extension TransferCoordinator {
     /// The session's last client left the bus: applies its `on-client-exit` policy.
     /// `continue` changes nothing; `pause` pauses its queued, waiting and running
-    /// transfers (marked, for `clientReturned`); `cancel` cancels every unfinished one.
+    /// transfers (marked, for `clientReturned`), but for a POST awaiting its answer
+    /// (resumed, it would be sent again: it runs on); `cancel` cancels every unfinished one.
     /// Nothing happens for an unknown session.
     public func clientsLeft(session id: SessionID) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -25,7 +26,7 @@ extension TransferCoordinator {
                 break
             case .pause:
                 var paused = 0
-                for t in own where t.state.isActive {
+                for t in own where t.state.isActive && !t.isPOSTAwaitingItsAnswer {
                     // Marked first: the pause stores the transfer with its mark.
                     t.pausedByClientExit = true
                     s.pausedOnClientExit.insert(t.id)

@@ -58,6 +58,12 @@ extension TransferCoordinator {
             switch t.state {
             case .queued, .running:
                 guard let reason = blocker else { continue }
+                if t.isPOSTAwaitingItsAnswer {
+                    // Its body is out: stopped and sent again later, the server could
+                    // act on it twice. It runs to its end; a retry waits.
+                    logger.info("transfer \(t.id): a POST awaiting its answer goes on although \(reason.rawValue)")
+                    continue
+                }
                 waitForNetwork(t, reason)
             case .waiting where t.isWaitingForNetwork:
                 if let reason = blocker {

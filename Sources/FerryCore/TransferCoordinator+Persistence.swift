@@ -178,7 +178,10 @@ extension TransferCoordinator {
         publishedManager.assume(manager)
         for id in orphans { journal.stage(.deleteTransfer(id)) }
         removeForgottenPartFiles(stored: contents.transfers)
-        for t in transfers.values.sorted(by: { $0.id < $1.id }) { stageTransfer(t) }
+        removeForgottenAnswerFiles()
+        // (Not a POST cut by the restart: stored as running until `start()` has counted
+        // its attempt, so a daemon that dies before that still knows.)
+        for t in transfers.values.sorted(by: { $0.id < $1.id }) where !t.postCutByRestart { stageTransfer(t) }
         flushStore()
         let active = transfers.values.filter { $0.state.isActive }.count
         logger.info("restored \(sessions.count) sessions and \(transfers.count) transfers (\(active) to carry on)")
@@ -214,6 +217,30 @@ extension TransferCoordinator {
         }
     }
 
+    /// Removes the hidden `.ferry-answer-…` files beside the `response-destination` of
+    /// unfinished uploads: an answer being written when ferryd was killed, on a file
+    /// system that cannot make a file without a name (which would have gone by itself).
+    /// Before `start()`: no answer is being written. A sandboxed application's folders
+    /// are left alone, as for `.part` files.
+    private func removeForgottenAnswerFiles() {
+        var folders: Set<String> = []
+        for t in transfers.values where t.isUpload && !t.state.isFinal && sessions[t.session]?.owner == nil {
+            if let destination = t.upload?.responseDestination { folders.insert(FileSystemChecks.directoryName(destination)) }
+        }
+        for folder in folders.sorted() {
+            guard let names = try? fileManager.contentsOfDirectory(atPath: folder) else { continue }
+            var removed = 0
+            for name in names where name.hasPrefix(EngineUpload.hiddenAnswerPrefix) {
+                let path = FileSystemChecks.join(folder, name)
+                var st = stat()
+                guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, unlink(path) == 0 else { continue }
+                removed += 1
+                logger.info("removed an upload's answer cut short by a restart: \(path)")
+            }
+            if removed > 0 { DurableFiles.syncFolder(folder) }
+        }
+    }
+
     /// A stored transfer as the restarted daemon takes it up.
     private func restoredTransfer(_ stored: StoredTransfer, owner: String?) -> TransferRecord {
         let t = TransferRecord(stored: stored)
@@ -231,8 +258,10 @@ extension TransferCoordinator {
         // A running transfer's attempt died with the old daemon: its life is queued again
         // (not a client action, so not announced, and its retries and resource clock go on).
         if t.isUpload {
-            // An upload that was under way starts over from byte 0.
+            // An upload that was under way starts over from byte 0. A POST that was
+            // running may have reached the server: `start()` counts its attempt as failed.
             if !t.state.isFinal { t.snapshot.bytesTransferred = 0 }
+            t.postCutByRestart = t.isPOST && stored.snapshot.state == .running
             t.enginePartPath = nil
         } else if !t.state.isFinal {
             if environment.machineRestarted { trustOnlySyncedBytes(t) }
@@ -347,11 +376,23 @@ extension TransferCoordinator {
             if t.state.isActive && t.resourceStarted > 0 { watchDeadline(t) }
             // Restored queued transfers meet the network policy like new ones.
             if t.state == .queued { schedulingDue.queued(t.id) }
+            if t.postCutByRestart { failPOSTCutByRestart(t) }
         }
         // Network waits from before the restart are judged against today's network.
         applyNetworkPolicy(to: index.waitingForNetwork.sorted())
         wakeDueTransfers()
         for s in sessions.values.sorted(by: { $0.id < $1.id }) where s.isClosing { finishClosingIfDone(s) }
+    }
+
+    /// A POST upload that was running when the daemon stopped (killed, or its session
+    /// ended) may have reached the server, which may have acted on it: sent again at
+    /// once, it could act twice (RFC 9110 §9.2.2). Its attempt counts as failed, as a
+    /// lost connection's does: the session's `retries` decide whether it is sent again.
+    private func failPOSTCutByRestart(_ t: TransferRecord) {
+        t.postCutByRestart = false
+        guard t.state == .queued else { return }
+        attemptFailed(t, .network("ferryd stopped while this POST upload was under way, so the server may have "
+            + "received it; it is sent again only as the session's retries allow"))
     }
 
     // MARK: - Questions

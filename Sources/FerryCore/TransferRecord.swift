@@ -191,6 +191,13 @@ final class TransferRecord {
         set { if newValue || extrasBox != nil { extras.postAccepted = newValue } }
     }
 
+    /// A POST upload that was running when the daemon stopped (restored from the store,
+    /// until `start()` counts that attempt as failed): the server may have taken it.
+    var postCutByRestart: Bool {
+        get { extrasBox?.postCutByRestart ?? false }
+        set { if newValue || extrasBox != nil { extras.postCutByRestart = newValue } }
+    }
+
     /// The current attempt is a stream of a shared (HTTP/2) connection: sent to an origin
     /// whose last answer came over HTTP/2, or answered over one.
     var onSharedConnection: Bool {
@@ -250,6 +257,15 @@ final class TransferRecord {
     /// A POST upload: each one sent, the server may act on (not idempotent, RFC 9110
     /// §9.2.2), so it is not sent again where the server may have taken it.
     var isPOST: Bool { upload?.method == "POST" }
+    /// A running POST upload the server may be acting on: this attempt's progress says
+    /// its whole body went to libcurl (the engine reports the last bytes at once).
+    /// Stopped now and sent again later, it could be acted on twice; before that, the
+    /// server has not had the whole request. (An empty body reports no progress: it is
+    /// never taken for one.)
+    var isPOSTAwaitingItsAnswer: Bool {
+        guard state == .running, !stopInFlight, isPOST, let progress = lastProgress else { return false }
+        return progress.expected >= 0 && progress.total >= progress.expected
+    }
     /// What its `metalink` document said, once read this run (memory only: after a
     /// restart the document is fetched again before the file goes on).
     var metalink: ResolvedMetalink? {
@@ -374,6 +390,7 @@ final class TransferExtras {
     var durablePart: DurablePart?
     var onSharedConnection = false
     var postAccepted = false
+    var postCutByRestart = false
     var sharedConnectionLosses = 0
     var pausedByClientExit = false
     var metalink: ResolvedMetalink?

@@ -1,8 +1,8 @@
 import FerryCore
 import Foundation
 
-/// Where an upload's answer is saved (`response-destination`). Checked (and made, when
-/// missing) before the upload begins; the answer is written to a new file without a name
+/// Where an upload's answer is saved (`response-destination`). Checked before the upload
+/// begins (not made: a missing one is first made by a successful answer); the answer is written to a new file without a name
 /// in the same folder (`O_TMPFILE`; a hidden named one where the file system cannot),
 /// which takes the destination's name only once the whole answer is on the disk
 /// (`commit`: synced, then renamed over it, the folder synced). So the destination holds
@@ -31,30 +31,38 @@ struct UploadResponseFile {
         self.area = area
     }
 
-    /// Opens `destination` for writing without emptying it. O_NONBLOCK, then only a
-    /// regular file is kept: a FIFO put there (read by nobody, or by someone who never
-    /// reads) must not hold up the engine thread. A sandboxed application's file is
-    /// opened relative to its folder as opened and checked to be inside the app's
-    /// directory: a folder on the way swapped for a link since the call sends the answer
-    /// nowhere else.
+    /// Checks `destination` before the upload: an existing one is opened for writing
+    /// without emptying it, O_NONBLOCK, and kept only if it is a regular file (a FIFO put
+    /// there, read by nobody or by someone who never reads, must not hold up the engine
+    /// thread); a missing one is not made (an upload that fails leaves no empty receipt).
+    /// Either way its folder must let the answer's file be made there. A sandboxed application's file is looked at
+    /// relative to its folder as opened and checked to be inside the app's directory: a
+    /// folder on the way swapped for a link since the call sends the answer nowhere else.
     static func open(_ destination: String, within area: SandboxArea?) -> Result<UploadResponseFile, CoreError> {
         guard let (folder, name) = SandboxArea.place(of: destination, within: area) else {
             return .failure(.disk("the response-destination '\(destination)' is no longer inside the application's directory '\(area?.root ?? "")/'; the answer was not written"))
         }
-        let fd = name.withCString {
-            openat(folder, $0, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0o644)
-        }
-        SandboxArea.release(folder)
-        guard fd >= 0 else {
+        defer { SandboxArea.release(folder) }
+        let file = UploadResponseFile(path: destination, area: area)
+        let fd = name.withCString { openat(folder, $0, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY) }
+        if fd >= 0 {
+            var st = stat()
+            let regular = fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+            Glibc.close(fd)
+            guard regular else {
+                return .failure(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"))
+            }
+        } else if errno != ENOENT { // (missing: the answer makes it)
             return .failure(.disk(PartFileError(code: errno, action: "opening", path: destination).message))
         }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            Glibc.close(fd)
-            return .failure(.disk("the response-destination '\(destination)' is not a regular file; the answer was not written there"))
+        // The answer's new file is made in the folder and renamed over the destination:
+        // a folder that lets neither (made read-only since the call) fails the upload
+        // before anything is sent, not after the server took it.
+        let folderLets = folder == AT_FDCWD ? access(file.directory, W_OK | X_OK) : faccessat(folder, ".", W_OK | X_OK, 0)
+        guard folderLets == 0 else {
+            return .failure(.disk(PartFileError(code: errno, action: "making the answer's file in the folder of", path: destination).message))
         }
-        Glibc.close(fd)
-        return .success(UploadResponseFile(path: destination, area: area))
+        return .success(file)
     }
 
     /// Makes the new file for the answer, once, when the successful answer's body begins
@@ -105,7 +113,7 @@ struct UploadResponseFile {
     }
 
     private static func hiddenName() -> String {
-        ".ferry-answer-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        EngineUpload.hiddenAnswerPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
     }
 
     /// Appends a piece of the answer's body (claiming the file first).

@@ -17,10 +17,11 @@ public enum ServerBehaviour: Sendable {
     case status(Int)
     /// Send the body at about this rate (a slice every 100 ms).
     case slow(bytesPerSecond: Int)
-    /// Close the connection after this many body bytes, for the next `times` responses.
+    /// Close the connection after this many body bytes, for the next `times` responses
+    /// (answers to uploads included).
     case dropAfter(bytes: Int, times: Int = 1)
     /// Stop sending after this many body bytes but keep the connection open, for the
-    /// next `times` responses.
+    /// next `times` responses (answers to uploads included).
     case stallAfter(bytes: Int, times: Int = 1)
     /// Redirect to `location` (absolute or relative).
     case redirect(to: String, status: Int = 302)

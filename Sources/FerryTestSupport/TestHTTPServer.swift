@@ -250,6 +250,14 @@ public final class TestHTTPServer: @unchecked Sendable {
             let body = accepted.body.map { ByteBuffer(bytes: $0) } ?? ByteBuffer(string: text)
             var plan = ResponsePlan.text(accepted.status, "")
             plan.body = body
+            // The answer too may be cut or stall part-way (`dropAfter`, `stallAfter`).
+            if let drop = rule.drop, drop.remaining > 0 {
+                rule.drop = (drop.bytes, drop.remaining - 1)
+                (plan.cutAfter, plan.cut) = (drop.bytes, .drop)
+            } else if let stall = rule.stall, stall.remaining > 0 {
+                rule.stall = (stall.bytes, stall.remaining - 1)
+                (plan.cutAfter, plan.cut) = (stall.bytes, .stall)
+            }
             return plan
         }
         guard let resource = resources[path] else {

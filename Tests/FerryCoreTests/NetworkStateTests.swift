@@ -224,6 +224,68 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.observer.events, [])
     }
 
+    /// A POST whose body is all out may be acted on by the server: stopped for the
+    /// network and sent again, it could be acted on twice. It runs on to its answer; one
+    /// still sending its body, and a PUT, stop as every transfer does.
+    func testAPOSTAwaitingItsAnswerRunsOnWhenTheNetworkBecomesMetered() throws {
+        let h = CoreHarness()
+        let s = try frugalSession(h)
+        let sent = try h.upload(s, method: "POST")
+        let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
+        let put = try h.upload(s, "https://example.com/up/put.bin", method: "PUT")
+        XCTAssertEqual([sent, sending, put].map { h.state($0) }, [.running, .running, .running])
+        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
+               .progress(sending, bytesWritten: 400, totalOnDisk: 400, expected: 1000),
+               .progress(put, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000))
+        setNetwork(h, metered: true)
+        XCTAssertEqual(Set(h.engine.stopped), [sending, put], "only the POST awaiting its answer went on")
+        XCTAssertEqual(h.state(sent), .running)
+        XCTAssertEqual(reason(h, sending), "metered")
+        XCTAssertEqual(reason(h, put), "metered")
+
+        h.send(.response(sent, EngineResponse(status: 201, expectedTotal: 2, effectiveURL: "https://example.com/up/form.bin")),
+               .completed(sent, .succeeded(bytesOnDisk: 1000, sha256: nil)))
+        XCTAssertEqual(h.state(sent), .completed)
+        XCTAssertEqual(h.snapshot(sent)?.attempts, 1, "sent once")
+    }
+
+    /// Offline too, a POST whose body is out runs on. Its answer then stalls: the
+    /// engine tells of the success answer before the failure, so it is not sent again;
+    /// one that failed without an answer waits to retry, and then for the network.
+    func testAPOSTAwaitingItsAnswerRunsOnWhenTheNetworkGoesOffline() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 1))
+        let s = try h.openSession { $0.retries = 3 }
+        let answered = try h.upload(s, method: "POST")
+        let unanswered = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
+        for t in [answered, unanswered] { h.send(.progress(t, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000)) }
+        setNetwork(h, online: false)
+        XCTAssertEqual(h.engine.stopped, [])
+        XCTAssertEqual([answered, unanswered].map { h.state($0) }, [.running, .running])
+        h.send(.response(answered, EngineResponse(status: 201, expectedTotal: 5000, effectiveURL: "https://example.com/up/form.bin")))
+        h.fail(answered, .timeout("No data for 30 seconds"))
+        XCTAssertEqual(h.state(answered), .failed, "the server took it: not sent again")
+        h.fail(unanswered, .network("Could not reach example.com"))
+        XCTAssertEqual(h.state(unanswered), .waiting)
+        XCTAssertEqual(reason(h, unanswered), "retry")
+        XCTAssertEqual(h.engine.startedIDs, [answered, unanswered])
+    }
+
+    /// An empty POST reports no progress: still connecting, it waits for the network
+    /// like any transfer instead of failing to connect.
+    func testAnEmptyPOSTIsStoppedByTheNetworkAsEveryTransfer() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let empty = h.root + "/empty.bin"
+        FileManager.default.createFile(atPath: empty, contents: Data())
+        var options = UploadOptions()
+        options.method = "POST"
+        let t = try h.sync { try $0.upload(session: s, url: "https://example.com/up/empty", file: empty, options: options) }
+        XCTAssertEqual(h.state(t), .running)
+        setNetwork(h, online: false)
+        XCTAssertEqual(h.engine.stopped, [t])
+        XCTAssertEqual(reason(h, t), "offline")
+    }
+
     func testNetworkWaitSurvivesARestart() throws {
         let h = CoreHarness()
         setNetwork(h, metered: true)

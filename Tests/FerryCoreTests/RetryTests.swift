@@ -246,6 +246,45 @@ final class RetryTests: XCTestCase {
         XCTAssertEqual(h.state(put), .waiting, "a PUT twice is the same PUT: it waits to retry")
     }
 
+    /// ferryd killed (or stopped with its session) while a POST was running: the server
+    /// may have received it, so after the restart its attempt counts as failed and the
+    /// session's retries decide. A PUT (the same effect twice) is sent again at once, as
+    /// every other transfer that was running.
+    func testAPOSTCutByARestartCountsAsAFailedAttempt() throws {
+        for crashed in [true, false] {
+            let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+            let none = try h.openSession("com.example.None") { $0.retries = 0 }
+            let some = try h.openSession("com.example.Some") { $0.retries = 2 }
+            let post = try h.upload(none, method: "POST")
+            let retried = try h.upload(some, "https://example.com/up/other.bin", method: "POST")
+            let put = try h.upload(none, "https://example.com/up/put.bin", method: "PUT")
+            h.send(.progress(post, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000))
+            XCTAssertEqual([post, retried, put].map { h.state($0) }, [.running, .running, .running])
+
+            let h2 = h.restarted(crashed: crashed)
+            XCTAssertEqual(h2.state(post), .failed, "no retries: not sent again (crashed: \(crashed))")
+            XCTAssertEqual(h2.snapshot(post)?.errorName, CoreError.network("").name)
+            XCTAssertEqual(h2.state(retried), .waiting, "it waits to retry, one of its two spent")
+            XCTAssertEqual(h2.snapshot(retried)?.waitingReason, "retry")
+            XCTAssertEqual(h2.state(put), .running, "a PUT goes on at once")
+            XCTAssertEqual(h2.engine.startedIDs, [put])
+            XCTAssertEqual(h2.snapshot(put)?.errorName, "")
+        }
+    }
+
+    /// Killed again after the restore and before the start (the bus name not yet taken):
+    /// the POST is still known to have been under way, not taken for a queued one.
+    func testAPOSTCutByARestartStaysCutUntilTheStartCountsIt() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let post = try h.upload(s, method: "POST")
+        XCTAssertEqual(h.state(post), .running)
+        let restoredOnly = CoreHarness(start: false, store: h.store, restore: true, clock: h.clock, root: h.root)
+        let h3 = restoredOnly.restarted(crashed: true)
+        XCTAssertEqual(h3.state(post), .failed)
+        XCTAssertEqual(h3.engine.startedIDs, [])
+    }
+
     /// Without a shared connection (HTTP/1.1) a network failure is an ordinary one.
     func testANetworkFailureOnItsOwnConnectionCountsAsBefore() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))

@@ -257,6 +257,41 @@ final class UploadTests: EngineTestCase {
                        [.syncFile(destination), .syncFolder(directory.path)], "synced with its folder before the upload completed")
     }
 
+    /// A missing `response-destination` is made by the successful answer only, not
+    /// before: a refused upload leaves no empty file there.
+    func testAMissingDestinationIsMadeOnlyByASuccessfulAnswer() throws {
+        server.set(.acceptUploads(status: 403, body: Array("no".utf8)), on: "/refuse")
+        server.set(.acceptUploads(status: 201, body: Array("yes".utf8)), on: "/take")
+        let destination = directory.appendingPathComponent("new-receipt.txt").path
+        let refused = try open(try sourceFile([1, 2, 3]), responseDestination: destination)
+        guard case .failed(.http(403, _), _)? = run(uploadRequest(1, "/refuse", refused)) else { return XCTFail("not refused") }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: destination), "no empty receipt")
+        let taken = try open(try sourceFile([1, 2, 3], name: "again.jpg"), responseDestination: destination)
+        XCTAssertEqual(run(uploadRequest(2, "/take", taken)), .succeeded(bytesOnDisk: 3, sha256: nil))
+        XCTAssertEqual(contents(destination), Array("yes".utf8))
+    }
+
+    /// The destination's folder became one where no file can be made since the call: the
+    /// upload fails with `Disk` before anything is sent (the server must not take an
+    /// upload whose answer cannot be kept), whether a receipt is there or not. (Root
+    /// may make files in any folder, so this runs as another user only.)
+    func testAFolderThatTakesNoFileFailsTheUploadBeforeSending() throws {
+        try XCTSkipIf(geteuid() == 0, "root makes files in a read-only folder")
+        server.set(.acceptUploads(status: 201, body: Array("yes".utf8)), on: "/up")
+        let folder = directory.appendingPathComponent("receipts").path
+        XCTAssertEqual(mkdir(folder, 0o755), 0)
+        try write(Array("old".utf8), to: folder + "/there.txt")
+        XCTAssertEqual(chmod(folder, 0o555), 0)
+        defer { chmod(folder, 0o755) }
+        for (id, name) in [(TransferID(1), "there.txt"), (TransferID(2), "missing.txt")] {
+            let source = try open(try sourceFile([1, 2, 3], name: "\(name).src"), responseDestination: folder + "/" + name)
+            guard case .failed(.disk(let message), 0)? = run(uploadRequest(id, "/up", source)) else { return XCTFail("\(name): not a disk failure") }
+            XCTAssertTrue(message.contains(name), message)
+        }
+        XCTAssertTrue(server.uploads(for: "/up").isEmpty, "nothing was sent")
+        XCTAssertEqual(contents(folder + "/there.txt"), Array("old".utf8))
+    }
+
     func testResponseKeptInMemoryIsCappedAt64KiB() throws {
         let answer = TestData.bytes(count: 200_000, seed: 79)
         server.set(.acceptUploads(status: 200, body: answer), on: "/up")

@@ -59,6 +59,31 @@ final class ClientExitTests: FerryTestCase {
         XCTAssertEqual(userPausedState, "paused", "a transfer the user paused stays paused")
     }
 
+    /// `pause` leaves a POST upload whose body is out running: paused, and resumed when
+    /// the app comes back, it would reach the server twice. (The server has the whole
+    /// body and holds its answer; the same connection's other `pause` session shows
+    /// when the departure has been handled.)
+    func testPauseLetsAPOSTAwaitingItsAnswerRunOn() async throws {
+        let (connection, s) = try await app("com.example.Posting", "pause")
+        let file = work + "/form.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(repeating: 9, count: 20_000))
+        server.set(.acceptUploads(status: 201, body: Array("stored".utf8)), on: "/form")
+        server.set(.holdAnswers, on: "/form")
+        let posted = try await s.upload(server.url("/form"), file: file, options: ["method": .string("POST")])
+        let t = client.transfer(id: BusClient.transferID(posted.path))
+        try await waitUntilAsync("the server to have the whole POST") { server.uploads(for: "/form").count == 1 }
+        try await waitForBytesTransferred(t, atLeast: 20_000)
+        let marker = try await departureMarker(connection, "post")
+        connection.close()
+        try await waitForState(marker, "paused")
+        let state = try await t.info().state
+        XCTAssertEqual(state, "running", "the POST awaiting its answer runs on")
+        server.release("/form")
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(server.requests(for: "/form").count, 1, "sent once")
+    }
+
     /// `cancel`: the app leaves, its download is cancelled and its partial file goes.
     func testCancelWhenTheLastClientLeaves() async throws {
         let (connection, s) = try await app("com.example.Cancelling", "cancel")

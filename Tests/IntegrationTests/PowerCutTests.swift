@@ -100,6 +100,34 @@ final class PowerCutTests: FerryTestCase {
         XCTAssertEqual(contents(receipt), Array("stored as 42\n".utf8), "the answer survives a power cut:\n\(m.log)")
     }
 
+    /// ferryd killed while an answer is being written to its hidden file (on this layer,
+    /// without `O_TMPFILE`): the restarted ferryd removes the hidden file, and the
+    /// receipt keeps what it held. (The server answers 201 and stalls, with the answer's
+    /// first bytes on disk; the POST, with no retries, then fails and is not sent again.)
+    func testAnAnswerCutByAKillLeavesNoHiddenFile() async throws {
+        let m = try makeMount()
+        let receipt = m.mountPoint + "/receipt.txt"
+        try write(Array("the last receipt\n".utf8), to: receipt, sync: true)
+        let file = work + "/doc.bin"
+        FileManager.default.createFile(atPath: file, contents: Data(repeating: 5, count: 10_000))
+        server.set(.acceptUploads(status: 201, body: TestData.bytes(count: 200_000, seed: 3)), on: "/slow-answer")
+        server.set(.stallAfter(bytes: 50_000), on: "/slow-answer")
+        let s = try await session("com.example.AnswerCut", ["retries": .uint32(0)])
+        let t = try await s.upload(server.url("/slow-answer"), file: file,
+                                   options: ["method": .string("POST"), "response-destination": .string(receipt)])
+        func hidden() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: m.mountPoint)) ?? []).filter { $0.hasPrefix(".ferry-answer-") }
+        }
+        try await waitUntilAsync("the answer's hidden file") { !hidden().isEmpty }
+        try await killAndRestart()
+        XCTAssertEqual(hidden(), [], "the restarted ferryd removed the cut answer")
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(contents(receipt), Array("the last receipt\n".utf8))
+        XCTAssertEqual(hidden(), [])
+        XCTAssertEqual(server.uploads(for: "/slow-answer").count, 1)
+    }
+
     /// The negative control: the layer really drops what was not synced, and keeps
     /// what was (fsync and fdatasync alike), across a rename too.
     func testCutDropsWhatWasNotSynced() throws {

@@ -188,15 +188,22 @@ final class UploadTests: FerryTestCase {
     }
 
     /// `response-destination` keeps what it held until a successful answer comes: an
-    /// upload refused by the server leaves the last receipt as it was; the next good
+    /// upload refused by the server makes none where there was none, and leaves the last
+    /// receipt as it was; the next good
     /// answer replaces it whole, and a private receipt (0600) stays private.
     func testAFailedUploadLeavesTheResponseDestinationAsItWas() async throws {
         let (file, _) = try makeFile("doc.pdf", size: 20_000)
         let receipt = work + "/receipt.json"
-        try Data("{\"previous\": true}".utf8).write(to: URL(fileURLWithPath: receipt))
-        XCTAssertEqual(chmod(receipt, 0o600), 0)
         server.set(.acceptUploads(status: 403, body: Array("forbidden".utf8)), on: "/refuse")
         let s = try await session()
+        // None yet: a refused upload makes none (not an empty one).
+        let first = try await s.upload(server.url("/refuse"), file: file, options: ["response-destination": .string(receipt)])
+        let refusedFirst = try await finish(first)
+        XCTAssertEqual(refusedFirst.state, "failed")
+        XCTAssertFalse(exists(receipt), "no receipt made by a refused upload")
+
+        try Data("{\"previous\": true}".utf8).write(to: URL(fileURLWithPath: receipt))
+        XCTAssertEqual(chmod(receipt, 0o600), 0)
         let refused = try await s.upload(server.url("/refuse"), file: file, options: ["response-destination": .string(receipt)])
         let failed = try await finish(refused)
         XCTAssertEqual(failed.state, "failed")
@@ -285,6 +292,26 @@ final class UploadTests: FerryTestCase {
         let events = try await s.pendingEvents().filter { $0.transferPath == t.path }
         XCTAssertEqual(events.map(\.kind), ["finished"], "one completion event")
         XCTAssertEqual(signals.signals(path: t.path, member: "Completed").count, 1)
+    }
+
+    /// A POST whose body reached the server, killed with ferryd before its answer came:
+    /// the server may have acted on it, so the restarted ferryd does not send it again on
+    /// its own. The attempt counts as failed; with `retries` 0 the upload fails with
+    /// `Network`, having reached the server once (a `Resume` would send it again).
+    func testSIGKILLWhileAPOSTAwaitsItsAnswerDoesNotSendItAgain() async throws {
+        let (file, _) = try makeFile("form.bin", size: 50_000)
+        server.set(.neverAnswer, on: "/form")
+        // Without retries, and a request-timeout that ends a second attempt quickly if
+        // one were made.
+        let s = try await session("com.example.Post", ["retries": .uint32(0), "request-timeout": .double(5)])
+        let t = try await s.upload(server.url("/form"), file: file, options: ["method": .string("POST")])
+        try await waitUntilAsync("the server to have the whole POST") { server.uploads(for: "/form").count == 1 }
+        try await killAndRestart()
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Network", info.errorMessage)
+        XCTAssertEqual(info.attempts, 1)
+        XCTAssertEqual(server.requests(for: "/form").count, 1, "the POST reached the server once")
     }
 
     /// `source-fd` in place of a path: the bytes come from the descriptor, and ferryd

@@ -273,10 +273,10 @@ final class UploadTests: EngineTestCase {
 
     /// The destination's folder became one where no file can be made since the call: the
     /// upload fails with `Disk` before anything is sent (the server must not take an
-    /// upload whose answer cannot be kept), whether a receipt is there or not. (Root
-    /// may make files in any folder, so this runs as another user only.)
+    /// upload whose answer cannot be kept), whether a receipt is there or not. Root makes
+    /// files in any folder: as root, this test runs itself again as `nobody`.
     func testAFolderThatTakesNoFileFailsTheUploadBeforeSending() throws {
-        try XCTSkipIf(geteuid() == 0, "root makes files in a read-only folder")
+        if geteuid() == 0 { return try runAgainAsNobody("testAFolderThatTakesNoFileFailsTheUploadBeforeSending") }
         server.set(.acceptUploads(status: 201, body: Array("yes".utf8)), on: "/up")
         let folder = directory.appendingPathComponent("receipts").path
         XCTAssertEqual(mkdir(folder, 0o755), 0)
@@ -290,6 +290,41 @@ final class UploadTests: EngineTestCase {
         }
         XCTAssertTrue(server.uploads(for: "/up").isEmpty, "nothing was sent")
         XCTAssertEqual(contents(folder + "/there.txt"), Array("old".utf8))
+    }
+
+    /// Runs this class's test `name` in a new process of this test binary as `nobody`
+    /// (for what root is never refused), and asserts that it passed there. Skips where
+    /// `runuser` is missing or `nobody` cannot reach the binary.
+    private func runAgainAsNobody(_ name: String) throws {
+        let runuser = "/usr/sbin/runuser"
+        let binary = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: runuser), "no runuser to run as nobody")
+        func run(_ arguments: [String], output: String? = nil) throws -> Int32 {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: runuser)
+            p.arguments = ["-u", "nobody", "--"] + arguments
+            if let output {
+                FileManager.default.createFile(atPath: output, contents: nil)
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+                p.standardOutput = handle
+                p.standardError = handle
+            }
+            try p.run()
+            p.waitUntilExit()
+            return p.terminationStatus
+        }
+        try XCTSkipUnless(try run(["test", "-x", binary]) == 0, "nobody cannot run \(binary)")
+        // Its own temporary folder (HOME and TMPDIR), which nobody owns.
+        let home = directory.appendingPathComponent("nobody").path
+        XCTAssertEqual(mkdir(home, 0o700), 0)
+        XCTAssertEqual(chown(home, 65534, 65534), 0)
+        _ = chmod(directory.path, 0o755)
+        let output = directory.appendingPathComponent("nobody.log").path
+        let status = try run(["env", "HOME=\(home)", "TMPDIR=\(home)", binary, "FerryEngineTests.UploadTests/\(name)"], output: output)
+        let log = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+        XCTAssertEqual(status, 0, log)
+        XCTAssertTrue(log.contains("Executed 1 test, with 0 failures"), log)
+        XCTAssertFalse(log.contains("skipped"), log)
     }
 
     func testResponseKeptInMemoryIsCappedAt64KiB() throws {

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Small questions about the file system, asked where the core decides on paths.
-enum FileSystemChecks {
+public enum FileSystemChecks {
     /// Makes an absolute path canonical without touching the disk: no `.`/`..`
     /// components, no doubled or trailing slashes.
     static func normalize(_ path: String) -> String {
@@ -130,13 +130,13 @@ enum FileSystemChecks {
         return (try? fileManager.removeItem(atPath: path)) != nil
     }
 
-    static func directoryName(_ path: String) -> String {
+    public static func directoryName(_ path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         let dir = String(path[..<slash])
         return dir.isEmpty ? "/" : dir
     }
 
-    static func baseName(_ path: String) -> String {
+    public static func baseName(_ path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return path }
         return String(path[path.index(after: slash)...])
     }

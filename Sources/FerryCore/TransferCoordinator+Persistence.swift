@@ -204,17 +204,9 @@ extension TransferCoordinator {
             if let id = identity(t.partPath) { owned.insert(id) }
             if sessions[t.session]?.owner == nil { folders.insert(FileSystemChecks.directoryName(t.partPath)) }
         }
-        for folder in folders.sorted() {
-            guard let names = try? fileManager.contentsOfDirectory(atPath: folder) else { continue }
-            var removed = 0
-            for name in names where name.hasSuffix(".part") {
-                let path = FileSystemChecks.join(folder, name)
-                guard let id = identity(path), !owned.contains(id), PartFileMark.isMarked(path), unlink(path) == 0 else { continue }
-                removed += 1
-                logger.info("removed a partial file no transfer owns any more: \(path)")
-            }
-            if removed > 0 { DurableFiles.syncFolder(folder) }
-        }
+        removeFiles(in: folders, named: { $0.hasSuffix(".part") },
+                    if: { path in identity(path).map { !owned.contains($0) } == true && PartFileMark.isMarked(path) },
+                    saying: "removed a partial file no transfer owns any more")
     }
 
     /// Removes the hidden `.ferry-answer-…` files beside the `response-destination` of
@@ -227,15 +219,24 @@ extension TransferCoordinator {
         for t in transfers.values where t.isUpload && !t.state.isFinal && sessions[t.session]?.owner == nil {
             if let destination = t.upload?.responseDestination { folders.insert(FileSystemChecks.directoryName(destination)) }
         }
+        removeFiles(in: folders, named: { $0.hasPrefix(EngineUpload.hiddenAnswerPrefix) }, if: { path in
+            var st = stat()
+            return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFREG
+        }, saying: "removed an upload's answer cut short by a restart")
+    }
+
+    /// The restore's sweep of files left behind: in each of `folders`, the entries whose
+    /// name `named` picks and whose path passes `check` are unlinked (logged with
+    /// `saying`), and a folder that lost any is synced.
+    private func removeFiles(in folders: Set<String>, named: (String) -> Bool, if check: (String) -> Bool, saying: String) {
         for folder in folders.sorted() {
             guard let names = try? fileManager.contentsOfDirectory(atPath: folder) else { continue }
             var removed = 0
-            for name in names where name.hasPrefix(EngineUpload.hiddenAnswerPrefix) {
+            for name in names where named(name) {
                 let path = FileSystemChecks.join(folder, name)
-                var st = stat()
-                guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, unlink(path) == 0 else { continue }
+                guard check(path), unlink(path) == 0 else { continue }
                 removed += 1
-                logger.info("removed an upload's answer cut short by a restart: \(path)")
+                logger.info("\(saying): \(path)")
             }
             if removed > 0 { DurableFiles.syncFolder(folder) }
         }

@@ -25,9 +25,8 @@ struct UploadResponseFile {
 
     private init(path: String, area: SandboxArea?) {
         self.path = path
-        let slash = path.lastIndex(of: "/") ?? path.startIndex // absolute (checked at the call)
-        directory = slash == path.startIndex ? "/" : String(path[..<slash])
-        baseName = String(path[path.index(after: slash)...])
+        directory = FileSystemChecks.directoryName(path) // absolute (checked at the call)
+        baseName = FileSystemChecks.baseName(path)
         self.area = area
     }
 

@@ -83,6 +83,20 @@ struct PathRules {
     var held = false
     var corruptAt: Int?
 
+    /// Where the next answer is cut, and how (`dropAfter` before `stallAfter`), using up
+    /// one of its `times`; nil when neither is left.
+    mutating func takeCut() -> (bytes: Int, cut: ResponsePlan.Cut)? {
+        if let d = drop, d.remaining > 0 {
+            drop = (d.bytes, d.remaining - 1)
+            return (d.bytes, .drop)
+        }
+        if let s = stall, s.remaining > 0 {
+            stall = (s.bytes, s.remaining - 1)
+            return (s.bytes, .stall)
+        }
+        return nil
+    }
+
     mutating func apply(_ behaviour: ServerBehaviour) {
         switch behaviour {
         case .status(let code): status = code

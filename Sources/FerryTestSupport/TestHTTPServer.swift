@@ -251,13 +251,7 @@ public final class TestHTTPServer: @unchecked Sendable {
             var plan = ResponsePlan.text(accepted.status, "")
             plan.body = body
             // The answer too may be cut or stall part-way (`dropAfter`, `stallAfter`).
-            if let drop = rule.drop, drop.remaining > 0 {
-                rule.drop = (drop.bytes, drop.remaining - 1)
-                (plan.cutAfter, plan.cut) = (drop.bytes, .drop)
-            } else if let stall = rule.stall, stall.remaining > 0 {
-                rule.stall = (stall.bytes, stall.remaining - 1)
-                (plan.cutAfter, plan.cut) = (stall.bytes, .stall)
-            }
+            if let (bytes, cut) = rule.takeCut() { (plan.cutAfter, plan.cut) = (bytes, cut) }
             return plan
         }
         guard let resource = resources[path] else {
@@ -309,14 +303,8 @@ public final class TestHTTPServer: @unchecked Sendable {
                 rule.rangeDrop = (drop.bytes, drop.remaining - 1)
                 plan.cutAfter = drop.bytes
                 plan.cut = .drop
-            } else if let drop = rule.drop, drop.remaining > 0 {
-                rule.drop = (drop.bytes, drop.remaining - 1)
-                plan.cutAfter = drop.bytes
-                plan.cut = .drop
-            } else if let stall = rule.stall, stall.remaining > 0 {
-                rule.stall = (stall.bytes, stall.remaining - 1)
-                plan.cutAfter = stall.bytes
-                plan.cut = .stall
+            } else if let (bytes, cut) = rule.takeCut() {
+                (plan.cutAfter, plan.cut) = (bytes, cut)
             }
         }
         return plan

@@ -28,6 +28,7 @@ extension TransferCoordinator {
     /// Makes what is staged durable, then sends the outbox in order.
     func deliverEvents() {
         flushStore()
+        startStoredPOSTs()
         guard outbox.beginRound() else { return }
         defer { outbox.endRound() }
         guard outbox.hasPending else { return }

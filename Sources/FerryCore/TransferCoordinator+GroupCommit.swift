@@ -25,6 +25,9 @@ struct CommitHold {
     /// Changes wait (their writes, moves or events): until a change that does not wait
     /// ends, or the deferred one.
     var waiting = false
+    /// POST uploads a change started, handed to the engine only once the store holds
+    /// them running (`startStoredPOSTs`), with the attempt each was started for.
+    var postStarts: [(attempt: UInt32, request: EngineRequest)] = []
 }
 
 extension TransferCoordinator {
@@ -58,6 +61,32 @@ extension TransferCoordinator {
             guard self.commitHold.waiting, self.lifecycle.isRunning else { return }
             self.mutate {} // finishes the moves, writes, announces
         }
+    }
+
+    /// Hands the engine the POST uploads whose start the store now holds (after a
+    /// write, or once it has failed and changes live in memory only). Sent before its
+    /// `running` was stored, a POST that reached the server would be restored after a
+    /// kill as queued and sent again; stored first, the restart counts it as a failed
+    /// attempt instead (`failPOSTCutByRestart`). Other requests start at once: sent
+    /// again, they do no harm.
+    func startStoredPOSTs() {
+        guard !commitHold.postStarts.isEmpty else { return }
+        let starts = commitHold.postStarts
+        commitHold.postStarts.removeAll()
+        for (attempt, request) in starts {
+            guard let t = transfers[request.id], t.state == .running, t.snapshot.attempts == attempt else { continue }
+            engine.start(request)
+        }
+    }
+
+    /// A POST whose start waits for the store is stopped before the engine had it: the
+    /// engine's part is played here, a `.stopped` that arrives as the engine's would.
+    /// Whether `id` was such a POST.
+    func withdrawUnstartedPOST(_ id: TransferID) -> Bool {
+        guard let i = commitHold.postStarts.firstIndex(where: { $0.request.id == id }) else { return false }
+        let request = commitHold.postStarts.remove(at: i).request
+        queue.async { [weak self] in self?.handle([.completed(id, .stopped(bytesOnDisk: request.offset))]) }
+        return true
     }
 
     /// Before a public call reads or changes anything: what waits is finished, written

@@ -16,7 +16,7 @@ extension TransferCoordinator {
         reindex(t)
         for action in actions {
             switch action {
-            case .stopAttempt: engine.stop(t.id)
+            case .stopAttempt: if !withdrawUnstartedPOST(t.id) { engine.stop(t.id) }
             case .stopCopy: t.fetchedCopy?.cancel()
             case .wake(let at): timeline.add(t.id, .wake, at: at)
             }

@@ -28,7 +28,11 @@ extension TransferCoordinator {
             publishChanged(t)
             let request = request(for: t)
             t.onSharedConnection = startsAsStream(t, request)
-            engine.start(request)
+            if t.isPOST {
+                commitHold.postStarts.append((t.snapshot.attempts, request))
+            } else {
+                engine.start(request)
+            }
         }
     }
 

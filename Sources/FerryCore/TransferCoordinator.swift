@@ -137,6 +137,9 @@ public final class TransferCoordinator: @unchecked Sendable {
         guard !lifecycle.isShutDown else { return }
         // Downloads that finished in changes waiting for the group's write are moved
         // into place and completed first (`CommitHold`).
+        // A POST whose start waited for the store is not sent now, as ferryd goes (its
+        // stored `running` makes the restart count an attempt: `failPOSTCutByRestart`).
+        commitHold.postStarts.removeAll()
         if commitHold.waiting { mutate(scheduling: false) {} }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:

@@ -174,4 +174,88 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(h.state(ids[2]), .cancelled)
         XCTAssertEqual(snapshot?.failed, 1)
     }
+
+    // MARK: - A POST's start is stored before it is sent
+
+    /// A download to example.net ends within the window, so the changes after it wait.
+    /// Returns a running download to example.com and a POST queued behind it (one
+    /// connection per host), after `alsoAdd`'s transfers.
+    private func postQueuedWhileChangesWait(_ h: CoreHarness, _ configure: (inout SessionConfigurationUpdate) -> Void = { _ in },
+                                            alsoAdd: (SessionID) throws -> Void = { _ in }) throws -> (TransferID, TransferID) {
+        let s = try h.openSession { $0.maxConnectionsPerHost = 1; configure(&$0) }
+        let download = try h.download(s, "https://example.com/f.bin")
+        let post = try h.upload(s, "https://example.com/up/form", method: "POST")
+        try alsoAdd(s)
+        let other = try h.download(s, "https://example.net/e.bin")
+        h.send(.response(other, EngineResponse(status: 200, expectedTotal: 5, effectiveURL: "https://example.net/e.bin")))
+        h.writePart(other, body)
+        h.send(.completed(other, .succeeded(bytesOnDisk: 5, sha256: nil)))
+        return (download, post)
+    }
+
+    /// The download to example.com frees its connection (an engine event, in a change
+    /// that waits), which starts the POST queued behind it, and one to example.org starts
+    /// a PUT. The PUT goes to the engine at once; the POST only once the store holds it
+    /// running (here: the next call finishes what waits). Sent before, a kill would leave
+    /// it stored as queued, and the restart would send it again.
+    func testAPOSTStartedByAWaitingChangeGoesOutOnlyOnceItsStartIsStored() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        var toOrg: TransferID = 0, put: TransferID = 0
+        let (download, post) = try postQueuedWhileChangesWait(h, alsoAdd: { s in
+            toOrg = try h.download(s, "https://example.org/g.bin")
+            put = try h.upload(s, "https://example.org/up/put.bin", method: "PUT")
+        })
+        let startedBefore = h.engine.startedIDs
+        XCTAssertFalse(startedBefore.contains(post) || startedBefore.contains(put), "both wait for a connection")
+        let writesBefore = h.store.writes.count
+
+        h.send(.connectionsFreed(download), .connectionsFreed(toOrg))
+        XCTAssertEqual(h.store.writes.count, writesBefore, "the changes wait for the window's end")
+        XCTAssertEqual(h.engine.startedIDs, startedBefore + [put], "the PUT goes out at once, the POST waits for the store")
+
+        XCTAssertEqual(h.state(post), .running) // a call: what waits is written first
+        XCTAssertEqual(h.engine.startedIDs, startedBefore + [put, post])
+        XCTAssertEqual(h.savedRows(of: post, since: writesBefore).last?.snapshot.state, .running)
+        XCTAssertEqual(h.engine.started.last?.upload?.method, "POST")
+    }
+
+    /// Killed while such a POST waits for its write: the store holds it queued, and it
+    /// was never sent, so the restarted core sends it as a first attempt (not as one cut
+    /// by the restart, which would count a failed attempt).
+    func testAPOSTNotYetStoredAsStartedIsAFirstAttemptAfterAKill() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let (download, post) = try postQueuedWhileChangesWait(h)
+        h.send(.connectionsFreed(download))
+        XCTAssertFalse(h.engine.startedIDs.contains(post), "the POST was not sent")
+
+        let after = h.restarted(crashed: true)
+        XCTAssertEqual(after.state(post), .queued, "behind the download again")
+        after.send(.connectionsFreed(download))
+        XCTAssertEqual(after.state(post), .running)
+        XCTAssertEqual(after.snapshot(post)?.attempts, 1)
+        XCTAssertEqual(after.snapshot(post)?.errorName, "")
+        XCTAssertEqual(after.engine.startedIDs.filter { $0 == post }, [post])
+    }
+
+    /// A POST whose start waits for the write is stopped before the engine had it (its
+    /// resource-timeout passes, a timer's change): it fails with `Timeout`, was never
+    /// sent, and completes once; `Resume` then sends it, once.
+    func testAPOSTStoppedBeforeItsStartWasStoredIsNeverSent() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let (download, post) = try postQueuedWhileChangesWait(h) { $0.resourceTimeout = 30 }
+        h.send(.connectionsFreed(download))
+        XCTAssertFalse(h.engine.startedIDs.contains(post))
+
+        h.advanceAndWake(seconds: 31)
+        h.queue.sync {}
+        XCTAssertEqual(h.state(post), .failed)
+        XCTAssertEqual(h.snapshot(post)?.errorName, "org.ferry.Ferry1.Error.Timeout")
+        XCTAssertFalse(h.engine.startedIDs.contains(post), "never sent")
+        XCTAssertFalse(h.engine.stopped.contains(post), "the engine never had it")
+        XCTAssertEqual(h.observer.completions.filter { $0.0 == post }.count, 1)
+
+        try h.sync { try $0.resume(post) }
+        XCTAssertEqual(h.state(post), .running)
+        XCTAssertEqual(h.engine.startedIDs.filter { $0 == post }, [post])
+    }
 }

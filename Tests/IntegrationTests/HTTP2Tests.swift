@@ -35,7 +35,7 @@ final class HTTP2Tests: FerryTestCase {
     /// at 16 KiB/s a request. Its access log has a line per request: the connection's
     /// serial number, the protocol, the status, the path and whether the TLS session was
     /// resumed (`r`) or new (`.`).
-    private func startNginx(root: String, certificates: TestCertificates, httpDirectives: String = "",
+    func startNginx(root: String, certificates: TestCertificates, httpDirectives: String = "",
                             serverDirectives: String = "", http2: Bool = true) throws
         -> (base: String, accessLog: String) {
         let dir = work + "/nginx"
@@ -141,7 +141,7 @@ final class HTTP2Tests: FerryTestCase {
 
     /// Downloads `base/prefix f0.bin …` of the site into `work`, waits for each and checks it
     /// completed byte-exact; returns the transfers with their final properties.
-    private func fetchAll(_ s: BusSession, _ urlPrefix: String, bodies: [[UInt8]]) async throws -> [(FerryTransfer, TransferInfo)] {
+    func fetchAll(_ s: BusSession, _ urlPrefix: String, bodies: [[UInt8]]) async throws -> [(FerryTransfer, TransferInfo)] {
         var transfers: [FerryTransfer] = []
         for i in bodies.indices {
             transfers.append(try await s.download(urlPrefix + "f\(i).bin", options: ["destination": .string(work + "/f\(i).bin")]))
@@ -157,7 +157,7 @@ final class HTTP2Tests: FerryTestCase {
     }
 
     /// nginx's access log, a line per request: connection serial, protocol, status, path, TLS session reused.
-    private func accessLogLines(_ path: String) throws -> [[Substring]] {
+    func accessLogLines(_ path: String) throws -> [[Substring]] {
         try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
     }
 

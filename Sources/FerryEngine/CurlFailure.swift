@@ -18,6 +18,7 @@ enum CurlFailure {
             // is given here).
             return .network("\(host) did not answer the request: it was sent again on fresh connections until libcurl gave up, each time refused by the server (HTTP/2 REFUSED_STREAM) or closed before any answer")
         }
+        if let refusal = tunnelRefusal(code, transfer) { return refusal }
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST where resolvedNameIsTheProxy(transfer):
             // A SOCKS proxy's own name that does not resolve comes as the host's (libcurl 7.88).
@@ -109,6 +110,25 @@ enum CurlFailure {
     /// How libcurl's message begins when it has sent a request again too many times
     /// ("Connection died, tried 5 times before giving up").
     static let givenUp = "Connection died, tried "
+
+    /// An HTTP proxy that would not open a tunnel (`CONNECT`, for an https URL) to the
+    /// server: libcurl reports a receive error, which would name the server. Its status
+    /// decides, as a server's would: 407 (credentials missing or refused) and other 4xx
+    /// are not tried again, 5xx (the proxy could not reach the server) are. Nil when no
+    /// tunnel was refused.
+    static func tunnelRefusal(_ code: CURLcode, _ transfer: CurlFailureContext) -> CoreError? {
+        let status = transfer.proxyConnectStatus
+        guard code != CURLE_OK, status != 0, !(200..<300).contains(status) else { return nil }
+        let proxy = proxyDescription(transfer).map { "the proxy \($0)" } ?? "the proxy"
+        let host = transfer.hostDescription
+        let text = HTTPReasonPhrase.standard(status).map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
+        let who = proxy.prefix(1).uppercased() + proxy.dropFirst()
+        guard status >= 400 else { return .network("\(who) answered \(text) when asked for a tunnel to \(host)") }
+        let hint = status == 407
+            ? ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"
+            : ""
+        return .http(status: status, "\(who) refused a tunnel to \(host) with \(text)\(hint)")
+    }
 
     /// "host:port" of the proxy the request went through (the session's `proxy`, else
     /// the environment's for the URL's scheme), without credentials; nil without one.

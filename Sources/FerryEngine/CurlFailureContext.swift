@@ -17,6 +17,8 @@ protocol CurlFailureContext {
     var lastLocation: String? { get }
     /// The file a write error concerns.
     var writtenPath: String { get }
+    /// The status an HTTP proxy answered a tunnel (`CONNECT`) with; 0 when none was asked for.
+    var proxyConnectStatus: Int { get }
 }
 
 extension CurlTransfer: CurlFailureContext {
@@ -34,6 +36,7 @@ struct HandleFailureContext: CurlFailureContext {
     var bytesOnDisk: Int64
     var lastLocation: String?
     var writtenPath: String
+    var proxyConnectStatus: Int
 
     init(easy: UnsafeMutableRawPointer, request: EngineRequest, url: String, errorBuffer: UnsafePointer<CChar>,
          expectedTotal: Int64, bytesOnDisk: Int64, lastLocation: String?, writtenPath: String) {
@@ -50,5 +53,8 @@ struct HandleFailureContext: CurlFailureContext {
         self.bytesOnDisk = bytesOnDisk
         self.lastLocation = lastLocation
         self.writtenPath = writtenPath
+        var connectStatus = 0
+        _ = ferry_easy_getinfo_long(easy, CURLINFO_HTTP_CONNECTCODE, &connectStatus)
+        self.proxyConnectStatus = connectStatus
     }
 }

@@ -26,6 +26,13 @@ extension CurlTransfer {
         return value
     }
 
+    /// The status an HTTP proxy answered this handle's tunnel (`CONNECT`) with; 0: none asked.
+    var proxyConnectStatus: Int {
+        var value = 0
+        if let easy { _ = ferry_easy_getinfo_long(easy, CURLINFO_HTTP_CONNECTCODE, &value) }
+        return value
+    }
+
     /// Whether the connection was up and the request sent (a timeout after that is a stall).
     var requestWasSent: Bool {
         var value: curl_off_t = 0

@@ -13,13 +13,18 @@ import XCTest
 extension HTTP2Tests {
     /// A tunnelling proxy on a free loopback port (Python): it answers `CONNECT host:port`
     /// with `200 Connection established`, relays both ways, and logs a line per tunnel;
-    /// anything but `CONNECT` gets a 405. Returns its URL and its log.
-    func startTunnellingProxy() throws -> (url: String, log: String) {
+    /// anything but `CONNECT` gets a 405. With `credentials` ("user:password") a
+    /// `CONNECT` without them (Basic) gets a 407 and the log a line `refused`. Returns
+    /// its URL and its log.
+    func startTunnellingProxy(credentials: String? = nil) throws -> (url: String, log: String) {
         let dir = work + "/tunnel"
         let log = dir + "/tunnels.log"
         let script = """
-        import socket, sys, threading
+        import base64, socket, sys, threading
         log = open(sys.argv[1], "a", buffering=1)
+        wanted = None
+        if len(sys.argv) > 2:
+            wanted = "basic " + base64.b64encode(sys.argv[2].encode()).decode()
         lock = threading.Lock()
 
         def relay(source, sink):
@@ -50,6 +55,16 @@ extension HTTP2Tests {
                 client.sendall(b"HTTP/1.1 405 Method Not Allowed\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n")
                 client.close()
                 return
+            if wanted is not None:
+                given = [line.split(b":", 1)[1].strip().decode("latin-1") for line in head.split(b"\\r\\n")[1:]
+                         if line.lower().startswith(b"proxy-authorization:")]
+                if not given or given[0].lower() != wanted.lower():
+                    with lock:
+                        log.write("refused " + target + "\\n")
+                    client.sendall(b"HTTP/1.1 407 Proxy Authentication Required\\r\\nProxy-Authenticate: Basic realm=ferry\\r\\n"
+                                   b"Content-Length: 0\\r\\nConnection: close\\r\\n\\r\\n")
+                    client.close()
+                    return
             host, port = target.rsplit(":", 1)
             try:
                 upstream = socket.create_connection((host, int(port)))
@@ -78,7 +93,7 @@ extension HTTP2Tests {
             connection, _ = server.accept()
             threading.Thread(target=serve, args=(connection,), daemon=True).start()
         """
-        let port = try startPythonServer(script, in: dir, arguments: [log], what: "the tunnelling proxy")
+        let port = try startPythonServer(script, in: dir, arguments: [log] + (credentials.map { [$0] } ?? []), what: "the tunnelling proxy")
         return ("http://127.0.0.1:\(port)", log)
     }
 
@@ -88,9 +103,15 @@ extension HTTP2Tests {
         try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority, "no_proxy": "*", "NO_PROXY": "*"])
     }
 
-    /// The `CONNECT` targets the proxy logged, one per tunnel.
+    /// The `CONNECT` targets the proxy logged, one per tunnel it opened.
     private func tunnels(_ log: String) -> [String] {
-        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map { String($0.dropFirst("CONNECT ".count)) }
+        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+            .filter { $0.hasPrefix("CONNECT ") }.map { String($0.dropFirst("CONNECT ".count)) }
+    }
+
+    /// The `CONNECT`s the proxy refused (407).
+    private func refusals(_ log: String) -> Int {
+        ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.hasPrefix("refused ") }.count
     }
 
     /// 30 downloads from an HTTP/2 origin over HTTPS, through the session's proxy: each
@@ -158,5 +179,46 @@ extension HTTP2Tests {
         XCTAssertGreaterThanOrEqual(Set(ranges.map { $0[0] }).count, 2, "the ranges came over tunnels of their own: \(lines)")
         XCTAssertEqual(lines.filter { $0.count >= 4 && $0[3] == "/up/up.bin" }.count, 1, "one PUT: \(lines)")
         XCTAssertEqual(Set(lines.map { $0[0] }).count, tunnels(proxy.log).count, "every connection nginx saw was a tunnel: \(lines)")
+    }
+
+    /// A proxy that wants credentials: given in the session's proxy URL, they reach it and
+    /// the download completes, and they show nowhere (`Configuration` gives the proxy
+    /// without them; not in ferryd's log). Wrong ones: the proxy's 407 fails the download
+    /// with `Http` 407 at once, naming the proxy and the credentials, not the server, and
+    /// it is not tried again (the same credentials would be refused again).
+    func testAProxyThatWantsCredentialsGetsThemAndATunnelItRefusesFailsNamingIt() async throws {
+        let certificates = try makeTestCertificates(in: work + "/tls")
+        let (root, bodies) = try makeSite(count: 1)
+        let (base, accessLog) = try startNginx(root: root, certificates: certificates)
+        let proxy = try startTunnellingProxy(credentials: "alice:open-sesame")
+        try await restartTrustingWithoutProxies(certificates)
+        let address = String(proxy.url.dropFirst("http://".count))
+
+        let good = try await session("com.example.ProxyCredentials", ["proxy": .string("http://alice:open-sesame@" + address),
+                                                                       "retries": .uint32(0)])
+        _ = try await fetchAll(good, base + "/", bodies: bodies)
+        XCTAssertEqual(tunnels(proxy.log).count, 1, "the tunnel was opened with the credentials")
+        XCTAssertEqual(refusals(proxy.log), 0)
+        let shown = try await good.properties()["Configuration"]?.vardict?["proxy"]?.string
+        XCTAssertEqual(shown, "http://" + address, "Configuration shows the proxy without its credentials")
+
+        let bad = try await session("com.example.ProxyWrongCredentials", ["proxy": .string("http://alice:wrong-word@" + address),
+                                                                           "retries": .uint32(3)])
+        let t = try await bad.download(base + "/f0.bin", options: ["destination": .string(work + "/refused.bin")])
+        let info = try await finish(t, timeout: 30)
+        XCTAssertEqual(info.state, "failed")
+        XCTAssertEqual(info.errorName, "org.ferry.Ferry1.Error.Http", info.errorMessage)
+        XCTAssertEqual(info.httpStatus, 407)
+        XCTAssertEqual(info.attempts, 1, "refused credentials are not tried again")
+        XCTAssertTrue(info.errorMessage.contains("proxy \(address)"), "the proxy is named: \(info.errorMessage)")
+        XCTAssertTrue(info.errorMessage.contains("407"), info.errorMessage)
+        XCTAssertFalse(info.errorMessage.contains("wrong-word") || info.errorMessage.contains("alice"), info.errorMessage)
+        XCTAssertEqual(refusals(proxy.log), 1)
+        XCTAssertFalse(exists(work + "/refused.bin"))
+        XCTAssertEqual(try accessLogLines(accessLog).count, 1, "the refused download never reached the server")
+
+        let log = ferryd?.log ?? ""
+        XCTAssertFalse(log.isEmpty, "ferryd's log is read")
+        XCTAssertFalse(log.contains("open-sesame") || log.contains("wrong-word"), "no password in ferryd's log")
     }
 }

@@ -18,15 +18,18 @@ import Dispatch
 extension TransferCoordinator {
     /// Tells the core what the network allows now; transfers wait or go on at once.
     /// Ferry assumes `NetworkConditions.assumed` until told otherwise.
-    public func setNetworkState(metered: Bool, online: Bool) {
+    /// `portal`: the network wants a sign-in first; see `waitForSignIn`.
+    public func setNetworkState(metered: Bool, online: Bool, portal: Bool = false) {
         dispatchPrecondition(condition: .onQueue(queue))
         commitWaiting()
-        let new = NetworkConditions(metered: metered, online: online)
+        let new = NetworkConditions(metered: metered, online: online, portal: portal)
         guard new != network else { return }
         logger.info("network: \(new)")
+        let signedIn = network.portal && !portal
         mutate {
             network = new
             applyNetworkPolicy(to: transfers.keys.sorted())
+            if signedIn { retrySignInWaits() }
         }
     }
 

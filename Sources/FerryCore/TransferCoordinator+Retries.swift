@@ -43,6 +43,10 @@ extension TransferCoordinator {
             publishChanged(t)
             return
         }
+        if network.portal, !t.isPOST, Self.mayBeTheSignIn(error) {
+            waitForSignIn(t, error)
+            return
+        }
         if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {
             // The server's answer (a 4xx, a redirect the engine refused) will not change;
             // a Metalink download asks its next URL.
@@ -72,6 +76,61 @@ extension TransferCoordinator {
         logger.info("transfer \(t.id): \(error.shortName) (\(error.message)); retry \(t.retriesUsed) of \(maxRetries) in \(String(format: "%.1f", seconds)) s")
         settle(t, t.life.retry(at: due))
         publishChanged(t)
+    }
+
+    // MARK: - A network that wants a sign-in
+
+    /// Failures a captive portal makes of requests beyond it: its own certificate for
+    /// the server's name (`Tls`), connections it refuses, resets or leaves unanswered.
+    static func mayBeTheSignIn(_ error: CoreError) -> Bool {
+        switch error {
+        case .tls, .network, .timeout: return true
+        default: return false
+        }
+    }
+
+    /// The longest wait between tries while the network wants a sign-in (seconds).
+    static let signInRetryCap: Double = 60
+
+    /// An attempt failed while NetworkManager says the network wants a sign-in (a
+    /// captive portal: `Connectivity` `PORTAL`). The failure is most likely the
+    /// portal's, not the server's: the transfer neither fails (a `Tls` failure would
+    /// be final) nor spends a retry. It waits (reason `retry`) and is tried again as
+    /// soon as the sign-in is done (`retrySignInWaits`), or after 5 s, 10 s, … up to
+    /// a minute whatever NetworkManager says, in case its verdict is wrong (a server on
+    /// the local network, a check the network blocks). The session's resource-timeout
+    /// still applies. Not a POST upload: it may have reached the server, and its
+    /// retries are the user's say (`attemptFailed`).
+    func waitForSignIn(_ t: TransferRecord, _ error: CoreError) {
+        t.signInWaits += 1
+        let seconds = min(Self.signInRetryCap, 5 * Double(1 << min(t.signInWaits - 1, 8)))
+        let due = environment.now() &+ Self.microseconds(seconds)
+        if let deadline = resourceDeadline(t), due >= deadline {
+            logger.info("transfer \(t.id): not retrying; the wait would outlast the session's resource-timeout")
+            t.signInWaits = 0
+            failTransfer(t, error)
+            return
+        }
+        let hint = " (the network wants a sign-in first, on its own page: trying again once it is done)"
+        let shown = CoreError(name: error.name, message: error.message + hint) ?? error
+        t.showError(shown)
+        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)) behind a sign-in page; trying again after the sign-in, or in \(Int(seconds)) s")
+        settle(t, t.life.retry(at: due))
+        publishChanged(t)
+    }
+
+    /// The network no longer wants a sign-in: transfers that wait for one go again
+    /// now. Once per such change of the network, which looks at every transfer (as the
+    /// network policy does then).
+    func retrySignInWaits() {
+        for t in transfers.values where t.signInWaits > 0 {
+            t.signInWaits = 0
+            guard t.state == .waiting, t.life.waitingReason == .retry else { continue }
+            logger.info("transfer \(t.id): the network no longer wants a sign-in; trying again")
+            t.life.requeue()
+            settle(t)
+            publishChanged(t)
+        }
     }
 
     // MARK: - Resource timeout

@@ -122,6 +122,7 @@ extension TransferCoordinator {
         }
         // A client's start: a fresh set of retries and a fresh resource-timeout.
         t.retriesUsed = 0
+        t.signInWaits = 0
         t.resourceStarted = 0
         // A start-after still in the future applies again; a retry wait does not (the
         // user asked for it now).

@@ -212,6 +212,13 @@ final class TransferRecord {
         set { if newValue != 0 || extrasBox != nil { extras.sharedConnectionLosses = newValue } }
     }
 
+    /// Failed attempts while the network wanted a sign-in (`waitForSignIn`), in a row;
+    /// nonzero while it waits for one.
+    var signInWaits: Int {
+        get { extrasBox?.signInWaits ?? 0 }
+        set { if newValue != 0 || extrasBox != nil { extras.signInWaits = newValue } }
+    }
+
     /// Paused by its session's `on-client-exit` policy (stored): a client opening the
     /// session again resumes it; any other start or end clears it.
     var pausedByClientExit: Bool {
@@ -392,6 +399,7 @@ final class TransferExtras {
     var postAccepted = false
     var postCutByRestart = false
     var sharedConnectionLosses = 0
+    var signInWaits = 0
     var pausedByClientExit = false
     var metalink: ResolvedMetalink?
 }

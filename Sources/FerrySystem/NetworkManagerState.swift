@@ -7,7 +7,9 @@ import FerryCore
 /// Online or not comes from `Connectivity` (NMConnectivityState): only `NONE` (1),
 /// "no active connection with a default route", means offline. `PORTAL` (2) and
 /// `LIMITED` (3) still count as online: the server may be on the local network or
-/// behind a proxy, and a transfer that cannot reach it fails and retries as usual.
+/// behind a proxy, and a transfer that cannot reach it fails and retries as usual,
+/// except that behind a `PORTAL` its failures wait for the sign-in and spend no retry
+/// (`NetworkConditions.portal`, `TransferCoordinator.attemptFailed`).
 /// `Connectivity` is NetworkManager's own reachability verdict (GLib's network
 /// monitor uses it too); the coarser `State` (NMState) is consulted only while
 /// `Connectivity` is `UNKNOWN` (0: checks disabled, or not run yet): `ASLEEP` (10)
@@ -53,5 +55,11 @@ public struct NetworkManagerState: Sendable, Equatable {
         }
     }
 
-    public var conditions: NetworkConditions { NetworkConditions(metered: isMetered, online: isOnline) }
+    /// `Connectivity` is `PORTAL` (2): NetworkManager's check was answered by a sign-in
+    /// page instead of the internet.
+    public var isBehindPortal: Bool { connectivity == 2 }
+
+    public var conditions: NetworkConditions {
+        NetworkConditions(metered: isMetered, online: isOnline, portal: isBehindPortal)
+    }
 }

@@ -315,4 +315,78 @@ final class NetworkStateTests: XCTestCase {
         setNetwork(h2, metered: false)
         XCTAssertEqual(h2.state(t), .running)
     }
+
+    // MARK: - A network that wants a sign-in (captive portal)
+
+    private func setPortal(_ h: CoreHarness, _ portal: Bool) {
+        h.sync { $0.setNetworkState(metered: false, online: true, portal: portal) }
+    }
+
+    /// Behind a sign-in page, a download's TLS failure (the portal's certificate) neither
+    /// fails it nor spends a retry of a session that allows none: it waits, says why, and
+    /// goes again the moment the sign-in is done, then completes with no error left.
+    func testATLSFailureBehindASignInPageWaitsForTheSignIn() throws {
+        let h = CoreHarness()
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        h.fail(t, .tls("A secure connection to example.com:443 could not be made: certificate not trusted"))
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(reason(h, t), "retry")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Tls")
+        XCTAssertTrue(h.snapshot(t)?.errorMessage.contains("sign-in") ?? false, h.snapshot(t)?.errorMessage ?? "")
+
+        setPortal(h, false)
+        XCTAssertEqual(h.state(t), .running, "tried again at once after the sign-in")
+        XCTAssertEqual(h.engine.startedIDs, [t, t])
+        h.send(.response(t, EngineResponse(status: 200, expectedTotal: 3, effectiveURL: url)))
+        h.writePart(t, [1, 2, 3])
+        h.send(.completed(t, .succeeded(bytesOnDisk: 3, sha256: nil)))
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "")
+        XCTAssertEqual(h.snapshot(t)?.attempts, 2)
+    }
+
+    /// NetworkManager may be wrong (a server on the local network, a check the network
+    /// blocks): behind what it calls a sign-in page, failures are still tried again by
+    /// themselves, after 5, 10, 20 s …, never more than a minute apart, and the session's
+    /// resource-timeout still ends them.
+    func testBehindASignInPageFailuresAreTriedAgainByThemselvesUntilTheResourceTimeout() throws {
+        let h = CoreHarness()
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0; $0.resourceTimeout = 190 }
+        let t = try h.download(s)
+        var waits: [Double] = []
+        for _ in 0..<6 {
+            h.fail(t, .network("Connection refused by example.com:443"))
+            guard h.state(t) == .waiting else { break }
+            var waited = 0.0
+            while h.state(t) == .waiting && waited < 120 {
+                h.advanceAndWake(seconds: 1)
+                waited += 1
+            }
+            waits.append(waited)
+        }
+        XCTAssertEqual(waits, [5, 10, 20, 40, 60], "then the next wait would pass the resource-timeout")
+        XCTAssertEqual(h.state(t), .failed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network")
+    }
+
+    /// The sign-in rule is for failures a portal makes: a server's 404 behind one fails
+    /// at once, and a POST upload that lost its connection is left to its session's
+    /// retries (none here): it may have reached the server.
+    func testBehindASignInPageAnHTTPErrorOrAPOSTFailsAsUsual() throws {
+        let h = CoreHarness()
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        h.send(.response(t, EngineResponse(status: 404, effectiveURL: url)))
+        h.fail(t, .http(status: 404, "HTTP 404 Not Found"))
+        XCTAssertEqual(h.state(t), .failed)
+        let post = try h.upload(s, method: "POST")
+        h.fail(post, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(post), .failed)
+        XCTAssertEqual(h.snapshot(post)?.errorName, "org.ferry.Ferry1.Error.Network")
+    }
 }
+

@@ -19,6 +19,13 @@ final class NetworkManagerStateTests: XCTestCase {
         }
     }
 
+    func testOnlyAPortalWantsASignIn() {
+        XCTAssertEqual(NetworkManagerState(connectivity: 2).conditions, NetworkConditions(metered: false, online: true, portal: true))
+        for c: UInt32? in [nil, 0, 1, 3, 4] {
+            XCTAssertFalse(NetworkManagerState(connectivity: c, state: 70).conditions.portal, "Connectivity \(c.map(String.init) ?? "unknown")")
+        }
+    }
+
     func testStateOnlyWhenConnectivityIsUnknown() {
         for (state, online) in [(0, true), (10, false), (20, false), (30, false), (40, false), (50, true), (60, true), (70, true)] as [(UInt32, Bool)] {
             XCTAssertEqual(NetworkManagerState(connectivity: 0, state: state).isOnline, online, "State \(state)")

@@ -97,6 +97,37 @@ final class NetworkPolicyTests: SystemTestCase {
         XCTAssertFalse(sawReason(t, "retry"))
     }
 
+    /// Behind a sign-in page (hotel or train Wi-Fi: NetworkManager's connectivity
+    /// `PORTAL`), requests beyond the network fail until the user signs in. A download
+    /// of a session that allows no retry does not fail then: it waits (`retry`, its
+    /// error saying why), and goes again as soon as NetworkManager reports the sign-in
+    /// done, then completes on that attempt with no error left.
+    func testBehindASignInPageADownloadWaitsForTheSignInAndSpendsNoRetry() async throws {
+        try await startNetworkManager()
+        try await startFerryd()
+        try await setConnectivity(2) // portal
+        try await waitForLog("behind a sign-in page")
+        let s = try await client.openSession("com.example.Hotel", configuration: ["retries": .uint32(0)])
+        let body = serve("/behind.bin", size: 60_000)
+        // The portal cuts every request beyond it.
+        server.set(.dropAfter(bytes: 0, times: 1_000), on: "/behind.bin")
+        let t = try await download(s, "/behind.bin")
+        try await waitFor(t, "waiting", reason: "retry")
+        let waiting = try await t.info()
+        XCTAssertEqual(waiting.errorName, "org.ferry.Ferry1.Error.Network")
+        XCTAssertTrue(waiting.errorMessage.contains("sign-in"), waiting.errorMessage)
+
+        // Signed in: the network lets requests through, and NetworkManager says so.
+        server.clearBehaviours(on: "/behind.bin")
+        try await setConnectivity(4) // full
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "")
+        XCTAssertEqual(info.attempts, 2)
+        assertFile(work + "/behind.bin", equals: body)
+        XCTAssertEqual(logCount("the network no longer wants a sign-in; trying again"), 1, "tried again for the sign-in, not by its timer")
+    }
+
     func testLimitedConnectivityIsNotOffline() async throws {
         try await startNetworkManager()
         try await startFerryd()

@@ -73,8 +73,11 @@ extension TransferCoordinator {
         guard !commitHold.postStarts.isEmpty else { return }
         let starts = commitHold.postStarts
         commitHold.postStarts.removeAll()
-        for (attempt, request) in starts {
+        for (attempt, var request) in starts {
             guard let t = transfers[request.id], t.state == .running, t.snapshot.attempts == attempt else { continue }
+            // Its share of a speed limit may have changed meanwhile (a limit set for an
+            // attempt the engine does not have yet is not kept there).
+            request.speedLimit = t.appliedSpeedLimit
             engine.start(request)
         }
     }

@@ -199,4 +199,12 @@ extension CoreError {
         if case .checksumMismatch = self { return true }
         return false
     }
+
+    /// A proxy wants credentials, or refused those given (HTTP 407): every source is
+    /// reached through the same proxy, so another Metalink source would be refused too
+    /// (and moving to one starts the file over).
+    var isProxyAuthenticationRefusal: Bool {
+        if case .http(407, _) = self { return true }
+        return false
+    }
 }

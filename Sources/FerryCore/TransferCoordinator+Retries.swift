@@ -43,14 +43,17 @@ extension TransferCoordinator {
             publishChanged(t)
             return
         }
-        if network.portal, !t.isPOST, Self.mayBeTheSignIn(error) {
+        if network.portal || t.attemptBehindPortal, mayBeTheSignIn(t, error) {
             waitForSignIn(t, error)
             return
         }
+        // Not the portal's: the failure counts as any other, and the sign-in no longer
+        // brings it back early (its wait is its own, `Retry-After` included).
+        t.signInWaits = 0
         if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {
             // The server's answer (a 4xx, a redirect the engine refused) will not change;
             // a Metalink download asks its next URL.
-            if !t.isAwaitingMetalink, tryNextMetalinkSource(t, because: "HTTP \(status)") { return }
+            if !t.isAwaitingMetalink, status != 407, tryNextMetalinkSource(t, because: "HTTP \(status)") { return }
             failTransfer(t, error)
             return
         }
@@ -58,7 +61,8 @@ extension TransferCoordinator {
         guard case .retry(var seconds) = environment.retryPolicy.decide(error, t.retriesUsed + 1, maxRetries),
               seconds.isFinite, seconds >= 0 else {
             // (Not after a piece every source failed: the engine tried them all.)
-            if !t.isAwaitingMetalink, !error.isChecksumMismatch, tryNextMetalinkSource(t, because: error.message) { return }
+            if !t.isAwaitingMetalink, !error.isChecksumMismatch, !error.isProxyAuthenticationRefusal,
+               tryNextMetalinkSource(t, because: error.message) { return }
             failTransfer(t, error)
             return
         }
@@ -80,27 +84,39 @@ extension TransferCoordinator {
 
     // MARK: - A network that wants a sign-in
 
-    /// Failures a captive portal makes of requests beyond it: its own certificate for
-    /// the server's name (`Tls`), connections it refuses, resets or leaves unanswered.
-    static func mayBeTheSignIn(_ error: CoreError) -> Bool {
+    /// Whether `error` may be a captive portal's doing, to be waited out: its own
+    /// certificate for the server's name (`Tls`), connections it refuses, resets or
+    /// leaves unanswered (`Network`, `Timeout`). Not a POST upload's `Network` or
+    /// `Timeout`: it may have reached the server, and its retries are the user's say
+    /// (`attemptFailed`); a failed TLS handshake sent nothing. Not after
+    /// `signInWaitsAllowed` such waits in a row: NetworkManager's verdict can be wrong
+    /// for long (DNS filtering, a check the network blocks), and a failure that lasts
+    /// that long is the server's.
+    func mayBeTheSignIn(_ t: TransferRecord, _ error: CoreError) -> Bool {
+        guard t.signInWaits < Self.signInWaitsAllowed else { return false }
         switch error {
-        case .tls, .network, .timeout: return true
+        case .tls: return true
+        case .network, .timeout: return !t.isPOST
         default: return false
         }
     }
 
     /// The longest wait between tries while the network wants a sign-in (seconds).
     static let signInRetryCap: Double = 60
+    /// Sign-in waits in a row before failures count as usual again: 5, 10, 20, 40 s,
+    /// then a minute each, about ten minutes in all.
+    static let signInWaitsAllowed = 13
 
     /// An attempt failed while NetworkManager says the network wants a sign-in (a
-    /// captive portal: `Connectivity` `PORTAL`). The failure is most likely the
+    /// captive portal: `Connectivity` `PORTAL`), or it began while it did (a request the
+    /// portal left unanswered ends after the sign-in). The failure is most likely the
     /// portal's, not the server's: the transfer neither fails (a `Tls` failure would
     /// be final) nor spends a retry. It waits (reason `retry`) and is tried again as
     /// soon as the sign-in is done (`retrySignInWaits`), or after 5 s, 10 s, … up to
     /// a minute whatever NetworkManager says, in case its verdict is wrong (a server on
     /// the local network, a check the network blocks). The session's resource-timeout
-    /// still applies. Not a POST upload: it may have reached the server, and its
-    /// retries are the user's say (`attemptFailed`).
+    /// still applies; after about ten minutes of such waits, failures count as usual
+    /// (`mayBeTheSignIn`).
     func waitForSignIn(_ t: TransferRecord, _ error: CoreError) {
         t.signInWaits += 1
         let seconds = min(Self.signInRetryCap, 5 * Double(1 << min(t.signInWaits - 1, 8)))

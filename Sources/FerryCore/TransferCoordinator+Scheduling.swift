@@ -82,6 +82,7 @@ extension TransferCoordinator {
         t.retryAfter = nil
         t.failedResponseStatus = nil
         t.postAccepted = false
+        t.attemptBehindPortal = network.portal
         if t.resourceStarted == 0 { t.resourceStarted = now }
         watchDeadline(t)
         t.snapshot.bytesTransferred = offset

@@ -219,6 +219,12 @@ final class TransferRecord {
         set { if newValue != 0 || extrasBox != nil { extras.signInWaits = newValue } }
     }
 
+    /// The current attempt began while the network wanted a sign-in (`waitForSignIn`).
+    var attemptBehindPortal: Bool {
+        get { extrasBox?.attemptBehindPortal ?? false }
+        set { if newValue || extrasBox != nil { extras.attemptBehindPortal = newValue } }
+    }
+
     /// Paused by its session's `on-client-exit` policy (stored): a client opening the
     /// session again resumes it; any other start or end clears it.
     var pausedByClientExit: Bool {
@@ -400,6 +406,7 @@ final class TransferExtras {
     var postCutByRestart = false
     var sharedConnectionLosses = 0
     var signInWaits = 0
+    var attemptBehindPortal = false
     var pausedByClientExit = false
     var metalink: ResolvedMetalink?
 }

@@ -258,4 +258,45 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(h.state(post), .running)
         XCTAssertEqual(h.engine.startedIDs.filter { $0 == post }, [post])
     }
+
+    /// Its share of the global speed limit changes while its start waits (another
+    /// download starts in the window): the POST goes out with the share it has then.
+    func testAPOSTWhoseStartWaitsGoesOutWithItsSpeedLimitOfThen() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        h.sync { $0.setSpeedLimit(600_000) }
+        let s = try h.openSession { $0.maxConnectionsPerHost = 1 }
+        let download = try h.download(s, "https://example.com/f.bin")
+        let post = try h.upload(s, "https://example.com/up/form", method: "POST")
+        let toOrg = try h.download(s, "https://example.org/g.bin")
+        _ = try h.download(s, "https://example.org/h.bin")
+        let other = try h.download(s, "https://example.net/e.bin")
+        h.fail(other, .http(status: 404, "HTTP 404 Not Found")) // within the window from here on
+        h.send(.connectionsFreed(download))
+        XCTAssertEqual(h.queue.sync { h.core.transfers[post]?.appliedSpeedLimit }, 200_000, "a third: with f.bin and g.bin")
+        h.send(.connectionsFreed(toOrg)) // h.bin starts: a fourth share
+        XCTAssertFalse(h.engine.startedIDs.contains(post))
+
+        XCTAssertEqual(h.state(post), .running)
+        XCTAssertEqual(h.queue.sync { h.core.transfers[post]?.appliedSpeedLimit }, 150_000)
+        XCTAssertEqual(h.engine.started.last { $0.id == post }?.speedLimit, 150_000, "its share when it went out")
+    }
+
+    /// ferryd stops cleanly while such a POST waits for its write: it was never sent, so
+    /// it goes back to the queue and the restarted core sends it as a first attempt
+    /// (stored running, the restart would count it as cut: failed with `Network` here,
+    /// where no retry is allowed).
+    func testAPOSTWhoseStartWaitsIsAFirstAttemptAfterACleanStop() throws {
+        let h = CoreHarness(commitWindow: 3600)
+        let (download, post) = try postQueuedWhileChangesWait(h)
+        h.send(.connectionsFreed(download))
+        XCTAssertFalse(h.engine.startedIDs.contains(post))
+
+        let after = h.restarted()
+        XCTAssertFalse(h.engine.startedIDs.contains(post), "not sent as ferryd went")
+        XCTAssertEqual(after.savedRows(of: post).last?.snapshot.attempts, 0)
+        after.send(.connectionsFreed(download))
+        XCTAssertEqual(after.state(post), .running)
+        XCTAssertEqual(after.snapshot(post)?.attempts, 1)
+        XCTAssertEqual(after.snapshot(post)?.errorName, "")
+    }
 }

@@ -114,4 +114,22 @@ final class MetalinkPhaseTests: XCTestCase {
         h.succeed(paused, body: body, computeSHA: true)
         XCTAssertEqual(h.state(paused), .completed)
     }
+
+    /// A proxy that wants credentials (HTTP 407) refuses every source alike, since they
+    /// all go through it: the download fails, keeps the bytes it has, and does not move
+    /// to the next URL (which would start the file over).
+    func testAProxyRefusingCredentialsDoesNotMoveToTheNextURL() throws {
+        let h = CoreHarness()
+        let s = try h.openSession()
+        let body = Array("the real file".utf8)
+        let t = try h.download(s, metalinkURL) { $0.metalink = self.metalinkURL }
+        try serveDocument(h, t, document(body, urls: ["https://a.example/f", "https://b.example/f"]))
+        h.writePart(t, Array(body.prefix(6)))
+        h.fail(t, .http(status: 407, "The proxy proxy.example:3128 refused a tunnel to a.example:443 with HTTP 407 Proxy Authentication Required"),
+               bytes: 6)
+        XCTAssertEqual(h.state(t), .failed)
+        XCTAssertEqual(h.snapshot(t)?.httpStatus, 407)
+        XCTAssertEqual(h.engine.lastRequest(t)?.url, "https://a.example/f", "no other source tried")
+        XCTAssertTrue(h.exists(h.destination(t) + ".part"), "the bytes it has stay")
+    }
 }

@@ -387,6 +387,68 @@ final class NetworkStateTests: XCTestCase {
         h.fail(post, .network("The connection to example.com:443 was reset"))
         XCTAssertEqual(h.state(post), .failed)
         XCTAssertEqual(h.snapshot(post)?.errorName, "org.ferry.Ferry1.Error.Network")
+        // A failed handshake sent nothing: such a POST waits like the others.
+        let handshake = try h.upload(s, "https://example.com/up/other", method: "POST")
+        h.fail(handshake, .tls("A secure connection to example.com:443 could not be made: certificate not trusted"))
+        XCTAssertEqual(h.state(handshake), .waiting)
+    }
+
+    /// A request the portal left unanswered ends after the sign-in: its attempt began
+    /// behind the portal, so its failure is still waited out (tried again after 5 s), not
+    /// final.
+    func testAnAttemptBegunBehindASignInPageThatFailsAfterTheSignInIsWaitedOut() throws {
+        let h = CoreHarness()
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        setPortal(h, false)
+        h.fail(t, .timeout("No data from example.com:443 for 60 seconds"))
+        XCTAssertEqual(h.state(t), .waiting)
+        h.advanceAndWake(seconds: 5)
+        XCTAssertEqual(h.state(t), .running)
+        h.fail(t, .timeout("No data from example.com:443 for 60 seconds"))
+        XCTAssertEqual(h.state(t), .failed, "begun after the sign-in: final")
+    }
+
+    /// A failure that is not the portal's ends the sign-in wait: the server's 503 with
+    /// `Retry-After: 600` is waited for in full, even when the sign-in is done meanwhile.
+    func testAServerAnswerBehindASignInPageIsWaitedForAsUsual() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 3 }
+        let t = try h.download(s)
+        h.fail(t, .tls("A secure connection to example.com:443 could not be made: certificate not trusted"))
+        h.advanceAndWake(seconds: 5)
+        XCTAssertEqual(h.state(t), .running)
+        h.send(.response(t, EngineResponse(status: 503, effectiveURL: url, retryAfter: 600)))
+        h.fail(t, .http(status: 503, "HTTP 503 Service Unavailable"))
+        XCTAssertEqual(h.state(t), .waiting)
+        setPortal(h, false)
+        XCTAssertEqual(h.state(t), .waiting, "the server asked for 600 s")
+        h.advanceAndWake(seconds: 600)
+        XCTAssertEqual(h.state(t), .running)
+    }
+
+    /// NetworkManager can be wrong for long: after about ten minutes of sign-in waits (13
+    /// of them), failures count as usual again, here final (no retries).
+    func testSignInWaitsEndAfterAboutTenMinutes() throws {
+        let h = CoreHarness()
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try h.download(s)
+        var waited = 0.0, waits = 0
+        while waits < 20 {
+            h.fail(t, .network("Connection refused by example.com:443"))
+            guard h.state(t) == .waiting else { break }
+            waits += 1
+            while h.state(t) == .waiting {
+                h.advanceAndWake(seconds: 1)
+                waited += 1
+            }
+        }
+        XCTAssertEqual(waits, 13)
+        XCTAssertEqual(waited, 615, "5, 10, 20, 40 s, then nine minutes")
+        XCTAssertEqual(h.state(t), .failed)
     }
 }
 

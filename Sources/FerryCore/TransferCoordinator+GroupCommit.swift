@@ -70,15 +70,35 @@ extension TransferCoordinator {
     /// attempt instead (`failPOSTCutByRestart`). Other requests start at once: sent
     /// again, they do no harm.
     func startStoredPOSTs() {
-        guard !commitHold.postStarts.isEmpty else { return }
-        let starts = commitHold.postStarts
-        commitHold.postStarts.removeAll()
-        for (attempt, var request) in starts {
-            guard let t = transfers[request.id], t.state == .running, t.snapshot.attempts == attempt else { continue }
+        for (t, var request) in takeUnsentPOSTs() {
             // Its share of a speed limit may have changed meanwhile (a limit set for an
             // attempt the engine does not have yet is not kept there).
             request.speedLimit = t.appliedSpeedLimit
             engine.start(request)
+        }
+    }
+
+    /// The POSTs whose start waits for the store, taken out of it: those still running
+    /// the attempt they were started for (one stopped since was withdrawn).
+    private func takeUnsentPOSTs() -> [(TransferRecord, EngineRequest)] {
+        guard !commitHold.postStarts.isEmpty else { return [] }
+        let starts = commitHold.postStarts
+        commitHold.postStarts.removeAll()
+        return starts.compactMap { attempt, request in
+            guard let t = transfers[request.id], t.state == .running, t.snapshot.attempts == attempt else { return nil }
+            return (t, request)
+        }
+    }
+
+    /// ferryd stops: the POSTs whose start waits for the store are not sent now. Each
+    /// goes back to the queue, its attempt not made (stored `running`, the restart
+    /// would count it as cut: `failPOSTCutByRestart`). Within a change.
+    func requeueUnsentPOSTs() {
+        for (t, _) in takeUnsentPOSTs() {
+            t.snapshot.attempts -= 1
+            t.life.requeue()
+            settle(t)
+            publishChanged(t)
         }
     }
 

@@ -53,7 +53,8 @@ extension TransferCoordinator {
         if let status = t.failedResponseStatus, !RetryPolicy.isTransient(status: status) {
             // The server's answer (a 4xx, a redirect the engine refused) will not change;
             // a Metalink download asks its next URL.
-            if !t.isAwaitingMetalink, status != 407, tryNextMetalinkSource(t, because: "HTTP \(status)") { return }
+            if !t.isAwaitingMetalink, !error.isProxyAuthenticationRefusal,
+               tryNextMetalinkSource(t, because: "HTTP \(status)") { return }
             failTransfer(t, error)
             return
         }
@@ -68,11 +69,7 @@ extension TransferCoordinator {
         }
         if let wanted = t.retryAfter, wanted.isFinite, wanted > seconds { seconds = wanted }
         let due = now &+ Self.microseconds(seconds)
-        if let deadline = resourceDeadline(t), due >= deadline {
-            logger.info("transfer \(t.id): not retrying; the wait would outlast the session's resource-timeout")
-            failTransfer(t, error)
-            return
-        }
+        if failsBeforeRetry(t, due: due, error) { return }
         t.retriesUsed += 1
         // The contract's `Error` is the last failure: while it waits to try again, the
         // transfer says why (`ferry show`); it is cleared when the transfer completes.
@@ -121,10 +118,8 @@ extension TransferCoordinator {
         t.signInWaits += 1
         let seconds = min(Self.signInRetryCap, 5 * Double(1 << min(t.signInWaits - 1, 8)))
         let due = environment.now() &+ Self.microseconds(seconds)
-        if let deadline = resourceDeadline(t), due >= deadline {
-            logger.info("transfer \(t.id): not retrying; the wait would outlast the session's resource-timeout")
+        if failsBeforeRetry(t, due: due, error) {
             t.signInWaits = 0
-            failTransfer(t, error)
             return
         }
         let hint = " (the network wants a sign-in first, on its own page: trying again once it is done)"
@@ -150,6 +145,15 @@ extension TransferCoordinator {
     }
 
     // MARK: - Resource timeout
+
+    /// A retry due at `due` would come after the resource-timeout: the transfer fails
+    /// now with `error` instead. Whether it did.
+    private func failsBeforeRetry(_ t: TransferRecord, due: UInt64, _ error: CoreError) -> Bool {
+        guard let deadline = resourceDeadline(t), due >= deadline else { return false }
+        logger.info("transfer \(t.id): not retrying; the wait would outlast the session's resource-timeout")
+        failTransfer(t, error)
+        return true
+    }
 
     /// When the transfer's resource-timeout runs out (µs), nil when its clock has not
     /// started (it starts at the first attempt after a client started the transfer).

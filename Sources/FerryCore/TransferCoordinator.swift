@@ -137,22 +137,8 @@ public final class TransferCoordinator: @unchecked Sendable {
         guard !lifecycle.isShutDown else { return }
         // Downloads that finished in changes waiting for the group's write are moved
         // into place and completed first (`CommitHold`).
-        // A POST whose start waited for the store is not sent now, as ferryd goes: it
-        // goes back to the queue, its attempt not made (stored `running`, the restart
-        // would count it as cut: `failPOSTCutByRestart`).
-        let unsent = commitHold.postStarts
-        commitHold.postStarts.removeAll()
-        if commitHold.waiting || !unsent.isEmpty {
-            mutate(scheduling: false) {
-                for (attempt, request) in unsent {
-                    guard let t = transfers[request.id], t.state == .running, t.snapshot.attempts == attempt else { continue }
-                    t.snapshot.attempts -= 1
-                    t.life.requeue()
-                    settle(t)
-                    publishChanged(t)
-                }
-            }
-        }
+        // So do POSTs whose start waited for the store: not sent as ferryd goes.
+        if commitHold.waiting || !commitHold.postStarts.isEmpty { mutate(scheduling: false) { requeueUnsentPOSTs() } }
         // What running transfers learnt but did not write yet (a small file's validators,
         // `handleResponse`) goes first, before anything that could hang on a stuck file:
         // a clean stop loses nothing.

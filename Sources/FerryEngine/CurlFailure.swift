@@ -119,10 +119,9 @@ enum CurlFailure {
     static func tunnelRefusal(_ code: CURLcode, _ transfer: CurlFailureContext) -> CoreError? {
         let status = transfer.proxyConnectStatus
         guard code != CURLE_OK, status != 0, !(200..<300).contains(status) else { return nil }
-        let proxy = proxyDescription(transfer).map { "the proxy \($0)" } ?? "the proxy"
+        let who = proxyDescription(transfer).map { "The proxy \($0)" } ?? "The proxy"
         let host = transfer.hostDescription
         let text = HTTPReasonPhrase.standard(status).map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
-        let who = proxy.prefix(1).uppercased() + proxy.dropFirst()
         guard status >= 400 else { return .network("\(who) answered \(text) when asked for a tunnel to \(host)") }
         let hint = status == 407
             ? ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"

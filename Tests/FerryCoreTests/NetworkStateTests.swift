@@ -322,14 +322,39 @@ final class NetworkStateTests: XCTestCase {
         h.sync { $0.setNetworkState(metered: false, online: true, portal: portal) }
     }
 
+    /// The network wants a sign-in; a download starts there, in a session that allows no
+    /// retry unless `configure` says otherwise. Returns its session and the download.
+    private func downloadBehindASignInPage(_ h: CoreHarness, _ configure: (inout SessionConfigurationUpdate) -> Void = { _ in })
+        throws -> (SessionID, TransferID) {
+        setPortal(h, true)
+        let s = try h.openSession { $0.retries = 0; configure(&$0) }
+        return (s, try h.download(s))
+    }
+
+    /// Fails `t`'s attempts with a refused connection (up to `tries`), each time waiting
+    /// out the wait that follows a second at a time: the waits' lengths in seconds, until
+    /// a failure is final (or a wait outlasts two minutes).
+    private func waitsAfterRefusals(_ h: CoreHarness, _ t: TransferID, tries: Int) -> [Double] {
+        var waits: [Double] = []
+        for _ in 0..<tries {
+            h.fail(t, .network("Connection refused by example.com:443"))
+            guard h.state(t) == .waiting else { break }
+            var waited = 0.0
+            while h.state(t) == .waiting && waited < 120 {
+                h.advanceAndWake(seconds: 1)
+                waited += 1
+            }
+            waits.append(waited)
+        }
+        return waits
+    }
+
     /// Behind a sign-in page, a download's TLS failure (the portal's certificate) neither
     /// fails it nor spends a retry of a session that allows none: it waits, says why, and
     /// goes again the moment the sign-in is done, then completes with no error left.
     func testATLSFailureBehindASignInPageWaitsForTheSignIn() throws {
         let h = CoreHarness()
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 0 }
-        let t = try h.download(s)
+        let (_, t) = try downloadBehindASignInPage(h)
         h.fail(t, .tls("A secure connection to example.com:443 could not be made: certificate not trusted"))
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(reason(h, t), "retry")
@@ -353,21 +378,8 @@ final class NetworkStateTests: XCTestCase {
     /// resource-timeout still ends them.
     func testBehindASignInPageFailuresAreTriedAgainByThemselvesUntilTheResourceTimeout() throws {
         let h = CoreHarness()
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 0; $0.resourceTimeout = 190 }
-        let t = try h.download(s)
-        var waits: [Double] = []
-        for _ in 0..<6 {
-            h.fail(t, .network("Connection refused by example.com:443"))
-            guard h.state(t) == .waiting else { break }
-            var waited = 0.0
-            while h.state(t) == .waiting && waited < 120 {
-                h.advanceAndWake(seconds: 1)
-                waited += 1
-            }
-            waits.append(waited)
-        }
-        XCTAssertEqual(waits, [5, 10, 20, 40, 60], "then the next wait would pass the resource-timeout")
+        let (_, t) = try downloadBehindASignInPage(h) { $0.resourceTimeout = 190 }
+        XCTAssertEqual(waitsAfterRefusals(h, t, tries: 6), [5, 10, 20, 40, 60], "then the next wait would pass the resource-timeout")
         XCTAssertEqual(h.state(t), .failed)
         XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network")
     }
@@ -377,9 +389,7 @@ final class NetworkStateTests: XCTestCase {
     /// retries (none here): it may have reached the server.
     func testBehindASignInPageAnHTTPErrorOrAPOSTFailsAsUsual() throws {
         let h = CoreHarness()
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 0 }
-        let t = try h.download(s)
+        let (s, t) = try downloadBehindASignInPage(h)
         h.send(.response(t, EngineResponse(status: 404, effectiveURL: url)))
         h.fail(t, .http(status: 404, "HTTP 404 Not Found"))
         XCTAssertEqual(h.state(t), .failed)
@@ -398,9 +408,7 @@ final class NetworkStateTests: XCTestCase {
     /// final.
     func testAnAttemptBegunBehindASignInPageThatFailsAfterTheSignInIsWaitedOut() throws {
         let h = CoreHarness()
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 0 }
-        let t = try h.download(s)
+        let (_, t) = try downloadBehindASignInPage(h)
         setPortal(h, false)
         h.fail(t, .timeout("No data from example.com:443 for 60 seconds"))
         XCTAssertEqual(h.state(t), .waiting)
@@ -414,9 +422,7 @@ final class NetworkStateTests: XCTestCase {
     /// `Retry-After: 600` is waited for in full, even when the sign-in is done meanwhile.
     func testAServerAnswerBehindASignInPageIsWaitedForAsUsual() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 2, cap: 60))
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 3 }
-        let t = try h.download(s)
+        let (_, t) = try downloadBehindASignInPage(h) { $0.retries = 3 }
         h.fail(t, .tls("A secure connection to example.com:443 could not be made: certificate not trusted"))
         h.advanceAndWake(seconds: 5)
         XCTAssertEqual(h.state(t), .running)
@@ -433,21 +439,10 @@ final class NetworkStateTests: XCTestCase {
     /// of them), failures count as usual again, here final (no retries).
     func testSignInWaitsEndAfterAboutTenMinutes() throws {
         let h = CoreHarness()
-        setPortal(h, true)
-        let s = try h.openSession { $0.retries = 0 }
-        let t = try h.download(s)
-        var waited = 0.0, waits = 0
-        while waits < 20 {
-            h.fail(t, .network("Connection refused by example.com:443"))
-            guard h.state(t) == .waiting else { break }
-            waits += 1
-            while h.state(t) == .waiting {
-                h.advanceAndWake(seconds: 1)
-                waited += 1
-            }
-        }
-        XCTAssertEqual(waits, 13)
-        XCTAssertEqual(waited, 615, "5, 10, 20, 40 s, then nine minutes")
+        let (_, t) = try downloadBehindASignInPage(h)
+        let waits = waitsAfterRefusals(h, t, tries: 20)
+        XCTAssertEqual(waits.count, 13)
+        XCTAssertEqual(waits.reduce(0, +), 615, "5, 10, 20, 40 s, then nine minutes")
         XCTAssertEqual(h.state(t), .failed)
     }
 }

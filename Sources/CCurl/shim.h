@@ -141,6 +141,19 @@ static inline CURLcode ferry_easy_probe_alpn(CURL *h, struct ferry_alpn_probe *p
     return rc == CURLE_OK ? curl_easy_setopt(h, CURLOPT_PREREQDATA, (void *)probe) : rc;
 }
 
+/* The engine's socket callbacks (`ConnectionSockets`): every socket of a handle's
+   connections is opened and closed through them. A connection keeps the callbacks and
+   `registry` of the handle that made it, so `registry` must outlive the multi's
+   connections (the engine loop keeps it until after curl_multi_cleanup). */
+static inline CURLcode ferry_easy_track_sockets(CURL *h, curl_opensocket_callback opened,
+                                                curl_closesocket_callback closing, void *registry) {
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, opened);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, registry);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, closing);
+    if (rc == CURLE_OK) rc = curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, registry);
+    return rc;
+}
+
 /* curl_global_init's flag macros combine other macros; spell the default here. */
 static inline CURLcode ferry_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT); }
 

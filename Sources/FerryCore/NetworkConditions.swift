@@ -8,11 +8,18 @@ public struct NetworkConditions: Sendable, Equatable, CustomStringConvertible {
     /// The network wants a sign-in first (a captive portal, as on hotel or train
     /// Wi-Fi): it intercepts what goes beyond it until the user signs in on its page.
     public var portal: Bool
+    /// Which connection the traffic goes out through (NetworkManager's
+    /// `PrimaryConnection`, the active connection holding the default route), nil
+    /// when not known or none. A change from one to another (Wi-Fi to wired, a VPN)
+    /// is a move to another network: connections made on the old one may be dead
+    /// without a word (`TransferCoordinator.networkMoved`).
+    public var route: String?
 
-    public init(metered: Bool, online: Bool, portal: Bool = false) {
+    public init(metered: Bool, online: Bool, portal: Bool = false, route: String? = nil) {
         self.metered = metered
         self.online = online
         self.portal = portal
+        self.route = route
     }
 
     /// What Ferry assumes when nothing tells it otherwise (no NetworkManager): it

@@ -19,18 +19,62 @@ extension TransferCoordinator {
     /// Tells the core what the network allows now; transfers wait or go on at once.
     /// Ferry assumes `NetworkConditions.assumed` until told otherwise.
     /// `portal`: the network wants a sign-in first; see `waitForSignIn`.
-    public func setNetworkState(metered: Bool, online: Bool, portal: Bool = false) {
+    /// `route`: the connection the traffic goes out through (NetworkManager's
+    /// `PrimaryConnection`), nil when not known or none; a change from one named to
+    /// another is a move (`networkMoved`).
+    public func setNetworkState(metered: Bool, online: Bool, portal: Bool = false, route: String? = nil) {
         dispatchPrecondition(condition: .onQueue(queue))
         commitWaiting()
-        let new = NetworkConditions(metered: metered, online: online, portal: portal)
+        let new = NetworkConditions(metered: metered, online: online, portal: portal, route: route)
         guard new != network else { return }
-        logger.info("network: \(new)")
+        if new.metered != network.metered || new.online != network.online || new.portal != network.portal {
+            logger.info("network: \(new)")
+        }
         let signedIn = network.portal && !portal
+        let cameOnline = online && !network.online
+        let moved = online && route != nil && knownRoute != nil && route != knownRoute
+        if moved { logger.info("network: moved from \(knownRoute ?? "") to \(route ?? "")") }
+        if let route { knownRoute = route }
         mutate {
             network = new
+            if moved {
+                networkMoved()
+            } else if cameOnline {
+                // Back online, maybe on another network (asleep meanwhile): connections
+                // kept from before may be dead. The transfers waited, nothing runs on one.
+                engine.forgetConnections()
+            }
             applyNetworkPolicy(to: transfers.keys.sorted())
             if signedIn { retrySignInWaits() }
         }
+    }
+
+    /// The machine moved to another network while online (NetworkManager's primary
+    /// connection changed: Wi-Fi to wired, another Wi-Fi, a VPN). Connections made on
+    /// the old one may be dead without a word: a transfer on one would stall until its
+    /// `request-timeout`, then spend a retry, and a new request could be sent on one.
+    /// Every running transfer stops at a resumable point and is queued again at once
+    /// (no failure, no retry spent: a download's next attempt continues from its
+    /// `.part` file, an upload's sends the file again); then the engine forgets its
+    /// connections, so every request after makes new ones. Not a POST awaiting its
+    /// answer: sent again, the server could act twice; it runs on, on its own
+    /// connection, which the engine keeps for it alone. Not one whose data is all in.
+    /// Looks at the running transfers only, once per move.
+    func networkMoved() {
+        for id in index.running.sorted() {
+            // Not one whose attempt has ended or whose data is all in (being flushed,
+            // checked, copied to its descriptor): it needs the network no more.
+            guard let t = transfers[id], t.state == .running, !t.stopInFlight, !dedupe.isFollower(id),
+                  !t.life.isFollowing, t.life.attempt?.ended != true, !t.connectionsFreed else { continue }
+            if t.isPOSTAwaitingItsAnswer {
+                logger.info("transfer \(t.id): a POST awaiting its answer goes on after the network moved")
+                continue
+            }
+            logger.info("transfer \(t.id): the network moved; starting over on a new connection")
+            settle(t, t.life.restartOnNewNetwork())
+            publishChanged(t)
+        }
+        engine.forgetConnections()
     }
 
     /// What the core currently assumes about the network.

@@ -58,6 +58,9 @@ public final class TransferCoordinator: @unchecked Sendable {
     var managerSettings = ManagerSettings()
     /// What the network allows (TransferCoordinator+Network.swift).
     var network = NetworkConditions.assumed
+    /// The last connection the traffic went out through that NetworkManager named
+    /// (`NetworkConditions.route`; kept while none is named), to tell a move.
+    var knownRoute: String?
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).
     var discretion = DiscretionaryPolicy()
     /// Outcomes since the last manager-wide AllFinished, and when that batch settles.

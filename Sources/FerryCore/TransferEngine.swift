@@ -264,6 +264,10 @@ public protocol TransferEngine: AnyObject, Sendable {
     func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64)
     /// Forgets the cookies of an in-memory jar (an ephemeral session closed).
     func discardCookies(_ jar: EngineCookieJar)
+    /// The machine moved to another network (or came back online): connections made
+    /// before may be dead without a word, so none is used again, save those of the
+    /// attempts still running (stop first the attempts that are to start over).
+    func forgetConnections()
     /// Stops everything and the engine thread; no events after this returns.
     func shutdown()
     /// Why the engine could not request `url`, or nil (see the extension's default).
@@ -289,6 +293,9 @@ extension EngineRequest {
 extension TransferEngine {
     /// Engines without cookies have nothing to forget.
     public func discardCookies(_ jar: EngineCookieJar) {}
+
+    /// Engines that keep no connections have nothing to forget.
+    public func forgetConnections() {}
 
     /// Why the engine could not request `url` (which passed `RequestURL`'s checks),
     /// or nil when it can. Asked when a client gives a URL, so that one the engine's

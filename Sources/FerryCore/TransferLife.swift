@@ -170,6 +170,14 @@ struct TransferLife: Equatable {
         return actions
     }
 
+    /// The machine moved to another network: a running attempt stops at a resumable
+    /// point and the transfer is queued again at once (started once the stop has ended).
+    mutating func restartOnNewNetwork() -> [Action] {
+        let actions = stopIfRunning()
+        move(.queued)
+        return actions
+    }
+
     /// The network allows it again.
     mutating func networkAllows() {
         precondition(isWaitingForNetwork)

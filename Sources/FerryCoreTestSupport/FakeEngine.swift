@@ -27,6 +27,8 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     private var _limits: [(id: TransferID, bps: UInt64)] = []
     private var _shutDown = false
     private var _failing: Set<String> = []
+    private var _forgets: [Int] = []
+    private var _calls: [String] = []
 
     /// Plays an engine that tells of unanswered streams (`TransferEngine.reportsUnansweredStreams`).
     public let reportsUnansweredStreams: Bool
@@ -43,6 +45,7 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     public func start(_ request: EngineRequest) {
         let (handler, fails) = lock.withLock { () -> ((@Sendable (EngineEvent) -> Void)?, Bool) in
             _started.append(request)
+            _calls.append("start \(request.id)")
             return (self.handler, _failing.contains(request.url))
         }
         guard case .instant = mode else { return }
@@ -58,7 +61,10 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     }
 
     public func stop(_ id: TransferID) {
-        lock.withLock { _stopped.append(id) }
+        lock.withLock {
+            _stopped.append(id)
+            _calls.append("stop \(id)")
+        }
         switch mode {
         case .scripted: return
         case .scriptedConfirmingStops: emit(.completed(id, .stopped(bytesOnDisk: 0)))
@@ -73,6 +79,19 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     }
 
     public func shutdown() { lock.withLock { _shutDown = true } }
+
+    public func forgetConnections() {
+        lock.withLock {
+            _forgets.append(_stopped.count)
+            _calls.append("forget")
+        }
+    }
+
+    /// Starts, stops and forgets, in the order the core asked: "start 3", "stop 3", "forget".
+    public var calls: [String] { lock.withLock { _calls } }
+
+    /// Each `forgetConnections`, as the number of stops asked for before it.
+    public var connectionsForgotten: [Int] { lock.withLock { _forgets } }
 
     public var started: [EngineRequest] { lock.withLock { _started } }
     public var stopped: [TransferID] { lock.withLock { _stopped } }

@@ -109,6 +109,12 @@ public final class CurlEngine: TransferEngine, Sendable {
         inbox.post(.discardCookies(jar))
     }
 
+    /// The network moved: every connection is shut down but those of the requests still
+    /// going, so what starts after this makes new ones (see `EngineLoop`).
+    public func forgetConnections() {
+        inbox.post(.forgetConnections)
+    }
+
     /// Stops every attempt silently (no `.completed` events; part files are closed and
     /// kept) and ends the engine thread. No events are delivered after this returns.
     /// Called from the event handler itself, it returns at once and the thread ends

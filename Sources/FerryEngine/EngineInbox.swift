@@ -14,6 +14,8 @@ enum EngineCommand {
     /// result is dropped).
     case jobDone(TransferID, attempt: UInt64, AttemptJob)
     case discardCookies(EngineCookieJar)
+    /// The network moved (`TransferEngine.forgetConnections`).
+    case forgetConnections
     case shutdown
 }
 

@@ -26,6 +26,9 @@ final class EngineLoop {
     private var attemptsStarted: UInt64 = 0
     /// One curl share per cookie jar.
     let cookies = CookieJars()
+    /// Every connection's socket (kept until after `curl_multi_cleanup`, which closes
+    /// the last through it).
+    private let sockets = ConnectionSockets()
     /// Opening part files, fdatasync and prefix hashing: slow disk work kept off the engine thread.
     let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
@@ -156,6 +159,8 @@ final class EngineLoop {
             owner.jobDone(job)
         case .discardCookies(let jar):
             cookies.discard(jar)
+        case .forgetConnections:
+            forgetConnections()
         case .shutdown:
             break // handled by run()
         }
@@ -186,6 +191,33 @@ final class EngineLoop {
         opening.begin()
     }
 
+    /// The machine moved to another network: the connections made on the old one may
+    /// be dead without a word (no reset ever comes), and libcurl would send requests on
+    /// them and wait. Every connection's socket is shut down, so libcurl closes each
+    /// one instead of using it again, save those of the requests still in the multi:
+    /// the core stopped the attempts that start over before it asked, and what goes on
+    /// is a request it will not send twice (a POST awaiting its answer). Those are
+    /// condemned: no new request shares them (`add`), and each is shut down once no
+    /// request uses it (`remove`). libcurl's DNS cache is kept (its entries last a
+    /// minute).
+    private func forgetConnections() {
+        let count = sockets.shutDown(sparing: connectionsInUse())
+        logger.info("the network moved: \(count) of \(sockets.count) connections shut down, \(handleOwners.count) requests going on")
+    }
+
+    /// The connections of the handles in the multi, by their ends' ports (libcurl says
+    /// which socket a handle uses only once it is done).
+    private func connectionsInUse() -> Set<ConnectionSockets.Ends> {
+        var ends = Set<ConnectionSockets.Ends>()
+        for easy in handleOwners.keys {
+            var local = 0, peer = 0
+            guard ferry_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &local) == CURLE_OK, local > 0,
+                  ferry_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &peer) == CURLE_OK, peer > 0 else { continue }
+            ends.insert(ConnectionSockets.Ends(local: UInt16(clamping: local), peer: UInt16(clamping: peer)))
+        }
+        return ends
+    }
+
     // MARK: - Finished handles
 
     private func collectFinished() {
@@ -203,6 +235,12 @@ final class EngineLoop {
 extension EngineLoop {
     /// Adds one of an attempt's easy handles to the multi.
     func add(_ easy: UnsafeMutableRawPointer, owner: EngineAttempt) -> CURLMcode {
+        if sockets.track(easy) != CURLE_OK {
+            logger.warning("could not follow the sockets of a handle: a network change will not end its connections")
+        }
+        // While a connection of the network left is in use, a request of the new one
+        // opens its own rather than share it (a stream on it, or it once idle).
+        _ = ferry_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, sockets.hasCondemned ? 1 : 0)
         let rc = curl_multi_add_handle(multi, easy)
         if rc == CURLM_OK { handleOwners[easy] = owner }
         return rc
@@ -212,6 +250,7 @@ extension EngineLoop {
     func remove(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {
         if handleOwners.removeValue(forKey: easy) != nil {
             curl_multi_remove_handle(multi, easy)
+            if sockets.hasCondemned { sockets.shutDownCondemned(inUse: connectionsInUse()) }
         }
         if let paced = owner as? PacedHandle { unthrottle(paced) }
     }

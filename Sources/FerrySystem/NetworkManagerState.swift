@@ -17,19 +17,25 @@ import FerryCore
 ///
 /// Metered comes from `Metered` (NMMetered): `YES` (1) and `GUESS_YES` (3) are
 /// metered; `NO`, `GUESS_NO` and `UNKNOWN` are not.
+///
+/// The route comes from `PrimaryConnection`: the active connection that holds the
+/// default route (`/` when none). When it changes from one to another, the machine
+/// moved to another network (`NetworkConditions.route`).
 public struct NetworkManagerState: Sendable, Equatable {
     public var metered: UInt32?
     public var connectivity: UInt32?
     public var state: UInt32?
+    public var primaryConnection: String?
 
-    public init(metered: UInt32? = nil, connectivity: UInt32? = nil, state: UInt32? = nil) {
+    public init(metered: UInt32? = nil, connectivity: UInt32? = nil, state: UInt32? = nil, primaryConnection: String? = nil) {
         self.metered = metered
         self.connectivity = connectivity
         self.state = state
+        self.primaryConnection = primaryConnection
     }
 
     /// The properties this reads.
-    public static let propertyNames: Set<String> = ["Metered", "Connectivity", "State"]
+    public static let propertyNames: Set<String> = ["Metered", "Connectivity", "State", "PrimaryConnection"]
 
     /// Takes the values present in `properties` (variants unwrapped or not); keeps
     /// the others. A value of the wrong type counts as unknown. Returns whether one
@@ -40,6 +46,10 @@ public struct NetworkManagerState: Sendable, Equatable {
         if let v = properties["Metered"] { metered = v.uint32; touched = true }
         if let v = properties["Connectivity"] { connectivity = v.uint32; touched = true }
         if let v = properties["State"] { state = v.uint32; touched = true }
+        if let v = properties["PrimaryConnection"] {
+            if case .objectPath(let path) = v.unwrapped { primaryConnection = path } else { primaryConnection = nil }
+            touched = true
+        }
         return touched
     }
 
@@ -59,7 +69,13 @@ public struct NetworkManagerState: Sendable, Equatable {
     /// page instead of the internet.
     public var isBehindPortal: Bool { connectivity == 2 }
 
+    /// The primary connection's object path; nil when there is none (`/`) or it is not known.
+    public var route: String? {
+        guard let primaryConnection, primaryConnection != "/" else { return nil }
+        return primaryConnection
+    }
+
     public var conditions: NetworkConditions {
-        NetworkConditions(metered: isMetered, online: isOnline, portal: isBehindPortal)
+        NetworkConditions(metered: isMetered, online: isOnline, portal: isBehindPortal, route: route)
     }
 }

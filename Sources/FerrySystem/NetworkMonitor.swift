@@ -5,9 +5,11 @@ import Foundation
 import Logging
 
 /// Follows NetworkManager on the system bus and reports whether the network is
-/// metered and online (see `NetworkManagerState` for the rule).
+/// metered and online, and which connection it goes out through (see
+/// `NetworkManagerState` for the rule).
 ///
-/// It reads `Metered`, `Connectivity` and `State` of `/org/freedesktop/NetworkManager`,
+/// It reads `Metered`, `Connectivity`, `State` and `PrimaryConnection` of
+/// `/org/freedesktop/NetworkManager`,
 /// follows their `PropertiesChanged`, and follows NetworkManager leaving and coming
 /// back (`NameOwnerChanged`). Without a system bus, or without NetworkManager on it,
 /// it reports `NetworkConditions.assumed` (online, not metered) and logs that once.

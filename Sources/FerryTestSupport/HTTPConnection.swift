@@ -31,6 +31,8 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
     private var stalled = false
     /// A request of this connection is being answered (`TestHTTPServer.mostRequestsInFlight`).
     private var answering = false
+    /// Which connection of the server's this is (`RecordedRequest.connection`).
+    private var number = 0
 
     init(server: TestHTTPServer) {
         self.server = server
@@ -40,7 +42,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
         switch unwrapInboundIn(data) {
         case .head(let head):
             requestHead = head
-            requestIndex = server.record(head)
+            requestIndex = server.record(head, connection: number)
             if !answering { answering = true; server.requestBegan() }
             upload = head.method == .PUT || head.method == .POST
                 ? UploadReceiver(contentType: head.headers.first(name: "Content-Type")) : nil
@@ -159,7 +161,7 @@ final class HTTPConnection: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        server.connectionOpened()
+        number = server.connectionOpened()
         context.fireChannelActive()
     }
 

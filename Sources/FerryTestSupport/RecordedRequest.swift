@@ -14,6 +14,8 @@ public struct RecordedRequest: Sendable {
     public var bodyBytesSent = 0
     /// The request's body, for PUT and POST (once it has arrived in full).
     public var upload: ReceivedUpload?
+    /// The connection it came on, numbered in the order the server accepted them.
+    public var connection = 0
 
     public init(method: String, uri: String, headers: [(name: String, value: String)]) {
         self.method = method

@@ -25,6 +25,7 @@ public final class TestHTTPServer: @unchecked Sendable {
     private var channel: Channel?
     private var boundPort = 0
     private var connections = 0
+    private var connectionsAccepted = 0
     private var inFlight = 0
     private var mostInFlight = 0
 
@@ -60,7 +61,13 @@ public final class TestHTTPServer: @unchecked Sendable {
     func requestBegan() { lock.lock(); inFlight += 1; mostInFlight = max(mostInFlight, inFlight); lock.unlock() }
     func requestEnded() { lock.lock(); inFlight -= 1; lock.unlock() }
 
-    func connectionOpened() { lock.lock(); connections += 1; lock.unlock() }
+    /// Counts an accepted connection; returns its number (1 for the first).
+    func connectionOpened() -> Int {
+        lock.lock(); defer { lock.unlock() }
+        connections += 1
+        connectionsAccepted += 1
+        return connectionsAccepted
+    }
     func connectionClosed() { lock.lock(); connections -= 1; lock.unlock() }
 
     /// Every request received so far, oldest first.
@@ -175,9 +182,10 @@ public final class TestHTTPServer: @unchecked Sendable {
     // MARK: - For the connection handler
 
     /// Records a request; returns its index for `countSent` and `recordUpload`.
-    func record(_ head: HTTPRequestHead) -> Int {
-        let request = RecordedRequest(method: head.method.rawValue, uri: head.uri,
+    func record(_ head: HTTPRequestHead, connection: Int) -> Int {
+        var request = RecordedRequest(method: head.method.rawValue, uri: head.uri,
                                       headers: head.headers.map { (name: $0.name, value: $0.value) })
+        request.connection = connection
         lock.lock()
         defer { lock.unlock() }
         recorded.append(request)

@@ -32,7 +32,7 @@ final class SystemIntegration: @unchecked Sendable {
         }
         system.power.start()
         let now = system.network.current
-        core.queue.sync { core.setNetworkState(metered: now.metered, online: now.online, portal: now.portal) }
+        core.queue.sync { core.setNetworkState(metered: now.metered, online: now.online, portal: now.portal, route: now.route) }
         // Started alongside the network's; by now it has had the same time to answer.
         if !system.power.waitUntilKnown(timeout: networkWait) {
             logger.notice("no answer about power within \(networkWait) s; starting as if on mains power")
@@ -45,7 +45,7 @@ final class SystemIntegration: @unchecked Sendable {
     private init(core: TransferCoordinator) {
         self.core = core
         network = NetworkMonitor(logger: Logger(label: "ferry.network")) { conditions in
-            core.queue.async { core.setNetworkState(metered: conditions.metered, online: conditions.online, portal: conditions.portal) }
+            core.queue.async { core.setNetworkState(metered: conditions.metered, online: conditions.online, portal: conditions.portal, route: conditions.route) }
         }
         power = PowerMonitor(logger: Logger(label: "ferry.power")) { conditions in
             core.queue.async { core.setPowerState(onBattery: conditions.onBattery, powerSaver: conditions.powerSaver) }

@@ -445,5 +445,122 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(waits.reduce(0, +), 615, "5, 10, 20, 40 s, then nine minutes")
         XCTAssertEqual(h.state(t), .failed)
     }
+
+    // MARK: - A move to another network
+
+    private func setRoute(_ h: CoreHarness, _ route: String?, online: Bool = true) {
+        h.sync { $0.setNetworkState(metered: false, online: online, route: route) }
+    }
+
+    /// Wi-Fi to wired (NetworkManager's primary connection changes): a running download
+    /// stops and starts over at once on a new connection, from its part file; no
+    /// failure, no retry spent (it has none). The engine forgets its connections after
+    /// the stop, before the new start.
+    func testAMoveToAnotherNetworkStartsRunningTransfersOverOnNewConnections() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try running(h, s)
+        let other = try h.download(s, "https://example.com/other.bin")
+        XCTAssertEqual(h.state(other), .running)
+        XCTAssertEqual(h.engine.connectionsForgotten, [], "the first route known is no move")
+
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.engine.stopped, [t, other])
+        XCTAssertEqual(h.engine.calls.suffix(3), ["stop \(t)", "stop \(other)", "forget"], "forgotten after the stops")
+        XCTAssertEqual(h.state(t), .queued, "not started again while its attempt may write")
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running)
+        XCTAssertEqual(h.engine.calls.last, "start \(t)")
+        let request = h.engine.lastRequest(t)
+        XCTAssertEqual(request?.offset, 6, "continues from the part file")
+        XCTAssertEqual(request?.ifRange, "\"v1\"")
+        h.succeed(t)
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "")
+        XCTAssertFalse(h.observer.events.contains(.transferChanged(t, .waiting)), "no retry wait")
+    }
+
+    /// No move: the same connection named again, none named for a moment (between two
+    /// networks) then the same again, metered changing alone.
+    func testNoMoveStartsNothingOver() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let t = try running(h, try h.openSession())
+        setRoute(h, nil)
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        XCTAssertEqual(h.engine.stopped, [])
+        XCTAssertEqual(h.engine.connectionsForgotten, [])
+        XCTAssertEqual(h.state(t), .running)
+
+        // Without NetworkManager's word on the route, nothing is a move either.
+        let other = CoreHarness()
+        let u = try running(other, try other.openSession())
+        setRoute(other, nil)
+        other.sync { $0.setNetworkState(metered: true, online: true) }
+        XCTAssertEqual(other.engine.stopped, [])
+        XCTAssertEqual(other.state(u), .running)
+    }
+
+    /// Between two networks for a moment (no primary connection), then another one: a move.
+    func testAMoveThroughNoConnectionIsAMove() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let t = try running(h, try h.openSession())
+        setRoute(h, nil)
+        XCTAssertEqual(h.state(t), .running)
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/7")
+        XCTAssertEqual(h.engine.stopped, [t])
+        XCTAssertEqual(h.engine.connectionsForgotten, [1])
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running, "started again once stopped")
+        XCTAssertEqual(h.engine.startedIDs, [t, t])
+    }
+
+    /// A POST whose body is out goes on (sent again, the server could act twice); one
+    /// still sending starts over. Back online after offline, nothing runs on an old
+    /// connection: the engine forgets them before the waiting transfers start.
+    func testAPOSTAwaitingItsAnswerGoesOnAcrossAMoveAndComingBackOnlineForgetsConnections() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let s = try h.openSession()
+        let sent = try h.upload(s, method: "POST")
+        let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
+        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
+               .progress(sending, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.engine.stopped, [sending])
+        XCTAssertEqual(h.state(sent), .running)
+        XCTAssertEqual(h.engine.connectionsForgotten, [1])
+        h.send(.completed(sending, .stopped(bytesOnDisk: 400)))
+        XCTAssertEqual(h.engine.startedIDs, [sent, sending, sending])
+        h.send(.response(sent, EngineResponse(status: 201, expectedTotal: 2, effectiveURL: "https://example.com/up/form.bin")),
+               .completed(sent, .succeeded(bytesOnDisk: 1000, sha256: nil)))
+        XCTAssertEqual(h.snapshot(sent)?.attempts, 1, "sent once")
+
+        setRoute(h, nil, online: false)
+        XCTAssertEqual(reason(h, sending), "offline")
+        h.send(.completed(sending, .stopped(bytesOnDisk: 0)))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.engine.connectionsForgotten, [1, 2], "forgotten again")
+        XCTAssertEqual(h.engine.calls.suffix(2), ["forget", "start \(sending)"], "before the start")
+        XCTAssertEqual(h.state(sending), .running)
+    }
+
+    /// A download whose data is all in (its file being flushed and checked) needs the
+    /// network no more: a move lets it finish as it was.
+    func testAMoveLetsADownloadWhoseDataIsAllInFinish() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let t = try running(h, try h.openSession())
+        h.send(.connectionsFreed(t))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.engine.stopped, [])
+        XCTAssertEqual(h.engine.connectionsForgotten, [0])
+        h.succeed(t)
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.attempts, 1)
+    }
 }
 

@@ -25,6 +25,15 @@ final class TransferLifeTests: XCTestCase {
         XCTAssertTrue(life.isStartable)
     }
 
+    func testAMoveToAnotherNetworkQueuesARunningTransferOnceItsAttemptHasStopped() {
+        var life = running()
+        XCTAssertEqual(life.restartOnNewNetwork(), [.stopAttempt])
+        XCTAssertEqual(life.state, .queued)
+        XCTAssertFalse(life.isStartable, "not started while the old attempt may still write")
+        XCTAssertEqual(life.attemptEnded(), .stopped)
+        XCTAssertTrue(life.isStartable)
+    }
+
     func testAFollowersCopyIsStoppedAndWaitedForLikeAnAttempt() {
         var life = TransferLife(.queued)
         life.mirror(TransferLife(.running(attempt)))

@@ -15,78 +15,18 @@ final class HTTP2Tests: FerryTestCase {
     private var nginx: ChildProcess?
 
     /// A free loopback port (bound, read, closed).
-    func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw TestProcessError("no free port: \(String(cString: strerror(errno)))") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
+    func freePort() throws -> Int { try TestNginx.freePort() }
 
-    /// nginx serving `root` over TLS with HTTP/2 on a free port: `/NAME` as is, `/slow/NAME`
-    /// at 16 KiB/s a request. Its access log has a line per request: the connection's
-    /// serial number, the protocol, the status, the path and whether the TLS session was
-    /// resumed (`r`) or new (`.`).
+    /// nginx serving `root` over TLS (`TestNginx`), stopped when the test ends.
     func startNginx(root: String, certificates: TestCertificates, httpDirectives: String = "",
                             serverDirectives: String = "", http2: Bool = true) throws
         -> (base: String, accessLog: String) {
-        let dir = work + "/nginx"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let port = try freePort()
-        let user = geteuid() == 0 ? "user root root;\n" : ""
-        let conf = """
-        \(user)worker_processes 1;
-        pid \(dir)/nginx.pid;
-        error_log \(dir)/error.log warn;
-        events { worker_connections 1024; }
-        http {
-            log_format ferry '$connection $server_protocol $status $uri $ssl_session_reused';
-            access_log \(dir)/access.log ferry;
-            client_body_temp_path \(dir)/body;
-            proxy_temp_path \(dir)/proxy;
-            fastcgi_temp_path \(dir)/fastcgi;
-            uwsgi_temp_path \(dir)/uwsgi;
-            scgi_temp_path \(dir)/scgi;
-            default_type application/octet-stream;
-            \(httpDirectives)
-            server {
-                listen 127.0.0.1:\(port) ssl\(http2 ? " http2" : "");
-                ssl_certificate \(certificates.certificate);
-                ssl_certificate_key \(certificates.key);
-                root \(root);
-                location / { }
-                location /slow/ { alias \(root)/; limit_rate 16k; }
-                \(serverDirectives)
-            }
-        }
-        """
-        try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
-        let child = try ChildProcess(executable: "/usr/sbin/nginx",
-                                     arguments: ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/error.log", "-g", "daemon off;"])
-        nginx = child
-        cleanups.append { child.kill(SIGTERM); if child.waitForExit(timeout: 5) == nil { child.kill(SIGKILL) } }
-        extraLogs.append { child.log + ((try? String(contentsOfFile: dir + "/error.log", encoding: .utf8)) ?? "") }
-        let listening = waitUntil(timeout: 10) {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(fd) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            return withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-            }
-        }
-        guard listening else { throw TestProcessError("nginx did not listen on \(port)\n\(child.log)") }
-        return ("https://127.0.0.1:\(port)", dir + "/access.log")
+        let server = try TestNginx(in: work + "/nginx", root: root, certificates: certificates, httpDirectives: httpDirectives,
+                                   serverDirectives: serverDirectives, http2: http2)
+        nginx = server.process
+        cleanups.append { server.stop() }
+        extraLogs.append { server.log }
+        return (server.base, server.accessLog)
     }
 
     /// The most transfers among `paths` that were running at the same time (from their
@@ -157,9 +97,7 @@ final class HTTP2Tests: FerryTestCase {
     }
 
     /// nginx's access log, a line per request: connection serial, protocol, status, path, TLS session reused.
-    func accessLogLines(_ path: String) throws -> [[Substring]] {
-        try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
-    }
+    func accessLogLines(_ path: String) throws -> [[Substring]] { try TestNginx.accessLogLines(path) }
 
     func testTransfersToAnHTTP2OriginShareConnectionsAndRunBeyondTheConnectionLimit() async throws {
         let certificates = try makeTestCertificates(in: work + "/tls")

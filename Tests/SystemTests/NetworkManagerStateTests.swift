@@ -46,4 +46,17 @@ final class NetworkManagerStateTests: XCTestCase {
         XCTAssertTrue(s.update(from: ["Metered": .string("yes")]))
         XCTAssertNil(s.metered)
     }
+
+    /// The route is the primary connection's path; `/` (none) and a value of the wrong
+    /// type are no route.
+    func testPrimaryConnectionIsTheRoute() {
+        var s = NetworkManagerState(connectivity: 4)
+        XCTAssertNil(s.conditions.route)
+        XCTAssertTrue(s.update(from: ["PrimaryConnection": .variant(.objectPath("/org/freedesktop/NetworkManager/ActiveConnection/3"))]))
+        XCTAssertEqual(s.conditions, NetworkConditions(metered: false, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/3"))
+        XCTAssertTrue(s.update(from: ["PrimaryConnection": .objectPath("/")]))
+        XCTAssertNil(s.conditions.route)
+        XCTAssertTrue(s.update(from: ["PrimaryConnection": .string("/org/freedesktop/NetworkManager/ActiveConnection/3")]))
+        XCTAssertNil(s.conditions.route)
+    }
 }

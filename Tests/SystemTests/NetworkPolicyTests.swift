@@ -128,6 +128,84 @@ final class NetworkPolicyTests: SystemTestCase {
         XCTAssertEqual(logCount("the network no longer wants a sign-in; trying again"), 1, "tried again for the sign-in, not by its timer")
     }
 
+    /// Wi-Fi to wired: NetworkManager's primary connection changes. A download whose
+    /// connection went dead without a word (the server stopped sending; a request-timeout
+    /// of 10 minutes) starts over at once from its partial file, on a new connection
+    /// (not the idle one another download left), spending no retry (it has none).
+    func testAMoveToAnotherNetworkStartsAStalledDownloadOverAtOnce() async throws {
+        try await startNetworkManager()
+        try await startFerryd()
+        let s = try await client.openSession("com.example.Laptop", configuration: ["retries": .uint32(0), "request-timeout": .double(600)])
+        let body = serve("/moving.bin", size: 300_000)
+        server.set(.stallAfter(bytes: 100_000), on: "/moving.bin")
+        let t = try await download(s, "/moving.bin")
+        try await waitForBytes(t, atLeast: 100_000)
+        // Meanwhile another download leaves its connection idle, to be used again.
+        let otherBody = serve("/other.bin", size: 20_000, seed: 4)
+        let other = try await finish(try await download(s, "/other.bin"))
+        XCTAssertEqual(other.state, "completed", other.errorMessage)
+
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "")
+        XCTAssertEqual(info.attempts, 2)
+        assertFile(work + "/moving.bin", equals: body)
+        assertFile(work + "/other.bin", equals: otherBody)
+        XCTAssertEqual(server.requests(for: "/moving.bin").count, 2)
+        let all = server.requests
+        let again = try XCTUnwrap(all.last)
+        XCTAssertEqual(again.path, "/moving.bin")
+        XCTAssertEqual(again.header("Range"), "bytes=100000-", "continued from the partial file")
+        XCTAssertFalse(all.dropLast().map(\.connection).contains(again.connection), "went on a connection made before the move")
+        XCTAssertFalse(sawReason(t, "retry"), "the move was no failure")
+        XCTAssertEqual(logCount("the network moved; starting over on a new connection"), 1)
+    }
+
+    /// Over HTTP/2 (nginx over TLS, its test CA trusted): downloads share a connection
+    /// as streams, and it stays open, idle, for the next. After a move the next
+    /// downloads go on a new connection, not on that one (on a real network it may be
+    /// dead, and every stream on it would stall).
+    func testAfterAMoveHTTP2DownloadsTakeANewConnection() async throws {
+        let certificates = try TestCertificates(in: work + "/tls")
+        let root = work + "/site"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        var bodies: [String: [UInt8]] = [:]
+        for (i, name) in ["a0", "a1", "a2", "b0", "b1", "b2"].enumerated() {
+            bodies[name] = TestData.bytes(count: 30_000, seed: UInt64(40 + i))
+            try Data(bodies[name]!).write(to: URL(fileURLWithPath: root + "/\(name).bin"))
+        }
+        let nginx = try TestNginx(in: work + "/nginx", root: root, certificates: certificates)
+        defer { nginx.stop() }
+        extraLogs.append { nginx.log }
+        try await startNetworkManager()
+        try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
+        let s = try await client.openSession("com.example.Roaming")
+        func fetch(_ names: [String]) async throws {
+            var transfers: [(String, FerryTransfer)] = []
+            for name in names {
+                transfers.append((name, try await s.download(nginx.base + "/\(name).bin", options: ["destination": .string(work + "/\(name).bin")])))
+            }
+            for (name, t) in transfers {
+                let info = try await finish(t)
+                XCTAssertEqual(info.state, "completed", info.errorMessage)
+                assertFile(work + "/\(name).bin", equals: bodies[name]!)
+            }
+        }
+        func connections(_ prefix: String) throws -> Set<Substring> {
+            Set(try TestNginx.accessLogLines(nginx.accessLog).filter { $0.count > 3 && $0[3].hasPrefix("/" + prefix) }.map { $0[0] })
+        }
+
+        try await fetch(["a0", "a1", "a2"])
+        XCTAssertEqual(Set(try TestNginx.accessLogLines(nginx.accessLog).map { $0[1] }), ["HTTP/2.0"])
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        try await waitForLog("network: moved from")
+        try await fetch(["b0", "b1", "b2"])
+        let before = try connections("a"), after = try connections("b")
+        XCTAssertFalse(after.isEmpty)
+        XCTAssertTrue(before.isDisjoint(with: after), "went on a connection made before the move: \(before) then \(after)")
+    }
+
     func testLimitedConnectivityIsNotOffline() async throws {
         try await startNetworkManager()
         try await startFerryd()

@@ -97,12 +97,19 @@ class SystemTestCase: FerrydTestCase {
         return p
     }
 
-    /// NetworkManager's mock, with a `Metered` property (the template has none).
+    /// NetworkManager's mock, with `Metered` and `PrimaryConnection` properties (the
+    /// template has neither).
     func startNetworkManager(metered: UInt32 = 2) async throws {
         networkManager = try await startMock("networkmanager", owning: "org.freedesktop.NetworkManager")
         try await system.call(destination: "org.freedesktop.NetworkManager", path: Self.nmPath, interface: Self.mockInterface,
                               method: "AddProperty", arguments: [.string(Self.nmInterface), .string("Metered"), .variant(.uint32(metered))])
+        try await system.call(destination: "org.freedesktop.NetworkManager", path: Self.nmPath, interface: Self.mockInterface,
+                              method: "AddProperty", arguments: [.string(Self.nmInterface), .string("PrimaryConnection"),
+                                                                 .variant(.objectPath(Self.activeConnection(1)))])
     }
+
+    /// The object path of one of NetworkManager's active connections.
+    static func activeConnection(_ n: Int) -> String { "/org/freedesktop/NetworkManager/ActiveConnection/\(n)" }
 
     /// UPower's mock (`OnBattery` as given).
     func startUPower(onBattery: Bool) async throws {
@@ -177,12 +184,12 @@ class SystemTestCase: FerrydTestCase {
 
     /// Starts ferryd on the private session bus, with the private system bus as its
     /// system bus (`systemBusAddress` overrides it), and waits until it owns its name.
-    func startFerryd(systemBusAddress: String? = nil) async throws {
+    func startFerryd(systemBusAddress: String? = nil, extraEnvironment: [String: String] = [:]) async throws {
         let env = temporaryHome.environment(base: sessionBus.environment(), setting: [
             "XDG_DOWNLOAD_DIR": work,
             "FERRY_RETRY_BASE_MS": "50",
             "DBUS_SYSTEM_BUS_ADDRESS": systemBusAddress ?? systemBus.address,
-        ])
+        ].merging(extraEnvironment) { _, extra in extra })
         let p = try Ferryd.launch(ferrydPath, environment: env)
         ferryd = p
         client = try BusClient(address: sessionBus.address)

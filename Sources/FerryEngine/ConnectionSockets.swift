@@ -1,0 +1,108 @@
+import CCurl
+import Glibc
+
+/// Every socket of the engine's connections: libcurl opens and closes them through
+/// this registry's callbacks (set on each handle as it joins the multi), so the engine
+/// can end the connections of a network it has left (`shutDown(sparing:)`), which
+/// libcurl's API cannot: its connection cache has no call to drop idle connections.
+///
+/// Engine thread only (libcurl calls the callbacks from `curl_multi_perform`,
+/// `curl_multi_remove_handle` and `curl_multi_cleanup`, all on it). A connection keeps
+/// the registry of the handle that made it, so the loop keeps the registry until after
+/// `curl_multi_cleanup`.
+final class ConnectionSockets {
+    /// A TCP connection as both ends see it: its local port and its peer's port (the
+    /// server's or the proxy's).
+    struct Ends: Hashable {
+        let local: UInt16
+        let peer: UInt16
+    }
+
+    private var open: Set<Int32> = []
+    /// Sockets made before the network moved that a request going on still used then
+    /// (`shutDown(sparing:)`): shut down as soon as none does (`shutDownCondemned`).
+    private var condemned: Set<Int32> = []
+
+    /// Sockets open now.
+    var count: Int { open.count }
+
+    /// Some socket of the old network is still in use: a new request must not share it.
+    var hasCondemned: Bool { !condemned.isEmpty }
+
+    /// Has `easy`'s connections open and close their sockets here.
+    func track(_ easy: UnsafeMutableRawPointer) -> CURLcode {
+        ferry_easy_track_sockets(easy, connectionSocketOpened, connectionSocketClosing,
+                                 Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    fileprivate func opened(_ fd: Int32) { open.insert(fd) }
+    fileprivate func closing(_ fd: Int32) {
+        open.remove(fd)
+        condemned.remove(fd)
+    }
+
+    /// Shuts down every socket (both ways) but those of connections in `sparing` (the
+    /// requests that go on), which are condemned instead. libcurl then finds such a
+    /// connection closed, at its check before reusing an idle one or at its next read,
+    /// and opens a new one; it still closes the socket itself. Returns how many were
+    /// shut down.
+    func shutDown(sparing inUse: Set<Ends>) -> Int {
+        var count = 0
+        for fd in open {
+            if !inUse.isEmpty, let ends = Self.ends(of: fd), inUse.contains(ends) {
+                condemned.insert(fd)
+                continue
+            }
+            if Glibc.shutdown(fd, Int32(SHUT_RDWR)) == 0 { count += 1 }
+        }
+        return count
+    }
+
+    /// Shuts down the condemned sockets no request in `inUse` uses any more.
+    func shutDownCondemned(inUse: Set<Ends>) {
+        for fd in condemned {
+            if let ends = Self.ends(of: fd), inUse.contains(ends) { continue }
+            condemned.remove(fd)
+            _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+        }
+    }
+
+    /// The ports of `fd`'s two ends (TCP over IPv4 or IPv6), nil if not connected.
+    static func ends(of fd: Int32) -> Ends? {
+        guard let local = port(fd, getsockname), let peer = port(fd, getpeername) else { return nil }
+        return Ends(local: local, peer: peer)
+    }
+
+    private static func port(_ fd: Int32, _ name: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32) -> UInt16? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let rc = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { name(fd, $0, &length) }
+        }
+        guard rc == 0 else { return nil }
+        switch Int32(storage.ss_family) {
+        case AF_INET:
+            return withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) } }
+        case AF_INET6:
+            return withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) } }
+        default:
+            return nil
+        }
+    }
+}
+
+/// libcurl's open-socket callback: the socket it would open itself (close-on-exec:
+/// ferryd's child processes get none), recorded.
+private let connectionSocketOpened: curl_opensocket_callback = { registry, _, address in
+    guard let registry, let address else { return CURL_SOCKET_BAD }
+    let fd = socket(address.pointee.family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    guard fd >= 0 else { return CURL_SOCKET_BAD }
+    Unmanaged<ConnectionSockets>.fromOpaque(registry).takeUnretainedValue().opened(fd)
+    return fd
+}
+
+/// libcurl's close-socket callback: forgotten, then closed.
+private let connectionSocketClosing: curl_closesocket_callback = { registry, fd in
+    if let registry { Unmanaged<ConnectionSockets>.fromOpaque(registry).takeUnretainedValue().closing(fd) }
+    return close(fd)
+}

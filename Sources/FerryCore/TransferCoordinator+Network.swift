@@ -55,10 +55,13 @@ extension TransferCoordinator {
     /// `request-timeout`, then spend a retry, and a new request could be sent on one.
     /// Every running transfer stops at a resumable point and is queued again at once
     /// (no failure, no retry spent: a download's next attempt continues from its
-    /// `.part` file, an upload's sends the file again); then the engine forgets its
+    /// `.part` file); then the engine forgets its
     /// connections, so every request after makes new ones. Not a POST awaiting its
-    /// answer: sent again, the server could act twice; it runs on, on its own
-    /// connection, which the engine keeps for it alone. Not one whose data is all in.
+    /// answer: sent again, the server could act twice. Nor a transfer that would start
+    /// over from its first byte, having moved some (an upload, a download the server
+    /// cannot continue), unless its connection is shared (HTTP/2: other requests would
+    /// go on it as streams). Those run on, on their own connections, which the engine
+    /// keeps for them alone. Not one whose data is all in.
     /// Looks at the running transfers only, once per move.
     func networkMoved() {
         for id in index.running.sorted() {
@@ -68,6 +71,13 @@ extension TransferCoordinator {
                   !t.life.isFollowing, t.life.attempt?.ended != true, !t.connectionsFreed else { continue }
             if t.isPOSTAwaitingItsAnswer {
                 logger.info("transfer \(t.id): a POST awaiting its answer goes on after the network moved")
+                continue
+            }
+            if t.wouldStartOverIfStopped, !t.onSharedConnection {
+                // If its connection still works (the old network is still up, a VPN that
+                // lets it through), it finishes there; if not, it stalls and is retried,
+                // as before the move, without having lost more.
+                logger.info("transfer \(t.id): goes on after the network moved (stopped, it would start over)")
                 continue
             }
             logger.info("transfer \(t.id): the network moved; starting over on a new connection")

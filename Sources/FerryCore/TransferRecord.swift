@@ -267,6 +267,14 @@ final class TransferRecord {
     /// An upload has none ("": its destination is the source, never to be touched).
     var partPath: String { isUpload ? "" : snapshot.destination + ".part" }
     var isUpload: Bool { snapshot.kind == .upload }
+    /// Running, it has moved bytes that a stop would lose: its next attempt would start
+    /// from the first byte (an upload; a download with no validator, or whose server
+    /// takes no ranges).
+    var wouldStartOverIfStopped: Bool {
+        guard snapshot.bytesTransferred > attemptOffset else { return false }
+        if isUpload { return true }
+        return validator == nil || (segments == nil && !(snapshot.resumable && partIsContinuable))
+    }
     /// A POST upload: each one sent, the server may act on (not idempotent, RFC 9110
     /// §9.2.2), so it is not sent again where the server may have taken it.
     var isPOST: Bool { upload?.method == "POST" }

@@ -20,14 +20,17 @@ final class ConnectionSockets {
 
     private var open: Set<Int32> = []
     /// Sockets made before the network moved that a request going on still used then
-    /// (`shutDown(sparing:)`): shut down as soon as none does (`shutDownCondemned`).
-    private var condemned: Set<Int32> = []
+    /// (`shutDown(sparing:)`), each with whether its connection may carry other
+    /// requests as streams (HTTP/2, or not known): shut down as soon as no request uses
+    /// it (`shutDownCondemned`).
+    private var condemned: [Int32: Bool] = [:]
 
     /// Sockets open now.
     var count: Int { open.count }
 
-    /// Some socket of the old network is still in use: a new request must not share it.
-    var hasCondemned: Bool { !condemned.isEmpty }
+    /// Some connection of the old network is in use and could take a new request as a
+    /// stream (an HTTP/1.1 one in use takes none, and is shut down once free).
+    var hasCondemnedShared: Bool { condemned.values.contains(true) }
 
     /// Has `easy`'s connections open and close their sockets here.
     func track(_ easy: UnsafeMutableRawPointer) -> CURLcode {
@@ -38,19 +41,19 @@ final class ConnectionSockets {
     fileprivate func opened(_ fd: Int32) { open.insert(fd) }
     fileprivate func closing(_ fd: Int32) {
         open.remove(fd)
-        condemned.remove(fd)
+        condemned[fd] = nil
     }
 
     /// Shuts down every socket (both ways) but those of connections in `sparing` (the
-    /// requests that go on), which are condemned instead. libcurl then finds such a
-    /// connection closed, at its check before reusing an idle one or at its next read,
-    /// and opens a new one; it still closes the socket itself. Returns how many were
-    /// shut down.
-    func shutDown(sparing inUse: Set<Ends>) -> Int {
+    /// requests that go on, with whether their connection may be shared), which are
+    /// condemned instead. libcurl then finds such a connection closed, at its check
+    /// before reusing an idle one or at its next read, and opens a new one; it still
+    /// closes the socket itself. Returns how many were shut down.
+    func shutDown(sparing inUse: [Ends: Bool]) -> Int {
         var count = 0
         for fd in open {
-            if !inUse.isEmpty, let ends = Self.ends(of: fd), inUse.contains(ends) {
-                condemned.insert(fd)
+            if !inUse.isEmpty, let ends = Self.ends(of: fd), let shared = inUse[ends] {
+                condemned[fd] = shared
                 continue
             }
             if Glibc.shutdown(fd, Int32(SHUT_RDWR)) == 0 { count += 1 }
@@ -59,13 +62,16 @@ final class ConnectionSockets {
     }
 
     /// Shuts down the condemned sockets no request in `inUse` uses any more.
-    func shutDownCondemned(inUse: Set<Ends>) {
-        for fd in condemned {
-            if let ends = Self.ends(of: fd), inUse.contains(ends) { continue }
-            condemned.remove(fd)
+    func shutDownCondemned(inUse: [Ends: Bool]) {
+        for fd in condemned.keys {
+            if let ends = Self.ends(of: fd), inUse[ends] != nil { continue }
+            condemned[fd] = nil
             _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
         }
     }
+
+    /// Whether any socket is condemned (`shutDownCondemned` has work).
+    var hasCondemned: Bool { !condemned.isEmpty }
 
     /// The ports of `fd`'s two ends (TCP over IPv4 or IPv6), nil if not connected.
     static func ends(of fd: Int32) -> Ends? {

@@ -196,24 +196,29 @@ final class EngineLoop {
     /// them and wait. Every connection's socket is shut down, so libcurl closes each
     /// one instead of using it again, save those of the requests still in the multi:
     /// the core stopped the attempts that start over before it asked, and what goes on
-    /// is a request it will not send twice (a POST awaiting its answer). Those are
-    /// condemned: no new request shares them (`add`), and each is shut down once no
-    /// request uses it (`remove`). libcurl's DNS cache is kept (its entries last a
-    /// minute).
+    /// is a request it will not send twice (a POST awaiting its answer) or one that
+    /// would start over (a download it cannot continue). Those are condemned: each is
+    /// shut down once no request uses it (`remove`), and while one that may be shared
+    /// (HTTP/2) is in use, no new request goes on it as a stream (`add`). libcurl's DNS
+    /// cache is kept (its entries last a minute).
     private func forgetConnections() {
         let count = sockets.shutDown(sparing: connectionsInUse())
         logger.info("the network moved: \(count) of \(sockets.count) connections shut down, \(handleOwners.count) requests going on")
     }
 
     /// The connections of the handles in the multi, by their ends' ports (libcurl says
-    /// which socket a handle uses only once it is done).
-    private func connectionsInUse() -> Set<ConnectionSockets.Ends> {
-        var ends = Set<ConnectionSockets.Ends>()
+    /// which socket a handle uses only once it is done), with whether each may carry
+    /// other requests as streams: unless its answer came over HTTP/1.x.
+    private func connectionsInUse() -> [ConnectionSockets.Ends: Bool] {
+        var ends: [ConnectionSockets.Ends: Bool] = [:]
         for easy in handleOwners.keys {
-            var local = 0, peer = 0
+            var local = 0, peer = 0, version = 0
             guard ferry_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &local) == CURLE_OK, local > 0,
                   ferry_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &peer) == CURLE_OK, peer > 0 else { continue }
-            ends.insert(ConnectionSockets.Ends(local: UInt16(clamping: local), peer: UInt16(clamping: peer)))
+            let knownHTTP1 = ferry_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK
+                && version > 0 && version < CURL_HTTP_VERSION_2_0
+            let key = ConnectionSockets.Ends(local: UInt16(clamping: local), peer: UInt16(clamping: peer))
+            ends[key] = (ends[key] ?? false) || !knownHTTP1
         }
         return ends
     }
@@ -238,9 +243,9 @@ extension EngineLoop {
         if sockets.track(easy) != CURLE_OK {
             logger.warning("could not follow the sockets of a handle: a network change will not end its connections")
         }
-        // While a connection of the network left is in use, a request of the new one
-        // opens its own rather than share it (a stream on it, or it once idle).
-        _ = ferry_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, sockets.hasCondemned ? 1 : 0)
+        // While a connection of the network left that may be shared is in use, a request
+        // of the new one opens its own rather than go on it as a stream.
+        _ = ferry_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, sockets.hasCondemnedShared ? 1 : 0)
         let rc = curl_multi_add_handle(multi, easy)
         if rc == CURLM_OK { handleOwners[easy] = owner }
         return rc

@@ -519,21 +519,20 @@ final class NetworkStateTests: XCTestCase {
     }
 
     /// A POST whose body is out goes on (sent again, the server could act twice); one
-    /// still sending starts over. Back online after offline, nothing runs on an old
-    /// connection: the engine forgets them before the waiting transfers start.
+    /// that has sent nothing yet starts over. Back online after offline, nothing runs on
+    /// an old connection: the engine forgets them before the waiting transfers start.
     func testAPOSTAwaitingItsAnswerGoesOnAcrossAMoveAndComingBackOnlineForgetsConnections() throws {
         let h = CoreHarness()
         setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
         let s = try h.openSession()
         let sent = try h.upload(s, method: "POST")
         let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
-        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
-               .progress(sending, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
+        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000))
         setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
         XCTAssertEqual(h.engine.stopped, [sending])
         XCTAssertEqual(h.state(sent), .running)
         XCTAssertEqual(h.engine.connectionsForgotten, [1])
-        h.send(.completed(sending, .stopped(bytesOnDisk: 400)))
+        h.send(.completed(sending, .stopped(bytesOnDisk: 0)))
         XCTAssertEqual(h.engine.startedIDs, [sent, sending, sending])
         h.send(.response(sent, EngineResponse(status: 201, expectedTotal: 2, effectiveURL: "https://example.com/up/form.bin")),
                .completed(sent, .succeeded(bytesOnDisk: 1000, sha256: nil)))
@@ -546,6 +545,41 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.engine.connectionsForgotten, [1, 2], "forgotten again")
         XCTAssertEqual(h.engine.calls.suffix(2), ["forget", "start \(sending)"], "before the start")
         XCTAssertEqual(h.state(sending), .running)
+    }
+
+    /// A transfer that would start over from its first byte, having moved some, runs on
+    /// across a move (if its connection still works it finishes there): a download from
+    /// a server that gives no validator, one that takes no ranges, an upload under way.
+    /// Not over HTTP/2, where other requests would go on its connection as streams.
+    func testAMoveLetsATransferThatWouldStartOverRunOnUnlessItsConnectionIsShared() throws {
+        let h = CoreHarness()
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let s = try h.openSession()
+        func download(_ name: String, _ response: EngineResponse) throws -> TransferID {
+            let t = try h.download(s, "https://example.com/\(name)")
+            h.send(.response(t, response))
+            h.writePart(t, Array(repeating: 1, count: 6))
+            h.send(.progress(t, bytesWritten: 6, totalOnDisk: 6, expected: 100))
+            return t
+        }
+        let noValidator = try download("a", EngineResponse(status: 200, expectedTotal: 100, acceptsRanges: true, effectiveURL: url))
+        let noRanges = try download("b", EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, effectiveURL: url))
+        var h2 = EngineResponse(status: 200, expectedTotal: 100, effectiveURL: url)
+        h2.multiplexed = true
+        let shared = try download("c", h2)
+        let resumable = try download("d", EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url))
+        let put = try h.upload(s, "https://example.com/up/put.bin", method: "PUT")
+        h.send(.progress(put, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
+        let unstarted = try h.upload(s, "https://example.com/up/other.bin", method: "PUT")
+        XCTAssertEqual([noValidator, noRanges, shared, resumable, put, unstarted].map { h.state($0) }, Array(repeating: .running, count: 6))
+
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.engine.stopped, [shared, resumable, unstarted])
+        XCTAssertEqual(h.engine.calls.last, "forget")
+        for t in [noValidator, noRanges, put] { XCTAssertEqual(h.state(t), .running) }
+        h.succeed(noValidator)
+        XCTAssertEqual(h.state(noValidator), .completed)
+        XCTAssertEqual(h.snapshot(noValidator)?.attempts, 1)
     }
 
     /// A download whose data is all in (its file being flushed and checked) needs the

@@ -70,4 +70,31 @@ final class NetworkMoveTests: EngineTestCase {
         XCTAssertEqual(run(request(4, "/other")), .succeeded(bytesOnDisk: 1_000, sha256: nil))
         XCTAssertEqual(try connection("/other"), fresh)
     }
+
+    /// A download going on over HTTP/1.1 (one the core keeps: stopped, it would start
+    /// over) keeps its connection and finishes; meanwhile new requests reuse new
+    /// connections as usual (an HTTP/1.1 connection in use takes no other request), and
+    /// its connection is not used again once it is done.
+    func testADownloadGoingOnOverHTTP1KeepsItsConnectionAndLeavesReuseAlone() throws {
+        let body = TestData.bytes(count: 150_000, seed: 127)
+        server.add(path: "/long", body: body)
+        server.set(.slow(bytesPerSecond: 150_000), on: "/long")
+        server.add(path: "/small", body: TestData.bytes(count: 1_000, seed: 128))
+        engine.start(request(1, "/long"))
+        XCTAssertTrue(log.wait(timeout: 20) { events in events.contains { $0.transferID == 1 && $0.progress != nil } }, "some bytes arrive")
+
+        engine.forgetConnections()
+        XCTAssertEqual(run(request(2, "/small")), .succeeded(bytesOnDisk: 1_000, sha256: nil))
+        let fresh = try connection("/small")
+        XCTAssertNotEqual(fresh, try connection("/long"))
+        XCTAssertEqual(run(request(3, "/small")), .succeeded(bytesOnDisk: 1_000, sha256: nil))
+        XCTAssertEqual(try connection("/small"), fresh, "a connection made after the move is used again")
+
+        XCTAssertEqual(log.outcome(of: 1, timeout: 20), .succeeded(bytesOnDisk: Int64(body.count), sha256: nil))
+        XCTAssertEqual(contents(partPath("1.part")), body)
+        XCTAssertEqual(server.requests(for: "/long").count, 1)
+        let old = try connection("/long")
+        XCTAssertEqual(run(request(4, "/small")), .succeeded(bytesOnDisk: 1_000, sha256: nil))
+        XCTAssertNotEqual(try connection("/small"), old, "went on the old network's connection after its download")
+    }
 }

@@ -271,7 +271,9 @@ final class TransferRecord {
     /// from the first byte (an upload; a download with no validator, or whose server
     /// takes no ranges).
     var wouldStartOverIfStopped: Bool {
-        guard snapshot.bytesTransferred > attemptOffset else { return false }
+        // All its bytes count: a download that resumed and got the whole file again
+        // (no ranges) counts from 0, its offset notwithstanding.
+        guard snapshot.bytesTransferred > 0 else { return false }
         if isUpload { return true }
         return validator == nil || (segments == nil && !(snapshot.resumable && partIsContinuable))
     }

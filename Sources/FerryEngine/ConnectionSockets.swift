@@ -11,11 +11,12 @@ import Glibc
 /// the registry of the handle that made it, so the loop keeps the registry until after
 /// `curl_multi_cleanup`.
 final class ConnectionSockets {
-    /// A TCP connection as both ends see it: its local port and its peer's port (the
-    /// server's or the proxy's).
+    /// A TCP connection as both ends see it: the local and the peer's (the server's or
+    /// the proxy's) address and port, as "ADDRESS PORT" (the address as `inet_ntop`
+    /// writes it, as libcurl reports it).
     struct Ends: Hashable {
-        let local: UInt16
-        let peer: UInt16
+        let local: String
+        let peer: String
     }
 
     private var open: Set<Int32> = []
@@ -73,28 +74,45 @@ final class ConnectionSockets {
     /// Whether any socket is condemned (`shutDownCondemned` has work).
     var hasCondemned: Bool { !condemned.isEmpty }
 
-    /// The ports of `fd`'s two ends (TCP over IPv4 or IPv6), nil if not connected.
+    /// `fd`'s two ends (TCP over IPv4 or IPv6), nil if not connected.
     static func ends(of fd: Int32) -> Ends? {
-        guard let local = port(fd, getsockname), let peer = port(fd, getpeername) else { return nil }
+        guard let local = address(fd, getsockname), let peer = address(fd, getpeername) else { return nil }
         return Ends(local: local, peer: peer)
     }
 
-    private static func port(_ fd: Int32, _ name: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32) -> UInt16? {
+    private static func address(_ fd: Int32, _ name: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32) -> String? {
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let rc = withUnsafeMutablePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { name(fd, $0, &length) }
         }
         guard rc == 0 else { return nil }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        let port: UInt16
         switch Int32(storage.ss_family) {
         case AF_INET:
-            return withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) } }
+            port = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                    _ = inet_ntop(AF_INET, &$0.pointee.sin_addr, &text, socklen_t(text.count))
+                    return UInt16(bigEndian: $0.pointee.sin_port)
+                }
+            }
         case AF_INET6:
-            return withUnsafePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) } }
+            port = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    _ = inet_ntop(AF_INET6, &$0.pointee.sin6_addr, &text, socklen_t(text.count))
+                    return UInt16(bigEndian: $0.pointee.sin6_port)
+                }
+            }
         default:
             return nil
         }
+        return Self.end(String(cString: text), port)
     }
+
+    /// One end as `Ends` holds it.
+    static func end(_ address: String, _ port: Int) -> String { "\(address) \(port)" }
+    private static func end(_ address: String, _ port: UInt16) -> String { end(address, Int(port)) }
 }
 
 /// libcurl's open-socket callback: the socket it would open itself (close-on-exec:

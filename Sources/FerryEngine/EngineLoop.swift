@@ -29,6 +29,8 @@ final class EngineLoop {
     /// Every connection's socket (kept until after `curl_multi_cleanup`, which closes
     /// the last through it).
     private let sockets = ConnectionSockets()
+    /// The TLS handshake's ALPN choice can be read for a handle (OpenSSL).
+    private let alpnReadable = ferry_alpn_probe_works() != 0
     /// Opening part files, fdatasync and prefix hashing: slow disk work kept off the engine thread.
     let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
@@ -197,28 +199,45 @@ final class EngineLoop {
     /// one instead of using it again, save those of the requests still in the multi:
     /// the core stopped the attempts that start over before it asked, and what goes on
     /// is a request it will not send twice (a POST awaiting its answer) or one that
-    /// would start over (a download it cannot continue). Those are condemned: each is
-    /// shut down once no request uses it (`remove`), and while one that may be shared
-    /// (HTTP/2) is in use, no new request goes on it as a stream (`add`). libcurl's DNS
-    /// cache is kept (its entries last a minute).
+    /// would start over (an upload, a download it cannot continue). Those are
+    /// condemned: libcurl closes each as its request ends (`CURLOPT_FORBID_REUSE`, set
+    /// now: put back in its cache, it could be taken by a handle in the same
+    /// `curl_multi_perform` before `remove` sees it free), `remove` shuts down any left
+    /// unused, and while one that may be shared (HTTP/2) is in use, no new request goes
+    /// on it as a stream (`add`). libcurl's DNS cache is kept (its entries last a
+    /// minute).
     private func forgetConnections() {
+        for easy in handleOwners.keys { _ = ferry_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1) }
         let count = sockets.shutDown(sparing: connectionsInUse())
         logger.info("the network moved: \(count) of \(sockets.count) connections shut down, \(handleOwners.count) requests going on")
     }
 
-    /// The connections of the handles in the multi, by their ends' ports (libcurl says
-    /// which socket a handle uses only once it is done), with whether each may carry
-    /// other requests as streams: unless its answer came over HTTP/1.x.
+    /// The connections of the handles in the multi, by their ends (libcurl says which
+    /// socket a handle uses only once it is done), with whether each may carry other
+    /// requests as streams: HTTP/2 as its TLS handshake chose (ALPN), or, where that
+    /// cannot be read, unless its answer came over HTTP/1.x. Plain http is never
+    /// multiplexed (see `EasyHandleSetup.common`).
     private func connectionsInUse() -> [ConnectionSockets.Ends: Bool] {
         var ends: [ConnectionSockets.Ends: Bool] = [:]
         for easy in handleOwners.keys {
             var local = 0, peer = 0, version = 0
+            var localIP: UnsafeMutablePointer<CChar>?, peerIP: UnsafeMutablePointer<CChar>?
             guard ferry_easy_getinfo_long(easy, CURLINFO_LOCAL_PORT, &local) == CURLE_OK, local > 0,
-                  ferry_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &peer) == CURLE_OK, peer > 0 else { continue }
-            let knownHTTP1 = ferry_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK
-                && version > 0 && version < CURL_HTTP_VERSION_2_0
-            let key = ConnectionSockets.Ends(local: UInt16(clamping: local), peer: UInt16(clamping: peer))
-            ends[key] = (ends[key] ?? false) || !knownHTTP1
+                  ferry_easy_getinfo_long(easy, CURLINFO_PRIMARY_PORT, &peer) == CURLE_OK, peer > 0,
+                  ferry_easy_getinfo_string(easy, CURLINFO_LOCAL_IP, &localIP) == CURLE_OK, let localIP,
+                  ferry_easy_getinfo_string(easy, CURLINFO_PRIMARY_IP, &peerIP) == CURLE_OK, let peerIP else { continue }
+            let shared: Bool
+            if !EasyHandleSetup.effectiveURL(easy, fallback: "https:").lowercased().hasPrefix("https:") {
+                shared = false
+            } else if alpnReadable {
+                shared = ferry_connection_negotiated_h2(easy) != 0
+            } else {
+                shared = !(ferry_easy_getinfo_long(easy, CURLINFO_HTTP_VERSION, &version) == CURLE_OK
+                           && version > 0 && version < CURL_HTTP_VERSION_2_0)
+            }
+            let key = ConnectionSockets.Ends(local: ConnectionSockets.end(String(cString: localIP), local),
+                                             peer: ConnectionSockets.end(String(cString: peerIP), peer))
+            ends[key] = (ends[key] ?? false) || shared
         }
         return ends
     }

@@ -232,7 +232,7 @@ final class NetworkStateTests: XCTestCase {
         let s = try frugalSession(h)
         let sent = try h.upload(s, method: "POST")
         let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
-        let put = try h.upload(s, "https://example.com/up/put.bin", method: "PUT")
+        let put = try h.upload(s, "https://uploads.example.net/put.bin", method: "PUT")
         XCTAssertEqual([sent, sending, put].map { h.state($0) }, [.running, .running, .running])
         h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
                .progress(sending, bytesWritten: 400, totalOnDisk: 400, expected: 1000),
@@ -518,8 +518,9 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.engine.startedIDs, [t, t])
     }
 
-    /// A POST whose body is out goes on (sent again, the server could act twice); one
-    /// that has sent nothing yet starts over. Back online after offline, nothing runs on
+    /// A POST whose body is out goes on (sent again, the server could act twice), and
+    /// so does one sending its body (it would start over); one that has sent nothing
+    /// yet starts over. Back online after offline, nothing runs on
     /// an old connection: the engine forgets them before the waiting transfers start.
     func testAPOSTAwaitingItsAnswerGoesOnAcrossAMoveAndComingBackOnlineForgetsConnections() throws {
         let h = CoreHarness()
@@ -527,13 +528,16 @@ final class NetworkStateTests: XCTestCase {
         let s = try h.openSession()
         let sent = try h.upload(s, method: "POST")
         let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
-        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000))
+        let half = try h.upload(s, "https://example.com/up/half.bin", method: "POST")
+        h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
+               .progress(half, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
         setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
         XCTAssertEqual(h.engine.stopped, [sending])
         XCTAssertEqual(h.state(sent), .running)
+        XCTAssertEqual(h.state(half), .running, "half sent: stopped, it would send it all again")
         XCTAssertEqual(h.engine.connectionsForgotten, [1])
         h.send(.completed(sending, .stopped(bytesOnDisk: 0)))
-        XCTAssertEqual(h.engine.startedIDs, [sent, sending, sending])
+        XCTAssertEqual(h.engine.startedIDs, [sent, sending, half, sending])
         h.send(.response(sent, EngineResponse(status: 201, expectedTotal: 2, effectiveURL: "https://example.com/up/form.bin")),
                .completed(sent, .succeeded(bytesOnDisk: 1000, sha256: nil)))
         XCTAssertEqual(h.snapshot(sent)?.attempts, 1, "sent once")
@@ -542,7 +546,7 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(reason(h, sending), "offline")
         h.send(.completed(sending, .stopped(bytesOnDisk: 0)))
         setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
-        XCTAssertEqual(h.engine.connectionsForgotten, [1, 2], "forgotten again")
+        XCTAssertEqual(h.engine.connectionsForgotten, [1, 3], "forgotten again (after the offline stops)")
         XCTAssertEqual(h.engine.calls.suffix(2), ["forget", "start \(sending)"], "before the start")
         XCTAssertEqual(h.state(sending), .running)
     }
@@ -568,7 +572,7 @@ final class NetworkStateTests: XCTestCase {
         h2.multiplexed = true
         let shared = try download("c", h2)
         let resumable = try download("d", EngineResponse(status: 200, etag: "\"v1\"", expectedTotal: 100, acceptsRanges: true, effectiveURL: url))
-        let put = try h.upload(s, "https://example.com/up/put.bin", method: "PUT")
+        let put = try h.upload(s, "https://uploads.example.net/put.bin", method: "PUT")
         h.send(.progress(put, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
         let unstarted = try h.upload(s, "https://example.com/up/other.bin", method: "PUT")
         XCTAssertEqual([noValidator, noRanges, shared, resumable, put, unstarted].map { h.state($0) }, Array(repeating: .running, count: 6))
@@ -580,6 +584,16 @@ final class NetworkStateTests: XCTestCase {
         h.succeed(noValidator)
         XCTAssertEqual(h.state(noValidator), .completed)
         XCTAssertEqual(h.snapshot(noValidator)?.attempts, 1)
+
+        // Continued from its part file, the download gets the whole file again (the
+        // server no longer takes ranges): from then on a stop would lose all it has.
+        h.send(.completed(resumable, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.engine.lastRequest(resumable)?.offset, 6)
+        h.send(.response(resumable, EngineResponse(status: 200, etag: "\"v2\"", expectedTotal: 100, effectiveURL: url)),
+               .progress(resumable, bytesWritten: 3, totalOnDisk: 3, expected: 100))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/3")
+        XCTAssertEqual(h.engine.stopped, [shared, resumable, unstarted], "it runs on")
+        XCTAssertEqual(h.state(resumable), .running)
     }
 
     /// A download whose data is all in (its file being flushed and checked) needs the

@@ -27,7 +27,6 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     private var _limits: [(id: TransferID, bps: UInt64)] = []
     private var _shutDown = false
     private var _failing: Set<String> = []
-    private var _forgets: [Int] = []
     private var _calls: [String] = []
 
     /// Plays an engine that tells of unanswered streams (`TransferEngine.reportsUnansweredStreams`).
@@ -81,17 +80,21 @@ public final class FakeEngine: TransferEngine, @unchecked Sendable {
     public func shutdown() { lock.withLock { _shutDown = true } }
 
     public func forgetConnections() {
-        lock.withLock {
-            _forgets.append(_stopped.count)
-            _calls.append("forget")
-        }
+        lock.withLock { _calls.append("forget") }
     }
 
     /// Starts, stops and forgets, in the order the core asked: "start 3", "stop 3", "forget".
     public var calls: [String] { lock.withLock { _calls } }
 
     /// Each `forgetConnections`, as the number of stops asked for before it.
-    public var connectionsForgotten: [Int] { lock.withLock { _forgets } }
+    public var connectionsForgotten: [Int] {
+        var stops = 0
+        var forgets: [Int] = []
+        for call in calls {
+            if call.hasPrefix("stop ") { stops += 1 } else if call == "forget" { forgets.append(stops) }
+        }
+        return forgets
+    }
 
     public var started: [EngineRequest] { lock.withLock { _started } }
     public var stopped: [TransferID] { lock.withLock { _stopped } }

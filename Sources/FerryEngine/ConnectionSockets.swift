@@ -107,12 +107,11 @@ final class ConnectionSockets {
         default:
             return nil
         }
-        return Self.end(String(cString: text), port)
+        return end(String(cString: text), Int(port))
     }
 
     /// One end as `Ends` holds it.
     static func end(_ address: String, _ port: Int) -> String { "\(address) \(port)" }
-    private static func end(_ address: String, _ port: UInt16) -> String { end(address, Int(port)) }
 }
 
 /// libcurl's open-socket callback: the socket it would open itself (close-on-exec:

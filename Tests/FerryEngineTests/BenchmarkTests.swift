@@ -33,7 +33,7 @@ final class BenchmarkTests: XCTestCase {
         for _ in 0..<mib { handle.write(block) }
         try handle.close()
 
-        let port = try Self.freePort()
+        let port = try TestNginx.freePort()
         let nginx = try Self.startNginx(in: dir, port: port)
         defer { nginx.terminate(); nginx.waitUntilExit() }
         let url = "http://127.0.0.1:\(port)/big.bin"
@@ -90,13 +90,6 @@ final class BenchmarkTests: XCTestCase {
         getrusage(who, &usage)
         return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
             + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
-    }
-
-    private static func freePort() throws -> Int {
-        let probe = TestHTTPServer()
-        try probe.start()
-        defer { probe.stop() }
-        return probe.port
     }
 
     private static func startNginx(in dir: URL, port: Int) throws -> Process {

@@ -10,7 +10,9 @@ import Dispatch
 /// A running transfer that has to wait is stopped at a resumable point (its `.part`
 /// file stays and the next attempt continues from it). These waits are no failures:
 /// they spend no retry and add no attempt. Waits for a time (`start-after`, `retry`)
-/// run their course first; the transfer is judged when it is queued again.
+/// run their course first; the transfer is judged when it is queued again. (Except
+/// retry waits after a failure of the network, which end when the network moves or
+/// comes back: `retryNetworkFailuresNow`.)
 ///
 /// The rule is applied to every live transfer when the network changes, to a session's
 /// transfers when its configuration changes, and to each transfer as it becomes queued
@@ -46,6 +48,11 @@ extension TransferCoordinator {
             }
             applyNetworkPolicy(to: transfers.keys.sorted())
             if signedIn { retrySignInWaits() }
+            if moved {
+                retryNetworkFailuresNow("the network moved")
+            } else if cameOnline {
+                retryNetworkFailuresNow("back online")
+            }
         }
     }
 

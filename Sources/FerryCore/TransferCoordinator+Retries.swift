@@ -144,6 +144,33 @@ extension TransferCoordinator {
         }
     }
 
+    // MARK: - A network that changed
+
+    /// The machine moved to another network, or came back online: transfers waiting to
+    /// try again after a failure of the network (`Network`, `Timeout`: a connection
+    /// refused, reset or unanswered, a name not found), most likely the old network's
+    /// doing (a VPN gone, a dead access point), go again now rather than wait out
+    /// their backoff, up to five minutes. The retry they wait for is already counted:
+    /// going early spends none more. Not a wait the server asked for (an HTTP failure,
+    /// `Retry-After`): the server's state did not change with the network. Once per
+    /// such change, looking at every transfer as the network policy does then.
+    func retryNetworkFailuresNow(_ why: String) {
+        let due = transfers.values.filter { t in
+            t.state == .waiting && t.life.waitingReason == .retry && t.retryAfter == nil
+                && (t.snapshot.errorName == Self.networkErrorName || t.snapshot.errorName == Self.timeoutErrorName)
+                && !dedupe.isFollower(t.id)
+        }
+        for t in due.sorted(by: { $0.id < $1.id }) {
+            logger.info("transfer \(t.id): \(why); trying again now rather than after its wait")
+            t.life.requeue()
+            settle(t)
+            publishChanged(t)
+        }
+    }
+
+    private static let networkErrorName = CoreError.network("").name
+    private static let timeoutErrorName = CoreError.timeout("").name
+
     // MARK: - Resource timeout
 
     /// A retry due at `due` would come after the resource-timeout: the transfer fails

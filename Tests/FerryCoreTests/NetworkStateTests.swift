@@ -610,5 +610,75 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.state(t), .completed)
         XCTAssertEqual(h.snapshot(t)?.attempts, 1)
     }
-}
 
+    // MARK: - Retry waits after a failure of the network
+
+    /// Failures on the old network (a VPN gone: connections refused, left unanswered)
+    /// wait out a backoff of a minute here. After a move they go again at once, on new
+    /// connections (after the forget), spending no retry more than the one each waited
+    /// for; a 503's wait (the server's state, not the network's) runs its course.
+    func testAMoveTriesAgainAtOnceTransfersWaitingAfterAFailureOfTheNetwork() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let s = try h.openSession { $0.retries = 1 }
+        let refused = try running(h, s)
+        h.fail(refused, .network("Connection refused by example.com:443"), bytes: 6)
+        let unanswered = try h.download(s, "https://example.com/other.bin")
+        h.fail(unanswered, .timeout("No data from example.com:443 for 60 seconds"))
+        let busy = try h.download(s, "https://example.com/busy.bin")
+        h.send(.response(busy, EngineResponse(status: 503, effectiveURL: "https://example.com/busy.bin")))
+        h.fail(busy, .http(status: 503, "HTTP 503 Service Unavailable"))
+        for t in [refused, unanswered, busy] {
+            XCTAssertEqual(h.state(t), .waiting)
+            XCTAssertEqual(reason(h, t), "retry")
+        }
+        let busyDue = h.snapshot(busy)?.nextAttempt
+
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        XCTAssertEqual(h.state(refused), .running, "tried again at once")
+        XCTAssertEqual(h.state(unanswered), .running)
+        XCTAssertEqual(h.engine.calls.suffix(3), ["forget", "start \(refused)", "start \(unanswered)"], "on new connections")
+        XCTAssertEqual(h.engine.lastRequest(refused)?.offset, 6, "continues from the part file")
+        XCTAssertEqual(h.state(busy), .waiting, "the server's wait runs its course")
+        XCTAssertEqual(h.snapshot(busy)?.nextAttempt, busyDue)
+
+        // The retry each waited for was its only one: failing again, it fails.
+        h.fail(refused, .network("Connection refused by example.com:443"), bytes: 6)
+        XCTAssertEqual(h.state(refused), .failed)
+        h.succeed(unanswered)
+        XCTAssertEqual(h.state(unanswered), .completed)
+        XCTAssertEqual(h.snapshot(unanswered)?.attempts, 2)
+        h.advanceAndWake(seconds: 61)
+        XCTAssertEqual(h.state(busy), .running, "after its wait")
+    }
+
+    /// Back from `offline` (asleep, the cable out), a transfer that failed on the
+    /// network before goes again at once; the same network named again, or becoming
+    /// metered, tries nothing early. The requeued transfer is judged as any other: on a
+    /// metered network, one of a session that does not allow it waits for that.
+    func testComingBackOnlineTriesAgainAtOnceAndOnlyThen() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let s = try h.openSession { $0.retries = 2 }
+        let t = try running(h, s)
+        h.fail(t, .network("The connection to example.com:443 was reset"), bytes: 6)
+        let frugal = try h.download(try frugalSession(h), "https://example.com/frugal.bin")
+        h.fail(frugal, .network("Could not resolve host example.com"))
+        XCTAssertEqual(reason(h, t), "retry")
+        XCTAssertEqual(reason(h, frugal), "retry")
+
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.state(frugal), .waiting)
+        XCTAssertEqual(h.engine.startedIDs, [t, frugal])
+
+        h.sync { $0.setNetworkState(metered: true, online: false, route: nil) }
+        XCTAssertEqual(reason(h, t), "retry", "a wait for a time is left alone offline")
+        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        XCTAssertEqual(h.state(t), .running, "back online: tried again at once")
+        XCTAssertEqual(h.state(frugal), .waiting)
+        XCTAssertEqual(reason(h, frugal), "metered", "judged as any queued transfer")
+        XCTAssertEqual(h.engine.startedIDs, [t, frugal, t])
+    }
+}

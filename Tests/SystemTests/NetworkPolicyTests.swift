@@ -162,6 +162,39 @@ final class NetworkPolicyTests: SystemTestCase {
         XCTAssertEqual(logCount("the network moved; starting over on a new connection"), 1)
     }
 
+    /// A VPN goes down under a download: its connection is cut, and it waits to try
+    /// again after a backoff of minutes (retry base 5 minutes here). When NetworkManager
+    /// names another primary connection, it goes again at once and completes, on its
+    /// one retry; a download waiting after the server's 503 keeps waiting (the server's
+    /// state did not change with the network).
+    func testAMoveTriesAgainAtOnceADownloadThatFailedOnTheOldNetwork() async throws {
+        try await startNetworkManager()
+        try await startFerryd(extraEnvironment: ["FERRY_RETRY_BASE_MS": "300000"])
+        let s = try await client.openSession("com.example.Laptop", configuration: ["retries": .uint32(1)])
+        let body = serve("/cut.bin", size: 80_000)
+        server.set(.dropAfter(bytes: 0, times: 1), on: "/cut.bin")
+        _ = serve("/busy.bin", size: 10_000, seed: 5)
+        server.set(.failFirst(1, status: 503), on: "/busy.bin")
+        let t = try await download(s, "/cut.bin")
+        let busy = try await download(s, "/busy.bin")
+        try await waitFor(t, "waiting", reason: "retry")
+        try await waitFor(busy, "waiting", reason: "retry")
+        let waiting = try await t.info()
+        XCTAssertEqual(waiting.errorName, "org.ferry.Ferry1.Error.Network")
+
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "")
+        XCTAssertEqual(info.attempts, 2)
+        assertFile(work + "/cut.bin", equals: body)
+        let busyInfo = try await busy.info()
+        XCTAssertEqual(busyInfo.state, "waiting", "the server's wait runs its course")
+        XCTAssertEqual(busyInfo.waitingReason, "retry")
+        XCTAssertEqual(server.requests(for: "/busy.bin").count, 1)
+        XCTAssertEqual(logCount("the network moved; trying again now rather than after its wait"), 1)
+    }
+
     /// Over HTTP/2 (nginx over TLS, its test CA trusted): downloads share a connection
     /// as streams, and it stays open, idle, for the next. After a move the next
     /// downloads go on a new connection, not on that one (on a real network it may be

@@ -48,10 +48,10 @@ extension TransferCoordinator {
             }
             applyNetworkPolicy(to: transfers.keys.sorted())
             if signedIn { retrySignInWaits() }
-            if moved {
-                retryNetworkFailuresNow("the network moved")
-            } else if cameOnline {
-                retryNetworkFailuresNow("back online")
+            // Not onto a network that wants a sign-in: they would fail on its page (its
+            // certificate a final `Tls`); they go once it is done.
+            if online && !portal && (moved || cameOnline || signedIn) {
+                retryNetworkFailuresNow(moved ? "the network moved" : cameOnline ? "back online" : "signed in")
             }
         }
     }

@@ -146,17 +146,18 @@ extension TransferCoordinator {
 
     // MARK: - A network that changed
 
-    /// The machine moved to another network, or came back online: transfers waiting to
-    /// try again after a failure of the network (`Network`, `Timeout`: a connection
-    /// refused, reset or unanswered, a name not found), most likely the old network's
-    /// doing (a VPN gone, a dead access point), go again now rather than wait out
-    /// their backoff, up to five minutes. The retry they wait for is already counted:
-    /// going early spends none more. Not a wait the server asked for (an HTTP failure,
-    /// `Retry-After`): the server's state did not change with the network. Once per
-    /// such change, looking at every transfer as the network policy does then.
+    /// The machine moved to another network, came back online, or signed in to the
+    /// network's page: transfers waiting to try again after a failure of the network
+    /// (`Network`, `Timeout`: a connection refused, reset or unanswered, a name not
+    /// found), most likely the old network's doing (a VPN gone, a dead access point),
+    /// go again now rather than wait out their backoff, up to five minutes. The retry
+    /// they wait for is already counted: going early spends none more. Not a wait the
+    /// server asked for (an error status, `Retry-After`, even with its answer cut
+    /// after): the server's state did not change with the network. Once per such
+    /// change, looking at every transfer as the network policy does then.
     func retryNetworkFailuresNow(_ why: String) {
         let due = transfers.values.filter { t in
-            t.state == .waiting && t.life.waitingReason == .retry && t.retryAfter == nil
+            t.state == .waiting && t.life.waitingReason == .retry && t.failedResponseStatus == nil
                 && (t.snapshot.errorName == Self.networkErrorName || t.snapshot.errorName == Self.timeoutErrorName)
                 && !dedupe.isFollower(t.id)
         }

@@ -628,7 +628,12 @@ final class NetworkStateTests: XCTestCase {
         let busy = try h.download(s, "https://example.com/busy.bin")
         h.send(.response(busy, EngineResponse(status: 503, effectiveURL: "https://example.com/busy.bin")))
         h.fail(busy, .http(status: 503, "HTTP 503 Service Unavailable"))
-        for t in [refused, unanswered, busy] {
+        // A 503 whose answer was cut: the server's wait all the same.
+        let cutAnswer = try h.download(s, "https://example.com/cut.bin")
+        h.send(.response(cutAnswer, EngineResponse(status: 503, effectiveURL: "https://example.com/cut.bin")))
+        h.fail(cutAnswer, .network("The connection to example.com:443 closed after 10 of 100 bytes"))
+        XCTAssertEqual(h.snapshot(cutAnswer)?.errorName, "org.ferry.Ferry1.Error.Network")
+        for t in [refused, unanswered, busy, cutAnswer] {
             XCTAssertEqual(h.state(t), .waiting)
             XCTAssertEqual(reason(h, t), "retry")
         }
@@ -641,6 +646,7 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.engine.lastRequest(refused)?.offset, 6, "continues from the part file")
         XCTAssertEqual(h.state(busy), .waiting, "the server's wait runs its course")
         XCTAssertEqual(h.snapshot(busy)?.nextAttempt, busyDue)
+        XCTAssertEqual(h.state(cutAnswer), .waiting)
 
         // The retry each waited for was its only one: failing again, it fails.
         h.fail(refused, .network("Connection refused by example.com:443"), bytes: 6)
@@ -650,12 +656,13 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.snapshot(unanswered)?.attempts, 2)
         h.advanceAndWake(seconds: 61)
         XCTAssertEqual(h.state(busy), .running, "after its wait")
+        XCTAssertEqual(h.state(cutAnswer), .running)
     }
 
     /// Back from `offline` (asleep, the cable out), a transfer that failed on the
-    /// network before goes again at once; the same network named again, or becoming
-    /// metered, tries nothing early. The requeued transfer is judged as any other: on a
-    /// metered network, one of a session that does not allow it waits for that.
+    /// network before goes again at once; the network becoming metered tries nothing
+    /// early. The requeued transfer is judged as any other: on a metered network, one
+    /// of a session that does not allow it waits for that.
     func testComingBackOnlineTriesAgainAtOnceAndOnlyThen() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
         setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
@@ -667,7 +674,6 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(reason(h, t), "retry")
         XCTAssertEqual(reason(h, frugal), "retry")
 
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
         h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.state(frugal), .waiting)
@@ -680,5 +686,22 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.state(frugal), .waiting)
         XCTAssertEqual(reason(h, frugal), "metered", "judged as any queued transfer")
         XCTAssertEqual(h.engine.startedIDs, [t, frugal, t])
+    }
+
+    /// A move onto a network that wants a sign-in (hotel Wi-Fi) tries nothing early:
+    /// the page would answer in the server's place (its certificate, a final `Tls`).
+    /// Once signed in, the transfer goes at once.
+    func testAMoveOntoASignInPageWaitsForTheSignInBeforeTryingAgain() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        let t = try running(h, try h.openSession { $0.retries = 2 })
+        h.fail(t, .network("Connection refused by example.com:443"), bytes: 6)
+        let due = h.snapshot(t)?.nextAttempt
+        h.sync { $0.setNetworkState(metered: false, online: true, portal: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/2") }
+        XCTAssertEqual(h.state(t), .waiting)
+        XCTAssertEqual(h.snapshot(t)?.nextAttempt, due)
+        h.sync { $0.setNetworkState(metered: false, online: true, portal: false, route: "/org/freedesktop/NetworkManager/ActiveConnection/2") }
+        XCTAssertEqual(h.state(t), .running, "signed in: tried again at once")
+        XCTAssertEqual(h.engine.startedIDs, [t, t])
     }
 }

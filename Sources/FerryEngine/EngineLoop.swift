@@ -31,6 +31,9 @@ final class EngineLoop {
     private let sockets = ConnectionSockets()
     /// The TLS handshake's ALPN choice can be read for a handle (OpenSSL).
     private let alpnReadable = ferry_alpn_probe_works() != 0
+    /// When the connections were last forgotten (monotonic ns), nil before: names looked
+    /// up before then are looked up again (`dnsCacheTimeout`).
+    private var forgotAt: UInt64?
     /// Opening part files, fdatasync and prefix hashing: slow disk work kept off the engine thread.
     let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
@@ -204,9 +207,10 @@ final class EngineLoop {
     /// now: put back in its cache, it could be taken by a handle in the same
     /// `curl_multi_perform` before `remove` sees it free), `remove` shuts down any left
     /// unused, and while one that may be shared (HTTP/2) is in use, no new request goes
-    /// on it as a stream (`add`). libcurl's DNS cache is kept (its entries last a
-    /// minute).
+    /// on it as a stream (`add`). The names looked up before are looked up again
+    /// (`dnsCacheTimeout`): behind a VPN with its own DNS a name may lead elsewhere.
     private func forgetConnections() {
+        forgotAt = monotonicNanoseconds()
         for easy in handleOwners.keys { _ = ferry_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1) }
         let count = sockets.shutDown(sparing: connectionsInUse())
         logger.info("the network moved: \(count) of \(sockets.count) connections shut down, \(handleOwners.count) requests going on")
@@ -265,10 +269,23 @@ extension EngineLoop {
         // While a connection of the network left that may be shared is in use, a request
         // of the new one opens its own rather than go on it as a stream.
         _ = ferry_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, sockets.hasCondemnedShared ? 1 : 0)
+        _ = ferry_easy_setopt_long(easy, CURLOPT_DNS_CACHE_TIMEOUT, dnsCacheTimeout())
         let rc = curl_multi_add_handle(multi, easy)
         if rc == CURLM_OK { handleOwners[easy] = owner }
         return rc
     }
+
+    /// How long (s) a name libcurl looked up may be used again: its default minute, but
+    /// less than the time since the connections were last forgotten (a move to another
+    /// network, back online), so that a name looked up on the old network is looked up
+    /// again (libcurl has no call that empties its DNS cache; an entry is stale for a
+    /// handle once its age reaches the handle's timeout, and 0 looks every name up).
+    private func dnsCacheTimeout() -> Int {
+        guard let forgotAt else { return Self.dnsCacheSeconds }
+        return min(Self.dnsCacheSeconds, Int((monotonicNanoseconds() &- forgotAt) / 1_000_000_000))
+    }
+
+    private static let dnsCacheSeconds = 60
 
     /// Takes a handle out of the multi (if it is in); the owner then cleans it up.
     func remove(_ easy: UnsafeMutableRawPointer, owner: AnyObject) {

@@ -81,8 +81,9 @@ public final class TestHTTPServer: @unchecked Sendable {
         requests.filter { $0.path == path }
     }
 
-    /// Binds 127.0.0.1 on an ephemeral port and starts serving.
-    public func start() throws {
+    /// Binds `host` (127.0.0.1; any 127.x.y.z is loopback too) on `port` (0: an
+    /// ephemeral one) and starts serving.
+    public func start(host: String = "127.0.0.1", port: Int = 0) throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
@@ -97,7 +98,7 @@ public final class TestHTTPServer: @unchecked Sendable {
             }
         let channel: Channel
         do {
-            channel = try bootstrap.bind(host: "127.0.0.1", port: 0).wait()
+            channel = try bootstrap.bind(host: host, port: port).wait()
         } catch {
             try? group.syncShutdownGracefully()
             throw error

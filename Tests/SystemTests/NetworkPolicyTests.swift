@@ -239,6 +239,48 @@ final class NetworkPolicyTests: SystemTestCase {
         XCTAssertTrue(before.isDisjoint(with: after), "went on a connection made before the move: \(before) then \(after)")
     }
 
+    /// A VPN comes up with its own DNS: after the move the server's name leads to
+    /// another address. ferryd runs under bubblewrap with an /etc/hosts of its own,
+    /// which names 127.0.0.1 for the server, then 127.0.0.2 (a second server on the
+    /// same port). The download after the move goes to the new address, not to the one
+    /// looked up before it (libcurl keeps names a minute, and a request to the old
+    /// address would succeed too).
+    func testAfterAMoveNamesAreLookedUpAgain() async throws {
+        guard let bwrap = findExecutable("bwrap") else { throw XCTSkip("bwrap is needed (Debian package bubblewrap)") }
+        let hosts = work + "/hosts"
+        try Data("127.0.0.1 files.example.test\n".utf8).write(to: URL(fileURLWithPath: hosts))
+        let vpn = TestHTTPServer()
+        try vpn.start(host: "127.0.0.2", port: server.port)
+        defer { vpn.stop() }
+        try await startNetworkManager()
+        try await startFerryd(wrapper: [bwrap, "--dev-bind", "/", "/", "--bind", hosts, "/etc/hosts", "--die-with-parent", "--"])
+        let s = try await client.openSession("com.example.Roaming")
+        func fetch(_ name: String) async throws -> TransferInfo {
+            try await finish(try await s.download("http://files.example.test:\(server.port)/\(name)",
+                                                  options: ["destination": .string(work + "/\(name)")]))
+        }
+        let first = serve("/first.bin", size: 20_000, seed: 6)
+        let firstInfo = try await fetch("first.bin")
+        XCTAssertEqual(firstInfo.state, "completed", firstInfo.errorMessage)
+        assertFile(work + "/first.bin", equals: first)
+
+        let second = TestData.bytes(count: 30_000, seed: 7)
+        server.add(path: "/second.bin", body: second)
+        vpn.add(path: "/second.bin", body: second)
+        // Rewritten in place: the bind mount shows the same file.
+        let file = try XCTUnwrap(FileHandle(forWritingAtPath: hosts))
+        try file.truncate(atOffset: 0)
+        try file.write(contentsOf: Data("127.0.0.2 files.example.test\n".utf8))
+        try file.close()
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        try await waitForLog("network: moved from")
+        let secondInfo = try await fetch("second.bin")
+        XCTAssertEqual(secondInfo.state, "completed", secondInfo.errorMessage)
+        assertFile(work + "/second.bin", equals: second)
+        XCTAssertEqual(vpn.requests(for: "/second.bin").count, 1, "the name was looked up again")
+        XCTAssertEqual(server.requests(for: "/second.bin").count, 0, "went to the address of before the move")
+    }
+
     func testLimitedConnectivityIsNotOffline() async throws {
         try await startNetworkManager()
         try await startFerryd()

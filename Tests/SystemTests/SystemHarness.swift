@@ -184,13 +184,14 @@ class SystemTestCase: FerrydTestCase {
 
     /// Starts ferryd on the private session bus, with the private system bus as its
     /// system bus (`systemBusAddress` overrides it), and waits until it owns its name.
-    func startFerryd(systemBusAddress: String? = nil, extraEnvironment: [String: String] = [:]) async throws {
+    /// `wrapper`: a command ferryd runs under (its arguments, then ferryd's).
+    func startFerryd(systemBusAddress: String? = nil, extraEnvironment: [String: String] = [:], wrapper: [String] = []) async throws {
         let env = temporaryHome.environment(base: sessionBus.environment(), setting: [
             "XDG_DOWNLOAD_DIR": work,
             "FERRY_RETRY_BASE_MS": "50",
             "DBUS_SYSTEM_BUS_ADDRESS": systemBusAddress ?? systemBus.address,
         ].merging(extraEnvironment) { _, extra in extra })
-        let p = try Ferryd.launch(ferrydPath, environment: env)
+        let p = try Ferryd.launch(ferrydPath, environment: env, wrapper: wrapper)
         ferryd = p
         client = try BusClient(address: sessionBus.address)
         try await Ferryd.waitForName(p, on: client.bus, timeout: 15)

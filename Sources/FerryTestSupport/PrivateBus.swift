@@ -24,6 +24,14 @@ public func waitUntil(timeout: TimeInterval = 10, interval: TimeInterval = 0.01,
     }
 }
 
+/// The processes `pid` started (from /proc), children first-level and below, each
+/// before its own.
+public func childProcesses(of pid: Int32) -> [Int32] {
+    let list = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+    let direct = list.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    return direct.flatMap { [$0] + childProcesses(of: $0) }
+}
+
 /// The path of an executable: `name` itself when it contains a slash, else the
 /// first match on `PATH`.
 public func findExecutable(_ name: String, path: String? = ProcessInfo.processInfo.environment["PATH"]) -> String? {

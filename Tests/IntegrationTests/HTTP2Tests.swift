@@ -205,7 +205,7 @@ final class HTTP2Tests: FerryTestCase {
             Set(sigs.filter { $0.member == "Progress" && paths.contains($0.path) }.map(\.path)).count == paths.count
         }
         guard let master = nginx?.pid else { return XCTFail("nginx is not running") }
-        let workers = SandboxedCallerTests.children(of: master)
+        let workers = childProcesses(of: master)
         XCTAssertFalse(workers.isEmpty, "nginx has a worker")
         for worker in workers { _ = Glibc.kill(worker, SIGKILL) }
 

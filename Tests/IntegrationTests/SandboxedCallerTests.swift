@@ -50,7 +50,7 @@ final class SandboxedCallerTests: FerryTestCase {
         cleanups.append {
             // The proxy first (bwrap does not pass SIGTERM on), then bwrap. Not
             // --die-with-parent: that follows the spawning thread, which is gone at once.
-            for child in Self.children(of: p.pid).reversed() { _ = Glibc.kill(child, SIGTERM) }
+            for child in childProcesses(of: p.pid).reversed() { _ = Glibc.kill(child, SIGTERM) }
             p.kill(SIGTERM)
             if p.waitForExit(timeout: 5) == nil { p.kill(SIGKILL); _ = p.waitForExit(timeout: 5) }
         }
@@ -69,13 +69,6 @@ final class SandboxedCallerTests: FerryTestCase {
                 try await Task.sleep(nanoseconds: 10_000_000)
             }
         }
-    }
-
-    /// The processes `pid` started (from /proc), children first-level and below.
-    static func children(of pid: Int32) -> [Int32] {
-        let list = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
-        let direct = list.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        return direct.flatMap { [$0] + children(of: $0) }
     }
 
     /// The app's own directory, `~/.var/app/APPID`.

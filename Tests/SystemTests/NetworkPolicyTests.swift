@@ -249,11 +249,20 @@ final class NetworkPolicyTests: SystemTestCase {
         guard let bwrap = findExecutable("bwrap") else { throw XCTSkip("bwrap is needed (Debian package bubblewrap)") }
         let hosts = work + "/hosts"
         try Data("127.0.0.1 files.example.test\n".utf8).write(to: URL(fileURLWithPath: hosts))
+        let sandbox = [bwrap, "--dev-bind", "/", "/", "--bind", hosts, "/etc/hosts", "--"]
+        let probe = try ChildProcess.run(sandbox[0], Array(sandbox.dropFirst()) + ["/bin/true"], timeout: 10)
+        guard probe.status == 0 else { throw XCTSkip("bwrap cannot make a mount namespace here: \(probe.stderr)") }
         let vpn = TestHTTPServer()
         try vpn.start(host: "127.0.0.2", port: server.port)
         defer { vpn.stop() }
         try await startNetworkManager()
-        try await startFerryd(wrapper: [bwrap, "--dev-bind", "/", "/", "--bind", hosts, "/etc/hosts", "--die-with-parent", "--"])
+        // Not --die-with-parent: that follows the thread that started bwrap, gone at once.
+        try await startFerryd(wrapper: sandbox)
+        let wrapped = try XCTUnwrap(ferryd)
+        addTeardownBlock {
+            // bwrap does not pass SIGTERM on: ferryd first, and bwrap ends with it.
+            for child in childProcesses(of: wrapped.pid).reversed() { _ = kill(child, SIGTERM) }
+        }
         let s = try await client.openSession("com.example.Roaming")
         func fetch(_ name: String) async throws -> TransferInfo {
             try await finish(try await s.download("http://files.example.test:\(server.port)/\(name)",

@@ -200,43 +200,98 @@ final class NetworkPolicyTests: SystemTestCase {
     /// downloads go on a new connection, not on that one (on a real network it may be
     /// dead, and every stream on it would stall).
     func testAfterAMoveHTTP2DownloadsTakeANewConnection() async throws {
+        let site = try await startHTTP2Site(["a0", "a1", "a2", "b0", "b1", "b2"])
+        defer { site.nginx.stop() }
+        let s = try await client.openSession("com.example.Roaming")
+        try await fetch(s, site, ["a0", "a1", "a2"])
+        XCTAssertEqual(Set(try TestNginx.accessLogLines(site.nginx.accessLog).map { $0[1] }), ["HTTP/2.0"])
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        try await waitForLog("network: moved from")
+        try await fetch(s, site, ["b0", "b1", "b2"])
+        let before = try nginxConnections(site, "/a"), after = try nginxConnections(site, "/b")
+        XCTAssertFalse(after.isEmpty)
+        XCTAssertTrue(before.isDisjoint(with: after), "went on a connection made before the move: \(before) then \(after)")
+    }
+
+    /// Over HTTP/2, a POST awaiting its answer when the machine moves goes on, on its
+    /// connection, and gets its answer, sent once. Meanwhile new downloads from the
+    /// same origin take a new connection rather than become streams of that one (of the
+    /// old network), and after it none goes on it. nginx holds the answer back by
+    /// passing the POST on to the test server, which holds it.
+    func testAcrossAMoveAnHTTP2POSTAwaitingItsAnswerKeepsItsConnectionToItself() async throws {
+        server.set(.acceptUploads(), on: "/form")
+        server.set(.holdAnswers, on: "/form")
+        let site = try await startHTTP2Site(["a0", "b0", "b1", "c0"],
+                                            serverDirectives: "location /form { proxy_pass http://127.0.0.1:\(server.port); }")
+        defer { site.nginx.stop() }
+        let s = try await client.openSession("com.example.Roaming")
+        try await fetch(s, site, ["a0"])
+        let content = TestData.bytes(count: 60_000, seed: 61)
+        let source = work + "/form.bin"
+        FileManager.default.createFile(atPath: source, contents: Data(content))
+        let post = try await s.upload(site.nginx.base + "/form", file: source, options: ["method": .string("POST")])
+        try await waitForBytes(post, atLeast: Int64(content.count))
+        XCTAssertTrue(waitUntil(timeout: 20) { self.server.isHoldingAnswer(for: "/form") }, "the POST reached the server, its answer held")
+
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        try await waitForLog("network: moved from")
+        try await fetch(s, site, ["b0", "b1"])
+        XCTAssertTrue(server.isHoldingAnswer(for: "/form"), "the POST still waits (else this says nothing)")
+        server.release("/form")
+        let info = try await finish(post)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.attempts, 1)
+        XCTAssertEqual(server.uploads(for: "/form").count, 1, "sent once")
+        XCTAssertEqual(server.uploads(for: "/form").first?.sha256, TestData.sha256Hex(content))
+        try await fetch(s, site, ["c0"])
+
+        let old = try nginxConnections(site, "/a"), form = try nginxConnections(site, "/form")
+        let meanwhile = try nginxConnections(site, "/b"), after = try nginxConnections(site, "/c")
+        XCTAssertEqual(form, old, "the POST went on the connection of before the move (else this says nothing)")
+        XCTAssertTrue(meanwhile.isDisjoint(with: form), "a download became a stream of the POST's connection: \(form) and \(meanwhile)")
+        XCTAssertTrue(after.isDisjoint(with: form), "a download went on the POST's connection after it: \(form) and \(after)")
+        XCTAssertEqual(logCount("a POST awaiting its answer goes on after the network moved"), 1)
+    }
+
+    /// nginx over TLS with HTTP/2 (its test CA trusted by ferryd, started here with
+    /// NetworkManager's mock) serving `names` as `/NAME.bin`, each 30,000 bytes.
+    private func startHTTP2Site(_ names: [String], serverDirectives: String = "") async throws -> HTTP2Site {
         let certificates = try TestCertificates(in: work + "/tls")
         let root = work + "/site"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         var bodies: [String: [UInt8]] = [:]
-        for (i, name) in ["a0", "a1", "a2", "b0", "b1", "b2"].enumerated() {
+        for (i, name) in names.enumerated() {
             bodies[name] = TestData.bytes(count: 30_000, seed: UInt64(40 + i))
             try Data(bodies[name]!).write(to: URL(fileURLWithPath: root + "/\(name).bin"))
         }
-        let nginx = try TestNginx(in: work + "/nginx", root: root, certificates: certificates)
-        defer { nginx.stop() }
+        let nginx = try TestNginx(in: work + "/nginx", root: root, certificates: certificates, serverDirectives: serverDirectives)
         extraLogs.append { nginx.log }
         try await startNetworkManager()
         try await startFerryd(extraEnvironment: ["CURL_CA_BUNDLE": certificates.authority])
-        let s = try await client.openSession("com.example.Roaming")
-        func fetch(_ names: [String]) async throws {
-            var transfers: [(String, FerryTransfer)] = []
-            for name in names {
-                transfers.append((name, try await s.download(nginx.base + "/\(name).bin", options: ["destination": .string(work + "/\(name).bin")])))
-            }
-            for (name, t) in transfers {
-                let info = try await finish(t)
-                XCTAssertEqual(info.state, "completed", info.errorMessage)
-                assertFile(work + "/\(name).bin", equals: bodies[name]!)
-            }
-        }
-        func connections(_ prefix: String) throws -> Set<Substring> {
-            Set(try TestNginx.accessLogLines(nginx.accessLog).filter { $0.count > 3 && $0[3].hasPrefix("/" + prefix) }.map { $0[0] })
-        }
+        return HTTP2Site(nginx: nginx, bodies: bodies)
+    }
 
-        try await fetch(["a0", "a1", "a2"])
-        XCTAssertEqual(Set(try TestNginx.accessLogLines(nginx.accessLog).map { $0[1] }), ["HTTP/2.0"])
-        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
-        try await waitForLog("network: moved from")
-        try await fetch(["b0", "b1", "b2"])
-        let before = try connections("a"), after = try connections("b")
-        XCTAssertFalse(after.isEmpty)
-        XCTAssertTrue(before.isDisjoint(with: after), "went on a connection made before the move: \(before) then \(after)")
+    private struct HTTP2Site {
+        let nginx: TestNginx
+        let bodies: [String: [UInt8]]
+    }
+
+    /// Downloads the site's `names` at once and checks each file.
+    private func fetch(_ s: BusSession, _ site: HTTP2Site, _ names: [String]) async throws {
+        var transfers: [(String, FerryTransfer)] = []
+        for name in names {
+            transfers.append((name, try await s.download(site.nginx.base + "/\(name).bin", options: ["destination": .string(work + "/\(name).bin")])))
+        }
+        for (name, t) in transfers {
+            let info = try await finish(t)
+            XCTAssertEqual(info.state, "completed", info.errorMessage)
+            assertFile(work + "/\(name).bin", equals: site.bodies[name]!)
+        }
+    }
+
+    /// nginx's connection serials of the requests whose path starts with `prefix`.
+    private func nginxConnections(_ site: HTTP2Site, _ prefix: String) throws -> Set<Substring> {
+        Set(try TestNginx.accessLogLines(site.nginx.accessLog).filter { $0.count > 3 && $0[3].hasPrefix(prefix) }.map { $0[0] })
     }
 
     /// A VPN comes up with its own DNS: after the move the server's name leads to

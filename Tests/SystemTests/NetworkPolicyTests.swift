@@ -145,11 +145,7 @@ final class NetworkPolicyTests: SystemTestCase {
         let other = try await finish(try await download(s, "/other.bin"))
         XCTAssertEqual(other.state, "completed", other.errorMessage)
 
-        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
-        let info = try await finish(t)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        XCTAssertEqual(info.errorName, "")
-        XCTAssertEqual(info.attempts, 2)
+        try await moveThenFinishOnASecondAttempt(t)
         assertFile(work + "/moving.bin", equals: body)
         assertFile(work + "/other.bin", equals: otherBody)
         XCTAssertEqual(server.requests(for: "/moving.bin").count, 2)
@@ -182,11 +178,7 @@ final class NetworkPolicyTests: SystemTestCase {
         let waiting = try await t.info()
         XCTAssertEqual(waiting.errorName, "org.ferry.Ferry1.Error.Network")
 
-        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
-        let info = try await finish(t)
-        XCTAssertEqual(info.state, "completed", info.errorMessage)
-        XCTAssertEqual(info.errorName, "")
-        XCTAssertEqual(info.attempts, 2)
+        try await moveThenFinishOnASecondAttempt(t)
         assertFile(work + "/cut.bin", equals: body)
         let busyInfo = try await busy.info()
         XCTAssertEqual(busyInfo.state, "waiting", "the server's wait runs its course")
@@ -251,6 +243,16 @@ final class NetworkPolicyTests: SystemTestCase {
         XCTAssertTrue(meanwhile.isDisjoint(with: form), "a download became a stream of the POST's connection: \(form) and \(meanwhile)")
         XCTAssertTrue(after.isDisjoint(with: form), "a download went on the POST's connection after it: \(form) and \(after)")
         XCTAssertEqual(logCount("a POST awaiting its answer goes on after the network moved"), 1)
+    }
+
+    /// NetworkManager names another primary connection; `t` then completes, with no
+    /// error left, on its second attempt.
+    private func moveThenFinishOnASecondAttempt(_ t: FerryTransfer) async throws {
+        try await setNetworkManagerProperty("PrimaryConnection", .objectPath(Self.activeConnection(2)))
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "")
+        XCTAssertEqual(info.attempts, 2)
     }
 
     /// nginx over TLS with HTTP/2 (its test CA trusted by ferryd, started here with

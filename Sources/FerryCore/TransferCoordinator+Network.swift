@@ -70,28 +70,45 @@ extension TransferCoordinator {
     /// go on it as streams). Those run on, on their own connections, which the engine
     /// keeps for them alone. Not one whose data is all in.
     /// Looks at the running transfers only, once per move.
-    func networkMoved() {
+    /// `why`: what happened, for the log ("the network moved").
+    func networkMoved(_ why: String = "the network moved") {
         for id in index.running.sorted() {
             // Not one whose attempt has ended or whose data is all in (being flushed,
             // checked, copied to its descriptor): it needs the network no more.
             guard let t = transfers[id], t.state == .running, !t.stopInFlight, !dedupe.isFollower(id),
                   !t.life.isFollowing, t.life.attempt?.ended != true, !t.connectionsFreed else { continue }
             if t.isPOSTAwaitingItsAnswer {
-                logger.info("transfer \(t.id): a POST awaiting its answer goes on after the network moved")
+                logger.info("transfer \(t.id): a POST awaiting its answer goes on after \(why)")
                 continue
             }
             if t.wouldStartOverIfStopped, !t.onSharedConnection {
                 // If its connection still works (the old network is still up, a VPN that
                 // lets it through), it finishes there; if not, it stalls and is retried,
                 // as before the move, without having lost more.
-                logger.info("transfer \(t.id): goes on after the network moved (stopped, it would start over)")
+                logger.info("transfer \(t.id): goes on after \(why) (stopped, it would start over)")
                 continue
             }
-            logger.info("transfer \(t.id): the network moved; starting over on a new connection")
+            logger.info("transfer \(t.id): \(why); starting over on a new connection")
             settle(t, t.life.restartOnNewNetwork())
             publishChanged(t)
         }
         engine.forgetConnections()
+    }
+
+    /// The system woke up from sleep (logind's `PrepareForSleep(false)`). Connections
+    /// made before it may be dead without a word (the server or a NAT on the way gave
+    /// up on them meanwhile; the machine may have woken on another network), so it is
+    /// taken as a move (`networkMoved`): running transfers start over at once on new
+    /// connections, and, on a network that works, those waiting after a failure of the
+    /// network go now. Where NetworkManager follows the sleep it reports the network
+    /// gone and back, which does the same; without it this is what does.
+    public func systemWoke() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        commitWaiting()
+        mutate {
+            networkMoved("the system woke up")
+            if network.online && !network.portal { retryNetworkFailuresNow("the system woke up") }
+        }
     }
 
     /// What the core currently assumes about the network.

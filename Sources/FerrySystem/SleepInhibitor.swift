@@ -20,9 +20,9 @@ import Glibc
 /// When logind announces the sleep (`PrepareForSleep(true)`) the inhibitor is let go
 /// at once, so the system does not wait out logind's `InhibitDelayMaxSec`: ferryd
 /// needs no time of its own (it is frozen with its state; what was written is in the
-/// `.part` files, and a transfer whose connection did not survive continues from
-/// there). After the wake-up (`PrepareForSleep(false)`) it is taken again if
-/// transfers still run.
+/// `.part` files, and the transfers start over from there after the wake-up, their
+/// connections most likely dead: `onWake`). After the wake-up (`PrepareForSleep(false)`)
+/// it is taken again if transfers still run.
 ///
 /// It has its own system-bus connection (opened at the first need) on its own queue
 /// and never blocks a caller.
@@ -53,17 +53,22 @@ public final class SleepInhibitor: @unchecked Sendable {
     private var subscribing = false
     private var warned = false
     private var stopped = false
+    private let onWake: @Sendable () -> Void
 
     /// - Parameters:
     ///   - connect: opens the system bus on the queue given (tests pass an address).
     ///   - who, why: what `systemd-inhibit --list` shows.
+    ///   - onWake: called (on the inhibitor's queue) when logind says the system woke
+    ///     up from a sleep it announced; logind is followed once something has run.
     public init(logger: Logger = Logger(label: "ferry.inhibitor"), who: String = "Ferry",
                 why: String = "Downloads are in progress",
-                connect: @escaping @Sendable (DispatchQueue) throws -> BusConnection = { try BusConnection.system(queue: $0) }) {
+                connect: @escaping @Sendable (DispatchQueue) throws -> BusConnection = { try BusConnection.system(queue: $0) },
+                onWake: @escaping @Sendable () -> Void = {}) {
         self.logger = logger
         self.who = who
         self.why = why
         self.connect = connect
+        self.onWake = onWake
     }
 
     /// Takes (true) or releases (false) the inhibitor; returns at once.
@@ -187,6 +192,7 @@ public final class SleepInhibitor: @unchecked Sendable {
             release()
         } else {
             logger.info("the system woke up")
+            onWake()
             requestIfNeeded()
         }
     }

@@ -50,7 +50,9 @@ final class SystemIntegration: @unchecked Sendable {
         power = PowerMonitor(logger: Logger(label: "ferry.power")) { conditions in
             core.queue.async { core.setPowerState(onBattery: conditions.onBattery, powerSaver: conditions.powerSaver) }
         }
-        let inhibitor = SleepInhibitor(logger: Logger(label: "ferry.inhibitor"))
+        let inhibitor = SleepInhibitor(logger: Logger(label: "ferry.inhibitor"), onWake: {
+            core.queue.async { core.systemWoke() }
+        })
         self.inhibitor = inhibitor
     }
 

@@ -704,4 +704,32 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.state(t), .running, "signed in: tried again at once")
         XCTAssertEqual(h.engine.startedIDs, [t, t])
     }
+
+    /// After a sleep (logind: the system woke up), running transfers start over on new
+    /// connections as after a move, and one waiting after a failure of the network goes
+    /// now. Offline, nothing is tried: the network's return does it.
+    func testWakingUpStartsOverAsAfterAMove() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        let s = try h.openSession { $0.retries = 1 }
+        let t = try running(h, s)
+        let failed = try h.download(s, "https://example.com/other.bin")
+        h.fail(failed, .network("Connection refused by example.com:443"))
+        XCTAssertEqual(reason(h, failed), "retry")
+        h.sync { $0.systemWoke() }
+        XCTAssertEqual(h.engine.calls.suffix(3), ["stop \(t)", "forget", "start \(failed)"])
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running)
+        XCTAssertEqual(h.engine.lastRequest(t)?.offset, 6, "continues from the part file")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "")
+
+        let other = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        let u = try other.download(try other.openSession { $0.retries = 1 })
+        other.fail(u, .network("Network is unreachable"))
+        setNetwork(other, online: false)
+        other.sync { $0.systemWoke() }
+        XCTAssertEqual(other.state(u), .waiting)
+        XCTAssertEqual(reason(other, u), "retry")
+        setNetwork(other, online: true)
+        XCTAssertEqual(other.state(u), .running)
+    }
 }

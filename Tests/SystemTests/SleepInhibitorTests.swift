@@ -110,4 +110,33 @@ extension SleepInhibitorTests {
         assertFile(work + "/slow.bin", equals: body)
         try await waitForFerryInhibitors(0)
     }
+
+    /// Without NetworkManager (systemd-networkd), a sleep is the only word that the
+    /// connections may be dead: after the wake-up a download whose server stopped
+    /// sending (request-timeout 10 minutes, no retry) starts over at once from its
+    /// partial file, on a new connection, spending no retry.
+    func testAfterTheSystemWokeUpAStalledDownloadStartsOverAtOnce() async throws {
+        try await startLogind()
+        try await startFerryd()
+        let s = try await client.openSession("com.example.Sleepy", configuration: ["retries": .uint32(0), "request-timeout": .double(600)])
+        let body = serve("/stalled.bin", size: 300_000)
+        server.set(.stallAfter(bytes: 100_000), on: "/stalled.bin")
+        let t = try await download(s, "/stalled.bin")
+        try await waitForBytes(t, atLeast: 100_000)
+        try await waitForFerryInhibitors(1)
+
+        try await prepareForSleep(true)
+        try await waitForFerryInhibitors(0)
+        try await prepareForSleep(false)
+        let info = try await finish(t)
+        XCTAssertEqual(info.state, "completed", info.errorMessage)
+        XCTAssertEqual(info.errorName, "")
+        XCTAssertEqual(info.attempts, 2)
+        assertFile(work + "/stalled.bin", equals: body)
+        let requests = server.requests(for: "/stalled.bin")
+        XCTAssertEqual(requests.count, 2)
+        XCTAssertEqual(requests.last?.header("Range"), "bytes=100000-", "continued from the partial file")
+        XCTAssertNotEqual(requests.last?.connection, requests.first?.connection, "went on the connection of before the sleep")
+        XCTAssertEqual(logCount("the system woke up; starting over on a new connection"), 1)
+    }
 }

@@ -101,10 +101,13 @@ extension TransferCoordinator {
     /// taken as a move (`networkMoved`): running transfers start over at once on new
     /// connections, and, on a network that works, those waiting after a failure of the
     /// network go now. Where NetworkManager follows the sleep it reports the network
-    /// gone and back, which does the same; without it this is what does.
+    /// gone and back, which does the same; without it this is what does, and the
+    /// network may not be back yet: failures of the network for a while after count
+    /// for nothing (`failedJustAfterWaking`).
     public func systemWoke() {
         dispatchPrecondition(condition: .onQueue(queue))
         commitWaiting()
+        wokeAt = environment.now()
         mutate {
             networkMoved("the system woke up")
             if network.online && !network.portal { retryNetworkFailuresNow("the system woke up") }

@@ -47,6 +47,7 @@ extension TransferCoordinator {
             waitForSignIn(t, error)
             return
         }
+        if failedJustAfterWaking(t, error) { return }
         // Not the portal's: the failure counts as any other, and the sign-in no longer
         // brings it back early (its wait is its own, `Retry-After` included).
         t.signInWaits = 0
@@ -142,6 +143,38 @@ extension TransferCoordinator {
             settle(t)
             publishChanged(t)
         }
+    }
+
+    // MARK: - Just after a sleep
+
+    /// How long after a wake-up failures of the network count for nothing (s).
+    static let wakeGrace: Double = 30
+    /// The wait between such tries (s).
+    static let wakeRetryDelay: Double = 3
+
+    /// Right after a wake-up the network may not be back yet (Wi-Fi reconnecting, an
+    /// address being got; without NetworkManager ferryd cannot tell), and the
+    /// transfers started over at the wake-up fail at once, unreachable or unresolved.
+    /// For `wakeGrace` seconds such failures (`Network`, `Timeout`; not a POST's,
+    /// which may have reached the server: its retries are the user's say) neither fail
+    /// the transfer nor spend a retry: it waits `wakeRetryDelay` seconds (`retry`, its
+    /// `Error` saying why) and tries again. The resource-timeout still applies. Whether
+    /// it waits so.
+    func failedJustAfterWaking(_ t: TransferRecord, _ error: CoreError) -> Bool {
+        let now = environment.now()
+        guard wokeAt > 0, now >= wokeAt, now - wokeAt < Self.microseconds(Self.wakeGrace) else { return false }
+        switch error {
+        case .network, .timeout: guard !t.isPOST, t.failedResponseStatus == nil else { return false }
+        default: return false
+        }
+        let due = now &+ Self.microseconds(Self.wakeRetryDelay)
+        if failsBeforeRetry(t, due: due, error) { return true }
+        let hint = " (the system has just woken up, and the network may not be back yet: trying again in \(Int(Self.wakeRetryDelay)) s)"
+        t.showError(CoreError(name: error.name, message: error.message + hint) ?? error)
+        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)) just after a wake-up; trying again in \(Int(Self.wakeRetryDelay)) s")
+        settle(t, t.life.retry(at: due))
+        publishChanged(t)
+        return true
     }
 
     // MARK: - A network that changed

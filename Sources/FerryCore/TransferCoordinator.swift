@@ -61,6 +61,9 @@ public final class TransferCoordinator: @unchecked Sendable {
     /// The last connection the traffic went out through that NetworkManager named
     /// (`NetworkConditions.route`; kept while none is named), to tell a move.
     var knownRoute: String?
+    /// When the system last woke from sleep (µs, `environment.now()`), 0 before: the
+    /// network may take some seconds to come back (`failedJustAfterWaking`).
+    var wokeAt: UInt64 = 0
     /// Power, the schedule and their rules (TransferCoordinator+Discretionary.swift).
     var discretion = DiscretionaryPolicy()
     /// Outcomes since the last manager-wide AllFinished, and when that batch settles.

@@ -732,4 +732,37 @@ final class NetworkStateTests: XCTestCase {
         setNetwork(other, online: true)
         XCTAssertEqual(other.state(u), .running)
     }
+
+    /// Right after a wake-up the network may not be back (Wi-Fi reconnecting; without
+    /// NetworkManager ferryd cannot tell): for 30 s failures of the network spend no
+    /// retry of a session that allows none; the transfer tries again every 3 s, saying
+    /// why, and completes once the network is back. After that, failures count again,
+    /// and a POST's count at once (it may have reached the server).
+    func testJustAfterAWakeUpFailuresOfTheNetworkSpendNoRetry() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let t = try running(h, s)
+        h.sync { $0.systemWoke() }
+        h.send(.completed(t, .stopped(bytesOnDisk: 6)))
+        XCTAssertEqual(h.state(t), .running)
+        for _ in 0..<3 {
+            h.fail(t, .network("Network is unreachable"), bytes: 6)
+            XCTAssertEqual(h.state(t), .waiting)
+            XCTAssertEqual(reason(h, t), "retry")
+            XCTAssertTrue(h.snapshot(t)?.errorMessage.contains("just woken up") ?? false, h.snapshot(t)?.errorMessage ?? "")
+            h.advanceAndWake(seconds: 3)
+            XCTAssertEqual(h.state(t), .running)
+        }
+        h.succeed(t)
+        XCTAssertEqual(h.state(t), .completed)
+        XCTAssertEqual(h.snapshot(t)?.errorName, "")
+
+        let post = try h.upload(s, method: "POST")
+        h.fail(post, .network("The connection to example.com:443 was reset"))
+        XCTAssertEqual(h.state(post), .failed, "a POST may have reached the server")
+        h.advanceAndWake(seconds: 30)
+        let late = try h.download(s, "https://example.com/late.bin")
+        h.fail(late, .network("Network is unreachable"))
+        XCTAssertEqual(h.state(late), .failed, "30 s after the wake-up, failures count again")
+    }
 }

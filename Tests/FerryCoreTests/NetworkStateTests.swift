@@ -765,4 +765,31 @@ final class NetworkStateTests: XCTestCase {
         h.fail(late, .network("Network is unreachable"))
         XCTAssertEqual(h.state(late), .failed, "30 s after the wake-up, failures count again")
     }
+
+    /// The grace after a wake-up covers a request left unanswered (`Timeout`) too, but
+    /// not what the server answered with an error status (a 503 whose answer was cut:
+    /// the server's word, counted), and not past the session's resource-timeout.
+    func testTheGraceAfterAWakeUpIsForTheNetworkOnlyAndEndsAtTheResourceTimeout() throws {
+        let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
+        let s = try h.openSession { $0.retries = 0 }
+        let short = try h.openSession("com.example.Short") { $0.retries = 0; $0.resourceTimeout = 4 }
+        h.sync { $0.systemWoke() }
+        let unanswered = try h.download(s, "https://example.com/unanswered.bin")
+        h.fail(unanswered, .timeout("No data from example.com:443 for 60 seconds"))
+        XCTAssertEqual(h.state(unanswered), .waiting)
+        XCTAssertEqual(reason(h, unanswered), "retry")
+        let busy = try h.download(s, "https://example.com/busy.bin")
+        h.send(.response(busy, EngineResponse(status: 503, effectiveURL: "https://example.com/busy.bin")))
+        h.fail(busy, .network("The connection to example.com:443 closed after 10 of 100 bytes"))
+        XCTAssertEqual(h.state(busy), .failed, "the server's answer counts")
+
+        let t = try h.download(short, "https://example.com/short.bin")
+        h.fail(t, .network("Network is unreachable"))
+        XCTAssertEqual(h.state(t), .waiting, "3 s of its 4")
+        h.advanceAndWake(seconds: 3)
+        XCTAssertEqual(h.state(t), .running)
+        h.fail(t, .network("Network is unreachable"))
+        XCTAssertEqual(h.state(t), .failed, "the next try would come after the resource-timeout")
+        XCTAssertEqual(h.snapshot(t)?.errorName, "org.ferry.Ferry1.Error.Network")
+    }
 }

@@ -48,9 +48,7 @@ extension TransferCoordinator {
             }
             applyNetworkPolicy(to: transfers.keys.sorted())
             if signedIn { retrySignInWaits() }
-            // Not onto a network that wants a sign-in: they would fail on its page (its
-            // certificate a final `Tls`); they go once it is done.
-            if online && !portal && (moved || cameOnline || signedIn) {
+            if moved || cameOnline || signedIn {
                 retryNetworkFailuresNow(moved ? "the network moved" : cameOnline ? "back online" : "signed in")
             }
         }
@@ -110,7 +108,7 @@ extension TransferCoordinator {
         wokeAt = environment.now()
         mutate {
             networkMoved("the system woke up")
-            if network.online && !network.portal { retryNetworkFailuresNow("the system woke up") }
+            retryNetworkFailuresNow("the system woke up")
         }
     }
 

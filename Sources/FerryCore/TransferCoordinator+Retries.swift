@@ -118,17 +118,24 @@ extension TransferCoordinator {
     func waitForSignIn(_ t: TransferRecord, _ error: CoreError) {
         t.signInWaits += 1
         let seconds = min(Self.signInRetryCap, 5 * Double(1 << min(t.signInWaits - 1, 8)))
+        let waits = waitSparingARetry(t, error, seconds: seconds,
+                                      hint: "the network wants a sign-in first, on its own page: trying again once it is done",
+                                      log: "behind a sign-in page; trying again after the sign-in, or in \(Int(seconds)) s")
+        if !waits { t.signInWaits = 0 }
+    }
+
+    /// `t` waits `seconds` (`retry`) and tries again without spending a retry, its
+    /// `Error` showing `error` with `hint` in brackets; `log` ends the log line. It fails
+    /// with `error` instead when the wait would outlast its resource-timeout. Whether
+    /// it waits.
+    private func waitSparingARetry(_ t: TransferRecord, _ error: CoreError, seconds: Double, hint: String, log: String) -> Bool {
         let due = environment.now() &+ Self.microseconds(seconds)
-        if failsBeforeRetry(t, due: due, error) {
-            t.signInWaits = 0
-            return
-        }
-        let hint = " (the network wants a sign-in first, on its own page: trying again once it is done)"
-        let shown = CoreError(name: error.name, message: error.message + hint) ?? error
-        t.showError(shown)
-        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)) behind a sign-in page; trying again after the sign-in, or in \(Int(seconds)) s")
+        if failsBeforeRetry(t, due: due, error) { return false }
+        t.showError(CoreError(name: error.name, message: error.message + " (\(hint))") ?? error)
+        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)) \(log)")
         settle(t, t.life.retry(at: due))
         publishChanged(t)
+        return true
     }
 
     /// The network no longer wants a sign-in: transfers that wait for one go again
@@ -167,20 +174,18 @@ extension TransferCoordinator {
         case .network, .timeout: guard !t.isPOST, t.failedResponseStatus == nil else { return false }
         default: return false
         }
-        let due = now &+ Self.microseconds(Self.wakeRetryDelay)
-        if failsBeforeRetry(t, due: due, error) { return true }
-        let hint = " (the system has just woken up, and the network may not be back yet: trying again in \(Int(Self.wakeRetryDelay)) s)"
-        t.showError(CoreError(name: error.name, message: error.message + hint) ?? error)
-        logger.info("transfer \(t.id): \(error.shortName) (\(error.message)) just after a wake-up; trying again in \(Int(Self.wakeRetryDelay)) s")
-        settle(t, t.life.retry(at: due))
-        publishChanged(t)
+        let seconds = Int(Self.wakeRetryDelay)
+        // Failed instead (past its resource-timeout), it is handled all the same.
+        _ = waitSparingARetry(t, error, seconds: Self.wakeRetryDelay,
+                              hint: "the system has just woken up, and the network may not be back yet: trying again in \(seconds) s",
+                              log: "just after a wake-up; trying again in \(seconds) s")
         return true
     }
 
     // MARK: - A network that changed
 
-    /// The machine moved to another network, came back online, or signed in to the
-    /// network's page: transfers waiting to try again after a failure of the network
+    /// The machine moved to another network, came back online, woke up, or signed in
+    /// to the network's page: on a network that works now, transfers waiting to try again after a failure of the network
     /// (`Network`, `Timeout`: a connection refused, reset or unanswered, a name not
     /// found), most likely the old network's doing (a VPN gone, a dead access point),
     /// go again now rather than wait out their backoff, up to five minutes. The retry
@@ -189,6 +194,9 @@ extension TransferCoordinator {
     /// after): the server's state did not change with the network. Once per such
     /// change, looking at every transfer as the network policy does then.
     func retryNetworkFailuresNow(_ why: String) {
+        // Not onto a network that wants a sign-in: they would fail on its page (its
+        // certificate a final `Tls`); they go once it is done.
+        guard network.online && !network.portal else { return }
         let due = transfers.values.filter { t in
             t.state == .waiting && t.life.waitingReason == .retry && t.failedResponseStatus == nil
                 && (t.snapshot.errorName == Self.networkErrorName || t.snapshot.errorName == Self.timeoutErrorName)

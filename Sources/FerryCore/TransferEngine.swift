@@ -264,9 +264,10 @@ public protocol TransferEngine: AnyObject, Sendable {
     func setSpeedLimit(_ id: TransferID, bytesPerSecond: UInt64)
     /// Forgets the cookies of an in-memory jar (an ephemeral session closed).
     func discardCookies(_ jar: EngineCookieJar)
-    /// The machine moved to another network (or came back online): connections made
-    /// before may be dead without a word, so none is used again, save those of the
-    /// attempts still running (stop first the attempts that are to start over).
+    /// The machine moved to another network (or came back online, or woke up):
+    /// connections made before may be dead without a word, so none is used again, save
+    /// those of the attempts still running (stop first the attempts that are to start
+    /// over).
     func forgetConnections()
     /// Stops everything and the engine thread; no events after this returns.
     func shutdown()

@@ -109,8 +109,9 @@ public final class CurlEngine: TransferEngine, Sendable {
         inbox.post(.discardCookies(jar))
     }
 
-    /// The network moved: every connection is shut down but those of the requests still
-    /// going, so what starts after this makes new ones (see `EngineLoop`).
+    /// The network moved (or the system woke up, or the network came back): every
+    /// connection is shut down but those of the requests still going, so what starts
+    /// after this makes new ones (see `EngineLoop`).
     public func forgetConnections() {
         inbox.post(.forgetConnections)
     }

@@ -196,9 +196,9 @@ final class EngineLoop {
         opening.begin()
     }
 
-    /// The machine moved to another network: the connections made on the old one may
-    /// be dead without a word (no reset ever comes), and libcurl would send requests on
-    /// them and wait. Every connection's socket is shut down, so libcurl closes each
+    /// The machine moved to another network (or woke up, or came back online): the
+    /// connections made before may be dead without a word (no reset ever comes), and
+    /// libcurl would send requests on them and wait. Every connection's socket is shut down, so libcurl closes each
     /// one instead of using it again, save those of the requests still in the multi:
     /// the core stopped the attempts that start over before it asked, and what goes on
     /// is a request it will not send twice (a POST awaiting its answer) or one that
@@ -213,7 +213,7 @@ final class EngineLoop {
         forgotAt = monotonicNanoseconds()
         for easy in handleOwners.keys { _ = ferry_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1) }
         let count = sockets.shutDown(sparing: connectionsInUse())
-        logger.info("the network moved: \(count) of \(sockets.count) connections shut down, \(handleOwners.count) requests going on")
+        logger.info("connections of before forgotten: \(count) of \(sockets.count) shut down, \(handleOwners.count) requests going on")
     }
 
     /// The connections of the handles in the multi, by their ends (libcurl says which

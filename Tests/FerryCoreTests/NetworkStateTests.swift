@@ -448,6 +448,9 @@ final class NetworkStateTests: XCTestCase {
 
     // MARK: - A move to another network
 
+    /// NetworkManager's object path of its active connection `n`.
+    private func route(_ n: Int) -> String { "/org/freedesktop/NetworkManager/ActiveConnection/\(n)" }
+
     private func setRoute(_ h: CoreHarness, _ route: String?, online: Bool = true) {
         h.sync { $0.setNetworkState(metered: false, online: online, route: route) }
     }
@@ -458,14 +461,14 @@ final class NetworkStateTests: XCTestCase {
     /// the stop, before the new start.
     func testAMoveToAnotherNetworkStartsRunningTransfersOverOnNewConnections() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let s = try h.openSession { $0.retries = 0 }
         let t = try running(h, s)
         let other = try h.download(s, "https://example.com/other.bin")
         XCTAssertEqual(h.state(other), .running)
         XCTAssertEqual(h.engine.connectionsForgotten, [], "the first route known is no move")
 
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.engine.stopped, [t, other])
         XCTAssertEqual(h.engine.calls.suffix(3), ["stop \(t)", "stop \(other)", "forget"], "forgotten after the stops")
         XCTAssertEqual(h.state(t), .queued, "not started again while its attempt may write")
@@ -485,11 +488,11 @@ final class NetworkStateTests: XCTestCase {
     /// networks) then the same again, metered changing alone.
     func testNoMoveStartsNothingOver() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let t = try running(h, try h.openSession())
         setRoute(h, nil)
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
-        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        setRoute(h, route(1))
+        h.sync { $0.setNetworkState(metered: true, online: true, route: route(1)) }
         XCTAssertEqual(h.engine.stopped, [])
         XCTAssertEqual(h.engine.connectionsForgotten, [])
         XCTAssertEqual(h.state(t), .running)
@@ -506,11 +509,11 @@ final class NetworkStateTests: XCTestCase {
     /// Between two networks for a moment (no primary connection), then another one: a move.
     func testAMoveThroughNoConnectionIsAMove() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let t = try running(h, try h.openSession())
         setRoute(h, nil)
         XCTAssertEqual(h.state(t), .running)
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/7")
+        setRoute(h, route(7))
         XCTAssertEqual(h.engine.stopped, [t])
         XCTAssertEqual(h.engine.connectionsForgotten, [1])
         h.send(.completed(t, .stopped(bytesOnDisk: 6)))
@@ -524,14 +527,14 @@ final class NetworkStateTests: XCTestCase {
     /// an old connection: the engine forgets them before the waiting transfers start.
     func testAPOSTAwaitingItsAnswerGoesOnAcrossAMoveAndComingBackOnlineForgetsConnections() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let s = try h.openSession()
         let sent = try h.upload(s, method: "POST")
         let sending = try h.upload(s, "https://example.com/up/other.bin", method: "POST")
         let half = try h.upload(s, "https://example.com/up/half.bin", method: "POST")
         h.send(.progress(sent, bytesWritten: 1000, totalOnDisk: 1000, expected: 1000),
                .progress(half, bytesWritten: 400, totalOnDisk: 400, expected: 1000))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.engine.stopped, [sending])
         XCTAssertEqual(h.state(sent), .running)
         XCTAssertEqual(h.state(half), .running, "half sent: stopped, it would send it all again")
@@ -545,7 +548,7 @@ final class NetworkStateTests: XCTestCase {
         setRoute(h, nil, online: false)
         XCTAssertEqual(reason(h, sending), "offline")
         h.send(.completed(sending, .stopped(bytesOnDisk: 0)))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.engine.connectionsForgotten, [1, 3], "forgotten again (after the offline stops)")
         XCTAssertEqual(h.engine.calls.suffix(2), ["forget", "start \(sending)"], "before the start")
         XCTAssertEqual(h.state(sending), .running)
@@ -557,7 +560,7 @@ final class NetworkStateTests: XCTestCase {
     /// Not over HTTP/2, where other requests would go on its connection as streams.
     func testAMoveLetsATransferThatWouldStartOverRunOnUnlessItsConnectionIsShared() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let s = try h.openSession()
         func download(_ name: String, _ response: EngineResponse) throws -> TransferID {
             let t = try h.download(s, "https://example.com/\(name)")
@@ -577,7 +580,7 @@ final class NetworkStateTests: XCTestCase {
         let unstarted = try h.upload(s, "https://example.com/up/other.bin", method: "PUT")
         XCTAssertEqual([noValidator, noRanges, shared, resumable, put, unstarted].map { h.state($0) }, Array(repeating: .running, count: 6))
 
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.engine.stopped, [shared, resumable, unstarted])
         XCTAssertEqual(h.engine.calls.last, "forget")
         for t in [noValidator, noRanges, put] { XCTAssertEqual(h.state(t), .running) }
@@ -591,7 +594,7 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(h.engine.lastRequest(resumable)?.offset, 6)
         h.send(.response(resumable, EngineResponse(status: 200, etag: "\"v2\"", expectedTotal: 100, effectiveURL: url)),
                .progress(resumable, bytesWritten: 3, totalOnDisk: 3, expected: 100))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/3")
+        setRoute(h, route(3))
         XCTAssertEqual(h.engine.stopped, [shared, resumable, unstarted], "it runs on")
         XCTAssertEqual(h.state(resumable), .running)
     }
@@ -600,10 +603,10 @@ final class NetworkStateTests: XCTestCase {
     /// network no more: a move lets it finish as it was.
     func testAMoveLetsADownloadWhoseDataIsAllInFinish() throws {
         let h = CoreHarness()
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let t = try running(h, try h.openSession())
         h.send(.connectionsFreed(t))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.engine.stopped, [])
         XCTAssertEqual(h.engine.connectionsForgotten, [0])
         h.succeed(t)
@@ -619,7 +622,7 @@ final class NetworkStateTests: XCTestCase {
     /// for; a 503's wait (the server's state, not the network's) runs its course.
     func testAMoveTriesAgainAtOnceTransfersWaitingAfterAFailureOfTheNetwork() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let s = try h.openSession { $0.retries = 1 }
         let refused = try running(h, s)
         h.fail(refused, .network("Connection refused by example.com:443"), bytes: 6)
@@ -639,7 +642,7 @@ final class NetworkStateTests: XCTestCase {
         }
         let busyDue = h.snapshot(busy)?.nextAttempt
 
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/2")
+        setRoute(h, route(2))
         XCTAssertEqual(h.state(refused), .running, "tried again at once")
         XCTAssertEqual(h.state(unanswered), .running)
         XCTAssertEqual(h.engine.calls.suffix(3), ["forget", "start \(refused)", "start \(unanswered)"], "on new connections")
@@ -665,7 +668,7 @@ final class NetworkStateTests: XCTestCase {
     /// of a session that does not allow it waits for that.
     func testComingBackOnlineTriesAgainAtOnceAndOnlyThen() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let s = try h.openSession { $0.retries = 2 }
         let t = try running(h, s)
         h.fail(t, .network("The connection to example.com:443 was reset"), bytes: 6)
@@ -674,14 +677,14 @@ final class NetworkStateTests: XCTestCase {
         XCTAssertEqual(reason(h, t), "retry")
         XCTAssertEqual(reason(h, frugal), "retry")
 
-        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        h.sync { $0.setNetworkState(metered: true, online: true, route: route(1)) }
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.state(frugal), .waiting)
         XCTAssertEqual(h.engine.startedIDs, [t, frugal])
 
         h.sync { $0.setNetworkState(metered: true, online: false, route: nil) }
         XCTAssertEqual(reason(h, t), "retry", "a wait for a time is left alone offline")
-        h.sync { $0.setNetworkState(metered: true, online: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/1") }
+        h.sync { $0.setNetworkState(metered: true, online: true, route: route(1)) }
         XCTAssertEqual(h.state(t), .running, "back online: tried again at once")
         XCTAssertEqual(h.state(frugal), .waiting)
         XCTAssertEqual(reason(h, frugal), "metered", "judged as any queued transfer")
@@ -693,14 +696,14 @@ final class NetworkStateTests: XCTestCase {
     /// Once signed in, the transfer goes at once.
     func testAMoveOntoASignInPageWaitsForTheSignInBeforeTryingAgain() throws {
         let h = CoreHarness(retryPolicy: .exponentialBackoff(base: 60))
-        setRoute(h, "/org/freedesktop/NetworkManager/ActiveConnection/1")
+        setRoute(h, route(1))
         let t = try running(h, try h.openSession { $0.retries = 2 })
         h.fail(t, .network("Connection refused by example.com:443"), bytes: 6)
         let due = h.snapshot(t)?.nextAttempt
-        h.sync { $0.setNetworkState(metered: false, online: true, portal: true, route: "/org/freedesktop/NetworkManager/ActiveConnection/2") }
+        h.sync { $0.setNetworkState(metered: false, online: true, portal: true, route: route(2)) }
         XCTAssertEqual(h.state(t), .waiting)
         XCTAssertEqual(h.snapshot(t)?.nextAttempt, due)
-        h.sync { $0.setNetworkState(metered: false, online: true, portal: false, route: "/org/freedesktop/NetworkManager/ActiveConnection/2") }
+        h.sync { $0.setNetworkState(metered: false, online: true, portal: false, route: route(2)) }
         XCTAssertEqual(h.state(t), .running, "signed in: tried again at once")
         XCTAssertEqual(h.engine.startedIDs, [t, t])
     }

@@ -72,7 +72,8 @@ let package = Package(
             "FerryCore",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor.
+        // The system bus: NetworkManager's metered/online state, logind's sleep inhibitor;
+        // and the desktop portal's proxy settings (session bus).
         .target(name: "FerrySystem", dependencies: [
             "DBus", "FerryCore", "FerryInterface",
             .product(name: "Logging", package: "swift-log"),

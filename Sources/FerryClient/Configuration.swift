@@ -34,7 +34,8 @@ extension FerrySession {
         public var speedLimit: UInt64?
         /// Retries after transient errors, with backoff (default 5).
         public var retries: Int?
-        /// A proxy for the session's requests (`http://`, `socks5h://`); default from the environment.
+        /// A proxy for the session's requests (`http://`, `socks5h://`); default from the
+        /// environment: ferryd's `http_proxy` and the like, else the desktop's proxy settings.
         public var proxy: URL?
         /// Keep cookies servers set and send them back (default true).
         public var httpShouldSetCookies: Bool?

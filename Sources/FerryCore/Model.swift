@@ -38,7 +38,8 @@ public struct SessionConfiguration: Sendable, Equatable {
     public var notify: Bool = true
     public var speedLimit: UInt64 = 0
     public var retries: UInt32 = 5
-    /// nil = from the environment.
+    /// nil = from the environment: ferryd's variables, else the desktop's proxy settings
+    /// (the engine's `DesktopProxyLookup`).
     public var proxy: String? = nil
     public var applicationID: String = ""
     /// Keep the cookies servers set and send them back (a jar per session).

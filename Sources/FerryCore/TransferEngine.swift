@@ -22,8 +22,12 @@ public struct EngineRequest: Sendable, Equatable {
     public var speedLimit: UInt64
     /// Seconds without any data before the attempt fails with `.timeout`.
     public var requestTimeout: Double
-    /// A proxy URL, nil = libcurl's default (environment).
+    /// A proxy URL, nil = libcurl's default (environment), or the desktop's when the
+    /// engine asks it (`DesktopProxyLookup`).
     public var proxy: String?
+    /// (Set by the engine.) `proxy` is the desktop's: the environment's `no_proxy` still
+    /// applies, where a session's proxy carries every request.
+    public var proxyIsTheDesktops = false
     /// Hash the whole file (including an existing prefix when resuming).
     public var computeSHA256: Bool
     /// Parallel range connections for one download (1-16). With more than one, and a
@@ -76,7 +80,7 @@ public struct EngineRequest: Sendable, Equatable {
         a.id == b.id && a.url == b.url && a.headers.map { $0.name } == b.headers.map { $0.name }
             && a.headers.map { $0.value } == b.headers.map { $0.value } && a.partPath == b.partPath
             && a.offset == b.offset && a.ifRange == b.ifRange && a.speedLimit == b.speedLimit
-            && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.computeSHA256 == b.computeSHA256
+            && a.requestTimeout == b.requestTimeout && a.proxy == b.proxy && a.proxyIsTheDesktops == b.proxyIsTheDesktops && a.computeSHA256 == b.computeSHA256
             && a.connections == b.connections && a.segments == b.segments && a.upload == b.upload
             && a.cookieJar == b.cookieJar && a.knownTotal == b.knownTotal && a.confinedTo == b.confinedTo
             && a.bodyLimit == b.bodyLimit && a.mirrors == b.mirrors && a.pieces == b.pieces

@@ -50,8 +50,10 @@ public final class CurlEngine: TransferEngine, Sendable {
         PartFileWriteback.syncInterval = max(milliseconds, 1) * 1_000_000
     }
 
-    /// Starts the engine thread.
-    public init(logger: Logger = Logger(label: "org.ferry.engine")) {
+    /// Starts the engine thread. `desktopProxies`: where to ask the proxy of a request
+    /// that names none (`EngineRequest.proxy` nil); nil leaves it to libcurl (the
+    /// environment's variables).
+    public init(logger: Logger = Logger(label: "org.ferry.engine"), desktopProxies: DesktopProxyLookup? = nil) {
         CurlGlobal.initialize()
         reportsUnansweredStreams = ferry_alpn_probe_works() != 0 // after curl_global_init
         guard let multi = curl_multi_init() else {
@@ -65,7 +67,7 @@ public final class CurlEngine: TransferEngine, Sendable {
         // added: after a batch, hundreds stayed open until ferryd exited).
         _ = ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, Self.idleConnectionsKept)
         let inbox = EngineInbox(multi: multi)
-        let loop = EngineLoop(multi: multi, inbox: inbox, logger: logger)
+        let loop = EngineLoop(multi: multi, inbox: inbox, desktopProxies: desktopProxies, logger: logger)
         self.inbox = inbox
         var tid = pthread_t()
         // The retained loop is released by the thread's entry function.

@@ -123,9 +123,10 @@ enum CurlFailure {
         let host = transfer.hostDescription
         let text = HTTPReasonPhrase.standard(status).map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
         guard status >= 400 else { return .network("\(who) answered \(text) when asked for a tunnel to \(host)") }
-        let hint = status == 407
-            ? ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"
-            : ""
+        let hint = status != 407 ? ""
+            : transfer.request.proxyIsTheDesktops
+            ? ": it wants credentials, which the desktop's proxy settings do not give (a session's proxy URL can carry them: user:password@)"
+            : ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"
         return .http(status: status, "\(who) refused a tunnel to \(host) with \(text)\(hint)")
     }
 

@@ -56,7 +56,9 @@ struct EasyHandleSetup {
         if let directory = TrustedCertificates.directory { string(CURLOPT_CAPATH, directory) }
         if let proxy = request.proxy {
             string(CURLOPT_PROXY, proxy)
-            string(CURLOPT_NOPROXY, "") // the session's own proxy applies to every host, whatever no_proxy says
+            // The session's own proxy applies to every host, whatever no_proxy says; the
+            // desktop's, where ferryd's environment says no_proxy, does not.
+            if !request.proxyIsTheDesktops { string(CURLOPT_NOPROXY, "") }
         }
         for header in request.headers {
             // "Name;" is curl's way of sending a header with an empty value.

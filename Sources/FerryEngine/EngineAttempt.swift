@@ -1,7 +1,8 @@
 import CCurl
 import FerryCore
 
-/// One attempt of one transfer, whatever its kind: a download whose part file is being
+/// One attempt of one transfer, whatever its kind: a request waiting for the desktop's
+/// proxy for its origin (`AwaitingProxy`), a download whose part file is being
 /// opened (`OpeningDownload`), a download on one connection (`SingleDownload`) or on
 /// several (`SegmentedDownload`), an upload (`UploadAttempt`). The loop keeps one table
 /// of them, by transfer. An attempt owns its easy handles (registered with the loop

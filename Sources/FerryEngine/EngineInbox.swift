@@ -16,6 +16,9 @@ enum EngineCommand {
     case discardCookies(EngineCookieJar)
     /// The network moved (`TransferEngine.forgetConnections`).
     case forgetConnections
+    /// The desktop's answer for an origin (`DesktopProxies`), to a question asked in
+    /// `generation`.
+    case desktopProxy(origin: String, generation: Int, DesktopProxyAnswer)
     case shutdown
 }
 

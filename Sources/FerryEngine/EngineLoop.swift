@@ -37,10 +37,15 @@ final class EngineLoop {
     /// Opening part files, fdatasync and prefix hashing: slow disk work kept off the engine thread.
     let fileJobs = FileJobQueues(label: "org.ferry.engine.files")
 
-    init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, logger: Logger) {
+    /// The desktop's proxies, for requests that name none (nil: ferryd's environment
+    /// names one, or no one to ask).
+    private let desktopProxies: DesktopProxies?
+
+    init(multi: UnsafeMutableRawPointer, inbox: EngineInbox, desktopProxies lookup: DesktopProxyLookup?, logger: Logger) {
         self.multi = multi
         self.inbox = inbox
         self.logger = logger
+        desktopProxies = lookup.map { DesktopProxies(lookup: $0, inbox: inbox, logger: logger) }
         if let bundle = TrustedCertificates.bundle { logger.info("TLS: trusting the certificate authorities in \(bundle)") }
         if let folder = TrustedCertificates.directory { logger.info("TLS: also trusting the certificate authorities in \(folder)") }
     }
@@ -166,6 +171,8 @@ final class EngineLoop {
             cookies.discard(jar)
         case .forgetConnections:
             forgetConnections()
+        case .desktopProxy(let origin, let generation, let answer):
+            desktopProxyAnswered(origin, generation: generation, answer)
         case .shutdown:
             break // handled by run()
         }
@@ -178,6 +185,35 @@ final class EngineLoop {
         }
         attemptsStarted += 1
         let number = attemptsStarted
+        if request.proxy == nil, let desktop = desktopProxies, let origin = DesktopProxies.origin(of: request.url) {
+            guard let known = desktop.proxy(for: origin, now: monotonicNanoseconds()) else {
+                let waiter = AwaitingProxy(request: request, attempt: number, loop: self)
+                attempts[request.id] = waiter
+                return desktop.wait(waiter, for: origin)
+            }
+            var proxied = request
+            proxied.proxy = known
+            proxied.proxyIsTheDesktops = known != nil
+            return begin(proxied, attempt: number)
+        }
+        begin(request, attempt: number)
+    }
+
+    /// The desktop's answer for `origin` came: the requests that waited for it start.
+    private func desktopProxyAnswered(_ origin: String, generation: Int, _ answer: DesktopProxyAnswer) {
+        guard let desktop = desktopProxies else { return }
+        let (proxy, waiters) = desktop.answered(origin, generation: generation, answer, now: monotonicNanoseconds())
+        for waiter in waiters where attempts[waiter.id] === waiter { // not stopped meanwhile
+            var request = waiter.request
+            request.proxy = proxy
+            request.proxyIsTheDesktops = proxy != nil
+            begin(request, attempt: waiter.attempt)
+        }
+    }
+
+    /// Starts attempt `number` of `request`, its proxy settled (its session's, the
+    /// desktop's, or libcurl's from the environment).
+    private func begin(_ request: EngineRequest, attempt number: UInt64) {
         if let upload = request.upload {
             let attempt = UploadAttempt(request: request, source: upload, attempt: number, loop: self)
             attempts[request.id] = attempt
@@ -211,6 +247,7 @@ final class EngineLoop {
     /// (`dnsCacheTimeout`): behind a VPN with its own DNS a name may lead elsewhere.
     private func forgetConnections() {
         forgotAt = monotonicNanoseconds()
+        desktopProxies?.forget { attempts[$0.id] === $0 }
         for easy in handleOwners.keys { _ = ferry_easy_setopt_long(easy, CURLOPT_FORBID_REUSE, 1) }
         let count = sockets.shutDown(sparing: connectionsInUse())
         logger.info("connections of before forgotten: \(count) of \(sockets.count) shut down, \(handleOwners.count) requests going on")

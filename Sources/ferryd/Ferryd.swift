@@ -106,7 +106,7 @@ struct Ferryd: ParsableCommand {
         if let text = ProcessInfo.processInfo.environment["FERRY_PART_SYNC_MS"], let ms = UInt64(text) {
             CurlEngine.setPartSyncInterval(milliseconds: ms)
         }
-        let engine = CurlEngine()
+        let engine = CurlEngine(desktopProxies: Ferryd.desktopProxies(bus: bus, logger: logger))
         guard StateLock.acquire(in: StateDatabase.directory(), timeout: stateLockWait, logger: logger) else {
             throw ExitCode(1)
         }
@@ -216,6 +216,22 @@ extension Ferryd {
         logger.notice("the schedule's local time is UTC\(seconds >= 0 ? "+" : "")\(seconds) s (FERRY_UTC_OFFSET_SECONDS)")
         return zone
     }
+
+    /// Where a request without a proxy of its session's finds one: ferryd's environment
+    /// when it names one (libcurl reads these variables itself; it ignores `HTTP_PROXY`,
+    /// which a CGI request can set), else the desktop's settings through the portal
+    /// (`PortalProxyResolver`) on ferryd's own bus.
+    static func desktopProxies(bus: BusConnection, logger: Logger) -> DesktopProxyLookup? {
+        let environment = ProcessInfo.processInfo.environment
+        if let name = environmentProxyVariables.first(where: { environment[$0].map { !$0.isEmpty } ?? false }) {
+            logger.info("proxy: from the environment (\(name)); the desktop's proxy settings are not asked")
+            return nil
+        }
+        return PortalProxyResolver(bus: bus)
+    }
+
+    /// The variables libcurl takes a proxy from (`no_proxy` only says where not to use one).
+    static let environmentProxyVariables = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
 
     /// Exponential backoff with jitter from 2 s. Testing knob: `FERRY_RETRY_BASE_MS`
     /// sets the first wait in milliseconds (integration tests make it tiny).

@@ -1,0 +1,58 @@
+import DBus
+import FerryCore
+
+/// The desktop's proxy settings through the XDG desktop portal
+/// (`org.freedesktop.portal.ProxyResolver.Lookup(s uri) -> as proxies`, on the session
+/// bus): what GNOME's or KDE's network settings say, a PAC script run for the URL
+/// included, as the portal's own `GProxyResolver` answers for every application.
+/// ferryd asks it for the requests that neither their session nor its environment give
+/// a proxy (`DesktopProxyLookup`). The call may start the portal (bus activation). Where
+/// the portal is not there, or has no `ProxyResolver`, the answer is `.unavailable`.
+///
+/// Asked with an origin only (`scheme://host:port/`): a path or credentials never
+/// leave the daemon. Of the answer, at most `DesktopProxies.maximumProxies` strings are
+/// looked at.
+public struct PortalProxyResolver: DesktopProxyLookup {
+    public static let busName = "org.freedesktop.portal.Desktop"
+    public static let path = "/org/freedesktop/portal/desktop"
+    public static let interface = "org.freedesktop.portal.ProxyResolver"
+    /// How long an answer is waited for (the portal may be starting, or running a PAC
+    /// script); then the origin goes direct for a minute.
+    public static let timeout: Double = 5
+
+    private let bus: BusConnection
+
+    public init(bus: BusConnection) {
+        self.bus = bus
+    }
+
+    public func lookup(_ origin: String, answer: @escaping @Sendable (DesktopProxyAnswer) -> Void) {
+        let call: BusMessage
+        do {
+            call = try BusMessage.methodCall(destination: Self.busName, path: Self.path, interface: Self.interface, member: "Lookup")
+            try call.append(.string(origin))
+        } catch {
+            return answer(.failed("cannot build the call: \(error)"))
+        }
+        bus.send(call, timeout: Self.timeout) { result in
+            switch result {
+            case .success(let reply):
+                guard let list = (try? reply.arguments())?.first?.arrayElements else {
+                    return answer(.failed("the portal's answer is not a list of proxies"))
+                }
+                answer(.proxies(list.prefix(32).compactMap(\.string)))
+            case .failure(let error) where Self.absent.contains(error.name) || error.name.hasPrefix(Self.spawnErrors):
+                answer(.unavailable("\(error.name): \(error.message)"))
+            case .failure(let error):
+                answer(.failed("\(error.name): \(error.message)"))
+            }
+        }
+    }
+
+    /// The errors that say no portal with a `ProxyResolver` is here.
+    static let absent: Set<String> = [StandardErrors.serviceUnknown, StandardErrors.nameHasNoOwner,
+                                      StandardErrors.unknownMethod, StandardErrors.unknownInterface,
+                                      StandardErrors.unknownObject]
+    /// The bus could not start the portal (`…Spawn.ChildExited` and the like).
+    static let spawnErrors = "org.freedesktop.DBus.Error.Spawn."
+}

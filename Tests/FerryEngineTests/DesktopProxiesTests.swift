@@ -1,0 +1,120 @@
+import FerryCore
+@testable import FerryEngine
+import FerryTestSupport
+import Foundation
+import XCTest
+
+/// What the engine makes of the portal's answers and what it asks it about.
+final class DesktopProxiesTests: XCTestCase {
+    func testTheFirstProxyLibcurlCanUseIsTakenAndDirectMeansNone() {
+        XCTAssertEqual(DesktopProxies.choice(["http://proxy.example:3128"]), "http://proxy.example:3128")
+        XCTAssertEqual(DesktopProxies.choice(["HTTPS://proxy.example:443", "direct://"]), "https://proxy.example:443")
+        // GLib's SOCKS (version 5; the proxy resolves the name, as a desktop browser's would).
+        XCTAssertEqual(DesktopProxies.choice(["socks://10.0.0.1:1080"]), "socks5h://10.0.0.1:1080")
+        XCTAssertEqual(DesktopProxies.choice(["socks4a://10.0.0.1:1080"]), "socks4a://10.0.0.1:1080")
+        XCTAssertNil(DesktopProxies.choice(["direct://"]))
+        XCTAssertNil(DesktopProxies.choice(["direct://", "http://proxy.example:3128"]), "the desktop's order")
+        XCTAssertNil(DesktopProxies.choice([]))
+        // Schemes libcurl has no proxy of, and broken entries, are passed over.
+        XCTAssertEqual(DesktopProxies.choice(["ftp://proxy.example", "http://", "http:// spaced", "http://a\nb", "http://ok:1"]), "http://ok:1")
+        XCTAssertNil(DesktopProxies.choice(["http://" + String(repeating: "a", count: 3000)]))
+        XCTAssertNil(DesktopProxies.choice(Array(repeating: "ftp://x", count: 40) + ["http://late:1"]), "only the first 32 are looked at")
+    }
+
+    func testTheQuestionIsTheOriginWithoutCredentialsPathOrQuery() {
+        XCTAssertEqual(DesktopProxies.origin(of: "https://user:secret@Example.COM:8443/a/b?c=d#e"), "https://example.com:8443/")
+        XCTAssertEqual(DesktopProxies.origin(of: "http://example.com?q=1"), "http://example.com/")
+        XCTAssertEqual(DesktopProxies.origin(of: "HTTP://[::1]:80/x"), "http://[::1]:80/")
+        XCTAssertNil(DesktopProxies.origin(of: "file:///etc/passwd"))
+        XCTAssertNil(DesktopProxies.origin(of: "http:///nohost"))
+    }
+}
+
+/// A desktop whose answers the test gives, one question at a time.
+private final class HeldLookup: DesktopProxyLookup, @unchecked Sendable {
+    // @unchecked Sendable: the fields are under `condition`.
+    private let condition = NSCondition()
+    private var questions: [(origin: String, answer: @Sendable (DesktopProxyAnswer) -> Void)] = []
+
+    func lookup(_ origin: String, answer: @escaping @Sendable (DesktopProxyAnswer) -> Void) {
+        condition.lock()
+        questions.append((origin, answer))
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var count: Int {
+        condition.lock(); defer { condition.unlock() }
+        return questions.count
+    }
+
+    /// Waits (bounded) until `n` questions came.
+    func waitForQuestions(_ n: Int, timeout: TimeInterval = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock(); defer { condition.unlock() }
+        while questions.count < n {
+            if !condition.wait(until: deadline) { return questions.count >= n }
+        }
+        return true
+    }
+
+    /// Waits (bounded) for question `n` (from 0) and answers it.
+    func answer(_ n: Int, _ answer: DesktopProxyAnswer, timeout: TimeInterval = 10) -> String? {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        while questions.count <= n {
+            if !condition.wait(until: deadline) { condition.unlock(); return nil }
+        }
+        let question = questions[n]
+        condition.unlock()
+        question.answer(answer)
+        return question.origin
+    }
+}
+
+/// The engine's use of the desktop's answers, with a real engine and server.
+final class DesktopProxyEngineTests: EngineTestCase {
+    private var desktop: HeldLookup!
+    /// Nothing listens on the discard port of loopback.
+    private let unreachable = "http://127.0.0.1:9"
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        engine.shutdown()
+        desktop = HeldLookup()
+        engine = CurlEngine(desktopProxies: desktop)
+        engine.setEventHandler { [log] event in log!.append(event) }
+    }
+
+    private func proxiedRequest(_ id: TransferID, _ path: String) -> EngineRequest {
+        EngineRequest(id: id, url: unreachable + path, partPath: partPath("\(id).part"), requestTimeout: 30)
+    }
+
+    /// A request that waits for its origin's answer when the network moves is asked
+    /// about again, and the new network's answer decides, not the old one's.
+    func testAMoveWhileTheQuestionIsOutAsksAgainAndTheNewNetworksAnswerDecides() {
+        let body = TestData.bytes(count: 40_000, seed: 7)
+        server.add(path: "/moved.bin", body: body)
+        engine.start(proxiedRequest(1, "/moved.bin"))
+        XCTAssertTrue(desktop.waitForQuestions(1), "the request asked the desktop")
+        engine.forgetConnections()
+        XCTAssertEqual(desktop.answer(1, .proxies([server.url("")])), "http://127.0.0.1:9/", "asked again after the move")
+        XCTAssertEqual(desktop.answer(0, .proxies(["direct://"])), "http://127.0.0.1:9/")
+        XCTAssertEqual(log.outcome(of: 1, timeout: 30), .succeeded(bytesOnDisk: 40_000, sha256: nil))
+        XCTAssertEqual(server.requests(for: "/moved.bin").map(\.viaProxy), [true], "went through the new network's proxy")
+        XCTAssertEqual(contents(partPath("1.part")), body)
+    }
+
+    /// A question that fails (the portal timed out) sends the request direct, and the
+    /// next request of the same origin just after does not wait on the desktop again.
+    func testAFailedQuestionGoesDirectAndIsNotAskedAgainAtOnce() {
+        server.add(path: "/a.bin", body: TestData.bytes(count: 10_000, seed: 1))
+        server.add(path: "/b.bin", body: TestData.bytes(count: 10_000, seed: 2))
+        engine.start(request(1, "/a.bin"))
+        XCTAssertEqual(desktop.answer(0, .failed("org.freedesktop.DBus.Error.NoReply: timed out")), server.url("/"))
+        XCTAssertEqual(log.outcome(of: 1, timeout: 30), .succeeded(bytesOnDisk: 10_000, sha256: nil))
+        XCTAssertEqual(run(request(2, "/b.bin")), .succeeded(bytesOnDisk: 10_000, sha256: nil))
+        XCTAssertEqual(desktop.count, 1)
+        XCTAssertEqual(server.requests(for: "/b.bin").map(\.viaProxy), [false])
+    }
+}

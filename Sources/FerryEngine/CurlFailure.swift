@@ -124,9 +124,11 @@ enum CurlFailure {
         let text = HTTPReasonPhrase.standard(status).map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
         guard status >= 400 else { return .network("\(who) answered \(text) when asked for a tunnel to \(host)") }
         let hint = status != 407 ? ""
-            : transfer.request.proxyIsTheDesktops
-            ? ": it wants credentials, which the desktop's proxy settings do not give (a session's proxy URL can carry them: user:password@)"
-            : ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"
+            : !transfer.request.proxyIsTheDesktops
+            ? ": it wants credentials, and those in the session's proxy URL (user:password@) were missing or refused"
+            : Redaction.urlWithoutCredentials(transfer.request.proxy ?? "") != (transfer.request.proxy ?? "")
+            ? ": it wants credentials, and those of the desktop's proxy settings were refused"
+            : ": it wants credentials, which the desktop's proxy settings do not give (a session's proxy URL can carry them: user:password@)"
         return .http(status: status, "\(who) refused a tunnel to \(host) with \(text)\(hint)")
     }
 
@@ -135,6 +137,9 @@ enum CurlFailure {
     static func proxyDescription(_ transfer: CurlFailureContext) -> String? {
         var proxy = transfer.request.proxy
         let environment = ProcessInfo.processInfo.environment
+        // The desktop's proxy is left to no_proxy as the environment's is: with it set,
+        // the proxy may not have been used for this host.
+        if transfer.request.proxyIsTheDesktops, !(environment["no_proxy"] ?? environment["NO_PROXY"] ?? "").isEmpty { return nil }
         // With no_proxy set the environment's proxy may not apply to this host: name none.
         if proxy == nil, (environment["no_proxy"] ?? environment["NO_PROXY"] ?? "").isEmpty {
             let https = transfer.request.url.lowercased().hasPrefix("https:")

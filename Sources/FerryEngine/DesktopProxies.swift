@@ -53,10 +53,11 @@ final class DesktopProxies {
     }
 
     /// The proxy for `origin` if known now (`.some(nil)`: direct), or nil when it must
-    /// be asked (`wait`).
+    /// be asked (`wait`). While nothing is asked (`quietUntil`), an origin without an
+    /// answer goes direct; one with an answer keeps it.
     func proxy(for origin: String, now: UInt64) -> String?? {
-        if now < quietUntil { return .some(nil) }
         if let entry = known[origin], now < entry.until { return .some(entry.proxy) }
+        if now < quietUntil { return .some(nil) }
         return nil
     }
 
@@ -99,14 +100,14 @@ final class DesktopProxies {
             if now >= quietUntil {
                 logger.info("no desktop proxy settings (\(why)): requests without a proxy of their session's or the environment's go direct")
             }
-            quietUntil = now &+ Self.unavailableFor
+            quietUntil = max(quietUntil, now &+ Self.unavailableFor)
         case .failed(let why):
             proxy = nil
+            // Questions out together that fail together count as one failure.
+            guard now >= quietUntil else { break }
             failuresInARow += 1
             let wait = min(Self.failedFor << UInt64(min(failuresInARow - 1, 6)), Self.unavailableFor)
-            if now >= quietUntil {
-                logger.notice("could not ask the desktop which proxy \(origin) goes through (\(why)); going direct, asking again in \(wait / 1_000_000_000) s")
-            }
+            logger.notice("could not ask the desktop which proxy \(origin) goes through (\(why)); going direct, asking again in \(wait / 1_000_000_000) s")
             quietUntil = now &+ wait
         }
         return (proxy, waiters)

@@ -17,7 +17,7 @@ public struct PortalProxyResolver: DesktopProxyLookup {
     public static let path = "/org/freedesktop/portal/desktop"
     public static let interface = "org.freedesktop.portal.ProxyResolver"
     /// How long an answer is waited for (the portal may be starting, or running a PAC
-    /// script); then the origin goes direct for a minute.
+    /// script); then requests go direct for a while (`DesktopProxies.failedFor`).
     public static let timeout: Double = 5
 
     private let bus: BusConnection
@@ -42,11 +42,18 @@ public struct PortalProxyResolver: DesktopProxyLookup {
                 }
                 answer(.proxies(list.prefix(32).compactMap(\.string)))
             case .failure(let error) where Self.absent.contains(error.name) || error.name.hasPrefix(Self.spawnErrors):
-                answer(.unavailable("\(error.name): \(error.message)"))
+                answer(.unavailable(Self.shown(error)))
             case .failure(let error):
-                answer(.failed("\(error.name): \(error.message)"))
+                answer(.failed(Self.shown(error)))
             }
         }
+    }
+
+    /// An error for the log: whoever owns the portal's name wrote its message, so it is
+    /// clipped and has no control characters.
+    static func shown(_ error: BusError) -> String {
+        let text = "\(error.name): \(error.message)"
+        return String(String(text.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }).prefix(300))
     }
 
     /// The errors that say no portal with a `ProxyResolver` is here.

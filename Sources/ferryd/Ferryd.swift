@@ -227,6 +227,10 @@ extension Ferryd {
             logger.info("proxy: from the environment (\(name)); the desktop's proxy settings are not asked")
             return nil
         }
+        if environment["no_proxy"] == "*" || (environment["no_proxy"] == nil && environment["NO_PROXY"] == "*") {
+            logger.info("proxy: none (no_proxy=*); the desktop's proxy settings are not asked")
+            return nil
+        }
         return PortalProxyResolver(bus: bus)
     }
 

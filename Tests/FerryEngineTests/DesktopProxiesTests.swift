@@ -91,18 +91,41 @@ final class DesktopProxyEngineTests: EngineTestCase {
     }
 
     /// A request that waits for its origin's answer when the network moves is asked
-    /// about again, and the new network's answer decides, not the old one's.
+    /// about again, and the new network's answer decides; the old one's, coming later,
+    /// is not kept for the requests after.
     func testAMoveWhileTheQuestionIsOutAsksAgainAndTheNewNetworksAnswerDecides() {
         let body = TestData.bytes(count: 40_000, seed: 7)
         server.add(path: "/moved.bin", body: body)
+        server.add(path: "/next.bin", body: TestData.bytes(count: 1_000, seed: 8))
         engine.start(proxiedRequest(1, "/moved.bin"))
         XCTAssertTrue(desktop.waitForQuestions(1), "the request asked the desktop")
         engine.forgetConnections()
         XCTAssertEqual(desktop.answer(1, .proxies([server.url("")])), "http://127.0.0.1:9/", "asked again after the move")
-        XCTAssertEqual(desktop.answer(0, .proxies(["direct://"])), "http://127.0.0.1:9/")
         XCTAssertEqual(log.outcome(of: 1, timeout: 30), .succeeded(bytesOnDisk: 40_000, sha256: nil))
         XCTAssertEqual(server.requests(for: "/moved.bin").map(\.viaProxy), [true], "went through the new network's proxy")
         XCTAssertEqual(contents(partPath("1.part")), body)
+        // The old network's answer (direct, where nothing listens) comes last.
+        XCTAssertEqual(desktop.answer(0, .proxies(["direct://"])), "http://127.0.0.1:9/")
+        XCTAssertEqual(run(proxiedRequest(2, "/next.bin")), .succeeded(bytesOnDisk: 1_000, sha256: nil))
+        XCTAssertEqual(server.requests(for: "/next.bin").map(\.viaProxy), [true])
+        XCTAssertEqual(desktop.count, 2)
+    }
+
+    /// While nothing is asked after a failed question, an origin whose answer is known
+    /// keeps its proxy; only the others go direct.
+    func testAfterAFailedQuestionAKnownOriginKeepsItsProxy() {
+        server.add(path: "/known.bin", body: TestData.bytes(count: 2_000, seed: 3))
+        server.add(path: "/again.bin", body: TestData.bytes(count: 2_000, seed: 4))
+        server.add(path: "/other.bin", body: TestData.bytes(count: 2_000, seed: 5))
+        engine.start(proxiedRequest(1, "/known.bin"))
+        XCTAssertEqual(desktop.answer(0, .proxies([server.url("")])), "http://127.0.0.1:9/")
+        XCTAssertEqual(log.outcome(of: 1, timeout: 30), .succeeded(bytesOnDisk: 2_000, sha256: nil))
+        engine.start(request(2, "/other.bin"))
+        XCTAssertEqual(desktop.answer(1, .failed("org.freedesktop.DBus.Error.NoReply: timed out")), server.url("/"))
+        XCTAssertEqual(log.outcome(of: 2, timeout: 30), .succeeded(bytesOnDisk: 2_000, sha256: nil))
+        XCTAssertEqual(run(proxiedRequest(3, "/again.bin")), .succeeded(bytesOnDisk: 2_000, sha256: nil))
+        XCTAssertEqual(server.requests(for: "/again.bin").map(\.viaProxy), [true])
+        XCTAssertEqual(desktop.count, 2)
     }
 
     /// A question that fails (the portal timed out) sends the request direct, and the

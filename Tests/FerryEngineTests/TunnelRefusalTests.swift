@@ -33,13 +33,17 @@ final class TunnelRefusalTests: XCTestCase {
         XCTAssertFalse(RetryPolicy.isTransient(error), "the same credentials would be refused again")
     }
 
-    /// The desktop's proxy settings give no credentials: the message says where they can go.
+    /// The desktop's proxy settings may give no credentials: the message says where they can go.
     func testA407FromTheDesktopsProxySaysItGaveNoCredentials() {
         var c = context(407, proxy: "http://proxy.example:3128")
         c.request.proxyIsTheDesktops = true
         let error = CurlFailure.error(for: CURLE_RECV_ERROR, in: c)
         guard case .http(407, let message) = error else { return XCTFail("\(error)") }
         XCTAssertEqual(message, "The proxy proxy.example:3128 refused a tunnel to files.example:443 with HTTP 407 Proxy Authentication Required: it wants credentials, which the desktop's proxy settings do not give (a session's proxy URL can carry them: user:password@)")
+        // GNOME's settings can hold a user and password, which the portal passes on.
+        c.request.proxy = "http://alice:open-sesame@proxy.example:3128"
+        let refused = CurlFailure.error(for: CURLE_RECV_ERROR, in: c)
+        XCTAssertEqual(refused.message, "The proxy proxy.example:3128 refused a tunnel to files.example:443 with HTTP 407 Proxy Authentication Required: it wants credentials, and those of the desktop's proxy settings were refused")
     }
 
     func testAProxyThatCannotReachTheServerIsTriedAgain() {

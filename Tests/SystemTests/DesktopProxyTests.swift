@@ -206,6 +206,18 @@ final class DesktopProxyTests: SystemTestCase {
         XCTAssertEqual(asked, [server.url("/")])
     }
 
+    func testNoProxyStarKeepsThePortalOutOfIt() async throws {
+        try await startPortal([server.url("/"): ["http://127.0.0.1:9"]])
+        try await startFerryd() // the harness's environment: no_proxy=*
+        let s = try await client.openSession("com.example.Office", configuration: ["retries": .uint32(0)])
+        let body = serve("/star.bin", size: 30_000)
+        let t = try await download(s, "/star.bin")
+        try await assertFetched(t, "/star.bin", body, proxied: false)
+        let asked = try await lookups()
+        XCTAssertEqual(asked, [])
+        XCTAssertEqual(logCount("proxy: none (no_proxy=*)"), 1)
+    }
+
     func testAfterAMoveTheDesktopIsAskedAgain() async throws {
         try await startNetworkManager()
         try await startPortal(["http://127.0.0.1:9/": [proxy]])

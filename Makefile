@@ -23,8 +23,9 @@ export PATH := $(PATH):/opt/swift/usr/bin
 # loaded at run time by ferryd's first notification (no headers needed): libnotify4.
 # FoundationXML (in ferry-metalink-reader, the process ferryd reads Metalink documents
 # with) links libxml2.so.2: the run-time package is enough to link and run, no headers
-# are needed: libxml2.
-DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy python3-h2 openssl
+# are needed: libxml2. xdg-desktop-portal with glib-networking and the GNOME schemas: the
+# real portal a test asks for GNOME's proxy settings.
+DEB_PACKAGES := libdbus-1-dev libcurl4-openssl-dev libnotify4 libxml2 libsqlite3-dev dbus pkg-config python3 python3-dbusmock nginx-light curl aria2 python3-dbus libglib2.0-bin systemd bubblewrap xdg-dbus-proxy python3-fusepy python3-h2 openssl xdg-desktop-portal glib-networking gsettings-desktop-schemas
 
 MANDIR  ?= $(DATADIR)/man
 

@@ -95,6 +95,51 @@ final class DesktopProxyTests: SystemTestCase {
         try await s.download(url, options: options.merging(["destination": .string(work + "/" + name)]) { a, _ in a })
     }
 
+    /// The real portal (xdg-desktop-portal, its `GProxyResolver` glib-networking's GNOME
+    /// one) reading GNOME's proxy settings (`org.gnome.system.proxy`, from a key file as
+    /// GSettings' keyfile backend keeps them): a manual HTTP proxy, and hosts it ignores.
+    func testGNOMEsManualProxySettingsThroughTheRealPortal() async throws {
+        let portalBinary = "/usr/libexec/xdg-desktop-portal"
+        guard FileManager.default.isExecutableFile(atPath: portalBinary) else {
+            throw XCTSkip("xdg-desktop-portal is not installed (Debian: xdg-desktop-portal, glib-networking)")
+        }
+        let config = work + "/gnome-config"
+        try FileManager.default.createDirectory(atPath: config + "/glib-2.0/settings", withIntermediateDirectories: true)
+        try """
+            [system/proxy]
+            mode='manual'
+            ignore-hosts=['localhost', '*.ignored.example']
+
+            [system/proxy/http]
+            host='127.0.0.1'
+            port=\(server.port)
+
+            """.write(toFile: config + "/glib-2.0/settings/keyfile", atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env["DBUS_SESSION_BUS_ADDRESS"] = sessionBus.address
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = systemBus.address
+        env["XDG_CONFIG_HOME"] = config
+        env["GSETTINGS_BACKEND"] = "keyfile"
+        env["XDG_CURRENT_DESKTOP"] = "GNOME"
+        env["GIO_USE_PROXY_RESOLVER"] = "gnome"
+        for k in TemporaryHome.proxyVariables + ["no_proxy", "NO_PROXY"] { env.removeValue(forKey: k) }
+        let p = try withUnblockedSignals { try ChildProcess(executable: portalBinary, environment: env) }
+        portal = p
+        extraLogs.append { "===== xdg-desktop-portal =====\n" + p.log }
+        try await waitForBusName(Self.portalName, on: session, process: p, timeout: 20)
+
+        try await startFerrydWithoutNoProxy()
+        let s = try await client.openSession("com.example.Office", configuration: ["retries": .uint32(0)])
+        let body = serve("/gnome.bin", size: 120_000)
+        let t = try await get(s, unreachableOrigin + "/gnome.bin", "gnome.bin")
+        try await assertFetched(t, "/gnome.bin", body, proxied: true)
+        XCTAssertEqual(logCount("proxy for http://127.0.0.1:9/: \(proxy) (the desktop's settings)"), 1)
+        // A host the settings ignore goes direct.
+        let near = serve("/near.bin", size: 50_000, seed: 2)
+        let direct = try await get(s, "http://localhost:\(server.port)/near.bin", "near.bin")
+        try await assertFetched(direct, "/near.bin", near, proxied: false)
+    }
+
     func testDownloadsGoThroughTheDesktopsProxyForTheirOriginWhichIsAskedOnceWithoutPathOrCredentials() async throws {
         try await startPortal(["http://127.0.0.1:9/": [proxy]])
         try await startFerrydWithoutNoProxy()

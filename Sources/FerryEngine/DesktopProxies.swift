@@ -34,7 +34,8 @@ final class DesktopProxies {
     private let inbox: EngineInbox
     private let logger: Logger
     /// The answer for each origin: the proxy (nil: direct) and until when it holds. An
-    /// entry outlives its time until asked again, so that a changed answer is logged.
+    /// entry outlives its time until asked again, so that a changed answer is logged,
+    /// and it is used while nothing is asked (`quietUntil`).
     private var known: [String: (proxy: String?, until: UInt64)] = [:]
     /// The attempts waiting for each question's answer; a question is here while it is out.
     private var waiting: [Question: [AwaitingProxy]] = [:]
@@ -54,9 +55,10 @@ final class DesktopProxies {
 
     /// The proxy for `origin` if known now (`.some(nil)`: direct), or nil when it must
     /// be asked (`wait`). While nothing is asked (`quietUntil`), an origin without an
-    /// answer goes direct; one with an answer keeps it.
+    /// answer goes direct; one with an answer keeps it (also one whose question again
+    /// failed: its last answer).
     func proxy(for origin: String, now: UInt64) -> String?? {
-        if let entry = known[origin], now < entry.until { return .some(entry.proxy) }
+        if let entry = known[origin], now < entry.until || now < quietUntil { return .some(entry.proxy) }
         if now < quietUntil { return .some(nil) }
         return nil
     }
@@ -102,12 +104,16 @@ final class DesktopProxies {
             }
             quietUntil = max(quietUntil, now &+ Self.unavailableFor)
         case .failed(let why):
-            proxy = nil
+            // An origin asked again (its minute over) keeps its last answer meanwhile:
+            // behind a proxy, going direct would fail.
+            let before = known[origin]
+            proxy = before?.proxy
             // Questions out together that fail together count as one failure.
             guard now >= quietUntil else { break }
             failuresInARow += 1
             let wait = min(Self.failedFor << UInt64(min(failuresInARow - 1, 6)), Self.unavailableFor)
-            logger.notice("could not ask the desktop which proxy \(origin) goes through (\(why)); going direct, asking again in \(wait / 1_000_000_000) s")
+            let meanwhile = before == nil ? "going direct" : "keeping its last answer"
+            logger.notice("could not ask the desktop which proxy \(origin) goes through (\(why)); \(meanwhile), asking again in \(wait / 1_000_000_000) s")
             quietUntil = now &+ wait
         }
         return (proxy, waiters)

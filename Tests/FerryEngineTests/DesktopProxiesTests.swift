@@ -2,6 +2,7 @@ import FerryCore
 @testable import FerryEngine
 import FerryTestSupport
 import Foundation
+import Logging
 import XCTest
 
 /// What the engine makes of the portal's answers and what it asks it about.
@@ -139,5 +140,52 @@ final class DesktopProxyEngineTests: EngineTestCase {
         XCTAssertEqual(run(request(2, "/b.bin")), .succeeded(bytesOnDisk: 10_000, sha256: nil))
         XCTAssertEqual(desktop.count, 1)
         XCTAssertEqual(server.requests(for: "/b.bin").map(\.viaProxy), [false])
+    }
+}
+
+/// The table of answers over time (its clock given), without an engine.
+final class DesktopProxiesTimeTests: XCTestCase {
+    private struct NoDesktop: DesktopProxyLookup {
+        func lookup(_ origin: String, answer: @escaping @Sendable (DesktopProxyAnswer) -> Void) {}
+    }
+
+    private func table() -> DesktopProxies {
+        var address = 0
+        return DesktopProxies(lookup: NoDesktop(), inbox: EngineInbox(multi: &address), logger: Logger(label: "test"))
+    }
+
+    /// An origin whose minute is over is asked again; if that question fails, it keeps
+    /// its last answer (behind a proxy, direct would fail) until the next question.
+    func testAFailedQuestionForAKnownOriginKeepsItsLastAnswer() {
+        let desktop = table()
+        let origin = "https://files.example/"
+        _ = desktop.answered(origin, generation: 0, .proxies(["http://proxy.example:3128"]), now: 0)
+        XCTAssertEqual(desktop.proxy(for: origin, now: 1), .some("http://proxy.example:3128"))
+        let later = DesktopProxies.keptFor + 1
+        XCTAssertNil(desktop.proxy(for: origin, now: later), "asked again after its minute")
+        let (proxy, _) = desktop.answered(origin, generation: 0, .failed("NoReply"), now: later)
+        XCTAssertEqual(proxy, "http://proxy.example:3128")
+        XCTAssertEqual(desktop.proxy(for: origin, now: later + 1), .some("http://proxy.example:3128"))
+        XCTAssertEqual(desktop.proxy(for: "https://other.example/", now: later + 1), .some(nil), "nothing is asked meanwhile: direct")
+        XCTAssertNil(desktop.proxy(for: origin, now: later + DesktopProxies.failedFor + 1), "asked again after the wait")
+    }
+
+    /// Failures in a row wait twice as long each time, up to five minutes; an answer
+    /// starts the count over.
+    func testFailuresInARowWaitLongerAndAnAnswerStartsOver() {
+        let desktop = table()
+        var now: UInt64 = 0
+        var waits: [UInt64] = []
+        for _ in 0..<8 {
+            _ = desktop.answered("https://a.example/", generation: 0, .failed("NoReply"), now: now)
+            var wait: UInt64 = 0
+            while desktop.proxy(for: "https://b.example/", now: now + wait) != nil { wait += 1_000_000_000 }
+            waits.append(wait / 1_000_000_000)
+            now += wait
+        }
+        XCTAssertEqual(waits, [5, 10, 20, 40, 80, 160, 300, 300])
+        _ = desktop.answered("https://a.example/", generation: 0, .proxies(["direct://"]), now: now)
+        _ = desktop.answered("https://c.example/", generation: 0, .failed("NoReply"), now: now)
+        XCTAssertNil(desktop.proxy(for: "https://b.example/", now: now + DesktopProxies.failedFor), "5 s again")
     }
 }

@@ -10,6 +10,9 @@ public protocol DesktopProxyLookup: Sendable {
 }
 
 public enum DesktopProxyAnswer: Sendable, Equatable {
+    /// Of an answer, the proxies looked at (the rest are dropped where it is read).
+    public static let maximumProxies = 32
+
     /// The proxies to try, in order, as URLs; `direct://` for none.
     case proxies([String])
     /// Nothing on this machine answers the question (no portal): requests go direct.

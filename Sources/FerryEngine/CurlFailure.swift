@@ -132,20 +132,15 @@ enum CurlFailure {
         return .http(status: status, "\(who) refused a tunnel to \(host) with \(text)\(hint)")
     }
 
-    /// "host:port" of the proxy the request went through (the session's `proxy`, else
-    /// the environment's for the URL's scheme), without credentials; nil without one.
+    /// "host:port" of the proxy the request went through (the session's `proxy` or the
+    /// desktop's, else the environment's for the URL's scheme), without credentials; nil
+    /// without one.
     static func proxyDescription(_ transfer: CurlFailureContext) -> String? {
         var proxy = transfer.request.proxy
-        let environment = ProcessInfo.processInfo.environment
-        // The desktop's proxy is left to no_proxy as the environment's is: with it set,
-        // the proxy may not have been used for this host.
-        if transfer.request.proxyIsTheDesktops, !(environment["no_proxy"] ?? environment["NO_PROXY"] ?? "").isEmpty { return nil }
-        // With no_proxy set the environment's proxy may not apply to this host: name none.
-        if proxy == nil, (environment["no_proxy"] ?? environment["NO_PROXY"] ?? "").isEmpty {
-            let https = transfer.request.url.lowercased().hasPrefix("https:")
-            let names = https ? ["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] : ["http_proxy", "all_proxy", "ALL_PROXY"]
-            proxy = names.lazy.compactMap { environment[$0] }.first { !$0.isEmpty }
-        }
+        // With no_proxy set, the environment's proxy, and the desktop's (left to no_proxy
+        // as well), may not apply to this host: name none.
+        if proxy == nil || transfer.request.proxyIsTheDesktops, !EnvironmentProxy.noProxy().isEmpty { return nil }
+        if proxy == nil { proxy = EnvironmentProxy.proxy(for: transfer.request.url) }
         guard let proxy, !proxy.isEmpty else { return nil }
         let withScheme = proxy.contains("://") ? proxy : "http://" + proxy
         guard let components = URLComponents(string: withScheme), let host = components.host, !host.isEmpty else {

@@ -20,8 +20,7 @@ final class DesktopProxies {
     static let failedFor: UInt64 = 5 * 1_000_000_000
     /// Origins kept at most: beyond, the table starts afresh (a question each again).
     static let maximumOrigins = 1024
-    /// Of an answer, the proxies looked at, and the longest taken.
-    static let maximumProxies = 32
+    /// Of an answer, the longest proxy taken (at most `DesktopProxyAnswer.maximumProxies` are looked at).
     static let maximumProxyLength = 2048
 
     /// One question: an origin, asked in a `generation` (the network it was asked on).
@@ -145,7 +144,7 @@ final class DesktopProxies {
     /// such as `http://host:port`, `socks://host:port` (SOCKS 5, names resolved by the
     /// proxy) or `direct://`.
     static func choice(_ proxies: [String]) -> String? {
-        for proxy in proxies.prefix(maximumProxies) where proxy.utf8.count <= maximumProxyLength {
+        for proxy in proxies.prefix(DesktopProxyAnswer.maximumProxies) where proxy.utf8.count <= maximumProxyLength {
             guard let colon = proxy.firstIndex(of: ":") else { continue }
             let scheme = proxy[..<colon].lowercased()
             let rest = proxy[colon...]

@@ -191,12 +191,17 @@ final class EngineLoop {
                 attempts[request.id] = waiter
                 return desktop.wait(waiter, for: origin)
             }
-            var proxied = request
-            proxied.proxy = known
-            proxied.proxyIsTheDesktops = known != nil
-            return begin(proxied, attempt: number)
+            return begin(request, throughTheDesktops: known, attempt: number)
         }
         begin(request, attempt: number)
+    }
+
+    /// Starts `request` through the desktop's proxy for its origin (nil: direct).
+    private func begin(_ request: EngineRequest, throughTheDesktops proxy: String?, attempt number: UInt64) {
+        var proxied = request
+        proxied.proxy = proxy
+        proxied.proxyIsTheDesktops = proxy != nil
+        begin(proxied, attempt: number)
     }
 
     /// The desktop's answer for `origin` came: the requests that waited for it start.
@@ -204,10 +209,7 @@ final class EngineLoop {
         guard let desktop = desktopProxies else { return }
         let (proxy, waiters) = desktop.answered(origin, generation: generation, answer, now: monotonicNanoseconds())
         for waiter in waiters where attempts[waiter.id] === waiter { // not stopped meanwhile
-            var request = waiter.request
-            request.proxy = proxy
-            request.proxyIsTheDesktops = proxy != nil
-            begin(request, attempt: waiter.attempt)
+            begin(waiter.request, throughTheDesktops: proxy, attempt: waiter.attempt)
         }
     }
 

@@ -10,8 +10,8 @@ import FerryCore
 /// the portal is not there, or has no `ProxyResolver`, the answer is `.unavailable`.
 ///
 /// Asked with an origin only (`scheme://host:port/`): a path or credentials never
-/// leave the daemon. Of the answer, at most `DesktopProxies.maximumProxies` strings are
-/// looked at.
+/// leave the daemon. Of the answer, at most `DesktopProxyAnswer.maximumProxies` strings
+/// are looked at.
 public struct PortalProxyResolver: DesktopProxyLookup {
     public static let busName = "org.freedesktop.portal.Desktop"
     public static let path = "/org/freedesktop/portal/desktop"
@@ -40,7 +40,7 @@ public struct PortalProxyResolver: DesktopProxyLookup {
                 guard let list = (try? reply.arguments())?.first?.arrayElements else {
                     return answer(.failed("the portal's answer is not a list of proxies"))
                 }
-                answer(.proxies(list.prefix(32).compactMap(\.string)))
+                answer(.proxies(list.prefix(DesktopProxyAnswer.maximumProxies).compactMap(\.string)))
             case .failure(let error) where Self.absent.contains(error.name) || error.name.hasPrefix(Self.spawnErrors):
                 answer(.unavailable(Self.shown(error)))
             case .failure(let error):

@@ -218,24 +218,19 @@ extension Ferryd {
     }
 
     /// Where a request without a proxy of its session's finds one: ferryd's environment
-    /// when it names one (libcurl reads these variables itself; it ignores `HTTP_PROXY`,
-    /// which a CGI request can set), else the desktop's settings through the portal
-    /// (`PortalProxyResolver`) on ferryd's own bus.
+    /// when it names one (libcurl reads it itself: `EnvironmentProxy`), else the
+    /// desktop's settings through the portal (`PortalProxyResolver`) on ferryd's own bus.
     static func desktopProxies(bus: BusConnection, logger: Logger) -> DesktopProxyLookup? {
-        let environment = ProcessInfo.processInfo.environment
-        if let name = environmentProxyVariables.first(where: { environment[$0].map { !$0.isEmpty } ?? false }) {
+        if let name = EnvironmentProxy.named() {
             logger.info("proxy: from the environment (\(name)); the desktop's proxy settings are not asked")
             return nil
         }
-        if environment["no_proxy"] == "*" || (environment["no_proxy"] == nil && environment["NO_PROXY"] == "*") {
+        if EnvironmentProxy.noProxy() == "*" {
             logger.info("proxy: none (no_proxy=*); the desktop's proxy settings are not asked")
             return nil
         }
         return PortalProxyResolver(bus: bus)
     }
-
-    /// The variables libcurl takes a proxy from (`no_proxy` only says where not to use one).
-    static let environmentProxyVariables = ["http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"]
 
     /// Exponential backoff with jitter from 2 s. Testing knob: `FERRY_RETRY_BASE_MS`
     /// sets the first wait in milliseconds (integration tests make it tiny).

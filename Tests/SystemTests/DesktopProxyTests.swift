@@ -33,17 +33,8 @@ final class DesktopProxyTests: SystemTestCase {
     /// `direct://` for any other origin; with a `gate`, only once that file exists (at
     /// most 4.5 s: ferryd waits 5).
     private func startPortal(_ answers: [String: [String]], gate: String? = nil) async throws {
-        var env = ProcessInfo.processInfo.environment
-        env["DBUS_SESSION_BUS_ADDRESS"] = sessionBus.address
-        env.removeValue(forKey: "DBUS_SYSTEM_BUS_ADDRESS")
-        let python = self.python!
-        let p = try withUnblockedSignals {
-            try ChildProcess(executable: python, arguments: ["-m", "dbusmock", Self.portalName, Self.portalPath,
-                                                             "org.freedesktop.portal.ProxyResolver"], environment: env)
-        }
-        portal = p
-        extraLogs.append { "===== portal mock =====\n" + p.log }
-        try await waitForBusName(Self.portalName, on: session, process: p, timeout: 20)
+        portal = try await startDBusMock([Self.portalName, Self.portalPath, "org.freedesktop.portal.ProxyResolver"],
+                                         owning: Self.portalName, onSessionBus: true, waitingOn: session, label: "portal mock")
         try await setPortalAnswers(answers, gate: gate)
     }
 

@@ -84,16 +84,29 @@ class SystemTestCase: FerrydTestCase {
 
     /// Starts a dbusmock template on the private system bus and waits until it owns `name`.
     func startMock(_ template: String, owning name: String, parameters: String? = nil) async throws -> ChildProcess {
+        try await startDBusMock(["--system", "--template", template] + (parameters.map { ["--parameters", $0] } ?? []),
+                                owning: name, onSessionBus: false, waitingOn: system, label: "\(template) mock (\(name))")
+    }
+
+    /// Starts python-dbusmock with `arguments` on the private system bus, or on the
+    /// private session bus (ferryd's), and waits (on `bus`, a connection to that bus)
+    /// until it owns `name`; its log goes with a failure's report under `label`.
+    func startDBusMock(_ arguments: [String], owning name: String, onSessionBus: Bool, waitingOn bus: BusConnection,
+                       label: String) async throws -> ChildProcess {
         var env = ProcessInfo.processInfo.environment
-        env["DBUS_SYSTEM_BUS_ADDRESS"] = systemBus.address
-        env.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
+        if onSessionBus {
+            env["DBUS_SESSION_BUS_ADDRESS"] = sessionBus.address
+            env.removeValue(forKey: "DBUS_SYSTEM_BUS_ADDRESS")
+        } else {
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = systemBus.address
+            env.removeValue(forKey: "DBUS_SESSION_BUS_ADDRESS")
+        }
         let python = self.python!
         let p = try withUnblockedSignals {
-            try ChildProcess(executable: python, arguments: ["-m", "dbusmock", "--system", "--template", template]
-                                + (parameters.map { ["--parameters", $0] } ?? []), environment: env)
+            try ChildProcess(executable: python, arguments: ["-m", "dbusmock"] + arguments, environment: env)
         }
-        extraLogs.append { "===== \(template) mock (\(name)) =====\n" + p.log }
-        try await waitForBusName(name, on: system, process: p, timeout: 20)
+        extraLogs.append { "===== \(label) =====\n" + p.log }
+        try await waitForBusName(name, on: bus, process: p, timeout: 20)
         return p
     }
 
